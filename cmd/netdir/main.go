@@ -1,0 +1,24 @@
+// Command netdir is the one CLI of netdir: the software data plane, storage
+// nodes, the controller, the host agent, the demo and the bench.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "netdir",
+		Short:         "In-network coherence directory for replicated key-value storage under skew",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(hashCmd())
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "netdir:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,462 @@
+// Package directory is netdir's directory contract as a pure, deterministic
+// state machine: the partition table, the hot-key directory, coherence by
+// version stamps, weighted splits, the fine score and the counters.
+//
+// Every data plane carries out exactly this: the software data plane (model)
+// calls it, and the P4 and eBPF programs re-implement it and are held to it by
+// the shared vector suite in testdata/vectors. So the core does no I/O, reads
+// no clock and draws no random numbers: the caller passes the ingress port and
+// the time, and split buckets come from the packet's request id (see package
+// wire). Process rewrites the packet in place, as a switch would, and returns
+// a Verdict.
+//
+// Why the coherence rules are as they are: an extra copy (a LocationList
+// member outside the CRAQ chain) may serve a linearizable read only when no
+// newer version can have been observed anywhere. Chain members may commit a
+// newer version before its reply passes the data plane, so extras lose their
+// fresh bits the moment a write is stamped, and regain them only by a VSB for
+// the version the data plane saw complete (ver_done, with no write pending).
+package directory
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/netdir/netdir/wire"
+)
+
+// Sizes of the contract.
+const (
+	MaxLocations = 32 // one rack, as in Pegasus
+	MaxChain     = 8
+	Buckets      = 32 // split bucket table entries per partition and per slot
+	SketchRows   = 4
+	SketchCols   = 1024
+)
+
+// Mode says what a data plane sees.
+type Mode uint8
+
+const (
+	// ModeToR sees every request and reply of a key (a ToR switch, the model),
+	// so extras may serve linearizable reads while fresh, and it stamps writes.
+	ModeToR Mode = iota
+	// ModeHost is a host agent that sees only its own host's traffic: it
+	// routes linearizable reads to chain members only, lets bounded-staleness
+	// reads use fresh extras, and leaves version assignment to the chain head.
+	ModeHost
+)
+
+// Policy is how a data plane chooses a replica. Netdir is the system; the
+// others are baselines that the bench runs on the same cluster.
+type Policy uint8
+
+const (
+	PolicyNetdir   Policy = iota // directory, weighted buckets, fine score
+	PolicyPegasus                // directory, least-loaded fresh member
+	PolicyReplicas               // no directory routing: partition buckets only
+	PolicyStatic                 // no directory routing: chain head only
+)
+
+var policyNames = [...]string{"netdir", "pegasus", "replicas", "static"}
+
+func (p Policy) String() string { return policyNames[p] }
+
+// ParsePolicy is the inverse of Policy.String.
+func ParsePolicy(s string) (Policy, error) {
+	for i, n := range policyNames {
+		if n == s {
+			return Policy(i), nil
+		}
+	}
+	return 0, fmt.Errorf("directory: unknown policy %q (want netdir, pegasus, replicas or static)", s)
+}
+
+// Config sizes a directory.
+type Config struct {
+	PartitionBits uint   // P = 1<<PartitionBits partitions; default 10
+	Slots         int    // directory capacity D; default 4096
+	MaxNodes      int    // node ids are below this; default 4096
+	Mode          Mode   // ModeToR by default
+	Policy        Policy // PolicyNetdir by default
+	// Window is the fine score's horizon in ns: score = Window/t − load,
+	// the requests a node can still finish in the window. Default 1 ms.
+	Window uint64
+}
+
+func (c *Config) fill() error {
+	if c.PartitionBits == 0 {
+		c.PartitionBits = 10
+	}
+	if c.Slots == 0 {
+		c.Slots = 4096
+	}
+	if c.MaxNodes == 0 {
+		c.MaxNodes = 4096
+	}
+	if c.Window == 0 {
+		c.Window = 1_000_000
+	}
+	if c.PartitionBits > 20 {
+		return fmt.Errorf("directory: %d partition bits: at most 20", c.PartitionBits)
+	}
+	if c.Slots < 1 || c.Slots > 1<<20 {
+		return fmt.Errorf("directory: %d slots: want 1..%d", c.Slots, 1<<20)
+	}
+	if c.MaxNodes < 1 || c.MaxNodes > 1<<16 {
+		return fmt.Errorf("directory: %d max nodes: want 1..65536", c.MaxNodes)
+	}
+	if c.Mode > ModeHost || c.Policy > PolicyStatic {
+		return errors.New("directory: unknown mode or policy")
+	}
+	return nil
+}
+
+// Partition is one partition's chain and its split bucket table, whose
+// entries index the chain.
+type Partition struct {
+	Chain   [MaxChain]wire.NodeID
+	R       uint8
+	Buckets [Buckets]uint8
+}
+
+// Slot is one directory entry.
+type Slot struct {
+	Hash    wire.KeyHash
+	Locs    [MaxLocations]wire.NodeID // the chain first, then extras
+	N       uint8                     // LocationList length
+	R       uint8                     // chain length: Locs[:R] is the chain, Locs[R-1] the tail
+	Fresh   uint32                    // bit i: Locs[i] may serve reads of VerDone
+	VerNext uint64
+	VerDone uint64
+	Hits    uint64
+	Buckets [Buckets]uint8 // entries index Locs
+	used    bool
+}
+
+// chainMask has the bits of the chain members, which are always fresh.
+func (s *Slot) chainMask() uint32 { return uint32(1)<<s.R - 1 }
+
+// member returns the index of n in the LocationList, or -1.
+func (s *Slot) member(n wire.NodeID) int {
+	for i := 0; i < int(s.N); i++ {
+		if s.Locs[i] == n {
+			return i
+		}
+	}
+	return -1
+}
+
+// NodeStats is what the data plane has learnt of a node from its replies.
+type NodeStats struct {
+	Load    uint16 // last reported queue depth
+	Latency uint64 // EWMA of reply latency in ns, weight 0.5; 0 until learnt
+}
+
+// PortKind classifies ingress ports.
+type PortKind uint8
+
+const (
+	PortClient  PortKind = iota // default: clients and everything else
+	PortStorage                 // a storage node's port: VSBs are accepted only here
+)
+
+// Directory is the state machine. It is not safe for concurrent use; the
+// shells around it serialise access.
+type Directory struct {
+	cfg     Config
+	parts   []Partition
+	slots   []Slot
+	index   map[wire.KeyHash]uint32
+	free    []uint32
+	nodes   []NodeStats
+	ports   map[uint32]PortKind
+	sketch  [SketchRows][SketchCols]uint32
+	counter Counters
+}
+
+// New returns an empty directory; partitions have no chain until set.
+func New(cfg Config) (*Directory, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	d := &Directory{
+		cfg:   cfg,
+		parts: make([]Partition, 1<<cfg.PartitionBits),
+		slots: make([]Slot, cfg.Slots),
+		index: make(map[wire.KeyHash]uint32, cfg.Slots),
+		free:  make([]uint32, 0, cfg.Slots),
+		nodes: make([]NodeStats, cfg.MaxNodes),
+		ports: make(map[uint32]PortKind),
+	}
+	for i := cfg.Slots - 1; i >= 0; i-- {
+		d.free = append(d.free, uint32(i))
+	}
+	return d, nil
+}
+
+// Config returns the filled-in configuration.
+func (d *Directory) Config() Config { return d.cfg }
+
+// Partitions is the partition count P.
+func (d *Directory) Partitions() int { return len(d.parts) }
+
+// Errors of the control-plane API.
+var (
+	ErrFull      = errors.New("directory: no free slot")
+	ErrNotFound  = errors.New("directory: key not in directory")
+	ErrExists    = errors.New("directory: key already in directory")
+	ErrBadChain  = errors.New("directory: chain must have 1..8 distinct nodes below MaxNodes")
+	ErrBadLocs   = errors.New("directory: LocationList must start with the chain, hold at most 32 distinct nodes below MaxNodes")
+	ErrBadBucket = errors.New("directory: bucket entry out of range")
+	ErrRange     = errors.New("directory: index out of range")
+)
+
+// SetPartition installs partition p's chain. A nil buckets spreads the
+// buckets evenly over the chain.
+func (d *Directory) SetPartition(p uint32, chain []wire.NodeID, buckets []uint8) error {
+	if int(p) >= len(d.parts) {
+		return ErrRange
+	}
+	if len(chain) == 0 || len(chain) > MaxChain || !d.distinctNodes(chain) {
+		return ErrBadChain
+	}
+	var np Partition
+	np.R = uint8(len(chain))
+	copy(np.Chain[:], chain)
+	if err := fillBuckets(&np.Buckets, buckets, len(chain)); err != nil {
+		return err
+	}
+	d.parts[p] = np
+	return nil
+}
+
+// SetPartitionBuckets replaces partition p's bucket table (weights).
+func (d *Directory) SetPartitionBuckets(p uint32, buckets []uint8) error {
+	if int(p) >= len(d.parts) || d.parts[p].R == 0 {
+		return ErrRange
+	}
+	return fillBuckets(&d.parts[p].Buckets, buckets, int(d.parts[p].R))
+}
+
+// Partition returns partition p.
+func (d *Directory) Partition(p uint32) (Partition, bool) {
+	if int(p) >= len(d.parts) {
+		return Partition{}, false
+	}
+	return d.parts[p], d.parts[p].R > 0
+}
+
+func (d *Directory) distinctNodes(ns []wire.NodeID) bool {
+	for i, n := range ns {
+		if int(n) >= d.cfg.MaxNodes {
+			return false
+		}
+		for _, m := range ns[:i] {
+			if m == n {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// fillBuckets sets a bucket table from b, or evenly over n members if b is nil.
+func fillBuckets(dst *[Buckets]uint8, b []uint8, n int) error {
+	if b == nil {
+		for i := range dst {
+			dst[i] = uint8(i % n)
+		}
+		return nil
+	}
+	if len(b) != Buckets {
+		return fmt.Errorf("directory: bucket table has %d entries, want %d", len(b), Buckets)
+	}
+	for _, x := range b {
+		if int(x) >= n {
+			return ErrBadBucket
+		}
+	}
+	copy(dst[:], b)
+	return nil
+}
+
+// BucketsForWeights realises integer weights as a bucket table: member i gets
+// a share of the Buckets entries proportional to w[i] (largest remainder),
+// interleaved so that no member's buckets cluster. Zero total weight spreads
+// evenly.
+func BucketsForWeights(w []uint32) []uint8 {
+	n := len(w)
+	out := make([]uint8, Buckets)
+	if n == 0 {
+		return out
+	}
+	var total uint64
+	for _, x := range w {
+		total += uint64(x)
+	}
+	count := make([]int, n)
+	if total == 0 {
+		for i := range out {
+			out[i] = uint8(i % n)
+		}
+		return out
+	}
+	rem := make([]uint64, n)
+	given := 0
+	for i, x := range w {
+		q := uint64(x) * Buckets
+		count[i] = int(q / total)
+		rem[i] = q % total
+		given += count[i]
+	}
+	for ; given < Buckets; given++ {
+		best := 0
+		for i := range rem {
+			if rem[i] > rem[best] {
+				best = i
+			}
+		}
+		count[best]++
+		rem[best] = 0
+	}
+	// Interleave: at each step take the member furthest behind its share.
+	placed := make([]int, n)
+	for b := 0; b < Buckets; b++ {
+		best := -1
+		var bestLag float64
+		for i := 0; i < n; i++ {
+			if placed[i] >= count[i] {
+				continue
+			}
+			lag := float64(count[i])*float64(b+1)/Buckets - float64(placed[i])
+			if best < 0 || lag > bestLag {
+				best, bestLag = i, lag
+			}
+		}
+		out[b] = uint8(best)
+		placed[best]++
+	}
+	return out
+}
+
+// SetPort classifies an ingress port.
+func (d *Directory) SetPort(port uint32, kind PortKind) {
+	if kind == PortClient {
+		delete(d.ports, port)
+		return
+	}
+	d.ports[port] = kind
+}
+
+// Insert promotes a key: locs is its LocationList, whose first r entries are
+// the chain; ver seeds ver_next and ver_done (0 when unknown: the tail's VSB
+// brings it). Only the chain starts fresh. A nil buckets spreads evenly over
+// locs. It returns the slot index.
+func (d *Directory) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64, buckets []uint8) (uint32, error) {
+	if _, ok := d.index[h]; ok {
+		return 0, ErrExists
+	}
+	if len(locs) == 0 || len(locs) > MaxLocations || r < 1 || r > len(locs) || r > MaxChain || !d.distinctNodes(locs) {
+		return 0, ErrBadLocs
+	}
+	if len(d.free) == 0 {
+		return 0, ErrFull
+	}
+	var s Slot
+	s.Hash = h
+	copy(s.Locs[:], locs)
+	s.N, s.R = uint8(len(locs)), uint8(r)
+	s.Fresh = s.chainMask()
+	s.VerNext, s.VerDone = ver, ver
+	s.used = true
+	if err := fillBuckets(&s.Buckets, buckets, len(locs)); err != nil {
+		return 0, err
+	}
+	i := d.free[len(d.free)-1]
+	d.free = d.free[:len(d.free)-1]
+	d.slots[i] = s
+	d.index[h] = i
+	return i, nil
+}
+
+// SetSlotBuckets replaces a slot's bucket table (weights over its LocationList).
+func (d *Directory) SetSlotBuckets(h wire.KeyHash, buckets []uint8) error {
+	i, ok := d.index[h]
+	if !ok {
+		return ErrNotFound
+	}
+	return fillBuckets(&d.slots[i].Buckets, buckets, int(d.slots[i].N))
+}
+
+// Evict removes a key. Its reads fall back to the partition's chain, which is
+// always safe (CRAQ); only balance is lost.
+func (d *Directory) Evict(h wire.KeyHash) error {
+	i, ok := d.index[h]
+	if !ok {
+		return ErrNotFound
+	}
+	delete(d.index, h)
+	d.slots[i] = Slot{}
+	d.free = append(d.free, i)
+	return nil
+}
+
+// Lookup returns a copy of a key's slot.
+func (d *Directory) Lookup(h wire.KeyHash) (Slot, bool) {
+	i, ok := d.index[h]
+	if !ok {
+		return Slot{}, false
+	}
+	return d.slots[i], true
+}
+
+// Len is the number of keys in the directory.
+func (d *Directory) Len() int { return len(d.index) }
+
+// Each calls f for every slot in slot order.
+func (d *Directory) Each(f func(idx uint32, s *Slot)) {
+	for i := range d.slots {
+		if d.slots[i].used {
+			f(uint32(i), &d.slots[i])
+		}
+	}
+}
+
+// Node returns what has been learnt of node n.
+func (d *Directory) Node(n wire.NodeID) NodeStats {
+	if int(n) >= len(d.nodes) {
+		return NodeStats{}
+	}
+	return d.nodes[n]
+}
+
+// SetNodeStats seeds node n's stats (used by vectors and the simulator).
+func (d *Directory) SetNodeStats(n wire.NodeID, s NodeStats) error {
+	if int(n) >= len(d.nodes) {
+		return ErrRange
+	}
+	d.nodes[n] = s
+	return nil
+}
+
+// sketchIndex is row r's column for h: 10 bits from bytes 4+2r and 5+2r of
+// the hash, which are independent of the partition bits (bytes 0..3).
+func sketchIndex(h *wire.KeyHash, r int) uint32 {
+	return (uint32(h[4+2*r])<<8 | uint32(h[5+2*r])) & (SketchCols - 1)
+}
+
+// SketchEstimate is the count-min estimate of misses for h.
+func (d *Directory) SketchEstimate(h wire.KeyHash) uint32 {
+	est := ^uint32(0)
+	for r := 0; r < SketchRows; r++ {
+		est = min(est, d.sketch[r][sketchIndex(&h, r)])
+	}
+	return est
+}
+
+// ResetSketch clears the sketch, as the controller does each hot-key round.
+func (d *Directory) ResetSketch() { d.sketch = [SketchRows][SketchCols]uint32{} }
+
+// Counters returns the counters.
+func (d *Directory) Counters() Counters { return d.counter }

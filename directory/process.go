@@ -1,0 +1,333 @@
+package directory
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/netdir/netdir/wire"
+)
+
+// Action is what a data plane does with a packet.
+type Action uint8
+
+const (
+	// Drop: discard and count Reason.
+	Drop Action = iota
+	// Forward: send to storage node Verdict.Node (rewritten into the header).
+	Forward
+	// ToClient: a reply; deliver it to the client that sent the request
+	// (plain L3 forwarding on a switch, a relay in the model).
+	ToClient
+	// Multicast: an accepted VSB; replicate it to the VSB group (agent hosts).
+	Multicast
+	// Pass: not directory traffic (node-to-node ops); forward it unchanged.
+	Pass
+)
+
+var actionNames = [...]string{"drop", "forward", "to-client", "multicast", "pass"}
+
+func (a Action) String() string { return actionNames[a] }
+
+// Reason says why a packet was dropped.
+type Reason uint8
+
+const (
+	ReasonNone         Reason = iota
+	ReasonShort               // shorter than the fixed header
+	ReasonMagic               // wrong magic
+	ReasonVersion             // unsupported wire version
+	ReasonUnknownOp           // op not defined
+	ReasonNoRoute             // the key's partition has no chain
+	ReasonVSBPort             // VSB from a port that is not a storage node's
+	ReasonVSBNotCached        // VSB for a key not in the directory
+	ReasonVSBNotMember        // VSB from a node not in the LocationList, or a non-tail chain member
+	ReasonVSBPending          // extra's VSB while a write is pending (ver_next > ver_done)
+	ReasonVSBVersion          // extra's VSB for a version other than ver_done
+	numReasons
+)
+
+var reasonNames = [...]string{
+	"none", "short", "magic", "version", "unknown-op", "no-route",
+	"vsb-port", "vsb-not-cached", "vsb-not-member", "vsb-pending", "vsb-version",
+}
+
+func (r Reason) String() string { return reasonNames[r] }
+
+// Reasons lists every drop reason, for counters and metrics.
+func Reasons() []Reason {
+	rs := make([]Reason, 0, numReasons-1)
+	for r := ReasonShort; r < numReasons; r++ {
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// Verdict is the outcome of Process.
+type Verdict struct {
+	Action Action
+	Node   wire.NodeID // Forward target
+	Reason Reason      // Drop reason
+}
+
+func (v Verdict) String() string {
+	switch v.Action {
+	case Forward:
+		return fmt.Sprintf("forward node=%d", v.Node)
+	case Drop:
+		return "drop reason=" + v.Reason.String()
+	}
+	return v.Action.String()
+}
+
+// Counters are the data plane's packet counters.
+type Counters struct {
+	Hits      uint64 // requests routed from the directory
+	Misses    uint64 // requests routed by the partition table
+	Replies   uint64
+	VSBs      uint64 // VSBs accepted
+	Passed    uint64
+	Switched  uint64 // fine score picked the second candidate
+	Drops     [numReasons]uint64
+	DropTotal uint64
+}
+
+func (d *Directory) drop(r Reason) Verdict {
+	d.counter.Drops[r]++
+	d.counter.DropTotal++
+	return Verdict{Action: Drop, Reason: r}
+}
+
+// Process handles one netdir packet (the UDP payload) that arrived on
+// ingress port at time now (ns), rewriting its header in place as the
+// contract says. It never panics and never allocates.
+func (d *Directory) Process(pkt []byte, port uint32, now uint64) Verdict {
+	if len(pkt) < wire.HeaderLen {
+		return d.drop(ReasonShort)
+	}
+	if binary.BigEndian.Uint16(pkt[wire.OffMagic:]) != wire.Magic {
+		return d.drop(ReasonMagic)
+	}
+	if pkt[wire.OffVersion] != wire.Version {
+		return d.drop(ReasonVersion)
+	}
+	var h wire.KeyHash
+	copy(h[:], pkt[wire.OffKeyHash:])
+	switch op := wire.PeekOp(pkt); op {
+	case wire.OpGet:
+		return d.get(pkt, &h, now)
+	case wire.OpPut, wire.OpDel:
+		return d.write(pkt, &h, now)
+	case wire.OpGetReply, wire.OpPutReply, wire.OpDelReply, wire.OpErr:
+		return d.reply(pkt, &h, op, now)
+	case wire.OpVSB:
+		return d.vsb(pkt, &h, port)
+	default:
+		if op.Known() { // node ops
+			d.counter.Passed++
+			return Verdict{Action: Pass}
+		}
+		return d.drop(ReasonUnknownOp)
+	}
+}
+
+func (d *Directory) slot(h *wire.KeyHash) *Slot {
+	i, ok := d.index[*h]
+	if !ok {
+		return nil
+	}
+	return &d.slots[i]
+}
+
+// forward rewrites the target node and the request timestamp.
+func forward(pkt []byte, n wire.NodeID, now uint64) Verdict {
+	wire.SetNode(pkt, n)
+	wire.SetTimestamp(pkt, now)
+	return Verdict{Action: Forward, Node: n}
+}
+
+func (d *Directory) get(pkt []byte, h *wire.KeyHash, now uint64) Verdict {
+	reqid := binary.BigEndian.Uint64(pkt[wire.OffReqID:])
+	flags := pkt[wire.OffFlags] &^ (wire.FlagStamped | wire.FlagHit)
+	p := &d.parts[h.Partition(d.cfg.PartitionBits)]
+	if s := d.slot(h); s != nil && d.cfg.Policy <= PolicyPegasus {
+		eligible := s.Fresh
+		if d.cfg.Mode == ModeHost && flags&wire.FlagStaleOK == 0 {
+			eligible &= s.chainMask()
+		}
+		i, ok := d.pickSlot(s, eligible, reqid)
+		if !ok {
+			// Neither candidate may serve: the chain always may (CRAQ).
+			i = int(p.Buckets[reqid&(Buckets-1)] % s.R)
+		}
+		s.Hits++
+		d.counter.Hits++
+		wire.SetFlags(pkt, flags|wire.FlagHit)
+		return forward(pkt, s.Locs[i], now)
+	}
+	if p.R == 0 {
+		return d.drop(ReasonNoRoute)
+	}
+	d.miss(h)
+	wire.SetFlags(pkt, flags)
+	return forward(pkt, p.Chain[d.pickChain(p, reqid)], now)
+}
+
+// pickSlot chooses a LocationList index among eligible members.
+func (d *Directory) pickSlot(s *Slot, eligible uint32, reqid uint64) (int, bool) {
+	if d.cfg.Policy == PolicyPegasus {
+		best := -1
+		for i := 0; i < int(s.N); i++ {
+			if eligible&(1<<i) != 0 && (best < 0 || d.nodes[s.Locs[i]].Load < d.nodes[s.Locs[best]].Load) {
+				best = i
+			}
+		}
+		return best, best >= 0
+	}
+	a := int(s.Buckets[reqid&(Buckets-1)])
+	b := int(s.Buckets[(reqid>>8)&(Buckets-1)])
+	aOK, bOK := eligible&(1<<a) != 0, eligible&(1<<b) != 0
+	switch {
+	case aOK && bOK:
+		return d.finer(s.Locs[a], s.Locs[b], a, b), true
+	case aOK:
+		return a, true
+	case bOK:
+		d.counter.Switched++
+		return b, true
+	}
+	return 0, false
+}
+
+// pickChain chooses a chain index by the partition's buckets.
+func (d *Directory) pickChain(p *Partition, reqid uint64) int {
+	switch d.cfg.Policy {
+	case PolicyStatic:
+		return 0
+	case PolicyReplicas:
+		return int(p.Buckets[reqid&(Buckets-1)])
+	}
+	a := int(p.Buckets[reqid&(Buckets-1)])
+	b := int(p.Buckets[(reqid>>8)&(Buckets-1)])
+	if d.cfg.Policy == PolicyPegasus {
+		return a
+	}
+	return d.finer(p.Chain[a], p.Chain[b], a, b)
+}
+
+// finer is the fine score (HATS §4.3): of two weighted-random candidates take
+// the one that can finish more requests in the window, Window/t − load. A
+// node whose latency is not yet learnt scores highest, so it gets probed.
+// Ties keep the first candidate.
+func (d *Directory) finer(na, nb wire.NodeID, a, b int) int {
+	if a == b || d.score(na) >= d.score(nb) {
+		return a
+	}
+	d.counter.Switched++
+	return b
+}
+
+func (d *Directory) score(n wire.NodeID) int64 {
+	st := &d.nodes[n]
+	if st.Latency == 0 {
+		return 1 << 62
+	}
+	return int64(d.cfg.Window/st.Latency) - int64(st.Load)
+}
+
+func (d *Directory) miss(h *wire.KeyHash) {
+	d.counter.Misses++
+	for r := 0; r < SketchRows; r++ {
+		d.sketch[r][sketchIndex(h, r)]++
+	}
+}
+
+func (d *Directory) write(pkt []byte, h *wire.KeyHash, now uint64) Verdict {
+	flags := pkt[wire.OffFlags] &^ (wire.FlagStamped | wire.FlagHit)
+	if s := d.slot(h); s != nil {
+		s.Hits++
+		d.counter.Hits++
+		// A write is about to exist that extras do not hold.
+		s.Fresh = s.chainMask()
+		if d.cfg.Mode == ModeToR {
+			s.VerNext++
+			wire.SetStamp(pkt, s.VerNext)
+			flags |= wire.FlagStamped
+		}
+		wire.SetFlags(pkt, flags|wire.FlagHit)
+		return forward(pkt, s.Locs[0], now)
+	}
+	p := &d.parts[h.Partition(d.cfg.PartitionBits)]
+	if p.R == 0 {
+		return d.drop(ReasonNoRoute)
+	}
+	d.miss(h)
+	wire.SetFlags(pkt, flags)
+	wire.SetStamp(pkt, 0) // only a data plane stamps; the head assigns the version
+	return forward(pkt, p.Chain[0], now)
+}
+
+func (d *Directory) reply(pkt []byte, h *wire.KeyHash, op wire.Op, now uint64) Verdict {
+	d.counter.Replies++
+	d.learn(pkt, now)
+	if op == wire.OpPutReply || op == wire.OpDelReply {
+		if s := d.slot(h); s != nil && wire.Code(pkt[wire.OffCode]) == wire.CodeOK {
+			s.complete(binary.BigEndian.Uint64(pkt[wire.OffStamp:]))
+		}
+	}
+	return Verdict{Action: ToClient}
+}
+
+// complete records that version v committed at the tail.
+func (s *Slot) complete(v uint64) {
+	if v > s.VerDone {
+		s.VerDone = v
+		s.VerNext = max(s.VerNext, v)
+		s.Fresh = s.chainMask()
+	}
+}
+
+// learn updates the replying node's load and EWMA latency (weight 0.5).
+func (d *Directory) learn(pkt []byte, now uint64) {
+	n := binary.BigEndian.Uint16(pkt[wire.OffNode:])
+	if int(n) >= len(d.nodes) {
+		return
+	}
+	st := &d.nodes[n]
+	st.Load = binary.BigEndian.Uint16(pkt[wire.OffLoad:])
+	ts := binary.BigEndian.Uint64(pkt[wire.OffTimestamp:])
+	if ts == 0 || ts > now {
+		return
+	}
+	sample := now - ts
+	if st.Latency == 0 {
+		st.Latency = max(sample, 1)
+	} else {
+		st.Latency = max((st.Latency+sample)/2, 1)
+	}
+}
+
+func (d *Directory) vsb(pkt []byte, h *wire.KeyHash, port uint32) Verdict {
+	if d.ports[port] != PortStorage {
+		return d.drop(ReasonVSBPort)
+	}
+	s := d.slot(h)
+	if s == nil {
+		return d.drop(ReasonVSBNotCached)
+	}
+	i := s.member(binary.BigEndian.Uint16(pkt[wire.OffNode:]))
+	v := binary.BigEndian.Uint64(pkt[wire.OffStamp:])
+	switch {
+	case i < 0 || (i < int(s.R)-1):
+		return d.drop(ReasonVSBNotMember)
+	case i == int(s.R)-1: // the tail announces a commit
+		s.complete(v)
+	case s.VerNext != s.VerDone:
+		return d.drop(ReasonVSBPending)
+	case v != s.VerDone:
+		return d.drop(ReasonVSBVersion)
+	default:
+		s.Fresh |= 1 << i
+	}
+	d.counter.VSBs++
+	return Verdict{Action: Multicast}
+}

@@ -1,0 +1,15 @@
+module github.com/netdir/netdir
+
+go 1.26.0
+
+require (
+	github.com/cockroachdb/datadriven v1.0.3
+	github.com/google/gopacket v1.1.19
+	github.com/spf13/cobra v1.10.2
+)
+
+require (
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/pmezard/go-difflib v1.0.0 // indirect
+	github.com/spf13/pflag v1.0.9 // indirect
+)
