@@ -1,0 +1,357 @@
+package p4rt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	p4config "github.com/p4lang/p4runtime/go/p4/config/v1"
+	p4 "github.com/p4lang/p4runtime/go/p4/v1"
+	"google.golang.org/genproto/googleapis/rpc/code"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+// ErrNotPrimary is returned when another controller holds a higher election
+// id: this client is a backup and may only read.
+var ErrNotPrimary = errors.New("p4rt: not the primary controller")
+
+// Config says which device to drive and as whom.
+type Config struct {
+	Addr     string // gRPC address of the P4Runtime server
+	DeviceID uint64
+	Election uint64 // election id (low 64 bits); higher wins
+	// OnPacketIn and OnDigest, if set, receive stream messages. Digest lists
+	// are acked before OnDigest is called, so the switch may send more.
+	OnPacketIn func(*p4.PacketIn)
+	OnDigest   func(*p4.DigestList)
+	// OnPrimary is called after every (re)arbitration that made this client
+	// primary: the place to re-push pipeline and state after a reconnect.
+	OnPrimary func(ctx context.Context, c *Client) error
+	Log       *slog.Logger
+}
+
+// Client is a P4Runtime session with one device.
+type Client struct {
+	cfg  Config
+	conn *grpc.ClientConn
+	rt   p4.P4RuntimeClient
+
+	mu      sync.Mutex
+	stream  p4.P4Runtime_StreamChannelClient
+	primary bool
+	arbErr  error
+	arbDone chan struct{}
+	sendMu  sync.Mutex
+}
+
+// Dial connects, opens the stream channel and arbitrates. It returns
+// ErrNotPrimary (with a usable read-only client) if another controller is
+// primary.
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Election == 0 {
+		return nil, errors.New("p4rt: election id must be non-zero")
+	}
+	conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("p4rt: %s: %w", cfg.Addr, err)
+	}
+	c := &Client{cfg: cfg, conn: conn, rt: p4.NewP4RuntimeClient(conn)}
+	if err := c.open(ctx); err != nil {
+		if errors.Is(err, ErrNotPrimary) {
+			return c, err
+		}
+		conn.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close ends the session.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Primary reports whether this client is the primary controller.
+func (c *Client) Primary() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.primary
+}
+
+func (c *Client) election() *p4.Uint128 { return &p4.Uint128{High: 0, Low: c.cfg.Election} }
+
+// open starts a stream and waits for the arbitration answer.
+func (c *Client) open(ctx context.Context) error {
+	sctx, cancel := context.WithCancel(context.Background())
+	stream, err := c.rt.StreamChannel(sctx)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("p4rt: stream to %s: %w", c.cfg.Addr, err)
+	}
+	done := make(chan struct{})
+	c.mu.Lock()
+	c.stream, c.arbDone, c.arbErr, c.primary = stream, done, nil, false
+	c.mu.Unlock()
+	if err := c.send(&p4.StreamMessageRequest{Update: &p4.StreamMessageRequest_Arbitration{
+		Arbitration: &p4.MasterArbitrationUpdate{DeviceId: c.cfg.DeviceID, ElectionId: c.election()},
+	}}); err != nil {
+		cancel()
+		return fmt.Errorf("p4rt: arbitration: %w", err)
+	}
+	go c.recv(stream, cancel)
+	select {
+	case <-done:
+	case <-ctx.Done():
+		cancel()
+		return ctx.Err()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.arbErr != nil {
+		return c.arbErr
+	}
+	if !c.primary {
+		return ErrNotPrimary
+	}
+	return nil
+}
+
+func (c *Client) send(m *p4.StreamMessageRequest) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	c.mu.Lock()
+	s := c.stream
+	c.mu.Unlock()
+	return s.Send(m)
+}
+
+// recv dispatches stream messages until the stream ends.
+func (c *Client) recv(s p4.P4Runtime_StreamChannelClient, cancel context.CancelFunc) {
+	defer cancel()
+	first := true
+	for {
+		m, err := s.Recv()
+		if err != nil {
+			c.mu.Lock()
+			if first {
+				c.arbErr = fmt.Errorf("p4rt: stream: %w", err)
+				close(c.arbDone)
+			}
+			c.primary = false
+			c.mu.Unlock()
+			if err != io.EOF {
+				c.cfg.Log.Debug("p4runtime stream ended", "addr", c.cfg.Addr, "err", err)
+			}
+			return
+		}
+		switch u := m.GetUpdate().(type) {
+		case *p4.StreamMessageResponse_Arbitration:
+			// OK means we are primary; anything else (ALREADY_EXISTS) that
+			// another election id is.
+			isPrimary := u.Arbitration.GetStatus().GetCode() == int32(code.Code_OK)
+			c.mu.Lock()
+			c.primary = isPrimary
+			if first {
+				close(c.arbDone)
+				first = false
+			}
+			c.mu.Unlock()
+		case *p4.StreamMessageResponse_Packet:
+			if c.cfg.OnPacketIn != nil {
+				c.cfg.OnPacketIn(u.Packet)
+			}
+		case *p4.StreamMessageResponse_Digest:
+			ack := &p4.StreamMessageRequest{Update: &p4.StreamMessageRequest_DigestAck{
+				DigestAck: &p4.DigestListAck{DigestId: u.Digest.GetDigestId(), ListId: u.Digest.GetListId()},
+			}}
+			if err := c.send(ack); err != nil {
+				c.cfg.Log.Warn("digest ack failed", "err", err)
+			}
+			if c.cfg.OnDigest != nil {
+				c.cfg.OnDigest(u.Digest)
+			}
+		case *p4.StreamMessageResponse_Error:
+			c.cfg.Log.Warn("p4runtime stream error", "status", u.Error.GetCanonicalCode(), "msg", u.Error.GetMessage())
+		}
+	}
+}
+
+// Run keeps the session alive until ctx ends: when the stream breaks it
+// redials with exponential backoff (100 ms to 10 s) and re-arbitrates,
+// calling OnPrimary whenever it becomes primary again.
+func (c *Client) Run(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		c.mu.Lock()
+		s := c.stream
+		c.mu.Unlock()
+		if s != nil {
+			<-s.Context().Done()
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		err := c.open(ctx)
+		switch {
+		case err == nil:
+			backoff = 100 * time.Millisecond
+			c.cfg.Log.Info("p4runtime session re-established", "addr", c.cfg.Addr)
+			if c.cfg.OnPrimary != nil {
+				if err := c.cfg.OnPrimary(ctx, c); err != nil {
+					c.cfg.Log.Warn("re-push after reconnect failed", "err", err)
+				}
+			}
+		case errors.Is(err, ErrNotPrimary):
+			backoff = 100 * time.Millisecond
+		default:
+			backoff = min(backoff*2, 10*time.Second)
+			c.cfg.Log.Warn("p4runtime reconnect failed", "addr", c.cfg.Addr, "err", err, "retry_in", backoff)
+		}
+	}
+}
+
+// SetPipeline pushes P4Info and the target's device config (BMv2 JSON, or
+// Tofino's binary and context) with VERIFY_AND_COMMIT.
+func (c *Client) SetPipeline(ctx context.Context, info *p4config.P4Info, deviceConfig []byte) error {
+	_, err := c.rt.SetForwardingPipelineConfig(ctx, &p4.SetForwardingPipelineConfigRequest{
+		DeviceId:   c.cfg.DeviceID,
+		ElectionId: c.election(),
+		Action:     p4.SetForwardingPipelineConfigRequest_VERIFY_AND_COMMIT,
+		Config:     &p4.ForwardingPipelineConfig{P4Info: info, P4DeviceConfig: deviceConfig},
+	})
+	return wrap("set pipeline", err)
+}
+
+// Write sends updates in one batch.
+func (c *Client) Write(ctx context.Context, updates ...*p4.Update) error {
+	if len(updates) == 0 {
+		return nil
+	}
+	_, err := c.rt.Write(ctx, &p4.WriteRequest{
+		DeviceId:   c.cfg.DeviceID,
+		ElectionId: c.election(),
+		Updates:    updates,
+		Atomicity:  p4.WriteRequest_CONTINUE_ON_ERROR,
+	})
+	return wrap("write", err)
+}
+
+// Insert, Modify and Delete wrap table entries as updates.
+func Insert(te *p4.TableEntry) *p4.Update { return tableUpdate(p4.Update_INSERT, te) }
+func Modify(te *p4.TableEntry) *p4.Update { return tableUpdate(p4.Update_MODIFY, te) }
+func Delete(te *p4.TableEntry) *p4.Update { return tableUpdate(p4.Update_DELETE, te) }
+
+func tableUpdate(t p4.Update_Type, te *p4.TableEntry) *p4.Update {
+	return &p4.Update{Type: t, Entity: &p4.Entity{Entity: &p4.Entity_TableEntry{TableEntry: te}}}
+}
+
+// MulticastGroup builds a PRE multicast group update (the VSB group).
+func MulticastGroup(t p4.Update_Type, group uint32, ports []uint32) *p4.Update {
+	g := &p4.MulticastGroupEntry{MulticastGroupId: group}
+	for i, p := range ports {
+		g.Replicas = append(g.Replicas, &p4.Replica{
+			PortKind: &p4.Replica_EgressPort{EgressPort: p}, Instance: uint32(i),
+		})
+	}
+	return &p4.Update{Type: t, Entity: &p4.Entity{Entity: &p4.Entity_PacketReplicationEngineEntry{
+		PacketReplicationEngineEntry: &p4.PacketReplicationEngineEntry{
+			Type: &p4.PacketReplicationEngineEntry_MulticastGroupEntry{MulticastGroupEntry: g},
+		},
+	}}}
+}
+
+// Read returns every entity matching the filters.
+func (c *Client) Read(ctx context.Context, filters ...*p4.Entity) ([]*p4.Entity, error) {
+	rc, err := c.rt.Read(ctx, &p4.ReadRequest{DeviceId: c.cfg.DeviceID, Entities: filters})
+	if err != nil {
+		return nil, wrap("read", err)
+	}
+	var out []*p4.Entity
+	for {
+		r, err := rc.Recv()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, wrap("read", err)
+		}
+		out = append(out, r.GetEntities()...)
+	}
+}
+
+// ReadTable returns a table's entries.
+func (c *Client) ReadTable(ctx context.Context, tableID uint32) ([]*p4.TableEntry, error) {
+	es, err := c.Read(ctx, &p4.Entity{Entity: &p4.Entity_TableEntry{TableEntry: &p4.TableEntry{TableId: tableID}}})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*p4.TableEntry, 0, len(es))
+	for _, e := range es {
+		out = append(out, e.GetTableEntry())
+	}
+	return out, nil
+}
+
+// ReadCounter returns all cells of an indexed counter.
+func (c *Client) ReadCounter(ctx context.Context, counterID uint32) ([]*p4.CounterEntry, error) {
+	es, err := c.Read(ctx, &p4.Entity{Entity: &p4.Entity_CounterEntry{CounterEntry: &p4.CounterEntry{CounterId: counterID}}})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*p4.CounterEntry, 0, len(es))
+	for _, e := range es {
+		out = append(out, e.GetCounterEntry())
+	}
+	return out, nil
+}
+
+// EnableDigest configures a digest's batching on the device.
+func (c *Client) EnableDigest(ctx context.Context, digestID uint32, maxList int32, timeout time.Duration) error {
+	return c.Write(ctx, &p4.Update{Type: p4.Update_INSERT, Entity: &p4.Entity{Entity: &p4.Entity_DigestEntry{
+		DigestEntry: &p4.DigestEntry{DigestId: digestID, Config: &p4.DigestEntry_Config{
+			MaxTimeoutNs: timeout.Nanoseconds(), MaxListSize: maxList, AckTimeoutNs: time.Second.Nanoseconds(),
+		}},
+	}}})
+}
+
+// PacketOut sends a packet through the device's CPU port.
+func (c *Client) PacketOut(payload []byte, meta ...*p4.PacketMetadata) error {
+	return c.send(&p4.StreamMessageRequest{Update: &p4.StreamMessageRequest_Packet{
+		Packet: &p4.PacketOut{Payload: payload, Metadata: meta},
+	}})
+}
+
+// wrap names the operation and keeps the gRPC status for errors.Is checks
+// with status.Code.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	st, _ := status.FromError(err)
+	return &Error{Op: op, Status: st}
+}
+
+// Error is a failed P4Runtime call.
+type Error struct {
+	Op     string
+	Status *status.Status
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("p4rt: %s: %s: %s", e.Op, e.Status.Code(), e.Status.Message())
+}
+
+// GRPCStatus lets status.Code(err) see through the wrapper.
+func (e *Error) GRPCStatus() *status.Status { return e.Status }
