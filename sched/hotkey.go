@@ -1,0 +1,169 @@
+// Package sched holds netdir's pure scheduling policies: which keys are hot,
+// where their copies go, and (with HATS) how load is split. Like the
+// directory core it does no I/O and reads no clock, so the controller, the
+// simulator and tests run the same decisions.
+package sched
+
+import (
+	"cmp"
+	"math"
+	"slices"
+
+	"github.com/netdir/netdir/wire"
+)
+
+// DirectorySize is the default directory capacity for n nodes: Pegasus shows
+// that O(n log n) hot keys suffice to balance any skew; we keep 4·n·log2(n),
+// at least 64, capped by the data plane's capacity.
+func DirectorySize(n, capacity int) int {
+	if n < 2 {
+		return min(64, capacity)
+	}
+	d := int(math.Ceil(4 * float64(n) * math.Log2(float64(n))))
+	return min(max(d, 64), capacity)
+}
+
+// HotKeyConfig tunes promotion.
+type HotKeyConfig struct {
+	Capacity   int     // directory size
+	PromoteMin uint64  // a key needs this many requests in a round to be promoted
+	Margin     float64 // a candidate displaces a cached key only if hotter by this factor (hysteresis); default 1.5
+	ColdRounds int     // a cached key below PromoteMin/2 for this many rounds is evicted; default 3
+	Nodes      int     // nodes in the rack, for copy counts
+	Chain      int     // chain length R
+}
+
+// Candidate is a key seen in a round, with its request count (from slot
+// counters for cached keys, from node reports and the miss sketch otherwise).
+type Candidate struct {
+	Hash  wire.KeyHash
+	Key   []byte
+	Count uint64
+}
+
+// Decision is one round's outcome.
+type Decision struct {
+	Promote []Candidate
+	Evict   []wire.KeyHash
+}
+
+// HotKeys decides promotions and evictions round by round.
+type HotKeys struct {
+	cfg    HotKeyConfig
+	cached map[wire.KeyHash]*cachedKey
+}
+
+type cachedKey struct {
+	count uint64 // this round
+	cold  int    // consecutive cold rounds
+}
+
+// NewHotKeys returns a manager with an empty directory.
+func NewHotKeys(cfg HotKeyConfig) *HotKeys {
+	if cfg.Margin == 0 {
+		cfg.Margin = 1.5
+	}
+	if cfg.ColdRounds == 0 {
+		cfg.ColdRounds = 3
+	}
+	if cfg.PromoteMin == 0 {
+		cfg.PromoteMin = 1
+	}
+	return &HotKeys{cfg: cfg, cached: map[wire.KeyHash]*cachedKey{}}
+}
+
+// Cached reports whether h is in the directory as the manager believes.
+func (m *HotKeys) Cached(h wire.KeyHash) bool { _, ok := m.cached[h]; return ok }
+
+// Len is the number of cached keys.
+func (m *HotKeys) Len() int { return len(m.cached) }
+
+// Forget drops h (the controller evicted it for another reason, or the
+// install failed).
+func (m *HotKeys) Forget(h wire.KeyHash) { delete(m.cached, h) }
+
+// Round takes this round's counts: cachedCounts for keys in the directory
+// (hit-counter deltas) and candidates for keys outside it. It returns the
+// keys to promote (hottest first) and to evict, and records the decision.
+func (m *HotKeys) Round(cachedCounts map[wire.KeyHash]uint64, candidates []Candidate) Decision {
+	var d Decision
+	for h, ck := range m.cached {
+		ck.count = cachedCounts[h]
+		if ck.count < m.cfg.PromoteMin/2+1 {
+			ck.cold++
+		} else {
+			ck.cold = 0
+		}
+		if ck.cold >= m.cfg.ColdRounds {
+			d.Evict = append(d.Evict, h)
+		}
+	}
+	for _, h := range d.Evict {
+		delete(m.cached, h)
+	}
+	cands := slices.Clone(candidates)
+	slices.SortFunc(cands, func(a, b Candidate) int {
+		if c := cmp.Compare(b.Count, a.Count); c != 0 {
+			return c
+		}
+		return slices.Compare(a.Hash[:], b.Hash[:])
+	})
+	for _, c := range cands {
+		if c.Count < m.cfg.PromoteMin || m.Cached(c.Hash) {
+			continue
+		}
+		if len(m.cached) >= m.cfg.Capacity {
+			victim, ok := m.coldest()
+			if !ok || float64(c.Count) < m.cfg.Margin*float64(m.cached[victim].count) {
+				break // candidates are sorted: no later one displaces either
+			}
+			delete(m.cached, victim)
+			d.Evict = append(d.Evict, victim)
+		}
+		m.cached[c.Hash] = &cachedKey{count: c.Count}
+		d.Promote = append(d.Promote, c)
+	}
+	return d
+}
+
+func (m *HotKeys) coldest() (wire.KeyHash, bool) {
+	var best wire.KeyHash
+	found := false
+	for h, ck := range m.cached {
+		if !found || ck.count < m.cached[best].count ||
+			(ck.count == m.cached[best].count && slices.Compare(h[:], best[:]) < 0) {
+			best, found = h, true
+		}
+	}
+	return best, found
+}
+
+// CopyCount is the LocationList length for a key that draws share of all
+// requests: enough copies that no copy needs more than one node's fair share
+// (1/n), with headroom of 1.5×, at least the chain and at most the rack.
+func CopyCount(share float64, n, chain int) int {
+	want := int(math.Ceil(1.5 * share * float64(n)))
+	return min(max(want, chain), n, 32)
+}
+
+// PlaceExtras chooses k extra nodes outside chain, least expected load
+// first (ties by id), and adds per to each chosen node's load.
+func PlaceExtras(chain []wire.NodeID, nodes []wire.NodeID, load map[wire.NodeID]float64, k int, per float64) []wire.NodeID {
+	var free []wire.NodeID
+	for _, n := range nodes {
+		if !slices.Contains(chain, n) {
+			free = append(free, n)
+		}
+	}
+	slices.SortFunc(free, func(a, b wire.NodeID) int {
+		if c := cmp.Compare(load[a], load[b]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	free = free[:min(k, len(free))]
+	for _, n := range free {
+		load[n] += per
+	}
+	return free
+}

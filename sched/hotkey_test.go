@@ -1,0 +1,87 @@
+package sched
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/netdir/netdir/wire"
+)
+
+func key(i int) Candidate {
+	k := []byte(fmt.Sprintf("k%d", i))
+	return Candidate{Hash: wire.HashKey(k), Key: k}
+}
+
+func cand(i int, n uint64) Candidate { c := key(i); c.Count = n; return c }
+
+func TestPromoteHottestFirstUpToCapacity(t *testing.T) {
+	m := NewHotKeys(HotKeyConfig{Capacity: 2, PromoteMin: 10})
+	d := m.Round(nil, []Candidate{cand(1, 50), cand(2, 5), cand(3, 100), cand(4, 20)})
+	if len(d.Promote) != 2 || d.Promote[0].Hash != key(3).Hash || d.Promote[1].Hash != key(1).Hash {
+		t.Fatalf("promoted %v, want k3 then k1", d.Promote)
+	}
+	if len(d.Evict) != 0 || m.Len() != 2 {
+		t.Fatalf("evicted %v, len %d", d.Evict, m.Len())
+	}
+}
+
+func TestHysteresis(t *testing.T) {
+	m := NewHotKeys(HotKeyConfig{Capacity: 1, PromoteMin: 10, Margin: 1.5})
+	m.Round(nil, []Candidate{cand(1, 100)})
+	// 140 is not 1.5× hotter than 100: k1 stays.
+	d := m.Round(map[wire.KeyHash]uint64{key(1).Hash: 100}, []Candidate{cand(2, 140)})
+	if len(d.Promote) != 0 || len(d.Evict) != 0 {
+		t.Fatalf("flapped: %+v", d)
+	}
+	// 151 is: k2 displaces k1.
+	d = m.Round(map[wire.KeyHash]uint64{key(1).Hash: 100}, []Candidate{cand(2, 151)})
+	if len(d.Promote) != 1 || d.Promote[0].Hash != key(2).Hash || len(d.Evict) != 1 || d.Evict[0] != key(1).Hash {
+		t.Fatalf("no displacement: %+v", d)
+	}
+}
+
+func TestColdKeysEvictedAfterRounds(t *testing.T) {
+	m := NewHotKeys(HotKeyConfig{Capacity: 4, PromoteMin: 10, ColdRounds: 2})
+	m.Round(nil, []Candidate{cand(1, 100)})
+	if d := m.Round(map[wire.KeyHash]uint64{}, nil); len(d.Evict) != 0 {
+		t.Fatalf("evicted after one cold round: %+v", d)
+	}
+	if d := m.Round(map[wire.KeyHash]uint64{}, nil); len(d.Evict) != 1 || m.Cached(key(1).Hash) {
+		t.Fatalf("not evicted after two cold rounds: %+v", d)
+	}
+	// A warm round resets the count.
+	m.Round(nil, []Candidate{cand(2, 100)})
+	m.Round(map[wire.KeyHash]uint64{}, nil)
+	m.Round(map[wire.KeyHash]uint64{key(2).Hash: 50}, nil)
+	if d := m.Round(map[wire.KeyHash]uint64{}, nil); len(d.Evict) != 0 {
+		t.Fatalf("evicted although warm in between: %+v", d)
+	}
+}
+
+func TestDirectorySize(t *testing.T) {
+	for _, c := range []struct{ n, capacity, want int }{{1, 4096, 64}, {8, 4096, 96}, {16, 4096, 256}, {1000, 4096, 4096}} {
+		if got := DirectorySize(c.n, c.capacity); got != c.want {
+			t.Errorf("DirectorySize(%d, %d) = %d, want %d", c.n, c.capacity, got, c.want)
+		}
+	}
+}
+
+func TestCopiesAndPlacement(t *testing.T) {
+	if got := CopyCount(0.5, 8, 3); got != 6 {
+		t.Errorf("CopyCount(0.5, 8, 3) = %d, want 6", got)
+	}
+	if got := CopyCount(0.01, 8, 3); got != 3 {
+		t.Errorf("a lukewarm key gets %d copies, want the chain (3)", got)
+	}
+	if got := CopyCount(1, 64, 3); got != 32 {
+		t.Errorf("copies capped at %d, want 32", got)
+	}
+	load := map[wire.NodeID]float64{4: 0.2, 5: 0.1}
+	got := PlaceExtras([]wire.NodeID{1, 2, 3}, []wire.NodeID{1, 2, 3, 4, 5, 6}, load, 2, 0.25)
+	if fmt.Sprint(got) != "[6 5]" {
+		t.Fatalf("extras %v, want [6 5] (least loaded outside the chain)", got)
+	}
+	if load[6] != 0.25 || load[5] != 0.35 {
+		t.Fatalf("loads not charged: %v", load)
+	}
+}
