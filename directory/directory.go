@@ -440,9 +440,9 @@ func (d *Directory) SetNodeStats(n wire.NodeID, s NodeStats) error {
 	return nil
 }
 
-// sketchIndex is row r's column for h: 10 bits from bytes 4+2r and 5+2r of
+// SketchIndex is row r's column for h: 10 bits from bytes 4+2r and 5+2r of
 // the hash, which are independent of the partition bits (bytes 0..3).
-func sketchIndex(h *wire.KeyHash, r int) uint32 {
+func SketchIndex(h *wire.KeyHash, r int) uint32 {
 	return (uint32(h[4+2*r])<<8 | uint32(h[5+2*r])) & (SketchCols - 1)
 }
 
@@ -450,9 +450,18 @@ func sketchIndex(h *wire.KeyHash, r int) uint32 {
 func (d *Directory) SketchEstimate(h wire.KeyHash) uint32 {
 	est := ^uint32(0)
 	for r := 0; r < SketchRows; r++ {
-		est = min(est, d.sketch[r][sketchIndex(&h, r)])
+		est = min(est, d.sketch[r][SketchIndex(&h, r)])
 	}
 	return est
+}
+
+// SketchCell is one cell of the sketch, as P4 exposes it as an indexed
+// counter (index r*SketchCols+c).
+func (d *Directory) SketchCell(r int, c uint32) uint32 {
+	if r < 0 || r >= SketchRows || c >= SketchCols {
+		return 0
+	}
+	return d.sketch[r][c]
 }
 
 // ResetSketch clears the sketch, as the controller does each hot-key round.

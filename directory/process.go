@@ -122,7 +122,7 @@ func (d *Directory) Process(pkt []byte, port uint32, now uint64) Verdict {
 	case wire.OpVSB:
 		return d.vsb(pkt, &h, port)
 	default:
-		if op.Known() { // node ops
+		if op.IsNodeOp() { // node ops, including those reserved (0x20..0x3f)
 			d.counter.Passed++
 			return Verdict{Action: Pass}
 		}
@@ -237,7 +237,7 @@ func (d *Directory) score(n wire.NodeID) int64 {
 func (d *Directory) miss(h *wire.KeyHash) {
 	d.counter.Misses++
 	for r := 0; r < SketchRows; r++ {
-		d.sketch[r][sketchIndex(h, r)]++
+		d.sketch[r][SketchIndex(h, r)]++
 	}
 }
 
@@ -252,6 +252,8 @@ func (d *Directory) write(pkt []byte, h *wire.KeyHash, now uint64) Verdict {
 			s.VerNext++
 			wire.SetStamp(pkt, s.VerNext)
 			flags |= wire.FlagStamped
+		} else {
+			wire.SetStamp(pkt, 0) // a host agent does not stamp: the head assigns the version
 		}
 		wire.SetFlags(pkt, flags|wire.FlagHit)
 		return forward(pkt, s.Locs[0], now)

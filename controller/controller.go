@@ -1,0 +1,479 @@
+// Package controller is netdir's control plane: it owns the partition map,
+// the node address table and the VSB group, programs every data plane over
+// P4Runtime (the software data plane, BMv2 and Tofino alike), and runs the
+// hot-key loop that promotes and evicts directory entries.
+//
+// Decisions are pure (directory.RingMap, sched.HotKeys, sched.PlaceExtras);
+// this package is the shell that gathers counters and reports, applies the
+// decisions to the data planes and storage nodes, and serves the API.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/sched"
+	"github.com/netdir/netdir/wire"
+)
+
+// DataPlane is a device the controller programs.
+type DataPlane interface {
+	Name() string
+	// Setup installs the partition map, node addresses and the VSB group.
+	Setup(ctx context.Context, m *directory.PartitionMap, nodes []NodeAddr, vsbGroup []uint32) error
+	// InstallEntry adds a hot key's slot; RemoveEntry deletes it.
+	InstallEntry(ctx context.Context, e *Entry) error
+	RemoveEntry(ctx context.Context, e *Entry) error
+	// SetSlotBuckets and SetPartitionBuckets install split weights.
+	SetSlotBuckets(ctx context.Context, e *Entry) error
+	SetPartitionBuckets(ctx context.Context, p uint32, chain []wire.NodeID, buckets []uint8) error
+	// ReadHits returns the cumulative hit counters of the given slots.
+	ReadHits(ctx context.Context, slots []uint32) (map[uint32]uint64, error)
+	// ReadSketch returns the miss sketch, row by row.
+	ReadSketch(ctx context.Context) ([directory.SketchRows][directory.SketchCols]uint64, error)
+}
+
+// NodeAddr is a storage node's address as the data planes need it.
+type NodeAddr struct {
+	ID   wire.NodeID
+	Addr string // host:port
+	Port uint32 // switch egress port (0 on the software data plane)
+}
+
+// Storage reaches the chain heads to create and drop extra copies.
+type Storage interface {
+	Promote(ctx context.Context, head NodeAddr, key []byte, extras []NodeAddr) error
+	Demote(ctx context.Context, head NodeAddr, key []byte, extras []NodeAddr) error
+}
+
+// Config configures a controller.
+type Config struct {
+	PartitionBits uint
+	Replicas      int
+	Nodes         []NodeAddr
+	// Capacity is the directory size; 0 sizes it O(n log n) for the nodes
+	// (sched.DirectorySize), capped at DataPlaneCapacity.
+	Capacity          int
+	DataPlaneCapacity int           // default 4096
+	Round             time.Duration // hot-key round; default 500 ms
+	PromoteMin        uint64        // requests per round to be hot; default 16
+	VSBGroup          []uint32      // egress ports of agent hosts
+	Log               *slog.Logger
+}
+
+// Controller runs the control loops.
+type Controller struct {
+	cfg     Config
+	planes  []DataPlane
+	storage Storage
+	st      *state
+	hot     *sched.HotKeys
+	log     *slog.Logger
+
+	mu       sync.Mutex
+	reports    map[wire.NodeID]*api.NodeStats
+	lastHits   map[uint32]uint64
+	lastSketch [][directory.SketchRows][directory.SketchCols]uint64 // per plane
+	rounds     uint64
+}
+
+// New returns a controller for the nodes; it has not touched any device yet.
+func New(cfg Config, planes []DataPlane, storage Storage) (*Controller, error) {
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 3
+	}
+	if cfg.DataPlaneCapacity == 0 {
+		cfg.DataPlaneCapacity = 4096
+	}
+	if cfg.Capacity == 0 {
+		cfg.Capacity = sched.DirectorySize(len(cfg.Nodes), cfg.DataPlaneCapacity)
+	}
+	if cfg.Round == 0 {
+		cfg.Round = 500 * time.Millisecond
+	}
+	if cfg.PromoteMin == 0 {
+		cfg.PromoteMin = 16
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Capacity > cfg.DataPlaneCapacity {
+		return nil, fmt.Errorf("controller: capacity %d over the data plane's %d", cfg.Capacity, cfg.DataPlaneCapacity)
+	}
+	ids := make([]wire.NodeID, len(cfg.Nodes))
+	for i, n := range cfg.Nodes {
+		ids[i] = n.ID
+	}
+	pmap, err := directory.RingMap(cfg.PartitionBits, ids, cfg.Replicas, 1)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		cfg: cfg, planes: planes, storage: storage, st: newState(cfg.Capacity), log: cfg.Log,
+		hot: sched.NewHotKeys(sched.HotKeyConfig{
+			Capacity: cfg.Capacity, PromoteMin: cfg.PromoteMin, Nodes: len(ids), Chain: cfg.Replicas,
+		}),
+		reports:  map[wire.NodeID]*api.NodeStats{},
+		lastHits: map[uint32]uint64{},
+	}
+	c.st.pmap = pmap
+	for _, n := range cfg.Nodes {
+		c.st.nodes[n.ID] = n.Addr
+	}
+	return c, nil
+}
+
+// PartitionMap returns the current map.
+func (c *Controller) PartitionMap() *directory.PartitionMap {
+	c.st.mu.Lock()
+	defer c.st.mu.Unlock()
+	return c.st.pmap
+}
+
+// Setup programs every data plane from scratch.
+func (c *Controller) Setup(ctx context.Context) error {
+	for _, p := range c.planes {
+		if err := p.Setup(ctx, c.PartitionMap(), c.cfg.Nodes, c.cfg.VSBGroup); err != nil {
+			return fmt.Errorf("controller: set up %s: %w", p.Name(), err)
+		}
+	}
+	return nil
+}
+
+// Report records a node's stats (from the API or an in-process node).
+func (c *Controller) Report(s *api.NodeStats) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.reports[wire.NodeID(s.GetNode())]; ok && old.GetVersion() >= s.GetVersion() && s.GetVersion() != 0 {
+		return // a reordered, older report
+	}
+	c.reports[wire.NodeID(s.GetNode())] = s
+}
+
+// Run runs hot-key rounds until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	t := time.NewTicker(c.cfg.Round)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if err := c.HotKeyRound(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("hot-key round failed", "err", err)
+			}
+		}
+	}
+}
+
+func (c *Controller) node(id wire.NodeID) NodeAddr {
+	for _, n := range c.cfg.Nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	return NodeAddr{ID: id}
+}
+
+func (c *Controller) nodes(ids []wire.NodeID) []NodeAddr {
+	out := make([]NodeAddr, len(ids))
+	for i, id := range ids {
+		out[i] = c.node(id)
+	}
+	return out
+}
+
+// HotKeyRound is one round of the hot-key loop: read hit counters and node
+// reports, decide, evict, then promote.
+func (c *Controller) HotKeyRound(ctx context.Context) error {
+	c.st.mu.Lock()
+	entries := c.st.sortedLocked()
+	c.st.mu.Unlock()
+	slots := make([]uint32, len(entries))
+	for i, e := range entries {
+		slots[i] = e.Slot
+	}
+	// Hits are summed over planes: each plane sees its own share of traffic.
+	total := map[uint32]uint64{}
+	for _, p := range c.planes {
+		h, err := p.ReadHits(ctx, slots)
+		if err != nil {
+			return fmt.Errorf("read hits from %s: %w", p.Name(), err)
+		}
+		for s, n := range h {
+			total[s] += n
+		}
+	}
+	// The miss sketch's growth since the last round, summed over planes.
+	var sketch [directory.SketchRows][directory.SketchCols]uint64
+	for i, p := range c.planes {
+		cur, err := p.ReadSketch(ctx)
+		if err != nil {
+			return fmt.Errorf("read sketch from %s: %w", p.Name(), err)
+		}
+		c.mu.Lock()
+		if len(c.lastSketch) < len(c.planes) {
+			c.lastSketch = make([][directory.SketchRows][directory.SketchCols]uint64, len(c.planes))
+		}
+		for r := range cur {
+			for col := range cur[r] {
+				sketch[r][col] += cur[r][col] - min(c.lastSketch[i][r][col], cur[r][col])
+			}
+		}
+		c.lastSketch[i] = cur
+		c.mu.Unlock()
+	}
+	c.mu.Lock()
+	cachedCounts := map[wire.KeyHash]uint64{}
+	var all uint64
+	for _, e := range entries {
+		d := total[e.Slot] - min(c.lastHits[e.Slot], total[e.Slot])
+		c.lastHits[e.Slot] = total[e.Slot]
+		cachedCounts[e.Hash] = d
+		e.Hits = d
+		all += d
+	}
+	cands := map[wire.KeyHash]*sched.Candidate{}
+	for _, r := range c.reports {
+		for _, kc := range r.GetHotKeys() {
+			h := wire.HashKey(kc.GetKey())
+			if cc, ok := cands[h]; ok {
+				cc.Count += kc.GetCount()
+			} else {
+				cands[h] = &sched.Candidate{Hash: h, Key: kc.GetKey(), Count: kc.GetCount()}
+			}
+		}
+	}
+	clear(c.reports)
+	c.rounds++
+	c.mu.Unlock()
+
+	// Nodes name the candidates (the data plane only sees hashes); the
+	// sketch, which sees every miss through the data plane, bounds how hot
+	// each one is from below where the nodes' own counts undercount it.
+	list := make([]sched.Candidate, 0, len(cands))
+	for _, cc := range cands {
+		est := ^uint64(0)
+		for r := 0; r < directory.SketchRows; r++ {
+			est = min(est, sketch[r][directory.SketchIndex(&cc.Hash, r)])
+		}
+		cc.Count = max(cc.Count, est)
+		all += cc.Count
+		list = append(list, *cc)
+	}
+	dec := c.hot.Round(cachedCounts, list)
+	var errs []error
+	for _, h := range dec.Evict {
+		c.st.mu.Lock()
+		e := c.st.entries[h]
+		c.st.mu.Unlock()
+		if e == nil || e.Pinned {
+			continue
+		}
+		errs = append(errs, c.evict(ctx, e))
+	}
+	load := map[wire.NodeID]float64{}
+	for _, cc := range dec.Promote {
+		share := 0.0
+		if all > 0 {
+			share = float64(cc.Count) / float64(all)
+		}
+		if err := c.promote(ctx, cc.Key, share, load, false); err != nil {
+			c.hot.Forget(cc.Hash)
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// promote installs key in every plane and has its chain head create copies.
+func (c *Controller) promote(ctx context.Context, key []byte, share float64, load map[wire.NodeID]float64, pinned bool) error {
+	h := wire.HashKey(key)
+	c.st.mu.Lock()
+	if _, ok := c.st.entries[h]; ok {
+		c.st.mu.Unlock()
+		return nil
+	}
+	if len(c.st.free) == 0 {
+		c.st.mu.Unlock()
+		return directory.ErrFull
+	}
+	chain := c.st.pmap.Chain(h)
+	ids := make([]wire.NodeID, len(c.cfg.Nodes))
+	for i, n := range c.cfg.Nodes {
+		ids[i] = n.ID
+	}
+	k := sched.CopyCount(share, len(ids), len(chain)) - len(chain)
+	extras := sched.PlaceExtras(chain, ids, load, k, share/float64(k+len(chain)))
+	locs := append(slices.Clone(chain), extras...)
+	weights := make([]uint32, len(locs))
+	for i := range weights {
+		weights[i] = 1 // uniform until HATS
+	}
+	slot := c.st.free[len(c.st.free)-1]
+	c.st.free = c.st.free[:len(c.st.free)-1]
+	e := &Entry{Hash: h, Key: slices.Clone(key), Slot: slot, Locs: locs, R: len(chain),
+		Buckets: directory.BucketsForWeights(weights), Pinned: pinned}
+	c.st.mu.Unlock()
+
+	release := func() {
+		c.st.mu.Lock()
+		c.st.free = append(c.st.free, slot)
+		c.st.mu.Unlock()
+	}
+	for i, p := range c.planes {
+		if err := p.InstallEntry(ctx, e); err != nil {
+			for _, q := range c.planes[:i] {
+				q.RemoveEntry(ctx, e)
+			}
+			release()
+			return fmt.Errorf("install %q on %s: %w", key, p.Name(), err)
+		}
+	}
+	// The slot exists before the head starts copying, so the copies' VSBs
+	// find it; refused VSBs are retried by the extras.
+	if c.storage != nil && len(extras) > 0 {
+		if err := c.storage.Promote(ctx, c.node(chain[0]), key, c.nodes(extras)); err != nil {
+			c.log.Warn("promote at head failed; the key stays on its chain", "key", string(key), "err", err)
+		}
+	}
+	c.st.mu.Lock()
+	c.st.entries[h] = e
+	c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_UPSERT, Entries: []*api.DirectoryEntry{e.proto()}})
+	c.st.mu.Unlock()
+	c.log.Info("promoted", "key", string(key), "slot", slot, "locations", locs)
+	return nil
+}
+
+func (c *Controller) evict(ctx context.Context, e *Entry) error {
+	var errs []error
+	for _, p := range c.planes {
+		if err := p.RemoveEntry(ctx, e); err != nil {
+			errs = append(errs, fmt.Errorf("evict %q from %s: %w", e.Key, p.Name(), err))
+		}
+	}
+	if c.storage != nil && len(e.Locs) > e.R {
+		if err := c.storage.Demote(ctx, c.node(e.Locs[0]), e.Key, c.nodes(e.Locs[e.R:])); err != nil {
+			c.log.Warn("demote at head failed", "key", string(e.Key), "err", err)
+		}
+	}
+	c.st.mu.Lock()
+	delete(c.st.entries, e.Hash)
+	c.st.free = append(c.st.free, e.Slot)
+	c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_DELETE, Entries: []*api.DirectoryEntry{e.proto()}})
+	c.st.mu.Unlock()
+	c.mu.Lock()
+	delete(c.lastHits, e.Slot)
+	c.mu.Unlock()
+	c.hot.Forget(e.Hash)
+	c.log.Info("evicted", "key", string(e.Key), "slot", e.Slot)
+	return errors.Join(errs...)
+}
+
+// Entries returns the directory, by slot.
+func (c *Controller) Entries() []Entry {
+	c.st.mu.Lock()
+	defer c.st.mu.Unlock()
+	var out []Entry
+	for _, e := range c.st.sortedLocked() {
+		out = append(out, *e)
+	}
+	return out
+}
+
+// Rounds is the number of hot-key rounds run.
+func (c *Controller) Rounds() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rounds
+}
+
+// Pin promotes key at once and keeps it until unpinned.
+func (c *Controller) Pin(ctx context.Context, key []byte) (Entry, error) {
+	h := wire.HashKey(key)
+	c.st.mu.Lock()
+	if e, ok := c.st.entries[h]; ok {
+		e.Pinned = true
+		out := *e
+		c.st.mu.Unlock()
+		return out, nil
+	}
+	c.st.mu.Unlock()
+	if err := c.promote(ctx, key, 1/float64(max(len(c.cfg.Nodes), 1)), map[wire.NodeID]float64{}, true); err != nil {
+		return Entry{}, err
+	}
+	c.st.mu.Lock()
+	defer c.st.mu.Unlock()
+	return *c.st.entries[h], nil
+}
+
+// Unpin evicts a pinned key.
+func (c *Controller) Unpin(ctx context.Context, key []byte) error {
+	h := wire.HashKey(key)
+	c.st.mu.Lock()
+	e, ok := c.st.entries[h]
+	c.st.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("controller: %q is not in the directory", key)
+	}
+	return c.evict(ctx, e)
+}
+
+// SetKeyWeights installs weights over a key's LocationList.
+func (c *Controller) SetKeyWeights(ctx context.Context, key []byte, w []uint32) error {
+	h := wire.HashKey(key)
+	c.st.mu.Lock()
+	e, ok := c.st.entries[h]
+	if !ok {
+		c.st.mu.Unlock()
+		return fmt.Errorf("controller: %q is not in the directory", key)
+	}
+	if len(w) != len(e.Locs) {
+		c.st.mu.Unlock()
+		return fmt.Errorf("controller: %d weights for %d locations", len(w), len(e.Locs))
+	}
+	e.Buckets = directory.BucketsForWeights(w)
+	cp := *e
+	c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_UPSERT, Entries: []*api.DirectoryEntry{e.proto()}})
+	c.st.mu.Unlock()
+	for _, p := range c.planes {
+		if err := p.SetSlotBuckets(ctx, &cp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetPartitionWeights installs weights over a partition's chain.
+func (c *Controller) SetPartitionWeights(ctx context.Context, p uint32, w []uint32) error {
+	m := c.PartitionMap()
+	if int(p) >= len(m.Chains) {
+		return fmt.Errorf("controller: partition %d of %d", p, len(m.Chains))
+	}
+	chain := m.Chains[p]
+	if len(w) != len(chain) {
+		return fmt.Errorf("controller: %d weights for a chain of %d", len(w), len(chain))
+	}
+	b := directory.BucketsForWeights(w)
+	for _, pl := range c.planes {
+		if err := pl.SetPartitionBuckets(ctx, p, chain, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Nodes returns the node table.
+func (c *Controller) Nodes() map[wire.NodeID]string {
+	c.st.mu.Lock()
+	defer c.st.mu.Unlock()
+	return maps.Clone(c.st.nodes)
+}
