@@ -78,7 +78,7 @@ type Controller struct {
 	hot     *sched.HotKeys
 	log     *slog.Logger
 
-	mu       sync.Mutex
+	mu         sync.Mutex
 	reports    map[wire.NodeID]*api.NodeStats
 	lastHits   map[uint32]uint64
 	lastSketch [][directory.SketchRows][directory.SketchCols]uint64 // per plane
