@@ -1,0 +1,262 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/wire"
+)
+
+// corePlane is a DataPlane over the Go directory core, standing in for a
+// device so the controller's decisions can be checked without P4Runtime.
+type corePlane struct {
+	mu    sync.Mutex
+	d     *directory.Directory
+	slots map[uint32]wire.KeyHash
+}
+
+func newCorePlane(t *testing.T) *corePlane {
+	d, err := directory.New(directory.Config{PartitionBits: 4, Slots: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corePlane{d: d, slots: map[uint32]wire.KeyHash{}}
+}
+
+func (p *corePlane) Name() string { return "core" }
+func (p *corePlane) Setup(_ context.Context, m *directory.PartitionMap, _ []NodeAddr, _ []uint32) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return m.Install(p.d)
+}
+func (p *corePlane) InstallEntry(_ context.Context, e *Entry) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.slots[e.Slot] = e.Hash
+	_, err := p.d.Insert(e.Hash, e.Locs, e.R, 0, e.Buckets)
+	return err
+}
+func (p *corePlane) RemoveEntry(_ context.Context, e *Entry) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.slots, e.Slot)
+	return p.d.Evict(e.Hash)
+}
+func (p *corePlane) SetSlotBuckets(_ context.Context, e *Entry) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.d.SetSlotBuckets(e.Hash, e.Buckets)
+}
+func (p *corePlane) SetPartitionBuckets(_ context.Context, part uint32, _ []wire.NodeID, b []uint8) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.d.SetPartitionBuckets(part, b)
+}
+func (p *corePlane) ReadHits(_ context.Context, slots []uint32) (map[uint32]uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[uint32]uint64{}
+	for _, s := range slots {
+		if sl, ok := p.d.Lookup(p.slots[s]); ok {
+			out[s] = sl.Hits
+		}
+	}
+	return out, nil
+}
+func (p *corePlane) ReadSketch(context.Context) (out [directory.SketchRows][directory.SketchCols]uint64, _ error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for r := range out {
+		for c := range out[r] {
+			out[r][c] = uint64(p.d.SketchCell(r, uint32(c)))
+		}
+	}
+	return out, nil
+}
+
+// get sends a GET for key through the plane and returns the chosen node.
+func (p *corePlane) get(t *testing.T, key string, reqid uint64) wire.NodeID {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pk := wire.Packet{Header: wire.Header{Op: wire.OpGet, ReqID: reqid, KeyHash: wire.HashKey([]byte(key))}, Key: []byte(key)}
+	b, err := pk.AppendEncode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := p.d.Process(b, 0, 1)
+	if v.Action != directory.Forward {
+		t.Fatalf("GET %s: %v", key, v)
+	}
+	return v.Node
+}
+
+type recStorage struct {
+	mu       sync.Mutex
+	promoted map[string][]wire.NodeID
+	demoted  []string
+}
+
+func (s *recStorage) Promote(_ context.Context, head NodeAddr, key []byte, extras []NodeAddr) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := []wire.NodeID{head.ID}
+	for _, e := range extras {
+		ids = append(ids, e.ID)
+	}
+	s.promoted[string(key)] = ids
+	return nil
+}
+func (s *recStorage) Demote(_ context.Context, _ NodeAddr, key []byte, _ []NodeAddr) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.demoted = append(s.demoted, string(key))
+	return nil
+}
+
+func testController(t *testing.T) (*Controller, *corePlane, *recStorage) {
+	var nodes []NodeAddr
+	for i := 1; i <= 8; i++ {
+		nodes = append(nodes, NodeAddr{ID: wire.NodeID(i), Addr: fmt.Sprintf("127.0.0.1:%d", 7500+i)})
+	}
+	p := newCorePlane(t)
+	st := &recStorage{promoted: map[string][]wire.NodeID{}}
+	c, err := New(Config{PartitionBits: 4, Replicas: 3, Nodes: nodes, PromoteMin: 10}, []DataPlane{p}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Setup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return c, p, st
+}
+
+func TestHotKeyPromotedSpreadThenEvicted(t *testing.T) {
+	ctx := context.Background()
+	c, p, st := testController(t)
+	w := c.st.watch()
+
+	// A skewed round: "hot" draws most requests; nodes report it.
+	for i := 0; i < 400; i++ {
+		p.get(t, "hot", uint64(i))
+	}
+	c.Report(&api.NodeStats{Node: 1, Version: 1, HotKeys: []*api.KeyCount{{Key: []byte("hot"), Count: 400}, {Key: []byte("cold"), Count: 3}}})
+	if err := c.HotKeyRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	es := c.Entries()
+	if len(es) != 1 || string(es[0].Key) != "hot" {
+		t.Fatalf("directory %v: want only the hot key", es)
+	}
+	e := es[0]
+	if len(e.Locs) <= e.R {
+		t.Fatalf("hot key got no extra copies: %v", e.Locs)
+	}
+	if got := st.promoted["hot"]; len(got) != 1+len(e.Locs)-e.R || got[0] != e.Locs[0] {
+		t.Fatalf("head not asked to copy to the extras: %v vs %v", got, e.Locs)
+	}
+	// The watcher saw a snapshot, then the upsert.
+	if u := <-w; u.GetKind() != api.DirectoryUpdate_SNAPSHOT {
+		t.Fatalf("first update %v", u.GetKind())
+	}
+	if u := <-w; u.GetKind() != api.DirectoryUpdate_UPSERT || string(u.GetEntries()[0].GetKey()) != "hot" {
+		t.Fatalf("second update %v", u)
+	}
+
+	// Once every extra has announced the version, reads spread over all locations.
+	for i, n := range e.Locs[e.R:] {
+		pk := wire.Packet{Header: wire.Header{Op: wire.OpVSB, KeyHash: e.Hash, Node: n}}
+		b, _ := pk.AppendEncode(nil)
+		port := uint32(100 + i)
+		p.d.SetPort(port, directory.PortStorage)
+		if v := p.d.Process(b, port, 1); v.Action != directory.Multicast {
+			t.Fatalf("VSB from extra %d: %v", n, v)
+		}
+	}
+	seen := map[wire.NodeID]int{}
+	for i := 0; i < 2000; i++ {
+		seen[p.get(t, "hot", uint64(i)*0x10001)]++
+	}
+	for _, n := range e.Locs {
+		if seen[n] == 0 {
+			t.Errorf("location %d served no read of %d", n, 2000)
+		}
+	}
+	if len(seen) != len(e.Locs) {
+		t.Errorf("reads went to %v, outside the LocationList %v", seen, e.Locs)
+	}
+
+	// The round that sees those hits keeps it; three cold rounds evict it,
+	// from the planes and at the head.
+	if err := c.HotKeyRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if es := c.Entries(); len(es) != 1 || es[0].Hits != 2000 {
+		t.Fatalf("warm round: %v, want the key kept with 2000 hits", es)
+	}
+	for i := 0; i < 3; i++ {
+		if err := c.HotKeyRound(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(c.Entries()) != 0 || p.d.Len() != 0 {
+		t.Fatalf("not evicted: controller %v, plane %d", c.Entries(), p.d.Len())
+	}
+	if len(st.demoted) != 1 || st.demoted[0] != "hot" {
+		t.Fatalf("head not told to drop copies: %v", st.demoted)
+	}
+	if u := <-w; u.GetKind() != api.DirectoryUpdate_DELETE {
+		t.Fatalf("watcher: %v, want DELETE", u.GetKind())
+	}
+}
+
+func TestPinSurvivesColdRounds(t *testing.T) {
+	ctx := context.Background()
+	c, p, _ := testController(t)
+	if _, err := c.Pin(ctx, []byte("pinned")); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if err := c.HotKeyRound(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(c.Entries()) != 1 || p.d.Len() != 1 {
+		t.Fatalf("pinned key evicted: %v", c.Entries())
+	}
+	if err := c.Unpin(ctx, []byte("pinned")); err != nil {
+		t.Fatal(err)
+	}
+	if p.d.Len() != 0 {
+		t.Fatal("unpin left the entry in the plane")
+	}
+	if err := c.Unpin(ctx, []byte("pinned")); err == nil {
+		t.Fatal("unpinning an absent key succeeded")
+	}
+}
+
+func TestWeights(t *testing.T) {
+	ctx := context.Background()
+	c, p, _ := testController(t)
+	if err := c.SetPartitionWeights(ctx, 3, []uint32{1, 0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	part, _ := p.d.Partition(3)
+	for _, b := range part.Buckets {
+		if b != 0 {
+			t.Fatalf("weights (1,0,0) left bucket on member %d", b)
+		}
+	}
+	if err := c.SetPartitionWeights(ctx, 3, []uint32{1, 1}); err == nil {
+		t.Fatal("two weights for a chain of three accepted")
+	}
+	if err := c.SetPartitionWeights(ctx, 99, []uint32{1, 1, 1}); err == nil {
+		t.Fatal("partition 99 of 16 accepted")
+	}
+	if err := c.SetKeyWeights(ctx, []byte("absent"), []uint32{1}); err == nil {
+		t.Fatal("weights for a key outside the directory accepted")
+	}
+}
