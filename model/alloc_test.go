@@ -88,6 +88,9 @@ func drain(t testing.TB, rx *batchReader, n int, e *echo) {
 // TestNoAllocsPerPacket: forwarding requests, learning from replies and
 // relaying them allocates nothing in steady state.
 func TestNoAllocsPerPacket(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
 	const batch = 32
 	c := newCluster(t, 1, Config{})
 	g := newLoadgen(t, c.s, batch)
