@@ -259,3 +259,16 @@ func TestRunStops(t *testing.T) {
 		t.Fatal("a second Run succeeded")
 	}
 }
+
+func TestRingChain(t *testing.T) {
+	ids := []wire.NodeID{7, 3, 5, 1}
+	for _, tc := range []struct {
+		p    uint32
+		want []wire.NodeID
+	}{{0, []wire.NodeID{1, 3, 5}}, {1, []wire.NodeID{3, 5, 7}}, {3, []wire.NodeID{7, 1, 3}}, {6, []wire.NodeID{5, 7, 1}}} {
+		got := RingChain(ids, tc.p, 3)
+		if len(got) != 3 || got[0] != tc.want[0] || got[1] != tc.want[1] || got[2] != tc.want[2] {
+			t.Errorf("partition %d: chain %v, want %v", tc.p, got, tc.want)
+		}
+	}
+}
