@@ -1,0 +1,440 @@
+package directory_test
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/wire"
+)
+
+func TestBucketsForWeights(t *testing.T) {
+	// Exact tables, also relied on by the vector suite's weights=(...).
+	exact := []struct {
+		w    []uint32
+		want []uint8
+	}{
+		{[]uint32{1, 0, 3}, []uint8{2, 0, 2, 2, 2, 0, 2, 2, 2, 0, 2, 2, 2, 0, 2, 2, 2, 0, 2, 2, 2, 0, 2, 2, 2, 0, 2, 2, 2, 0, 2, 2}},
+		{[]uint32{1, 1, 1, 5}, []uint8{3, 0, 3, 1, 3, 2, 3, 3, 3, 0, 3, 1, 3, 2, 3, 3, 3, 0, 3, 1, 3, 2, 3, 3, 3, 0, 3, 1, 3, 2, 3, 3}},
+		{[]uint32{3, 1, 0}, []uint8{0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0}},
+		{[]uint32{0, 0, 0}, []uint8{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1}},
+		{[]uint32{7}, make([]uint8, 32)},
+		{nil, make([]uint8, 32)},
+	}
+	for _, tc := range exact {
+		if got := directory.BucketsForWeights(tc.w); !slices.Equal(got, tc.want) {
+			t.Errorf("BucketsForWeights(%v) = %v, want %v", tc.w, got, tc.want)
+		}
+	}
+
+	r := rand.New(rand.NewPCG(1, 2))
+	for it := 0; it < 20000; it++ {
+		n := 1 + r.IntN(directory.MaxLocations)
+		w := make([]uint32, n)
+		var total uint64
+		for i := range w {
+			switch it % 3 {
+			case 0:
+				w[i] = uint32(r.IntN(4))
+			case 1:
+				w[i] = uint32(r.IntN(1000))
+			default:
+				w[i] = r.Uint32() // large weights must not overflow
+			}
+			total += uint64(w[i])
+		}
+		b := directory.BucketsForWeights(w)
+		if len(b) != directory.Buckets {
+			t.Fatalf("%v: %d buckets", w, len(b))
+		}
+		count := make([]int, n)
+		for _, x := range b {
+			if int(x) >= n {
+				t.Fatalf("%v: bucket entry %d out of range", w, x)
+			}
+			count[x]++
+		}
+		for i := range w {
+			// Proportional: each share is the exact quota rounded down or up.
+			var quota float64
+			if total == 0 {
+				quota = float64(directory.Buckets) / float64(n)
+			} else {
+				quota = float64(w[i]) * directory.Buckets / float64(total)
+			}
+			if d := float64(count[i]) - quota; d <= -1 || d >= 1 {
+				t.Fatalf("%v: member %d has %d buckets for a quota of %.2f", w, i, count[i], quota)
+			}
+			if total > 0 && w[i] == 0 && count[i] != 0 {
+				t.Fatalf("%v: zero-weight member %d has %d buckets", w, i, count[i])
+			}
+		}
+		// Interleaved: along the table every member stays within 1.5 buckets
+		// of its pro-rata share of the prefix; a clustered table (a member's
+		// buckets side by side) is off by up to count*(1-count/32).
+		placed := make([]int, n)
+		for k, x := range b {
+			placed[x]++
+			for i := range placed {
+				share := float64(count[i]) * float64(k+1) / directory.Buckets
+				if d := float64(placed[i]) - share; d > 1.5 || d < -1.5 {
+					t.Fatalf("%v = %v: member %d has %d of the first %d buckets, share %.2f", w, b, i, placed[i], k+1, share)
+				}
+			}
+		}
+	}
+}
+
+func newDir(t testing.TB, cfg directory.Config) *directory.Directory {
+	t.Helper()
+	d, err := directory.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestConfig(t *testing.T) {
+	d := newDir(t, directory.Config{})
+	cfg := d.Config()
+	if cfg.PartitionBits != 10 || cfg.Slots != 4096 || cfg.MaxNodes != 4096 || cfg.Window != 1_000_000 ||
+		cfg.Mode != directory.ModeToR || cfg.Policy != directory.PolicyNetdir {
+		t.Errorf("defaults: %+v", cfg)
+	}
+	if d.Partitions() != 1024 {
+		t.Errorf("%d partitions", d.Partitions())
+	}
+	bad := []directory.Config{
+		{PartitionBits: 21},
+		{Slots: -1},
+		{Slots: 1<<20 + 1},
+		{MaxNodes: -1},
+		{MaxNodes: 1<<16 + 1},
+		{Mode: directory.ModeHost + 1},
+		{Policy: directory.PolicyStatic + 1},
+	}
+	for _, cfg := range bad {
+		if _, err := directory.New(cfg); err == nil {
+			t.Errorf("New(%+v) did not fail", cfg)
+		}
+	}
+	for _, p := range []directory.Policy{directory.PolicyNetdir, directory.PolicyPegasus, directory.PolicyReplicas, directory.PolicyStatic} {
+		if got, err := directory.ParsePolicy(p.String()); err != nil || got != p {
+			t.Errorf("ParsePolicy(%q) = %v, %v", p, got, err)
+		}
+	}
+	if _, err := directory.ParsePolicy("random"); err == nil {
+		t.Error("ParsePolicy(random) did not fail")
+	}
+}
+
+func TestSetPartitionErrors(t *testing.T) {
+	d := newDir(t, directory.Config{PartitionBits: 2, MaxNodes: 16})
+	good := []wire.NodeID{1, 2, 3}
+	if err := d.SetPartition(3, good, nil); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		p       uint32
+		chain   []wire.NodeID
+		buckets []uint8
+		want    error // nil: any error
+	}{
+		{"partition-out-of-range", 4, good, nil, directory.ErrRange},
+		{"partition-huge", 1 << 31, good, nil, directory.ErrRange},
+		{"empty-chain", 3, nil, nil, directory.ErrBadChain},
+		{"chain-too-long", 3, []wire.NodeID{1, 2, 3, 4, 5, 6, 7, 8, 9}, nil, directory.ErrBadChain},
+		{"duplicate-node", 3, []wire.NodeID{1, 2, 1}, nil, directory.ErrBadChain},
+		{"node-at-max", 3, []wire.NodeID{1, 16}, nil, directory.ErrBadChain},
+		{"node-far-above-max", 3, []wire.NodeID{65535}, nil, directory.ErrBadChain},
+		{"bucket-out-of-range", 3, good, fill(3), directory.ErrBadBucket},
+		{"buckets-too-few", 3, good, make([]uint8, 31), nil},
+		{"buckets-too-many", 3, good, make([]uint8, 33), nil},
+		{"buckets-empty-not-nil", 3, good, []uint8{}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := d.SetPartition(tc.p, tc.chain, tc.buckets)
+			if err == nil || tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("SetPartition = %v, want %v", err, tc.want)
+			}
+			// A failed call leaves the partition as it was.
+			p, ok := d.Partition(3)
+			if !ok || p.R != 3 || p.Chain[0] != 1 || p.Buckets[1] != 1 {
+				t.Fatalf("partition 3 changed: %+v", p)
+			}
+		})
+	}
+	if err := d.SetPartition(3, []wire.NodeID{1, 2, 3, 4, 5, 6, 7, 8}, nil); err != nil {
+		t.Errorf("an 8-node chain: %v", err)
+	}
+	if err := d.SetPartitionBuckets(0, fill(0)); !errors.Is(err, directory.ErrRange) {
+		t.Errorf("SetPartitionBuckets on a partition with no chain = %v", err)
+	}
+	if err := d.SetPartitionBuckets(9, fill(0)); !errors.Is(err, directory.ErrRange) {
+		t.Errorf("SetPartitionBuckets out of range = %v", err)
+	}
+	if err := d.SetPartitionBuckets(3, fill(8)); !errors.Is(err, directory.ErrBadBucket) {
+		t.Errorf("SetPartitionBuckets with entry 8 of an 8-node chain = %v", err)
+	}
+	if err := d.SetPartitionBuckets(3, fill(7)); err != nil {
+		t.Errorf("SetPartitionBuckets: %v", err)
+	}
+	if p, _ := d.Partition(3); p.Buckets[0] != 7 {
+		t.Errorf("SetPartitionBuckets did not apply: %v", p.Buckets)
+	}
+	if _, ok := d.Partition(4); ok {
+		t.Error("Partition(4) of 4 reported present")
+	}
+	if _, ok := d.Partition(0); ok {
+		t.Error("a partition with no chain reported present")
+	}
+}
+
+// fill is a bucket table with every entry x.
+func fill(x uint8) []uint8 {
+	b := make([]uint8, directory.Buckets)
+	for i := range b {
+		b[i] = x
+	}
+	return b
+}
+
+func key(s string) wire.KeyHash { return wire.HashKey([]byte(s)) }
+
+func TestInsertErrors(t *testing.T) {
+	d := newDir(t, directory.Config{Slots: 2, MaxNodes: 64})
+	locs := []wire.NodeID{1, 2, 3, 4}
+	if _, err := d.Insert(key("a"), locs, 3, 7, nil); err != nil {
+		t.Fatal(err)
+	}
+	var many []wire.NodeID
+	for i := 0; i < 33; i++ {
+		many = append(many, wire.NodeID(i))
+	}
+	tests := []struct {
+		name    string
+		h       wire.KeyHash
+		locs    []wire.NodeID
+		r       int
+		buckets []uint8
+		want    error
+	}{
+		{"exists", key("a"), locs, 3, nil, directory.ErrExists},
+		{"no-locs", key("b"), nil, 1, nil, directory.ErrBadLocs},
+		{"33-locs", key("b"), many, 3, nil, directory.ErrBadLocs},
+		{"r-zero", key("b"), locs, 0, nil, directory.ErrBadLocs},
+		{"r-negative", key("b"), locs, -1, nil, directory.ErrBadLocs},
+		{"r-above-len", key("b"), locs, 5, nil, directory.ErrBadLocs},
+		{"r-above-max-chain", key("b"), many[:10], 9, nil, directory.ErrBadLocs},
+		{"duplicate", key("b"), []wire.NodeID{1, 2, 3, 2}, 3, nil, directory.ErrBadLocs},
+		{"node-at-max", key("b"), []wire.NodeID{1, 2, 64}, 3, nil, directory.ErrBadLocs},
+		{"bucket-out-of-range", key("b"), locs, 3, fill(4), directory.ErrBadBucket},
+		{"buckets-short", key("b"), locs, 3, make([]uint8, 3), nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := d.Insert(tc.h, tc.locs, tc.r, 0, tc.buckets); err == nil || tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("Insert = %v, want %v", err, tc.want)
+			}
+			if d.Len() != 1 {
+				t.Fatalf("a failed Insert changed Len to %d", d.Len())
+			}
+		})
+	}
+	// Failed inserts took no slot: one is still free, then none.
+	if _, err := d.Insert(key("b"), many[:32], 8, 0, nil); err != nil {
+		t.Fatalf("32 locations, chain of 8: %v", err)
+	}
+	if _, err := d.Insert(key("c"), locs, 3, 0, nil); !errors.Is(err, directory.ErrFull) {
+		t.Fatalf("Insert into a full directory = %v", err)
+	}
+	if err := d.SetSlotBuckets(key("c"), nil); !errors.Is(err, directory.ErrNotFound) {
+		t.Errorf("SetSlotBuckets of an absent key = %v", err)
+	}
+	if err := d.SetSlotBuckets(key("a"), fill(4)); !errors.Is(err, directory.ErrBadBucket) {
+		t.Errorf("SetSlotBuckets entry 4 of 4 locations = %v", err)
+	}
+	if err := d.Evict(key("c")); !errors.Is(err, directory.ErrNotFound) {
+		t.Errorf("Evict of an absent key = %v", err)
+	}
+	if err := d.Evict(key("a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Insert(key("c"), locs, 3, 0, nil); err != nil {
+		t.Errorf("Insert after Evict: %v", err)
+	}
+}
+
+func TestLookupEachAndCopies(t *testing.T) {
+	d := newDir(t, directory.Config{Slots: 4})
+	for i, k := range []string{"a", "b", "c"} {
+		if idx, err := d.Insert(key(k), []wire.NodeID{1, 2, 3}, 3, uint64(i), nil); err != nil || int(idx) != i {
+			t.Fatalf("Insert %s = %d, %v; slots are taken in order", k, idx, err)
+		}
+	}
+	if err := d.Evict(key("b")); err != nil {
+		t.Fatal(err)
+	}
+	var seen []uint64
+	d.Each(func(idx uint32, s *directory.Slot) { seen = append(seen, s.VerDone) })
+	if !slices.Equal(seen, []uint64{0, 2}) {
+		t.Errorf("Each saw versions %v, want [0 2]", seen)
+	}
+	s, ok := d.Lookup(key("c"))
+	if !ok || s.VerNext != 2 || s.N != 3 || s.R != 3 || s.Fresh != 0b111 {
+		t.Fatalf("Lookup = %+v, %v", s, ok)
+	}
+	s.VerNext = 99
+	if s2, _ := d.Lookup(key("c")); s2.VerNext != 2 {
+		t.Error("Lookup returned a reference, not a copy")
+	}
+	if _, ok := d.Lookup(key("b")); ok {
+		t.Error("an evicted key is still found")
+	}
+}
+
+func TestReasonsAndVerdicts(t *testing.T) {
+	rs := directory.Reasons()
+	if len(rs) != 10 || rs[0] != directory.ReasonShort || rs[len(rs)-1] != directory.ReasonVSBVersion {
+		t.Fatalf("Reasons() = %v", rs)
+	}
+	names := map[string]bool{}
+	for _, r := range rs {
+		if names[r.String()] || r.String() == "none" {
+			t.Errorf("reason %d has name %q", r, r)
+		}
+		names[r.String()] = true
+	}
+	for v, want := range map[directory.Verdict]string{
+		{Action: directory.Forward, Node: 7}:                         "forward node=7",
+		{Action: directory.Drop, Reason: directory.ReasonVSBPending}: "drop reason=vsb-pending",
+		{Action: directory.ToClient}:                                 "to-client",
+		{Action: directory.Multicast}:                                "multicast",
+		{Action: directory.Pass}:                                     "pass",
+	} {
+		if v.String() != want {
+			t.Errorf("%#v.String() = %q, want %q", v, v.String(), want)
+		}
+	}
+}
+
+// pkt builds a header-and-key packet.
+func pkt(t testing.TB, op wire.Op, k string, reqid, stamp uint64, node wire.NodeID) []byte {
+	t.Helper()
+	p := wire.Packet{Header: wire.Header{Op: op, ReqID: reqid, KeyHash: key(k), Stamp: stamp, Node: node, Load: 3, Timestamp: 10}, Key: []byte(k)}
+	b, err := p.AppendEncode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// populated returns a directory with both partitions of 1 bit on chain
+// (1,2,3), storage port 4, and key "hot" on LocationList (1,2,3,4) at
+// version 7.
+func populated(t testing.TB, cfg directory.Config) *directory.Directory {
+	t.Helper()
+	if cfg.PartitionBits == 0 {
+		cfg.PartitionBits = 1
+	}
+	d := newDir(t, cfg)
+	for p := uint32(0); p < uint32(d.Partitions()); p++ {
+		if err := d.SetPartition(p, []wire.NodeID{1, 2, 3}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.SetPort(4, directory.PortStorage)
+	if err := d.SetNodeStats(2, directory.NodeStats{Latency: 500, Load: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Insert(key("hot"), []wire.NodeID{1, 2, 3, 4}, 3, 7, nil); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestProcessAllocs: Process allocates nothing on any path.
+func TestProcessAllocs(t *testing.T) {
+	tests := []struct {
+		name   string
+		b      []byte
+		port   uint32
+		want   directory.Action
+		policy directory.Policy
+	}{
+		{"get-hit", pkt(t, wire.OpGet, "hot", 0x0102, 0, 0), 9, directory.Forward, directory.PolicyNetdir},
+		{"get-hit-pegasus", pkt(t, wire.OpGet, "hot", 0x0102, 0, 0), 9, directory.Forward, directory.PolicyPegasus},
+		{"get-miss", pkt(t, wire.OpGet, "cold", 0x0102, 0, 0), 9, directory.Forward, directory.PolicyNetdir},
+		{"put-hit", pkt(t, wire.OpPut, "hot", 1, 0, 0), 9, directory.Forward, directory.PolicyNetdir},
+		{"del-miss", pkt(t, wire.OpDel, "cold", 1, 0, 0), 9, directory.Forward, directory.PolicyNetdir},
+		{"put-reply", pkt(t, wire.OpPutReply, "hot", 1, 0, 3), 9, directory.ToClient, directory.PolicyNetdir},
+		{"err-reply", pkt(t, wire.OpErr, "hot", 1, 0, 1), 9, directory.ToClient, directory.PolicyNetdir},
+		{"vsb-tail", pkt(t, wire.OpVSB, "hot", 0, 7, 3), 4, directory.Multicast, directory.PolicyNetdir},
+		{"vsb-extra", pkt(t, wire.OpVSB, "hot", 0, 7, 4), 4, directory.Multicast, directory.PolicyNetdir},
+		{"vsb-refused", pkt(t, wire.OpVSB, "hot", 0, 7, 1), 4, directory.Drop, directory.PolicyNetdir},
+		{"node-op", pkt(t, wire.OpCopy, "hot", 0, 0, 1), 9, directory.Pass, directory.PolicyNetdir},
+		{"short", pkt(t, wire.OpGet, "hot", 0, 0, 0)[:20], 9, directory.Drop, directory.PolicyNetdir},
+	}
+	for _, tc := range tests {
+		d := populated(t, directory.Config{Policy: tc.policy})
+		stamp := uint64(7)
+		var got directory.Action
+		allocs := testing.AllocsPerRun(200, func() {
+			if tc.name == "put-reply" {
+				stamp++
+				wire.SetStamp(tc.b, stamp) // raise ver_done every time
+			}
+			got = d.Process(tc.b, tc.port, 100).Action
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %.1f allocations per Process", tc.name, allocs)
+		}
+		if got != tc.want {
+			t.Errorf("%s: action %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestNodeIDsBeyondMaxNodes: node ids at or above MaxNodes are refused by
+// the control API and harmless in packets.
+func TestNodeIDsBeyondMaxNodes(t *testing.T) {
+	d := populated(t, directory.Config{MaxNodes: 5})
+	if err := d.SetNodeStats(5, directory.NodeStats{Load: 1}); !errors.Is(err, directory.ErrRange) {
+		t.Errorf("SetNodeStats(5) = %v", err)
+	}
+	if st := d.Node(65535); st != (directory.NodeStats{}) {
+		t.Errorf("Node(65535) = %+v", st)
+	}
+	if _, err := d.Insert(key("k"), []wire.NodeID{1, 2, 5}, 3, 0, nil); !errors.Is(err, directory.ErrBadLocs) {
+		t.Errorf("Insert with node 5 = %v", err)
+	}
+	if err := d.SetPartition(0, []wire.NodeID{4, 65535}, nil); !errors.Is(err, directory.ErrBadChain) {
+		t.Errorf("SetPartition with node 65535 = %v", err)
+	}
+	for _, n := range []wire.NodeID{5, 6, 4096, 65535} {
+		for _, op := range []wire.Op{wire.OpGetReply, wire.OpPutReply, wire.OpDelReply, wire.OpErr} {
+			if v := d.Process(pkt(t, op, "hot", 0, 8, n), 4, 100); v.Action != directory.ToClient {
+				t.Errorf("%v from node %d: %v", op, n, v)
+			}
+		}
+		if v := d.Process(pkt(t, wire.OpVSB, "hot", 0, 8, n), 4, 100); v.Reason != directory.ReasonVSBNotMember {
+			t.Errorf("VSB from node %d: %v", n, v)
+		}
+		// A request's node field is the client's guess; it is overwritten.
+		if v := d.Process(pkt(t, wire.OpGet, "hot", 0, 0, n), 9, 100); v.Action != directory.Forward || v.Node > 4 {
+			t.Errorf("GET naming node %d: %v", n, v)
+		}
+	}
+	if st := d.Node(4); st != (directory.NodeStats{}) {
+		t.Errorf("replies from out-of-range nodes changed node 4: %+v", st)
+	}
+	// The put-replies above (version 8 from out-of-range nodes) still
+	// completed the write: the version is the slot's, the sender only teaches.
+	if s, _ := d.Lookup(key("hot")); s.VerDone != 8 {
+		t.Errorf("ver_done = %d", s.VerDone)
+	}
+}
