@@ -17,6 +17,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(hashCmd())
+	root.AddCommand(nodeCmd())
 	root.AddCommand(switchCmd())
 	root.AddCommand(ctlCmd())
 	if err := root.Execute(); err != nil {

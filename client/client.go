@@ -1,0 +1,489 @@
+// Package client is netdir's Go client: Get, Put and Delete with a context,
+// each returning the key's version.
+//
+// A client talks to the service address (a data plane, which routes by its
+// directory and partition table) or, when it has no service address, to the
+// storage nodes directly, computing each key's chain from the layout.
+//
+// Request ids are random. Retries are safe because the chain head
+// deduplicates writes by request id:
+//   - a GET retry draws a fresh id (reads are idempotent, and a fresh id
+//     gives the data plane a fresh split bucket);
+//   - a write retry after a timeout, queue-full or unavailable keeps its id,
+//     so that a write that was applied but whose reply was lost is answered
+//     from the head's dedup table and never applied twice;
+//   - a write refused with stale-version or retry draws a NEW id: the head
+//     remembers the refusal under the old id and would repeat it, and nothing
+//     was applied under it, so a new id cannot double-apply;
+//   - wrong-node (a key the chosen node does not hold, e.g. a hash
+//     collision in the directory or a dropped extra copy) retries on the
+//     home path: straight to the chain (head for writes), bypassing the data
+//     plane's directory.
+//
+// When the context ends before a write's outcome is known, the error is the
+// context's: the write may or may not have been applied.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/netdir/netdir/storagenode/layout"
+	"github.com/netdir/netdir/wire"
+)
+
+// ErrNotFound is returned by Get for an absent (or deleted) key.
+var ErrNotFound = errors.New("netdir: not found")
+
+// Options configure a client. At least one of Service and Layout is needed.
+type Options struct {
+	// Service is the data plane's address. Empty: talk to nodes directly.
+	Service string
+	// Layout is the node table and partition map: needed for direct mode
+	// and for retrying wrong-node answers on the home path.
+	Layout *layout.Map
+	// Timeout is the first attempt's timeout; later attempts double it up to
+	// MaxTimeout. Defaults 50 ms and 800 ms.
+	Timeout    time.Duration
+	MaxTimeout time.Duration
+	// Backoff after queue-full, unavailable or stale-epoch; doubles up to
+	// 16×. Default 2 ms.
+	Backoff time.Duration
+	Tenant  uint16
+	// Epoch sent on requests (0: the layout's, or none).
+	Epoch uint32
+	// StaleOK asks for bounded-staleness reads (FlagStaleOK).
+	StaleOK bool
+}
+
+// Client is safe for concurrent use.
+type Client struct {
+	opts    Options
+	service netip.AddrPort
+	conn    *net.UDPConn
+
+	mu    sync.Mutex
+	waits map[uint64]chan []byte
+
+	closed chan struct{}
+	wg     sync.WaitGroup
+}
+
+// New opens a client socket on an ephemeral loopback-or-any port.
+func New(o Options) (*Client, error) {
+	if o.Service == "" && o.Layout == nil {
+		return nil, errors.New("client: need a service address or a layout")
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 50 * time.Millisecond
+	}
+	if o.MaxTimeout <= 0 {
+		o.MaxTimeout = 800 * time.Millisecond
+	}
+	if o.Backoff <= 0 {
+		o.Backoff = 2 * time.Millisecond
+	}
+	if o.Epoch == 0 && o.Layout != nil {
+		o.Epoch = o.Layout.Epoch()
+	}
+	c := &Client{opts: o, waits: make(map[uint64]chan []byte), closed: make(chan struct{})}
+	if o.Service != "" {
+		ap, err := netip.ParseAddrPort(o.Service)
+		if err != nil {
+			return nil, fmt.Errorf("client: service: %w", err)
+		}
+		c.service = ap
+	}
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{})
+	if err != nil {
+		return nil, err
+	}
+	_ = conn.SetReadBuffer(4 << 20)
+	c.conn = conn
+	c.wg.Add(1)
+	go c.readLoop()
+	return c, nil
+}
+
+// Close closes the socket.
+func (c *Client) Close() error {
+	select {
+	case <-c.closed:
+		return nil
+	default:
+	}
+	close(c.closed)
+	err := c.conn.Close()
+	c.wg.Wait()
+	return err
+}
+
+func (c *Client) readLoop() {
+	defer c.wg.Done()
+	buf := make([]byte, 64<<10)
+	for {
+		n, _, err := c.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			select {
+			case <-c.closed:
+				return
+			default:
+				continue
+			}
+		}
+		if n < wire.HeaderLen {
+			continue
+		}
+		var h wire.Header
+		if h.DecodeHeader(buf[:n]) != nil {
+			continue
+		}
+		c.mu.Lock()
+		ch := c.waits[h.ReqID]
+		c.mu.Unlock()
+		if ch == nil {
+			continue
+		}
+		select {
+		case ch <- append([]byte(nil), buf[:n]...):
+		default:
+		}
+	}
+}
+
+// Result is what a reply said.
+type Result struct {
+	Code    wire.Code
+	Version uint64
+	Node    wire.NodeID
+	Load    uint16
+	Value   []byte
+}
+
+// roundTrip sends pkt to addr and waits for the reply to reqid.
+func (c *Client) roundTrip(ctx context.Context, addr netip.AddrPort, reqid uint64, pkt []byte, timeout time.Duration, want wire.Op) (*wire.Packet, error) {
+	ch := make(chan []byte, 4)
+	c.mu.Lock()
+	c.waits[reqid] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		if c.waits[reqid] == ch {
+			delete(c.waits, reqid)
+		}
+		c.mu.Unlock()
+	}()
+	if _, err := c.conn.WriteToUDPAddrPort(pkt, addr); err != nil {
+		return nil, err
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case b := <-ch:
+			var p wire.Packet
+			if err := p.Decode(b); err != nil && !(want == wire.OpStats && errors.Is(err, wire.ErrValLarge)) {
+				continue
+			}
+			if p.Op != want && p.Op != wire.OpErr {
+				continue
+			}
+			return &p, nil
+		case <-t.C:
+			return nil, errTimeout
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.closed:
+			return nil, net.ErrClosed
+		}
+	}
+}
+
+var errTimeout = errors.New("timeout")
+
+func newID() uint64 {
+	for {
+		if id := rand.Uint64(); id != 0 {
+			return id
+		}
+	}
+}
+
+func (c *Client) packet(op wire.Op, reqid uint64, key, val []byte, h wire.KeyHash) ([]byte, error) {
+	p := wire.Packet{Header: wire.Header{Op: op, Tenant: c.opts.Tenant, ReqID: reqid, KeyHash: h, Epoch: c.opts.Epoch}, Key: key, Value: val}
+	if op == wire.OpGet && c.opts.StaleOK {
+		p.Flags |= wire.FlagStaleOK
+	}
+	return p.AppendEncode(nil)
+}
+
+// chain is the key's chain from the layout, or nil.
+func (c *Client) chain(h wire.KeyHash) []wire.NodeID {
+	if c.opts.Layout == nil {
+		return nil
+	}
+	return c.opts.Layout.ChainOf(h)
+}
+
+func (c *Client) nodeAddr(id wire.NodeID) netip.AddrPort {
+	a, _ := c.opts.Layout.Addr(id)
+	return a
+}
+
+// permanent reports codes that no retry can fix.
+func permanent(code wire.Code) bool {
+	switch code {
+	case wire.CodeMalformed, wire.CodeUnknownOp, wire.CodeKeyTooLarge, wire.CodeValTooLarge,
+		wire.CodeHashMismatch, wire.CodeInternal:
+		return true
+	}
+	return false
+}
+
+func (c *Client) sleep(ctx context.Context, d time.Duration) error {
+	d = time.Duration(rand.Int64N(int64(d)) + int64(d)/2)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func checkSizes(key, val []byte) error {
+	if len(key) > wire.MaxKey {
+		return wire.CodeKeyTooLarge
+	}
+	if len(val) > wire.MaxValue {
+		return wire.CodeValTooLarge
+	}
+	return nil
+}
+
+// Get reads key. It returns the value and its version, or ErrNotFound (with
+// the version of the deletion, or 0 for a key never written).
+func (c *Client) Get(ctx context.Context, key []byte) ([]byte, uint64, error) {
+	r, err := c.GetResult(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	if r.Code == wire.CodeNotFound {
+		return nil, r.Version, ErrNotFound
+	}
+	return r.Value, r.Version, nil
+}
+
+// GetResult is Get returning the whole reply (node, load).
+func (c *Client) GetResult(ctx context.Context, key []byte) (*Result, error) {
+	if err := checkSizes(key, nil); err != nil {
+		return nil, err
+	}
+	h := wire.HashKey(key)
+	timeout, backoff := c.opts.Timeout, c.opts.Backoff
+	direct := !c.service.IsValid()
+	start := rand.IntN(8)
+	var last error = errTimeout
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("netdir get: %w (last: %v)", err, last)
+		}
+		addr := c.service
+		if direct {
+			ch := c.chain(h)
+			if len(ch) == 0 {
+				return nil, errors.New("netdir get: no chain for key")
+			}
+			addr = c.nodeAddr(ch[(start+attempt)%len(ch)])
+		}
+		id := newID()
+		pkt, err := c.packet(wire.OpGet, id, key, nil, h)
+		if err != nil {
+			return nil, err
+		}
+		p, err := c.roundTrip(ctx, addr, id, pkt, timeout, wire.OpGetReply)
+		if err == errTimeout {
+			last = err
+			timeout = min(2*timeout, c.opts.MaxTimeout)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if p.Op == wire.OpGetReply {
+			return &Result{Code: p.Code, Version: p.Stamp, Node: p.Node, Load: p.Load, Value: p.Value}, nil
+		}
+		last = p.Code
+		switch {
+		case permanent(p.Code):
+			return nil, p.Code
+		case p.Code == wire.CodeWrongNode:
+			if c.opts.Layout != nil {
+				direct = true // home path: the chain itself
+			}
+		case p.Code == wire.CodeUnavailable && c.opts.Layout != nil && !direct:
+			direct = true
+			fallthrough
+		default: // queue-full, unavailable, stale-epoch
+			if err := c.sleep(ctx, backoff); err != nil {
+				return nil, fmt.Errorf("netdir get: %w (last: %v)", err, last)
+			}
+			backoff = min(2*backoff, 16*c.opts.Backoff)
+		}
+	}
+}
+
+// Put writes key=val and returns the version it committed at.
+func (c *Client) Put(ctx context.Context, key, val []byte) (uint64, error) {
+	return c.write(ctx, wire.OpPut, key, val)
+}
+
+// Delete deletes key and returns the version of the deletion.
+func (c *Client) Delete(ctx context.Context, key []byte) (uint64, error) {
+	return c.write(ctx, wire.OpDel, key, nil)
+}
+
+func (c *Client) write(ctx context.Context, op wire.Op, key, val []byte) (uint64, error) {
+	if err := checkSizes(key, val); err != nil {
+		return 0, err
+	}
+	h := wire.HashKey(key)
+	timeout, backoff := c.opts.Timeout, c.opts.Backoff
+	direct := !c.service.IsValid()
+	id := newID()
+	var last error = errTimeout
+	for {
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("netdir %s: outcome unknown: %w (last: %v)", op, err, last)
+		}
+		addr := c.service
+		if direct {
+			ch := c.chain(h)
+			if len(ch) == 0 {
+				return 0, errors.New("netdir: no chain for key")
+			}
+			addr = c.nodeAddr(ch[0])
+		}
+		pkt, err := c.packet(op, id, key, val, h)
+		if err != nil {
+			return 0, err
+		}
+		p, err := c.roundTrip(ctx, addr, id, pkt, timeout, op.Reply())
+		if err == errTimeout {
+			last = err
+			timeout = min(2*timeout, c.opts.MaxTimeout)
+			continue // same id: the head dedups
+		}
+		if err != nil {
+			return 0, fmt.Errorf("netdir %s: outcome unknown: %w", op, err)
+		}
+		if p.Op == op.Reply() {
+			if p.Code != wire.CodeOK {
+				return 0, p.Code
+			}
+			return p.Stamp, nil
+		}
+		last = p.Code
+		switch {
+		case permanent(p.Code):
+			return 0, p.Code
+		case p.Code == wire.CodeStaleVersion:
+			id = newID() // refused under the old id, which the head remembers
+		case p.Code == wire.CodeRetry:
+			id = newID()
+			if c.service.IsValid() {
+				direct = false // through the data plane, to be stamped
+			}
+			if err := c.sleep(ctx, backoff); err != nil {
+				return 0, fmt.Errorf("netdir %s: %w (last: %v)", op, err, last)
+			}
+			backoff = min(2*backoff, 16*c.opts.Backoff)
+		case p.Code == wire.CodeWrongNode:
+			if c.opts.Layout != nil {
+				direct = true
+			}
+		default: // queue-full, unavailable, stale-epoch: same id
+			if err := c.sleep(ctx, backoff); err != nil {
+				return 0, fmt.Errorf("netdir %s: outcome unknown: %w (last: %v)", op, err, last)
+			}
+			backoff = min(2*backoff, 16*c.opts.Backoff)
+		}
+	}
+}
+
+// Promote tells key's chain head that the key is hot and names the extra
+// nodes (outside the chain) that get copies. It needs the layout.
+func (c *Client) Promote(ctx context.Context, key []byte, extras []wire.NodeID) (uint64, error) {
+	val := make([]byte, 0, 2*len(extras))
+	for _, id := range extras {
+		val = append(val, byte(id>>8), byte(id))
+	}
+	return c.control(ctx, wire.OpPromote, key, val)
+}
+
+// Demote tells key's chain head that the key is no longer hot; the extras
+// drop their copies.
+func (c *Client) Demote(ctx context.Context, key []byte) error {
+	_, err := c.control(ctx, wire.OpDemote, key, nil)
+	return err
+}
+
+func (c *Client) control(ctx context.Context, op wire.Op, key, val []byte) (uint64, error) {
+	h := wire.HashKey(key)
+	ch := c.chain(h)
+	if len(ch) == 0 {
+		return 0, errors.New("netdir: promote/demote need the layout")
+	}
+	timeout := c.opts.Timeout
+	for {
+		id := newID()
+		p := wire.Packet{Header: wire.Header{Op: op, ReqID: id, KeyHash: h, Epoch: c.opts.Epoch}, Key: key, Value: val}
+		pkt, err := p.AppendEncode(nil)
+		if err != nil {
+			return 0, err
+		}
+		r, err := c.roundTrip(ctx, c.nodeAddr(ch[0]), id, pkt, timeout, op)
+		if err == errTimeout {
+			timeout = min(2*timeout, c.opts.MaxTimeout)
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		if r.Code != wire.CodeOK {
+			return 0, r.Code
+		}
+		return r.Stamp, nil
+	}
+}
+
+// NodeStats asks a node for its counters and decodes the JSON into out
+// (a *storagenode.Stats).
+func (c *Client) NodeStats(ctx context.Context, node wire.NodeID, out any) error {
+	if c.opts.Layout == nil {
+		return errors.New("netdir: stats need the layout")
+	}
+	timeout := c.opts.Timeout
+	for {
+		id := newID()
+		p := wire.Packet{Header: wire.Header{Op: wire.OpStats, ReqID: id}}
+		pkt, _ := p.AppendEncode(nil)
+		r, err := c.roundTrip(ctx, c.nodeAddr(node), id, pkt, timeout, wire.OpStats)
+		if err == errTimeout {
+			timeout = min(2*timeout, c.opts.MaxTimeout)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal(r.Value, out)
+	}
+}

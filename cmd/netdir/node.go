@@ -1,0 +1,108 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/netdir/netdir/storagenode"
+	"github.com/netdir/netdir/storagenode/layout"
+	"github.com/netdir/netdir/wire"
+)
+
+func nodeCmd() *cobra.Command {
+	var (
+		id       uint16
+		data     string
+		listen   string
+		config   string
+		metrics  string
+		maxOps   float64
+		workers  int
+		queue    int
+		cacheMiB int64
+		memMiB   uint64
+		budget   int64
+		verbose  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Run a storage node (Pebble trees in CRAQ chains)",
+		Long: `Run a storage node. The YAML config holds the node table and partition map:
+
+  epoch: 1
+  partition_bits: 10
+  replicas: 3
+  dataplane: 127.0.0.1:7420   # where VSBs go (optional)
+  nodes:
+    - {id: 1, addr: 127.0.0.1:7501}
+    - {id: 2, addr: 127.0.0.1:7502}
+    - {id: 3, addr: 127.0.0.1:7503}
+
+--max-ops is an emulation knob for one-machine experiments: it caps client
+requests per second with a token bucket so that a loopback node behaves like a
+node of that capacity. Leave it 0 in production.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if config == "" || data == "" || id == 0 {
+				return errors.New("node: --id, --data and --config are required")
+			}
+			m, err := layout.Load(config)
+			if err != nil {
+				return err
+			}
+			level := slog.LevelWarn
+			if verbose {
+				level = slog.LevelInfo
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			n, err := storagenode.Start(storagenode.Options{
+				ID: wire.NodeID(id), Dir: data, Layout: m, Listen: listen,
+				Workers: workers, QueueLen: queue, MaxOps: maxOps,
+				CacheBytes: cacheMiB << 20, MemTableBytes: memMiB << 20,
+				CompactionBudget: budget << 20, Logger: log,
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "node %d listening on %s\n", id, n.Addr())
+			if metrics != "" {
+				reg := prometheus.NewRegistry()
+				reg.MustRegister(n.Collector())
+				mux := http.NewServeMux()
+				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+				go func() {
+					if err := http.ListenAndServe(metrics, mux); err != nil {
+						log.Error("metrics", "err", err)
+					}
+				}()
+			}
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+			<-sig
+			return n.Close()
+		},
+	}
+	f := cmd.Flags()
+	f.Uint16Var(&id, "id", 0, "this node's id in the config's node table")
+	f.StringVar(&data, "data", "", "data directory (one Pebble tree per chain position)")
+	f.StringVar(&listen, "listen", "", "UDP address to bind (default: this node's address in the config)")
+	f.StringVar(&config, "config", "", "YAML with the node table and partition map")
+	f.StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this HTTP address (e.g. 127.0.0.1:9101)")
+	f.Float64Var(&maxOps, "max-ops", 0, "emulation knob: cap client requests/s with a token bucket (0: unlimited)")
+	f.IntVar(&workers, "workers", storagenode.DefaultWorkers, "shard workers")
+	f.IntVar(&queue, "queue", storagenode.DefaultQueueLen, "queue length per worker (full: ERR queue-full)")
+	f.Int64Var(&cacheMiB, "cache-mib", storagenode.DefaultCacheBytes>>20, "Pebble block cache, shared by the trees (MiB)")
+	f.Uint64Var(&memMiB, "memtable-mib", storagenode.DefaultMemTableBytes>>20, "memtable size per tree (MiB)")
+	f.Int64Var(&budget, "compaction-mib", storagenode.DefaultCompactionBudget>>20, "node compaction budget (MiB/s)")
+	f.BoolVar(&verbose, "v", false, "log at info level")
+	return cmd
+}

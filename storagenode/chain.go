@@ -1,0 +1,470 @@
+package storagenode
+
+import (
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/netdir/netdir/wire"
+)
+
+// handle processes one packet on the key's shard.
+func (s *shard) handle(b []byte, from netip.AddrPort) {
+	n := s.n
+	var p nodePacket
+	if err := decodeAny(b, &p); err != nil {
+		switch wire.Op(b[wire.OffOp]) {
+		case wire.OpGet, wire.OpPut, wire.OpDel:
+			n.ctr.errs.Add(1)
+			s.send(from, n.errPacket(b, wire.CodeMalformed, 0))
+		}
+		return
+	}
+	switch p.Op {
+	case wire.OpGet, wire.OpPut, wire.OpDel:
+		if code := n.checkClient(&p); code != wire.CodeOK {
+			n.ctr.errs.Add(1)
+			s.send(from, n.replyPacket(&p.Header, wire.OpErr, code, 0, nil))
+			return
+		}
+		if n.limit != nil {
+			n.limit.wait(n.stop)
+		}
+		if p.Op == wire.OpGet {
+			n.ctr.gets.Add(1)
+			s.get(&p, from)
+		} else {
+			if p.Op == wire.OpPut {
+				n.ctr.puts.Add(1)
+			} else {
+				n.ctr.dels.Add(1)
+			}
+			s.write(&p, from)
+		}
+		return
+	}
+	// Node ops: a wrong epoch or a key that does not hash right is dropped.
+	if p.Epoch != 0 && p.Epoch != n.lay.Epoch() {
+		if p.Op == wire.OpPromote || p.Op == wire.OpDemote {
+			s.send(from, n.replyPacket(&p.Header, p.Op, wire.CodeStaleEpoch, 0, nil))
+		}
+		return
+	}
+	if len(p.Key) > wire.MaxKey || wire.HashKey(p.Key) != p.KeyHash {
+		if p.Op == wire.OpPromote || p.Op == wire.OpDemote {
+			s.send(from, n.replyPacket(&p.Header, p.Op, wire.CodeHashMismatch, 0, nil))
+		}
+		return
+	}
+	switch p.Op {
+	case wire.OpChainWrite:
+		s.chainWrite(&p)
+	case wire.OpChainAck:
+		s.chainAck(&p)
+	case wire.OpVerQuery:
+		s.verQuery(&p, from)
+	case wire.OpVerAnswer:
+		s.verAnswer(&p)
+	case wire.OpCopy:
+		s.copyIn(&p, from)
+	case wire.OpCopyAck:
+	case wire.OpPromote:
+		s.promote(&p, from)
+	case wire.OpDemote:
+		s.demote(&p, from)
+	}
+}
+
+// checkClient validates a client request; every rejection has its code.
+func (n *Node) checkClient(p *nodePacket) wire.Code {
+	switch {
+	case len(p.Ext) != 0:
+		return wire.CodeMalformed
+	case len(p.Key) > wire.MaxKey:
+		return wire.CodeKeyTooLarge
+	case len(p.Value) > wire.MaxValue:
+		return wire.CodeValTooLarge
+	case p.Epoch != 0 && p.Epoch != n.lay.Epoch():
+		return wire.CodeStaleEpoch
+	case wire.HashKey(p.Key) != p.KeyHash:
+		return wire.CodeHashMismatch
+	}
+	return wire.CodeOK
+}
+
+// where returns the key's partition, chain and this node's position in it.
+func (n *Node) where(h wire.KeyHash) (uint32, []wire.NodeID, int) {
+	part := n.lay.Partition(h)
+	ch := n.lay.Chain(part)
+	return part, ch, slices.Index(ch, n.id)
+}
+
+func (n *Node) promoted(h wire.KeyHash) ([]wire.NodeID, bool) {
+	n.promoMu.RLock()
+	defer n.promoMu.RUnlock()
+	ids, ok := n.promo[h]
+	return ids, ok
+}
+
+func readCode(v *version) wire.Code {
+	if v.Ver == 0 || v.Del {
+		return wire.CodeNotFound
+	}
+	return wire.CodeOK
+}
+
+// get serves a read: from the record if it is clean, from the tail's answer
+// if it is dirty, or from an extra copy for a key outside this node's chains.
+func (s *shard) get(p *nodePacket, from netip.AddrPort) {
+	n := s.n
+	part, ch, pos := n.where(p.KeyHash)
+	if pos < 0 {
+		n.extraMu.RLock()
+		c := n.extras[p.KeyHash]
+		var v version
+		ok := c != nil && string(c.key) == string(p.Key)
+		if ok {
+			v = c.v
+		}
+		n.extraMu.RUnlock()
+		if !ok {
+			n.ctr.errs.Add(1)
+			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeWrongNode, 0, nil))
+			return
+		}
+		s.send(from, n.replyPacket(&p.Header, wire.OpGetReply, readCode(&v), v.Ver, v.Val))
+		return
+	}
+	if !n.ready.Load() {
+		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
+		return
+	}
+	rec, err := n.trees[pos].getRecord(part, p.Key)
+	if err != nil {
+		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
+		return
+	}
+	if len(rec.Dirty) == 0 || pos == len(ch)-1 {
+		v := rec.Latest()
+		if pos != len(ch)-1 {
+			v = &rec.Clean
+		}
+		s.send(from, n.replyPacket(&p.Header, wire.OpGetReply, readCode(v), v.Ver, v.Val))
+		return
+	}
+	// Dirty: ask the tail which version is committed.
+	w := s.waits[p.KeyHash]
+	gw := getWaiter{from: from, h: p.Header, at: time.Now()}
+	if w == nil {
+		w = &verWait{key: slices.Clone(p.Key)}
+		s.waits[p.KeyHash] = w
+		w.covered = append(w.covered, gw)
+		s.query(w, p.KeyHash, ch[len(ch)-1], rec.Latest().Ver)
+		return
+	}
+	w.next = append(w.next, gw)
+}
+
+func (s *shard) query(w *verWait, h wire.KeyHash, tail wire.NodeID, latest uint64) {
+	n := s.n
+	w.qid = n.nextQuery.Add(1)
+	w.sent = time.Now()
+	n.ctr.verQueries.Add(1)
+	q := wire.Header{Op: wire.OpVerQuery, ReqID: w.qid, KeyHash: h, Stamp: latest, Node: n.id, Epoch: n.lay.Epoch()}
+	s.send(n.peers[tail], encodeNode(nil, &q, w.key, nil, nil))
+}
+
+// verQuery: the tail answers with its committed version and value.
+func (s *shard) verQuery(p *nodePacket, from netip.AddrPort) {
+	n := s.n
+	part, ch, pos := n.where(p.KeyHash)
+	if pos != len(ch)-1 {
+		return
+	}
+	rec, err := n.trees[pos].getRecord(part, p.Key)
+	if err != nil {
+		return
+	}
+	v := rec.Latest()
+	a := wire.Header{Op: wire.OpVerAnswer, Code: readCode(v), ReqID: p.ReqID, KeyHash: p.KeyHash, Stamp: v.Ver, Node: n.id, Load: n.load(), Epoch: n.lay.Epoch()}
+	s.send(from, encodeNode(nil, &a, p.Key, v.Val, nil))
+}
+
+func (s *shard) verAnswer(p *nodePacket) {
+	n := s.n
+	w := s.waits[p.KeyHash]
+	if w == nil || w.qid != p.ReqID {
+		return
+	}
+	for _, g := range w.covered {
+		s.send(g.from, n.replyPacket(&g.h, wire.OpGetReply, p.Code, p.Stamp, p.Value))
+	}
+	// The tail committed p.Stamp: it is clean here too.
+	part, ch, pos := n.where(p.KeyHash)
+	if pos >= 0 && p.Stamp > 0 {
+		if rec, err := n.trees[pos].getRecord(part, p.Key); err == nil {
+			cv := version{Ver: p.Stamp, Del: p.Code == wire.CodeNotFound, Val: slices.Clone(p.Value)}
+			if d := rec.find(p.Stamp); d != nil {
+				cv = *d
+			}
+			if rec.setClean(cv) {
+				n.trees[pos].putRecord(part, p.Key, &rec, false)
+			}
+			if len(rec.Dirty) == 0 {
+				// Nothing dirty any more: later waiters read the record.
+				for _, g := range w.next {
+					v := &rec.Clean
+					s.send(g.from, n.replyPacket(&g.h, wire.OpGetReply, readCode(v), v.Ver, v.Val))
+				}
+				w.next = nil
+			}
+		}
+	}
+	if len(w.next) == 0 {
+		delete(s.waits, p.KeyHash)
+		return
+	}
+	w.covered, w.next = w.next, nil
+	s.query(w, p.KeyHash, ch[len(ch)-1], p.Stamp)
+}
+
+// write is a PUT or DEL arriving at the head.
+func (s *shard) write(p *nodePacket, from netip.AddrPort) {
+	n := s.n
+	part, ch, pos := n.where(p.KeyHash)
+	if pos != 0 {
+		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeWrongNode, 0, nil))
+		return
+	}
+	if e, ok := n.dedup.get(p.ReqID, p.KeyHash); ok {
+		n.ctr.dupWrites.Add(1)
+		if wire.Code(e.Code) != wire.CodeOK {
+			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.Code(e.Code), e.Ver, nil))
+			return
+		}
+		if pw := s.pending[pendKey{p.KeyHash, e.Ver}]; pw != nil {
+			// Still in flight: send it down again, replying to the retry.
+			pw.v.Addr, pw.v.TS = from, p.Timestamp
+			s.forward(pw, ch)
+			return
+		}
+		s.send(from, n.replyPacket(&p.Header, wire.Op(e.Op).Reply(), wire.CodeOK, e.Ver, nil))
+		return
+	}
+	if !n.ready.Load() || len(s.pending) >= max(1, n.opts.MaxPending/len(n.shards)) {
+		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
+		return
+	}
+	t := n.trees[0]
+	rec, err := t.getRecord(part, p.Key)
+	if err != nil {
+		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
+		return
+	}
+	latest := rec.Latest().Ver
+	extras, promoted := n.promoted(p.KeyHash)
+	var v uint64
+	if p.Flags&wire.FlagStamped != 0 {
+		if p.Stamp <= latest {
+			n.dedup.add(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeStaleVersion), Op: uint8(p.Op)})
+			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeStaleVersion, latest, nil))
+			return
+		}
+		v = p.Stamp
+	} else {
+		if promoted {
+			n.dedup.add(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeRetry), Op: uint8(p.Op)})
+			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeRetry, latest, nil))
+			return
+		}
+		v = latest + 1
+	}
+	nv := version{Ver: v, Del: p.Op == wire.OpDel, ReqID: p.ReqID, TS: p.Timestamp, Tenant: p.Tenant, Op: uint8(p.Op), Addr: from}
+	if !nv.Del {
+		nv.Val = slices.Clone(p.Value)
+	}
+	alone := len(ch) == 1
+	if alone {
+		rec.setClean(nv)
+	} else {
+		rec.addDirty(nv)
+	}
+	entry := dedupEntry{KeyHash: p.KeyHash, Ver: v, Code: uint8(wire.CodeOK), Op: uint8(p.Op)}
+	b := t.db.NewBatch()
+	b.Set(recordKey(part, p.Key), rec.encode(), nil)
+	b.Set(dedupKey(p.ReqID), entry.encode(), nil)
+	t.writes.Add(1)
+	if err := b.Commit(pebble.Sync); err != nil {
+		b.Close()
+		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
+		return
+	}
+	b.Close()
+	if _, evict := n.dedup.add(p.ReqID, entry); len(evict) > 0 {
+		eb := t.db.NewBatch()
+		for _, id := range evict {
+			eb.Delete(dedupKey(id), nil)
+		}
+		eb.Commit(pebble.NoSync)
+		eb.Close()
+	}
+	if alone {
+		s.send(from, n.replyPacket(&p.Header, p.Op.Reply(), wire.CodeOK, v, nil))
+		if promoted {
+			s.announce(p.KeyHash, p.Key, &rec.Clean, extras)
+		}
+		return
+	}
+	pw := &pendingWrite{key: slices.Clone(p.Key), v: nv}
+	s.pending[pendKey{p.KeyHash, v}] = pw
+	s.forward(pw, ch)
+}
+
+// forward sends a pending write from the head to its successor.
+func (s *shard) forward(pw *pendingWrite, ch []wire.NodeID) {
+	n := s.n
+	h := wire.HashKey(pw.key)
+	extras, promoted := n.promoted(h)
+	pw.sent = time.Now()
+	s.send(n.peers[ch[1]], n.chainPacket(h, pw.key, &pw.v, promoted, extras))
+}
+
+func (n *Node) chainPacket(h wire.KeyHash, key []byte, v *version, promoted bool, extras []wire.NodeID) []byte {
+	hd := wire.Header{Op: wire.OpChainWrite, Tenant: v.Tenant, ReqID: v.ReqID, KeyHash: h, Stamp: v.Ver, Node: n.id, Epoch: n.lay.Epoch(), Timestamp: v.TS}
+	op := wire.Op(v.Op)
+	if op != wire.OpDel {
+		op = wire.OpPut
+	}
+	ext := (&chainExt{Op: op, Promoted: promoted, Addr: v.Addr, Extras: extras}).append(nil)
+	return encodeNode(nil, &hd, key, v.Val, ext)
+}
+
+// chainWrite: a middle member stores the version dirty and passes it on; the
+// tail commits it, replies to the requester and acks up the chain.
+func (s *shard) chainWrite(p *nodePacket) {
+	n := s.n
+	part, ch, pos := n.where(p.KeyHash)
+	if pos <= 0 {
+		return
+	}
+	ext, ok := decodeChainExt(p.Ext)
+	if !ok || len(p.Value) > wire.MaxValue {
+		return
+	}
+	nv := version{Ver: p.Stamp, Del: ext.Op == wire.OpDel, ReqID: p.ReqID, TS: p.Timestamp, Tenant: p.Tenant, Op: uint8(ext.Op), Addr: ext.Addr}
+	if !nv.Del {
+		nv.Val = slices.Clone(p.Value)
+	}
+	t := n.trees[pos]
+	rec, err := t.getRecord(part, p.Key)
+	if err != nil {
+		return
+	}
+	if pos < len(ch)-1 {
+		if rec.addDirty(nv) {
+			if err := t.putRecord(part, p.Key, &rec, true); err != nil {
+				return // not stored: the head retransmits
+			}
+		}
+		s.send(n.peers[ch[pos+1]], n.chainPacket(p.KeyHash, p.Key, &nv, ext.Promoted, ext.Extras))
+		return
+	}
+	// Tail.
+	if rec.setClean(nv) {
+		if err := t.putRecord(part, p.Key, &rec, true); err != nil {
+			return
+		}
+	}
+	req := wire.Header{Op: ext.Op, Tenant: p.Tenant, ReqID: p.ReqID, KeyHash: p.KeyHash, Timestamp: p.Timestamp}
+	s.send(ext.Addr, n.replyPacket(&req, ext.Op.Reply(), wire.CodeOK, nv.Ver, nil))
+	if ext.Promoted {
+		s.announce(p.KeyHash, p.Key, &rec.Clean, ext.Extras)
+	}
+	ack := wire.Header{Op: wire.OpChainAck, KeyHash: p.KeyHash, Stamp: nv.Ver, Node: n.id, Epoch: n.lay.Epoch()}
+	s.send(n.peers[ch[pos-1]], encodeNode(nil, &ack, p.Key, nil, nil))
+}
+
+// announce tells the data plane that the tail committed v (VSB with the
+// tail's id) and pushes v to the key's extra copies.
+func (s *shard) announce(h wire.KeyHash, key []byte, v *version, extras []wire.NodeID) {
+	n := s.n
+	_, ch, _ := n.where(h)
+	if n.dp.IsValid() {
+		vsb := wire.Header{Op: wire.OpVSB, KeyHash: h, Stamp: v.Ver, Node: ch[len(ch)-1], Load: n.load(), Epoch: n.lay.Epoch()}
+		s.send(n.dp, encodeNode(nil, &vsb, nil, nil, nil))
+	}
+	for _, id := range extras {
+		s.send(n.peers[id], n.copyPacket(h, key, v))
+	}
+}
+
+func (n *Node) copyPacket(h wire.KeyHash, key []byte, v *version) []byte {
+	c := wire.Header{Op: wire.OpCopy, Code: readCode(v), KeyHash: h, Stamp: v.Ver, Node: n.id, Epoch: n.lay.Epoch()}
+	if v.Ver == 0 {
+		c.Code = wire.CodeNotFound
+	}
+	return encodeNode(nil, &c, key, v.Val, nil)
+}
+
+// chainAck: the tail committed a version; members mark it clean.
+func (s *shard) chainAck(p *nodePacket) {
+	n := s.n
+	part, ch, pos := n.where(p.KeyHash)
+	if pos < 0 || pos >= len(ch)-1 {
+		return
+	}
+	t := n.trees[pos]
+	rec, err := t.getRecord(part, p.Key)
+	if err != nil {
+		return
+	}
+	if rec.commit(p.Stamp) {
+		t.putRecord(part, p.Key, &rec, false)
+	}
+	if pos > 0 {
+		ack := wire.Header{Op: wire.OpChainAck, KeyHash: p.KeyHash, Stamp: p.Stamp, Node: n.id, Epoch: n.lay.Epoch()}
+		s.send(n.peers[ch[pos-1]], encodeNode(nil, &ack, p.Key, nil, nil))
+		return
+	}
+	delete(s.pending, pendKey{p.KeyHash, p.Stamp})
+	if extras, ok := n.promoted(p.KeyHash); ok && len(rec.Dirty) == 0 && rec.Clean.Ver > 0 {
+		// Covers writes forwarded before the promotion, which the tail
+		// did not announce.
+		s.announce(p.KeyHash, p.Key, &rec.Clean, extras)
+	}
+}
+
+// housekeep retransmits unacknowledged writes and re-asks lost version
+// queries.
+func (s *shard) housekeep() {
+	n := s.n
+	now := time.Now()
+	for k, pw := range s.pending {
+		if now.Sub(pw.sent) < n.opts.RetransmitAfter {
+			continue
+		}
+		_, ch, pos := n.where(k.h)
+		if pos != 0 || len(ch) < 2 {
+			delete(s.pending, k)
+			continue
+		}
+		n.ctr.retransmits.Add(1)
+		s.forward(pw, ch)
+	}
+	for h, w := range s.waits {
+		if now.Sub(w.sent) < n.opts.RetransmitAfter {
+			continue
+		}
+		keep := func(g getWaiter) bool { return now.Sub(g.at) > time.Second }
+		w.covered = slices.DeleteFunc(append(w.covered, w.next...), keep)
+		w.next = nil
+		if len(w.covered) == 0 {
+			delete(s.waits, h)
+			continue
+		}
+		_, ch, _ := n.where(h)
+		s.query(w, h, ch[len(ch)-1], 0)
+	}
+}

@@ -1,0 +1,220 @@
+// Package cluster is an in-process netdir cluster for tests, demos and
+// benchmarks: N storage nodes on 127.0.0.1, each optionally behind a
+// fault-injecting UDP proxy (loss, duplication, reordering, delay) that
+// carries all of the node's traffic (clients' and peers'), with node crash
+// and restart.
+//
+// Node i (0-based) has id i+1. The layout's node addresses are the proxies'
+// when proxies are on, so faults hit chain traffic too. A data plane (the
+// model package's software switch) can be placed in front by setting
+// Options.DataPlane to its address and giving clients that address as their
+// service.
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/storagenode"
+	"github.com/netdir/netdir/storagenode/layout"
+	"github.com/netdir/netdir/wire"
+)
+
+// Options size a cluster.
+type Options struct {
+	N             int  // nodes (default 3)
+	R             int  // chain length (default min(3, N))
+	PartitionBits uint // default 4: small clusters need few partitions
+	Epoch         uint32
+	Dir           string // data root (required; tests pass t.TempDir())
+	Proxy         bool   // put a fault-injecting proxy in front of every node
+	Faults        Faults // initial faults when Proxy is on
+	Seed          uint64 // seeds the proxies' randomness
+	DataPlane     string // address nodes send VSBs to (optional)
+	// Node adjusts each node's options before it starts (optional).
+	Node func(*storagenode.Options)
+}
+
+// Cluster is a running in-process cluster.
+type Cluster struct {
+	Layout  *layout.Map
+	opts    Options
+	mu      sync.Mutex
+	nodes   []*storagenode.Node
+	listen  []netip.AddrPort
+	proxies []*Proxy
+}
+
+// Start starts the cluster and waits until every node serves.
+func Start(o Options) (*Cluster, error) {
+	if o.N <= 0 {
+		o.N = 3
+	}
+	if o.R <= 0 {
+		o.R = min(3, o.N)
+	}
+	if o.PartitionBits == 0 {
+		o.PartitionBits = 4
+	}
+	if o.Dir == "" {
+		return nil, errors.New("cluster: no data directory")
+	}
+	c := &Cluster{opts: o, nodes: make([]*storagenode.Node, o.N), listen: make([]netip.AddrPort, o.N)}
+	cfg := layout.Config{Epoch: o.Epoch, PartitionBits: o.PartitionBits, Replicas: o.R, DataPlane: o.DataPlane}
+	for i := range o.N {
+		a, err := freePort()
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.listen[i] = a
+		addr := a
+		if o.Proxy {
+			p, err := NewProxy(o.Seed*1000 + uint64(i))
+			if err != nil {
+				c.Close()
+				return nil, err
+			}
+			p.SetUpstream(a)
+			p.SetFaults(o.Faults)
+			c.proxies = append(c.proxies, p)
+			addr = p.Addr()
+		}
+		cfg.Nodes = append(cfg.Nodes, layout.Node{ID: wire.NodeID(i + 1), Addr: addr.String()})
+	}
+	m, err := layout.New(cfg)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.Layout = m
+	for i := range o.N {
+		if err := c.start(i); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	for _, n := range c.nodes {
+		if !n.WaitReady(30 * time.Second) {
+			c.Close()
+			return nil, fmt.Errorf("cluster: node %d not ready", n.ID())
+		}
+	}
+	return c, nil
+}
+
+func freePort() (netip.AddrPort, error) {
+	l, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	a := l.LocalAddr().(*net.UDPAddr).AddrPort()
+	l.Close()
+	return a, nil
+}
+
+func (c *Cluster) start(i int) error {
+	so := storagenode.Options{
+		ID: wire.NodeID(i + 1), Dir: filepath.Join(c.opts.Dir, fmt.Sprintf("node-%d", i+1)),
+		Layout: c.Layout, Listen: c.listen[i].String(),
+		Workers: 4, CacheBytes: 8 << 20, MemTableBytes: 4 << 20,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+	}
+	if c.opts.Node != nil {
+		c.opts.Node(&so)
+	}
+	var n *storagenode.Node
+	var err error
+	for try := 0; try < 50; try++ { // the port may linger briefly after a crash
+		if n, err = storagenode.Start(so); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.nodes[i] = n
+	c.mu.Unlock()
+	return nil
+}
+
+// Node is node i (id i+1), nil while crashed.
+func (c *Cluster) Node(i int) *storagenode.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[i]
+}
+
+// N is the node count.
+func (c *Cluster) N() int { return len(c.nodes) }
+
+// Proxy is node i's proxy, nil without proxies.
+func (c *Cluster) Proxy(i int) *Proxy {
+	if i < len(c.proxies) {
+		return c.proxies[i]
+	}
+	return nil
+}
+
+// SetFaults changes every proxy's faults.
+func (c *Cluster) SetFaults(f Faults) {
+	for _, p := range c.proxies {
+		p.SetFaults(f)
+	}
+}
+
+// Crash stops node i abruptly: its socket closes at once and nothing more
+// is processed. (In process, Pebble's already-synced WAL is what survives;
+// the kill -9 test covers a real SIGKILL.)
+func (c *Cluster) Crash(i int) error {
+	c.mu.Lock()
+	n := c.nodes[i]
+	c.nodes[i] = nil
+	c.mu.Unlock()
+	if n == nil {
+		return nil
+	}
+	return n.Close()
+}
+
+// Restart starts a crashed node i on its data directory and waits until it
+// has caught up and serves.
+func (c *Cluster) Restart(i int) error {
+	if c.Node(i) != nil {
+		return fmt.Errorf("cluster: node %d is running", i+1)
+	}
+	if err := c.start(i); err != nil {
+		return err
+	}
+	if !c.Node(i).WaitReady(30 * time.Second) {
+		return fmt.Errorf("cluster: node %d not ready after restart", i+1)
+	}
+	return nil
+}
+
+// Client makes a client of the cluster; o.Layout is filled in, and with no
+// Service the client talks to the nodes (through their proxies) directly.
+func (c *Cluster) Client(o client.Options) (*client.Client, error) {
+	o.Layout = c.Layout
+	return client.New(o)
+}
+
+// Close stops every node and proxy.
+func (c *Cluster) Close() {
+	for i := range c.nodes {
+		c.Crash(i)
+	}
+	for _, p := range c.proxies {
+		p.Close()
+	}
+}

@@ -1,0 +1,251 @@
+package storagenode
+
+import (
+	"bytes"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/netdir/netdir/wire"
+)
+
+// Recovery: before serving reads, a node catches up with its chains. For
+// every partition it holds, it pulls the clean versions of the partition
+// from a live chain neighbour (its predecessor, or its successor for the
+// head) with OpSync/OpSyncData, cursor by cursor, and merges by version.
+// Dirty versions are not pulled: the head retransmits every uncommitted
+// write until the tail acks it. A neighbour that does not answer is taken
+// as down for the rest of the recovery and the next member is tried; if no
+// member answers, nothing can have committed on the chain without this node
+// (a write is acknowledged only after every member stores it), so the
+// partition is already caught up.
+const (
+	syncChunkBytes = 24 << 10
+	syncChunkKeys  = 256
+	syncParallel   = 8
+	syncTries      = 3
+	syncTryTimeout = 150 * time.Millisecond
+	syncServeLimit = 4
+)
+
+var syncServeSem = make(chan struct{}, syncServeLimit)
+
+func (n *Node) recover() {
+	defer n.wg.Done()
+	defer func() {
+		n.ready.Store(true)
+		n.wg.Add(1)
+		go n.reannounce()
+	}()
+	type job struct {
+		part  uint32
+		pos   int
+		cands []wire.NodeID
+	}
+	var jobs []job
+	for p := 0; p < n.lay.Partitions(); p++ {
+		ch := n.lay.Chain(uint32(p))
+		pos := n.lay.Position(uint32(p), n.id)
+		if pos < 0 || len(ch) < 2 {
+			continue
+		}
+		var cands []wire.NodeID
+		if pos > 0 {
+			cands = append(cands, ch[pos-1])
+		}
+		for i, id := range ch {
+			if i != pos && (pos == 0 || i != pos-1) {
+				cands = append(cands, id)
+			}
+		}
+		jobs = append(jobs, job{uint32(p), pos, cands})
+	}
+	var mu sync.Mutex
+	dead := map[wire.NodeID]bool{}
+	next := 0
+	var wg sync.WaitGroup
+	for range syncParallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if next >= len(jobs) {
+					mu.Unlock()
+					return
+				}
+				j := jobs[next]
+				next++
+				mu.Unlock()
+				for _, c := range j.cands {
+					mu.Lock()
+					d := dead[c]
+					mu.Unlock()
+					if d {
+						continue
+					}
+					if n.syncPartition(j.part, j.pos, c) {
+						break
+					}
+					select {
+					case <-n.stop:
+						return
+					default:
+					}
+					mu.Lock()
+					dead[c] = true
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// syncPartition pulls partition part from peer; false if the peer did not
+// answer.
+func (n *Node) syncPartition(part uint32, pos int, peer wire.NodeID) bool {
+	var cursor []byte
+	for {
+		id := n.nextQuery.Add(1)
+		ch := make(chan *nodePacket, 1)
+		n.syncMu.Lock()
+		n.syncWait[id] = ch
+		n.syncMu.Unlock()
+		req := wire.Header{Op: wire.OpSync, ReqID: id, Stamp: uint64(part), Node: n.id, Epoch: n.lay.Epoch()}
+		pkt := encodeNode(nil, &req, cursor, nil, nil)
+		var got *nodePacket
+		for try := 0; try < syncTries && got == nil; try++ {
+			n.sendNow(n.peers[peer], pkt)
+			t := time.NewTimer(syncTryTimeout)
+			select {
+			case got = <-ch:
+			case <-t.C:
+			case <-n.stop:
+			}
+			t.Stop()
+			if n.closing.Load() {
+				break
+			}
+		}
+		n.syncMu.Lock()
+		delete(n.syncWait, id)
+		n.syncMu.Unlock()
+		if got == nil {
+			return false
+		}
+		recs, more, ok := decodeSyncData(got.Ext)
+		if !ok {
+			return false
+		}
+		var wg sync.WaitGroup
+		for _, r := range recs {
+			h := wire.HashKey(r.Key)
+			if n.lay.Partition(h) != part || len(r.Key) > wire.MaxKey {
+				continue
+			}
+			wg.Add(1)
+			r := r
+			s := n.shardOf(h)
+			fn := func() {
+				defer wg.Done()
+				t := n.trees[pos]
+				rec, err := t.getRecord(part, r.Key)
+				if err != nil {
+					return
+				}
+				if rec.setClean(r.V) {
+					n.ctr.syncKeys.Add(1)
+					t.putRecord(part, r.Key, &rec, false)
+				}
+			}
+			select {
+			case s.ch <- item{fn: fn}:
+			case <-n.stop:
+				wg.Done()
+			}
+		}
+		wg.Wait()
+		if !more || len(recs) == 0 {
+			return true
+		}
+		cursor = recs[len(recs)-1].Key
+	}
+}
+
+func (n *Node) deliverSync(b []byte) {
+	var q nodePacket
+	if decodeAny(append([]byte(nil), b...), &q) != nil {
+		return
+	}
+	n.syncMu.Lock()
+	ch := n.syncWait[q.ReqID]
+	n.syncMu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- &q:
+		default:
+		}
+	}
+}
+
+// serveSync answers one OpSync with the next chunk of the partition.
+func (n *Node) serveSync(b []byte, from netip.AddrPort) {
+	var p nodePacket
+	if decodeAny(b, &p) != nil || p.Stamp >= uint64(n.lay.Partitions()) {
+		return
+	}
+	part := uint32(p.Stamp)
+	pos := n.lay.Position(part, n.id)
+	if pos < 0 {
+		return
+	}
+	select {
+	case syncServeSem <- struct{}{}:
+	default:
+		return // busy: the requester retries
+	}
+	hdr := p.Header
+	cursor := append([]byte(nil), p.Key...)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer func() { <-syncServeSem }()
+		if n.closing.Load() {
+			return
+		}
+		lo, hi := partitionBounds(part)
+		if len(cursor) > 0 {
+			lo = append(recordKey(part, cursor), 0)
+		}
+		it, err := n.trees[pos].db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return
+		}
+		defer it.Close()
+		var body []byte
+		count := 0
+		more := false
+		for it.First(); it.Valid(); it.Next() {
+			if count >= syncChunkKeys || len(body) >= syncChunkBytes {
+				more = true
+				break
+			}
+			rec, err := decodeRecord(bytes.Clone(it.Value()))
+			if err != nil || rec.Clean.Ver == 0 {
+				continue
+			}
+			body = appendSyncRecord(body, it.Key()[5:], &rec.Clean)
+			count++
+		}
+		ext := []byte{0, byte(count >> 8), byte(count)}
+		if more {
+			ext[0] = 1
+		}
+		ext = append(ext, body...)
+		r := wire.Header{Op: wire.OpSyncData, ReqID: hdr.ReqID, Stamp: hdr.Stamp, Node: n.id, Epoch: n.lay.Epoch()}
+		n.sendNow(from, encodeNode(nil, &r, nil, nil, ext))
+	}()
+}

@@ -1,0 +1,273 @@
+package storagenode
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/ipv4"
+
+	"github.com/netdir/netdir/wire"
+)
+
+const (
+	readBatch  = 32
+	writeBatch = 32
+	rxBufLen   = 64 << 10
+	smallBuf   = 2048
+)
+
+var smallPool = sync.Pool{New: func() any { b := make([]byte, smallBuf); return &b }}
+
+// item is one unit of a shard's queue: a packet, or a task to run on the
+// shard (recovery merges), so that everything touching a key is serial.
+type item struct {
+	b    []byte
+	pool *[]byte
+	from netip.AddrPort
+	fn   func()
+}
+
+type pendKey struct {
+	h wire.KeyHash
+	v uint64
+}
+
+// pendingWrite is a write the head forwarded and the tail has not acked.
+type pendingWrite struct {
+	key  []byte
+	v    version
+	sent time.Time
+}
+
+type getWaiter struct {
+	from netip.AddrPort
+	h    wire.Header
+	at   time.Time
+}
+
+// verWait is the read of a dirty key waiting for the tail: waiters covered
+// by the query in flight, and those that arrived after it was sent (which
+// need a new query, since the answer may predate their invocation).
+type verWait struct {
+	key     []byte
+	qid     uint64
+	sent    time.Time
+	covered []getWaiter
+	next    []getWaiter
+}
+
+type shard struct {
+	n       *Node
+	idx     int
+	ch      chan item
+	pending map[pendKey]*pendingWrite
+	waits   map[wire.KeyHash]*verWait
+	pc      *ipv4.PacketConn
+	out     []ipv4.Message
+	npend   atomic.Int64 // len(pending), for Stats
+}
+
+func newShard(n *Node, i int) *shard {
+	return &shard{
+		n: n, idx: i, ch: make(chan item, n.opts.QueueLen),
+		pending: make(map[pendKey]*pendingWrite),
+		waits:   make(map[wire.KeyHash]*verWait),
+		pc:      ipv4.NewPacketConn(n.conn),
+	}
+}
+
+func (s *shard) run() {
+	defer s.n.wg.Done()
+	tick := time.NewTicker(s.n.opts.RetransmitAfter / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case it := <-s.ch:
+			s.do(it)
+			for i := 0; i < 64; i++ {
+				select {
+				case it := <-s.ch:
+					s.do(it)
+					continue
+				default:
+				}
+				break
+			}
+			s.flush()
+			s.npend.Store(int64(len(s.pending)))
+		case <-tick.C:
+			s.housekeep()
+			s.flush()
+			s.npend.Store(int64(len(s.pending)))
+		case <-s.n.stop:
+			return
+		}
+	}
+}
+
+func (s *shard) do(it item) {
+	if it.fn != nil {
+		it.fn()
+		return
+	}
+	s.handle(it.b, it.from)
+	if it.pool != nil {
+		smallPool.Put(it.pool)
+	}
+}
+
+// send queues a packet for the shard's next batched write.
+func (s *shard) send(to netip.AddrPort, b []byte) {
+	if !to.IsValid() {
+		return
+	}
+	s.out = append(s.out, ipv4.Message{Buffers: [][]byte{b}, Addr: net.UDPAddrFromAddrPort(to)})
+	if len(s.out) >= writeBatch {
+		s.flush()
+	}
+}
+
+func (s *shard) flush() {
+	for len(s.out) > 0 {
+		k, err := s.pc.WriteBatch(s.out, 0)
+		if err != nil || k <= 0 {
+			// Fall back to single writes; a failed send is a lost packet.
+			for _, m := range s.out {
+				s.n.conn.WriteToUDPAddrPort(m.Buffers[0], m.Addr.(*net.UDPAddr).AddrPort())
+			}
+			s.n.ctr.txPackets.Add(uint64(len(s.out)))
+			break
+		}
+		s.n.ctr.txPackets.Add(uint64(k))
+		s.out = s.out[k:]
+	}
+	s.out = s.out[:0]
+}
+
+// sendNow writes one packet immediately (reader and background goroutines).
+func (n *Node) sendNow(to netip.AddrPort, b []byte) {
+	if !to.IsValid() {
+		return
+	}
+	n.conn.WriteToUDPAddrPort(b, to)
+	n.ctr.txPackets.Add(1)
+}
+
+func (n *Node) readLoop() {
+	defer n.wg.Done()
+	pc := ipv4.NewPacketConn(n.conn)
+	msgs := make([]ipv4.Message, readBatch)
+	for i := range msgs {
+		msgs[i].Buffers = [][]byte{make([]byte, rxBufLen)}
+	}
+	for {
+		k, err := pc.ReadBatch(msgs, 0)
+		if err != nil {
+			if n.closing.Load() {
+				return
+			}
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		n.ctr.rxPackets.Add(uint64(k))
+		for i := 0; i < k; i++ {
+			ua, ok := msgs[i].Addr.(*net.UDPAddr)
+			if !ok {
+				continue
+			}
+			from := ua.AddrPort()
+			from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+			n.dispatch(msgs[i].Buffers[0][:msgs[i].N], from)
+		}
+	}
+}
+
+// dispatch routes one received packet: to its key's shard, or, for
+// recovery and stats traffic, to the goroutines that serve those.
+func (n *Node) dispatch(b []byte, from netip.AddrPort) {
+	if len(b) < wire.HeaderLen || binary.BigEndian.Uint16(b[wire.OffMagic:]) != wire.Magic || b[wire.OffVersion] != wire.Version {
+		return // not netdir traffic: nothing to answer
+	}
+	op := wire.Op(b[wire.OffOp])
+	switch op {
+	case wire.OpGet, wire.OpPut, wire.OpDel,
+		wire.OpChainWrite, wire.OpChainAck, wire.OpVerQuery, wire.OpVerAnswer,
+		wire.OpCopy, wire.OpCopyAck, wire.OpPromote, wire.OpDemote:
+	case wire.OpSync:
+		n.serveSync(b, from)
+		return
+	case wire.OpSyncData:
+		n.deliverSync(b)
+		return
+	case wire.OpStats:
+		n.serveStats(b, from)
+		return
+	case wire.OpVSB, wire.OpGetReply, wire.OpPutReply, wire.OpDelReply, wire.OpErr:
+		return // never answer replies
+	default:
+		n.ctr.errs.Add(1)
+		n.sendNow(from, n.errPacket(b, wire.CodeUnknownOp, 0))
+		return
+	}
+	var h wire.KeyHash
+	copy(h[:], b[wire.OffKeyHash:])
+	s := n.shardOf(h)
+	it := item{from: from}
+	if len(b) <= smallBuf {
+		p := smallPool.Get().(*[]byte)
+		it.pool = p
+		it.b = (*p)[:len(b)]
+	} else {
+		it.b = make([]byte, len(b))
+	}
+	copy(it.b, b)
+	select {
+	case s.ch <- it:
+	default:
+		if it.pool != nil {
+			smallPool.Put(it.pool)
+		}
+		n.ctr.queueFull.Add(1)
+		if op == wire.OpGet || op == wire.OpPut || op == wire.OpDel {
+			n.sendNow(from, n.errPacket(b, wire.CodeQueueFull, 0))
+		}
+		// Node ops are dropped: their senders retransmit.
+	}
+}
+
+// errPacket builds an ERR reply to the request in b (at least a header).
+func (n *Node) errPacket(b []byte, code wire.Code, stamp uint64) []byte {
+	var h wire.Header
+	if h.DecodeHeader(b) != nil {
+		return nil
+	}
+	return n.replyPacket(&h, wire.OpErr, code, stamp, nil)
+}
+
+// replyPacket builds a reply to request header h: the request id, KeyHash,
+// tenant and timestamp echoed; this node's id and load.
+func (n *Node) replyPacket(h *wire.Header, op wire.Op, code wire.Code, stamp uint64, val []byte) []byte {
+	r := wire.Header{
+		Op: op, Flags: h.Flags &^ wire.FlagStamped, Code: code, Tenant: h.Tenant, ReqID: h.ReqID,
+		KeyHash: h.KeyHash, Stamp: stamp, Node: n.id, Load: n.load(), Epoch: n.lay.Epoch(),
+		Timestamp: h.Timestamp,
+	}
+	return encodeNode(make([]byte, 0, wire.PrefixLen+len(val)), &r, nil, val, nil)
+}
+
+func (n *Node) serveStats(b []byte, from netip.AddrPort) {
+	var h wire.Header
+	if h.DecodeHeader(b) != nil {
+		return
+	}
+	js, _ := json.Marshal(n.Stats())
+	if len(js) > wire.MaxValue {
+		js = js[:0]
+	}
+	n.sendNow(from, n.replyPacket(&h, wire.OpStats, wire.CodeOK, 0, js))
+}
