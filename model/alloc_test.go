@@ -39,8 +39,11 @@ func newLoadgen(t testing.TB, s *Switch, batch int) *loadgen {
 }
 
 // sendBatch sends one batch of GETs with fresh request ids.
-func (g *loadgen) sendBatch() {
-	for _, p := range g.pkts {
+func (g *loadgen) sendBatch() { g.send(len(g.pkts)) }
+
+// send sends n <= batch GETs with fresh request ids.
+func (g *loadgen) send(n int) {
+	for _, p := range g.pkts[:n] {
 		g.next++
 		binary.BigEndian.PutUint64(p[wire.OffReqID:], g.next)
 		g.tx.add(p, g.to)

@@ -93,6 +93,13 @@ func (s *Switch) ResetSketch() {
 	s.dir.ResetSketch()
 }
 
+// Partitions is the partition count P.
+func (s *Switch) Partitions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dir.Partitions()
+}
+
 // DirectoryConfig is the directory's configuration with defaults filled in.
 func (s *Switch) DirectoryConfig() directory.Config {
 	s.mu.Lock()

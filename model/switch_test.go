@@ -272,3 +272,44 @@ func TestRingChain(t *testing.T) {
 		}
 	}
 }
+
+// TestIPv6 runs a request and its reply through a switch on [::1].
+func TestIPv6(t *testing.T) {
+	node, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	defer node.Close()
+	cl, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	s := start(t, Config{Listen: "[::1]:0", Directory: directory.Config{PartitionBits: 1},
+		Nodes: []Node{{ID: 1, Addr: node.LocalAddr().(*net.UDPAddr).AddrPort()}}})
+	for p := uint32(0); p < 2; p++ {
+		if err := s.SetPartition(p, []wire.NodeID{1}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.AddNode(Node{ID: 2, Addr: netip.MustParseAddrPort("127.0.0.1:7501")}); err == nil {
+		t.Error("an IPv6 switch accepted an IPv4 node")
+	}
+	send(t, cl, s.Addr(), encode(t, get("apple", 9)))
+	req, from := recv(t, node)
+	if from != s.Addr() || header(t, req).Node != 1 {
+		t.Fatalf("node got %x from %s", req, from)
+	}
+	rep := reply(t, req, wire.CodeOK)
+	send(t, node, s.Addr(), rep)
+	if got, _ := recv(t, cl); !bytes.Equal(got, rep) {
+		t.Fatalf("client got %x, want %x", got, rep)
+	}
+	// The node's address is a storage port on IPv6 too.
+	vsb := encode(t, wire.Packet{Header: wire.Header{Op: wire.OpVSB, KeyHash: wire.HashKey([]byte("apple"))}, Key: []byte("apple")})
+	send(t, node, s.Addr(), vsb)
+	waitReceived(t, s, 3)
+	if dc, _ := s.Counters(); dc.Drops[directory.ReasonVSBNotCached] != 1 {
+		t.Fatalf("drops %v: want the node's VSB refused as not cached, not on its port", dc.Drops)
+	}
+}
