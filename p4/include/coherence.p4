@@ -1,0 +1,72 @@
+// netdir: coherence state per directory slot, for v1model (BMv2). The TNA
+// program has the same control with RegisterActions (p4/tna/coherence.p4).
+//
+// Registers, indexed by slot:
+//   ver_next  the last version stamped on a write (bit<64>)
+//   ver_done  the last version seen complete at the tail (bit<64>)
+//   fresh     bit i: LocationList member i may serve reads of ver_done
+//
+// One command per packet (meta.coh_cmd), as directory/process.go does:
+//   COH_READ      GET hit: read fresh.
+//   COH_STAMP     PUT/DEL hit: ver_next += 1 (the stamp), fresh = the chain.
+//   COH_COMPLETE  PUT/DEL reply with code OK, or a VSB from the tail:
+//                 if v > ver_done: ver_done = v, ver_next = max(ver_next, v),
+//                 fresh = the chain.
+//   COH_EXTRA     VSB from an extra copy: set its fresh bit only if
+//                 ver_next == ver_done (no write pending) and v == ver_done;
+//                 otherwise report REASON_VSB_PENDING or REASON_VSB_VERSION.
+//
+// P4Runtime cannot read or write registers on BMv2/PI: the controller never
+// needs to (promotion seeds them by a VSB from the tail); tests read them
+// over BMv2's Thrift API (p4/bmv2test).
+#ifndef NETDIR_COHERENCE_P4
+#define NETDIR_COHERENCE_P4
+
+#include "headers.p4"
+
+control Coherence(in headers_t hdr, inout local_meta_t meta) {
+    register<version_t>(NETDIR_SLOTS) ver_next;
+    register<version_t>(NETDIR_SLOTS) ver_done;
+    register<bit<32>>(NETDIR_SLOTS) fresh;
+
+    apply {
+        bit<32> s = (bit<32>)meta.slot;
+        version_t vn;
+        version_t vd;
+        bit<32> f;
+        meta.coh_reason = REASON_NONE;
+        if (meta.coh_cmd == COH_READ) {
+            fresh.read(f, s);
+            meta.fresh = f;
+        } else if (meta.coh_cmd == COH_STAMP) {
+            ver_next.read(vn, s);
+            vn = vn + 1;
+            ver_next.write(s, vn);
+            fresh.write(s, meta.chain_mask);
+            meta.coh_version = vn;
+        } else if (meta.coh_cmd == COH_COMPLETE) {
+            ver_done.read(vd, s);
+            if (hdr.netdir.stamp > vd) {
+                ver_done.write(s, hdr.netdir.stamp);
+                ver_next.read(vn, s);
+                if (hdr.netdir.stamp > vn) {
+                    ver_next.write(s, hdr.netdir.stamp);
+                }
+                fresh.write(s, meta.chain_mask);
+            }
+        } else if (meta.coh_cmd == COH_EXTRA) {
+            ver_next.read(vn, s);
+            ver_done.read(vd, s);
+            if (vn != vd) {
+                meta.coh_reason = REASON_VSB_PENDING;
+            } else if (hdr.netdir.stamp != vd) {
+                meta.coh_reason = REASON_VSB_VERSION;
+            } else {
+                fresh.read(f, s);
+                fresh.write(s, f | meta.vsb_bit);
+            }
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,121 @@
+// netdir: constants and types shared by the v1model (BMv2) and TNA (Tofino)
+// programs. Every number here mirrors a constant of the Go contract:
+// wire/wire.go (header, ops, flags, codes) and directory/directory.go
+// (sizes, drop reasons). Change them together.
+#ifndef NETDIR_DEFINES_P4
+#define NETDIR_DEFINES_P4
+
+// ---- Capacities (see p4/README.md, "Resources") ----
+#ifndef NETDIR_SLOTS
+#define NETDIR_SLOTS 4096           // directory entries D (contract: >= 4096)
+#endif
+#ifndef NETDIR_PARTITIONS
+#define NETDIR_PARTITIONS 1024      // partition table entries P (contract default 1024)
+#endif
+#define NETDIR_MAX_NODES 4096       // node ids below this are learnt (directory.Config.MaxNodes)
+#define NETDIR_BUCKETS 32           // directory.Buckets
+#define NETDIR_MAX_LOCS 32          // directory.MaxLocations
+#define NETDIR_MAX_CHAIN 8          // directory.MaxChain
+#define NETDIR_SKETCH_COLS 1024     // directory.SketchCols (4 rows, directory.SketchRows)
+#define NETDIR_SCORE_ENTRIES 4096   // fine-score ranges: 2*sqrt(Window) entries, Window <= ~4 ms
+#define NETDIR_ROUTES 1024
+#define NETDIR_L2 1024
+#define NETDIR_PORTS 512
+
+// Table sizes derived from the capacities.
+#define NETDIR_PART_BUCKETS (NETDIR_PARTITIONS * NETDIR_BUCKETS)
+#define NETDIR_SLOT_BUCKETS (NETDIR_SLOTS * NETDIR_BUCKETS)
+#define NETDIR_SLOT_CHAIN   (NETDIR_SLOTS * NETDIR_MAX_CHAIN)
+#define NETDIR_SLOT_MEMBERS (NETDIR_SLOTS * NETDIR_MAX_LOCS)
+
+// ---- Types ----
+typedef bit<9>   port_t;        // v1model and TNA both use 9-bit ports
+typedef bit<16>  node_t;        // wire.NodeID
+typedef bit<16>  slot_t;        // directory slot index
+typedef bit<20>  partition_t;   // up to 20 partition bits (directory.Config.PartitionBits)
+typedef bit<5>   bucket_t;      // reqid & 31, (reqid >> 8) & 31
+typedef bit<5>   loc_t;         // LocationList index 0..31
+typedef bit<3>   chain_idx_t;   // chain index 0..7
+typedef bit<4>   chain_len_t;   // R: 1..8
+typedef bit<6>   loc_len_t;     // N: 1..32
+typedef bit<64>  version_t;     // VersionStamp
+typedef bit<128> keyhash_t;     // wire.KeyHash
+
+// ---- wire/ ----
+const bit<16> NETDIR_UDP_PORT = 7420;   // wire.ServicePort
+const bit<16> NETDIR_MAGIC    = 0x4E44; // wire.Magic
+const bit<8>  NETDIR_VERSION  = 1;      // wire.Version
+
+const bit<8> OP_GET       = 0x01;
+const bit<8> OP_PUT       = 0x02;
+const bit<8> OP_DEL       = 0x03;
+const bit<8> OP_VSB       = 0x04;
+const bit<8> OP_GET_REPLY = 0x81;
+const bit<8> OP_PUT_REPLY = 0x82;
+const bit<8> OP_DEL_REPLY = 0x83;
+const bit<8> OP_ERR       = 0xff;
+const bit<8> OP_NODE_MIN  = 0x20;       // OpChainWrite
+const bit<8> OP_NODE_MAX  = 0x3f;       // node ops, including the reserved ones (wire.Op.IsNodeOp)
+
+const bit<8> FLAG_STALE_OK = 0x01;
+const bit<8> FLAG_STAMPED  = 0x02;
+const bit<8> FLAG_HIT      = 0x04;
+const bit<8> FLAGS_CLEAR   = 0xf9;      // ~(FLAG_STAMPED | FLAG_HIT)
+
+const bit<8> CODE_OK = 0;
+
+// ---- directory.Reason: the index of the `drops` counter ----
+const bit<8> REASON_NONE           = 0;
+const bit<8> REASON_SHORT          = 1;
+const bit<8> REASON_MAGIC          = 2;
+const bit<8> REASON_VERSION        = 3;
+const bit<8> REASON_UNKNOWN_OP     = 4;
+const bit<8> REASON_NO_ROUTE       = 5;
+const bit<8> REASON_VSB_PORT       = 6;
+const bit<8> REASON_VSB_NOT_CACHED = 7;
+const bit<8> REASON_VSB_NOT_MEMBER = 8;
+const bit<8> REASON_VSB_PENDING    = 9;
+const bit<8> REASON_VSB_VERSION    = 10;
+// P4-only reason, past the contract's list: a forward target with no
+// node_addr entry (the controller did not install the node's address).
+const bit<8> REASON_NO_NODE_ADDR   = 11;
+#define NETDIR_NUM_REASONS 16
+
+// ---- Index of the `events` counter (directory.Counters) ----
+const bit<8> EVENT_HIT   = 0;
+const bit<8> EVENT_MISS  = 1;
+const bit<8> EVENT_REPLY = 2;
+const bit<8> EVENT_VSB   = 3;
+const bit<8> EVENT_PASS  = 4;
+#define NETDIR_NUM_EVENTS 8
+// directory.Counters.Switched is its own counter (`switched`, index 0): a
+// GET can be a hit and a switch, and Tofino counts each counter once.
+
+// ---- The packet replication engine group that receives accepted VSBs ----
+const bit<16> VSB_MCAST_GROUP = 1;
+
+// ---- Op classes (metadata) ----
+const bit<3> CLASS_OTHER   = 0; // unknown op: dropped
+const bit<3> CLASS_GET     = 1;
+const bit<3> CLASS_WRITE   = 2; // PUT, DEL
+const bit<3> CLASS_REPLY   = 3; // GET reply, ERR
+const bit<3> CLASS_WREPLY  = 4; // PUT reply, DEL reply
+const bit<3> CLASS_VSB     = 5;
+const bit<3> CLASS_NODE_OP = 6; // passed unchanged
+
+// ---- Outcome of the netdir pipeline (directory.Action) ----
+const bit<3> OUT_DROP      = 0;
+const bit<3> OUT_FORWARD   = 1;
+const bit<3> OUT_TO_CLIENT = 2;
+const bit<3> OUT_MULTICAST = 3;
+const bit<3> OUT_PASS      = 4;
+const bit<3> OUT_L2L3      = 5; // not netdir traffic
+
+// ---- Coherence commands (one per packet) ----
+const bit<3> COH_NONE     = 0;
+const bit<3> COH_READ     = 1; // GET hit: read the fresh bitmap
+const bit<3> COH_STAMP    = 2; // PUT/DEL hit: ver_next += 1, fresh = chain
+const bit<3> COH_COMPLETE = 3; // write reply or tail VSB: complete(v)
+const bit<3> COH_EXTRA    = 4; // extra's VSB: set its fresh bit if no write pending
+
+#endif

@@ -1,0 +1,72 @@
+// netdir: the directory, hot keys only (Pegasus). An exact match on the
+// 128-bit KeyHash gives the key's slot, its LocationList length N, its chain
+// length R and its chain head. The rest of the slot lives in the tables of
+// split.p4 (bucket tables, chain), vsb_filter.p4 (members) and the registers
+// of coherence.p4 (ver_next, ver_done, fresh), all indexed by the slot.
+#ifndef NETDIR_DIRECTORY_P4
+#define NETDIR_DIRECTORY_P4
+
+#include "headers.p4"
+
+control Directory(in headers_t hdr, inout local_meta_t meta) {
+    action hit(slot_t slot, loc_len_t n, chain_len_t r, node_t head) {
+        meta.slot_hit = true;
+        meta.slot = slot;
+        meta.slot_n = n;
+        meta.slot_r = r;
+        meta.slot_head = head;
+    }
+
+    action miss() {
+        meta.slot_hit = false;
+    }
+
+    table slots {
+        key = {
+            hdr.netdir.keyhash: exact @name("keyhash");
+        }
+        actions = {
+            hit;
+            @defaultonly miss;
+        }
+        const default_action = miss();
+        size = NETDIR_SLOTS;
+    }
+
+    // The chain's fresh bits, (1 << R) - 1, by lookup: Tofino has no shift by
+    // a run-time amount.
+    action set_chain_mask(bit<32> mask) {
+        meta.chain_mask = mask;
+    }
+
+    @hidden
+    table chain_masks {
+        key = {
+            meta.slot_r: exact;
+        }
+        actions = {
+            set_chain_mask;
+        }
+        const default_action = set_chain_mask(0);
+        const entries = {
+            1: set_chain_mask(0x01);
+            2: set_chain_mask(0x03);
+            3: set_chain_mask(0x07);
+            4: set_chain_mask(0x0f);
+            5: set_chain_mask(0x1f);
+            6: set_chain_mask(0x3f);
+            7: set_chain_mask(0x7f);
+            8: set_chain_mask(0xff);
+        }
+        size = 16;
+    }
+
+    apply {
+        meta.chain_mask = 0;
+        if (slots.apply().hit) {
+            chain_masks.apply();
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,133 @@
+// netdir: packet headers and the pipeline's local metadata.
+#ifndef NETDIR_HEADERS_P4
+#define NETDIR_HEADERS_P4
+
+#include "defines.p4"
+
+header ethernet_t {
+    bit<48> dst_addr;
+    bit<48> src_addr;
+    bit<16> ether_type;
+}
+
+header ipv4_t {
+    bit<4>  version;
+    bit<4>  ihl;
+    bit<6>  dscp;
+    bit<2>  ecn;
+    bit<16> total_len;
+    bit<16> identification;
+    bit<3>  flags;
+    bit<13> frag_offset;
+    bit<8>  ttl;
+    bit<8>  protocol;
+    bit<16> hdr_checksum;
+    bit<32> src_addr;
+    bit<32> dst_addr;
+}
+
+header udp_t {
+    bit<16> sport;
+    bit<16> dport;
+    bit<16> len;
+    bit<16> checksum;
+}
+
+// The fixed 56-byte netdir header, exactly as wire/wire.go documents it, in
+// network byte order. The key and value lengths (offset 56) and the key and
+// value stay in the payload: no data plane parses them.
+header netdir_t {
+    bit<16>   magic;      //  0
+    bit<8>    version;    //  2
+    bit<8>    op;         //  3
+    bit<8>    flags;      //  4
+    bit<8>    code;       //  5
+    bit<16>   tenant;     //  6
+    bit<64>   reqid;      //  8
+    keyhash_t keyhash;    // 16
+    version_t stamp;      // 32
+    node_t    node;       // 40
+    bit<16>   load;       // 42
+    bit<32>   epoch;      // 44
+    bit<64>   timestamp;  // 48
+}
+
+struct headers_t {
+    ethernet_t ethernet;
+    ipv4_t     ipv4;
+    udp_t      udp;
+    netdir_t   netdir;
+}
+
+// Everything the netdir controls pass to each other. Architecture-neutral:
+// the top-level programs copy the outcome (egress_port, mcast_grp, drop)
+// into their intrinsic metadata.
+struct local_meta_t {
+    // parser
+    bool        is_netdir;      // UDP from or to NETDIR_UDP_PORT
+    bool        short_pkt;      // UDP payload shorter than the 56-byte header
+    // clock, in ns
+    bit<64>     now;
+    // classification
+    bit<3>      op_class;
+    // partition
+    bool        part_hit;
+    partition_t partition;
+    chain_len_t part_r;
+    node_t      part_head;
+    chain_idx_t pa_idx;         // partition bucket reqid & 31
+    node_t      pa_node;
+    chain_idx_t pb_idx;         // partition bucket (reqid >> 8) & 31
+    node_t      pb_node;
+    // directory slot
+    bool        slot_hit;
+    slot_t      slot;
+    loc_len_t   slot_n;
+    chain_len_t slot_r;
+    node_t      slot_head;
+    bit<32>     chain_mask;     // (1 << R) - 1: the chain's fresh bits
+    loc_t       sa_idx;         // slot bucket reqid & 31
+    node_t      sa_node;
+    bit<32>     sa_bit;         // 1 << sa_idx
+    loc_t       sb_idx;         // slot bucket (reqid >> 8) & 31
+    node_t      sb_node;
+    bit<32>     sb_bit;
+    // coherence
+    bit<3>      coh_cmd;
+    bit<32>     fresh;          // COH_READ result
+    version_t   coh_version;    // COH_STAMP result
+    bit<8>      coh_reason;     // COH_EXTRA result (REASON_NONE when accepted)
+    loc_t       vsb_idx;        // the VSB sender's LocationList index
+    bit<32>     vsb_bit;        // 1 << vsb_idx
+    bool        vsb_member;
+    bool        from_storage;   // ingress port is a storage node's
+    // fine score (HATS section 4.3) between candidates a and b
+    node_t      cand_a;
+    node_t      cand_b;
+    bit<64>     lat_a;
+    bit<64>     lat_b;
+    bit<16>     load_a;
+    bit<16>     load_b;
+    bit<32>     lat_a_key;      // latency clamped to 32 bits, the score tables' key
+    bit<32>     lat_b_key;
+    bit<32>     quota_a;        // Window / latency
+    bit<32>     quota_b;
+    bool        pick_b;
+    // outcome
+    bit<3>      out;
+    bit<8>      reason;
+    node_t      target;
+    chain_idx_t fallback_idx;   // partition bucket index mod the slot's R
+    port_t      egress_port;
+    bit<16>     mcast_grp;
+    bool        drop;
+    bool        rewritten;      // netdir header or addresses changed: fix the UDP checksum
+    // TNA only (incremental UDP checksum, 32-bit coherence and latency)
+    bit<16>     udp_residual;
+    bool        udp_csum_update;
+    bit<32>     stamp32;
+    bit<32>     sample32;
+    bit<32>     lat_new;
+}
+
+#endif

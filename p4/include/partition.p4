@@ -1,0 +1,103 @@
+// netdir: the partition table, which covers every key. The partition is the
+// top PartitionBits of the KeyHash (wire.KeyHash.Partition); an LPM on the
+// top 20 bits realises any PartitionBits up to 20 in one table: partition p of
+// b bits is the prefix p << (20 - b) of length b. The action gives the
+// partition id, the chain length R and the chain head.
+//
+// Each partition's split weights are a bucket table of 32 entries, each a
+// chain index, installed as exact entries (partition, bucket) -> (index,
+// node). The first candidate's bucket is reqid & 31, the second's (reqid >> 8)
+// & 31 (package wire). There are two copies of the bucket table, buckets_a and
+// buckets_b, with the same entries: a table is applied once per packet.
+#ifndef NETDIR_PARTITION_P4
+#define NETDIR_PARTITION_P4
+
+#include "headers.p4"
+
+control Partition(in headers_t hdr, inout local_meta_t meta) {
+    action set_partition(partition_t id, chain_len_t r, node_t head) {
+        meta.part_hit = true;
+        meta.partition = id;
+        meta.part_r = r;
+        meta.part_head = head;
+    }
+
+    action no_route() {
+        meta.part_hit = false;
+    }
+
+    table partitions {
+        key = {
+            hdr.netdir.keyhash[127:108]: lpm @name("hash_top20");
+        }
+        actions = {
+            set_partition;
+            @defaultonly no_route;
+        }
+        const default_action = no_route();
+        size = NETDIR_PARTITIONS;
+    }
+
+    action set_chain_a(chain_idx_t index, node_t node) {
+        meta.pa_idx = index;
+        meta.pa_node = node;
+    }
+
+    action head_a() {
+        meta.pa_idx = 0;
+        meta.pa_node = meta.part_head;
+    }
+
+    table buckets_a {
+        key = {
+            meta.partition: exact @name("partition");
+            hdr.netdir.reqid[4:0]: exact @name("bucket");
+        }
+        actions = {
+            set_chain_a;
+            @defaultonly head_a;
+        }
+        const default_action = head_a();
+        size = NETDIR_PART_BUCKETS;
+    }
+
+    action set_chain_b(chain_idx_t index, node_t node) {
+        meta.pb_idx = index;
+        meta.pb_node = node;
+    }
+
+    action head_b() {
+        meta.pb_idx = 0;
+        meta.pb_node = meta.part_head;
+    }
+
+    table buckets_b {
+        key = {
+            meta.partition: exact @name("partition");
+            hdr.netdir.reqid[12:8]: exact @name("bucket");
+        }
+        actions = {
+            set_chain_b;
+            @defaultonly head_b;
+        }
+        const default_action = head_b();
+        size = NETDIR_PART_BUCKETS;
+    }
+
+    apply {
+        meta.part_hit = false;
+        meta.partition = 0;
+        meta.part_r = 0;
+        meta.part_head = 0;
+        meta.pa_idx = 0;
+        meta.pa_node = 0;
+        meta.pb_idx = 0;
+        meta.pb_node = 0;
+        if (partitions.apply().hit) {
+            buckets_a.apply();
+            buckets_b.apply();
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,260 @@
+// netdir: the directory contract as one ingress control, shared by the
+// v1model and TNA programs. It reproduces directory.Directory.Process
+// (directory/process.go) for ModeToR and PolicyNetdir; the shared vector suite
+// (testdata/vectors) holds it to the Go core on BMv2 (p4/bmv2test).
+//
+// Before including this file, a top-level program defines the architecture's
+// Coherence and NodeStats controls and the NETDIR_COUNTER/NETDIR_COUNT macros.
+// Every table, counter and register is used at most once per packet, as
+// Tofino requires.
+//
+// Counters (indexed, packets; read over P4Runtime):
+//   events    index EVENT_HIT, EVENT_MISS, EVENT_REPLY, EVENT_VSB, EVENT_PASS
+//   switched  index 0: the fine score (or freshness) picked candidate b
+//   drops     index directory.Reason (1..10), plus REASON_NO_NODE_ADDR (11)
+#ifndef NETDIR_PIPELINE_P4
+#define NETDIR_PIPELINE_P4
+
+#include "headers.p4"
+#include "directory.p4"
+#include "partition.p4"
+#include "split.p4"
+#include "hot_keys.p4"
+#include "vsb_filter.p4"
+#include "fine_score.p4"
+#include "node_addr.p4"
+#include "forwarding.p4"
+
+control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingress_port) {
+    Directory() directory;
+    Partition() partition;
+    SlotSplit() split;
+    ChainFallback() fallback;
+    Coherence() coherence;
+    VsbFilter() vsb_filter;
+    NodeStats() node_stats;
+    FineScore() fine_score;
+    NodeAddr() node_addr;
+    Forwarding() forwarding;
+    HotKeys() hot_keys;
+
+    NETDIR_COUNTER(events, NETDIR_NUM_EVENTS);
+    NETDIR_COUNTER(switched, 1);
+    NETDIR_COUNTER(drops, NETDIR_NUM_REASONS);
+
+    apply {
+        meta.op_class = CLASS_OTHER;
+        meta.out = OUT_L2L3;
+        meta.reason = REASON_NONE;
+        meta.drop = false;
+        meta.rewritten = false;
+        meta.mcast_grp = 0;
+        meta.egress_port = 0;
+        meta.coh_cmd = COH_NONE;
+        meta.coh_reason = REASON_NONE;
+        meta.coh_version = 0;
+        meta.fresh = 0;
+        meta.slot_hit = false;
+        meta.part_hit = false;
+        meta.from_storage = false;
+        meta.vsb_member = false;
+        meta.pick_b = false;
+        meta.target = 0;
+        meta.cand_a = 0;
+        meta.cand_b = 0;
+        bool finer = false;
+        bool learn = false;
+        bool count_switched = false;
+        bool count_event = false;
+        bit<8> event = 0;
+        bool slot_counted = false;
+        bool sketch_counted = false;
+
+        // 1. Parse checks and op class, in directory.Process's order.
+        if (meta.is_netdir) {
+            if (meta.short_pkt || !hdr.netdir.isValid()) {
+                meta.reason = REASON_SHORT;
+            } else if (hdr.netdir.magic != NETDIR_MAGIC) {
+                meta.reason = REASON_MAGIC;
+            } else if (hdr.netdir.version != NETDIR_VERSION) {
+                meta.reason = REASON_VERSION;
+            } else if (hdr.netdir.op == OP_GET) {
+                meta.op_class = CLASS_GET;
+            } else if (hdr.netdir.op == OP_PUT || hdr.netdir.op == OP_DEL) {
+                meta.op_class = CLASS_WRITE;
+            } else if (hdr.netdir.op == OP_GET_REPLY || hdr.netdir.op == OP_ERR) {
+                meta.op_class = CLASS_REPLY;
+            } else if (hdr.netdir.op == OP_PUT_REPLY || hdr.netdir.op == OP_DEL_REPLY) {
+                meta.op_class = CLASS_WREPLY;
+            } else if (hdr.netdir.op == OP_VSB) {
+                meta.op_class = CLASS_VSB;
+            } else if (hdr.netdir.op >= OP_NODE_MIN && hdr.netdir.op <= OP_NODE_MAX) {
+                meta.op_class = CLASS_NODE_OP;
+            } else {
+                meta.reason = REASON_UNKNOWN_OP;
+            }
+        }
+
+        // 2. Lookups: directory, partition, VSB admission.
+        if (meta.op_class != CLASS_OTHER && meta.op_class != CLASS_NODE_OP) {
+            directory.apply(hdr, meta);
+            if (meta.op_class == CLASS_GET || meta.op_class == CLASS_WRITE) {
+                partition.apply(hdr, meta);
+            }
+            if (meta.op_class == CLASS_VSB) {
+                vsb_filter.apply(hdr, meta, ingress_port);
+            }
+        }
+
+        // 3. What the coherence state must do, and the drops decided so far.
+        if (meta.op_class == CLASS_GET) {
+            if (meta.slot_hit) {
+                meta.coh_cmd = COH_READ;
+                split.apply(hdr, meta);
+            } else if (!meta.part_hit) {
+                meta.reason = REASON_NO_ROUTE;
+            }
+        } else if (meta.op_class == CLASS_WRITE) {
+            if (meta.slot_hit) {
+                meta.coh_cmd = COH_STAMP;
+            } else if (!meta.part_hit) {
+                meta.reason = REASON_NO_ROUTE;
+            }
+        } else if (meta.op_class == CLASS_WREPLY) {
+            if (meta.slot_hit && hdr.netdir.code == CODE_OK) {
+                meta.coh_cmd = COH_COMPLETE;
+            }
+        } else if (meta.op_class == CLASS_VSB) {
+            loc_t tail = (loc_t)(meta.slot_r - 1);
+            if (!meta.from_storage) {
+                meta.reason = REASON_VSB_PORT;
+            } else if (!meta.slot_hit) {
+                meta.reason = REASON_VSB_NOT_CACHED;
+            } else if (!meta.vsb_member || meta.vsb_idx < tail) {
+                meta.reason = REASON_VSB_NOT_MEMBER;
+            } else if (meta.vsb_idx == tail) {
+                meta.coh_cmd = COH_COMPLETE; // the tail announces a commit
+            } else {
+                meta.coh_cmd = COH_EXTRA;
+            }
+        }
+        if (meta.coh_cmd != COH_NONE) {
+            coherence.apply(hdr, meta);
+            if (meta.coh_reason != REASON_NONE) {
+                meta.reason = meta.coh_reason;
+            }
+        }
+
+        // 4. The verdict.
+        if (meta.reason != REASON_NONE) {
+            meta.out = OUT_DROP;
+        } else if (meta.op_class == CLASS_GET) {
+            meta.out = OUT_FORWARD;
+            count_event = true;
+            if (meta.slot_hit) {
+                event = EVENT_HIT;
+                slot_counted = true;
+                bool a_ok = (meta.fresh & meta.sa_bit) != 0;
+                bool b_ok = (meta.fresh & meta.sb_bit) != 0;
+                if (a_ok && b_ok) {
+                    if (meta.sa_idx == meta.sb_idx) {
+                        meta.target = meta.sa_node;
+                    } else {
+                        finer = true;
+                        meta.cand_a = meta.sa_node;
+                        meta.cand_b = meta.sb_node;
+                    }
+                } else if (a_ok) {
+                    meta.target = meta.sa_node;
+                } else if (b_ok) {
+                    meta.target = meta.sb_node;
+                    count_switched = true;
+                } else {
+                    // Neither candidate may serve: the chain always may (CRAQ).
+                    fallback.apply(hdr, meta);
+                }
+                hdr.netdir.flags = (hdr.netdir.flags & FLAGS_CLEAR) | FLAG_HIT;
+            } else {
+                event = EVENT_MISS;
+                sketch_counted = true;
+                if (meta.pa_idx == meta.pb_idx) {
+                    meta.target = meta.pa_node;
+                } else {
+                    finer = true;
+                    meta.cand_a = meta.pa_node;
+                    meta.cand_b = meta.pb_node;
+                }
+                hdr.netdir.flags = hdr.netdir.flags & FLAGS_CLEAR;
+            }
+        } else if (meta.op_class == CLASS_WRITE) {
+            meta.out = OUT_FORWARD;
+            count_event = true;
+            if (meta.slot_hit) {
+                event = EVENT_HIT;
+                slot_counted = true;
+                meta.target = meta.slot_head;
+                hdr.netdir.stamp = meta.coh_version;
+                hdr.netdir.flags = (hdr.netdir.flags & FLAGS_CLEAR) | FLAG_STAMPED | FLAG_HIT;
+            } else {
+                event = EVENT_MISS;
+                sketch_counted = true;
+                meta.target = meta.part_head;
+                hdr.netdir.stamp = 0; // only a data plane stamps; the head assigns the version
+                hdr.netdir.flags = hdr.netdir.flags & FLAGS_CLEAR;
+            }
+        } else if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY) {
+            meta.out = OUT_TO_CLIENT;
+            count_event = true;
+            event = EVENT_REPLY;
+            learn = true;
+        } else if (meta.op_class == CLASS_VSB) {
+            meta.out = OUT_MULTICAST;
+            count_event = true;
+            event = EVENT_VSB;
+            meta.mcast_grp = VSB_MCAST_GROUP;
+        } else if (meta.op_class == CLASS_NODE_OP) {
+            meta.out = OUT_PASS;
+            count_event = true;
+            event = EVENT_PASS;
+        }
+
+        // 5. Node stats: learn from a reply, or read two candidates.
+        if (learn || finer) {
+            node_stats.apply(hdr, meta, learn);
+        }
+        if (finer) {
+            fine_score.apply(meta);
+            if (meta.pick_b) {
+                meta.target = meta.cand_b;
+                count_switched = true;
+            } else {
+                meta.target = meta.cand_a;
+            }
+        }
+
+        // 6. Send it.
+        if (meta.out == OUT_FORWARD) {
+            hdr.netdir.node = meta.target;
+            hdr.netdir.timestamp = meta.now;
+            meta.rewritten = true;
+            node_addr.apply(hdr, meta);
+        } else if (meta.out == OUT_TO_CLIENT || meta.out == OUT_PASS || meta.out == OUT_L2L3) {
+            forwarding.apply(hdr, meta);
+        }
+
+        // 7. Count.
+        hot_keys.apply(hdr, meta, slot_counted, sketch_counted);
+        if (count_event) {
+            NETDIR_COUNT(events, event);
+        }
+        if (count_switched) {
+            NETDIR_COUNT(switched, 0);
+        }
+        if (meta.reason != REASON_NONE) {
+            NETDIR_COUNT(drops, meta.reason);
+            meta.drop = true;
+        }
+    }
+}
+
+#endif

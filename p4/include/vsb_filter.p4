@@ -1,0 +1,114 @@
+// netdir: VSB admission. A version-stamp broadcast is accepted only if it
+// entered on a storage node's port (storage_ports, exact on the ingress
+// port; the controller installs one entry per storage-facing port) and its
+// sender is in the key's LocationList (members, exact (slot, node) -> the
+// node's LocationList index). The version rules are in coherence.p4.
+#ifndef NETDIR_VSB_FILTER_P4
+#define NETDIR_VSB_FILTER_P4
+
+#include "headers.p4"
+
+control VsbFilter(in headers_t hdr, inout local_meta_t meta, in port_t ingress_port) {
+    action storage_port() {
+        meta.from_storage = true;
+    }
+
+    table storage_ports {
+        key = {
+            ingress_port: exact @name("ingress_port");
+        }
+        actions = {
+            storage_port;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = NETDIR_PORTS;
+    }
+
+    action member(loc_t index) {
+        meta.vsb_member = true;
+        meta.vsb_idx = index;
+    }
+
+    action not_member() {
+        meta.vsb_member = false;
+        meta.vsb_idx = 0;
+    }
+
+    table members {
+        key = {
+            meta.slot: exact @name("slot");
+            hdr.netdir.node: exact @name("node");
+        }
+        actions = {
+            member;
+            @defaultonly not_member;
+        }
+        const default_action = not_member();
+        size = NETDIR_SLOT_MEMBERS;
+    }
+
+    action set_vsb_bit(bit<32> b) {
+        meta.vsb_bit = b;
+    }
+
+    @hidden
+    table vsb_bits {
+        key = {
+            meta.vsb_idx: exact;
+        }
+        actions = {
+            set_vsb_bit;
+        }
+        const default_action = set_vsb_bit(0);
+        const entries = {
+            0: set_vsb_bit(32w0x1);
+            1: set_vsb_bit(32w0x2);
+            2: set_vsb_bit(32w0x4);
+            3: set_vsb_bit(32w0x8);
+            4: set_vsb_bit(32w0x10);
+            5: set_vsb_bit(32w0x20);
+            6: set_vsb_bit(32w0x40);
+            7: set_vsb_bit(32w0x80);
+            8: set_vsb_bit(32w0x100);
+            9: set_vsb_bit(32w0x200);
+            10: set_vsb_bit(32w0x400);
+            11: set_vsb_bit(32w0x800);
+            12: set_vsb_bit(32w0x1000);
+            13: set_vsb_bit(32w0x2000);
+            14: set_vsb_bit(32w0x4000);
+            15: set_vsb_bit(32w0x8000);
+            16: set_vsb_bit(32w0x10000);
+            17: set_vsb_bit(32w0x20000);
+            18: set_vsb_bit(32w0x40000);
+            19: set_vsb_bit(32w0x80000);
+            20: set_vsb_bit(32w0x100000);
+            21: set_vsb_bit(32w0x200000);
+            22: set_vsb_bit(32w0x400000);
+            23: set_vsb_bit(32w0x800000);
+            24: set_vsb_bit(32w0x1000000);
+            25: set_vsb_bit(32w0x2000000);
+            26: set_vsb_bit(32w0x4000000);
+            27: set_vsb_bit(32w0x8000000);
+            28: set_vsb_bit(32w0x10000000);
+            29: set_vsb_bit(32w0x20000000);
+            30: set_vsb_bit(32w0x40000000);
+            31: set_vsb_bit(32w0x80000000);
+        }
+        size = 32;
+    }
+
+    apply {
+        meta.from_storage = false;
+        meta.vsb_member = false;
+        meta.vsb_idx = 0;
+        meta.vsb_bit = 0;
+        storage_ports.apply();
+        if (meta.slot_hit) {
+            members.apply();
+            vsb_bits.apply();
+        }
+    }
+}
+
+#endif

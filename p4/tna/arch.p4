@@ -1,0 +1,20 @@
+// netdir: TNA spellings of the externs that the shared controls use, and the
+// parser hooks for the incremental UDP checksum.
+#ifndef NETDIR_TNA_ARCH_P4
+#define NETDIR_TNA_ARCH_P4
+
+#define NETDIR_COUNTER(name, size) Counter<bit<32>, bit<32>>(size, CounterType_t.PACKETS) name
+#define NETDIR_COUNT(name, index) name.count((bit<32>)(index))
+
+// The pipeline may rewrite: IPv4 destination, UDP destination port, netdir
+// flags (with code, one 16-bit word), stamp, node and timestamp. Subtract
+// them and the old checksum; what is left (pseudo-header, unchanged fields,
+// key and value) is the residual the deparser adds back.
+#define NETDIR_PARSER_DECLS Checksum() udp_csum;
+#define NETDIR_PARSER_NETDIR_HOOK \
+        udp_csum.subtract({ hdr.ipv4.dst_addr, hdr.udp.dport, hdr.udp.checksum, \
+                            hdr.netdir.flags, hdr.netdir.code, hdr.netdir.stamp, \
+                            hdr.netdir.node, hdr.netdir.timestamp }); \
+        udp_csum.subtract_all_and_deposit(meta.udp_residual);
+
+#endif

@@ -1,0 +1,131 @@
+// netdir for Tofino (TNA). NOT COMPILED in this repository: there is no Intel
+// P4 Studio (bf-p4c) here. It has been type-checked only as far as
+// p4/README.md says. Build with P4 Studio's compiler:
+//
+//   bf-p4c --target tofino --arch tna -o p4/build/tna \
+//       --p4runtime-files p4/build/tna/netdir.p4info.txtpb p4/tna/netdir.p4
+//
+// The directory logic is shared with the BMv2 program
+// (p4/include/pipeline.p4). This file adds the TNA parser (port metadata,
+// checksum residual), Coherence and NodeStats written with RegisterActions
+// (p4/tna/coherence.p4, p4/tna/node_stats.p4), the MAC timestamp as the
+// clock, and the deparser checksums. Everything happens in ingress; egress
+// is bypassed.
+#include <core.p4>
+#include <tna.p4>
+
+#include "arch.p4"
+#include "../include/defines.p4"
+#include "../include/headers.p4"
+#include "../include/parser.p4"
+#include "coherence.p4"
+#include "node_stats.p4"
+#include "../include/pipeline.p4"
+
+struct egress_headers_t {
+}
+
+struct egress_meta_t {
+}
+
+parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out local_meta_t meta,
+                           out ingress_intrinsic_metadata_t ig_intr_md) {
+    NetdirParser() netdir_parser;
+
+    state start {
+        pkt.extract(ig_intr_md);
+        pkt.advance(PORT_METADATA_SIZE);
+        meta = {
+            is_netdir = false, short_pkt = false, now = 0, op_class = 0,
+            part_hit = false, partition = 0, part_r = 0, part_head = 0,
+            pa_idx = 0, pa_node = 0, pb_idx = 0, pb_node = 0,
+            slot_hit = false, slot = 0, slot_n = 0, slot_r = 0, slot_head = 0,
+            chain_mask = 0, sa_idx = 0, sa_node = 0, sa_bit = 0,
+            sb_idx = 0, sb_node = 0, sb_bit = 0,
+            coh_cmd = 0, fresh = 0, coh_version = 0, coh_reason = 0,
+            vsb_idx = 0, vsb_bit = 0, vsb_member = false, from_storage = false,
+            cand_a = 0, cand_b = 0, lat_a = 0, lat_b = 0, load_a = 0, load_b = 0,
+            lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, pick_b = false,
+            out = 0, reason = 0, target = 0, fallback_idx = 0, egress_port = 0,
+            mcast_grp = 0, drop = false, rewritten = false,
+            udp_residual = 0, udp_csum_update = false, stamp32 = 0, sample32 = 0, lat_new = 0
+        };
+        netdir_parser.apply(pkt, hdr, meta);
+        transition accept;
+    }
+}
+
+control NetdirIngress(inout headers_t hdr, inout local_meta_t meta,
+                      in ingress_intrinsic_metadata_t ig_intr_md,
+                      in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
+                      inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
+                      inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
+    NetdirPipe() netdir;
+
+    apply {
+        meta.now = (bit<64>)ig_intr_md.ingress_mac_tstamp; // ns
+        netdir.apply(hdr, meta, ig_intr_md.ingress_port);
+        meta.udp_csum_update = meta.rewritten && hdr.udp.checksum != 0;
+        if (meta.drop) {
+            ig_dprsr_md.drop_ctl = 1;
+        } else if (meta.mcast_grp != 0) {
+            ig_tm_md.mcast_grp_a = meta.mcast_grp;
+        } else {
+            ig_tm_md.ucast_egress_port = meta.egress_port;
+        }
+        ig_tm_md.bypass_egress = 1;
+    }
+}
+
+control NetdirIngressDeparser(packet_out pkt, inout headers_t hdr, in local_meta_t meta,
+                              in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {
+    Checksum() ipv4_csum;
+    Checksum() udp_csum;
+
+    apply {
+        if (hdr.ipv4.isValid()) {
+            hdr.ipv4.hdr_checksum = ipv4_csum.update({
+                hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn,
+                hdr.ipv4.total_len, hdr.ipv4.identification, hdr.ipv4.flags,
+                hdr.ipv4.frag_offset, hdr.ipv4.ttl, hdr.ipv4.protocol,
+                hdr.ipv4.src_addr, hdr.ipv4.dst_addr });
+        }
+        if (meta.udp_csum_update) {
+            // Add back the rewritten fields to the residual from the parser.
+            hdr.udp.checksum = udp_csum.update({
+                hdr.ipv4.dst_addr, hdr.udp.dport,
+                hdr.netdir.flags, hdr.netdir.code, hdr.netdir.stamp,
+                hdr.netdir.node, hdr.netdir.timestamp,
+                meta.udp_residual });
+        }
+        pkt.emit(hdr);
+    }
+}
+
+parser NetdirEgressParser(packet_in pkt, out egress_headers_t hdr, out egress_meta_t meta,
+                          out egress_intrinsic_metadata_t eg_intr_md) {
+    state start {
+        pkt.extract(eg_intr_md);
+        transition accept;
+    }
+}
+
+control NetdirEgress(inout egress_headers_t hdr, inout egress_meta_t meta,
+                     in egress_intrinsic_metadata_t eg_intr_md,
+                     in egress_intrinsic_metadata_from_parser_t eg_prsr_md,
+                     inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md,
+                     inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {
+    apply { }
+}
+
+control NetdirEgressDeparser(packet_out pkt, inout egress_headers_t hdr, in egress_meta_t meta,
+                             in egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
+    apply {
+        pkt.emit(hdr);
+    }
+}
+
+Pipeline(NetdirIngressParser(), NetdirIngress(), NetdirIngressDeparser(),
+         NetdirEgressParser(), NetdirEgress(), NetdirEgressDeparser()) pipe;
+
+Switch(pipe) main;

@@ -1,0 +1,88 @@
+// netdir: per-node load and latency for the fine score on Tofino (TNA).
+//
+// Tofino accesses a register once per packet, and a GET reads two candidates,
+// so each value is kept twice (latency_a/latency_b, load_a/load_b): a reply
+// writes both copies, a GET reads candidate a from the first and b from the
+// second. Tofino's stateful ALU has no shift, so the latency EWMA is the Lpf
+// extern (a per-node low-pass filter in sample mode; the controller sets its
+// time constant to the contract's weight 0.5); its output is clamped to >= 1
+// and stored in both copies. This approximates v1model's exact
+// (old + sample) >> 1 (p4/include/node_stats.p4); the vector suite holds the
+// exact form on BMv2 only. Times are the low 32 bits of ns timestamps: a
+// sample is taken when ts != 0 and 0 <= now - ts < 2^31 (about 2.1 s).
+#ifndef NETDIR_TNA_NODE_STATS_P4
+#define NETDIR_TNA_NODE_STATS_P4
+
+control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
+    Lpf<bit<32>, bit<16>>(NETDIR_MAX_NODES) latency_lpf;
+    Register<bit<32>, bit<16>>(NETDIR_MAX_NODES, 0) latency_a;
+    Register<bit<32>, bit<16>>(NETDIR_MAX_NODES, 0) latency_b;
+    Register<bit<16>, bit<16>>(NETDIR_MAX_NODES, 0) load_a;
+    Register<bit<16>, bit<16>>(NETDIR_MAX_NODES, 0) load_b;
+
+    RegisterAction<bit<32>, bit<16>, bit<32>>(latency_a) lat_a_write = {
+        void apply(inout bit<32> value) {
+            value = meta.lat_new;
+        }
+    };
+    RegisterAction<bit<32>, bit<16>, bit<32>>(latency_a) lat_a_read = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = value;
+        }
+    };
+    RegisterAction<bit<32>, bit<16>, bit<32>>(latency_b) lat_b_write = {
+        void apply(inout bit<32> value) {
+            value = meta.lat_new;
+        }
+    };
+    RegisterAction<bit<32>, bit<16>, bit<32>>(latency_b) lat_b_read = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            rv = value;
+        }
+    };
+    RegisterAction<bit<16>, bit<16>, bit<16>>(load_a) load_a_write = {
+        void apply(inout bit<16> value) {
+            value = hdr.netdir.load;
+        }
+    };
+    RegisterAction<bit<16>, bit<16>, bit<16>>(load_a) load_a_read = {
+        void apply(inout bit<16> value, out bit<16> rv) {
+            rv = value;
+        }
+    };
+    RegisterAction<bit<16>, bit<16>, bit<16>>(load_b) load_b_write = {
+        void apply(inout bit<16> value) {
+            value = hdr.netdir.load;
+        }
+    };
+    RegisterAction<bit<16>, bit<16>, bit<16>>(load_b) load_b_read = {
+        void apply(inout bit<16> value, out bit<16> rv) {
+            rv = value;
+        }
+    };
+
+    apply {
+        if (learn) {
+            if (hdr.netdir.node < NETDIR_MAX_NODES) {
+                load_a_write.execute(hdr.netdir.node);
+                load_b_write.execute(hdr.netdir.node);
+                meta.sample32 = meta.now[31:0] - hdr.netdir.timestamp[31:0];
+                if (hdr.netdir.timestamp != 0 && meta.sample32[31:31] == 0) {
+                    meta.lat_new = latency_lpf.execute(meta.sample32, hdr.netdir.node);
+                    if (meta.lat_new == 0) {
+                        meta.lat_new = 1;
+                    }
+                    lat_a_write.execute(hdr.netdir.node);
+                    lat_b_write.execute(hdr.netdir.node);
+                }
+            }
+        } else {
+            meta.lat_a = (bit<64>)lat_a_read.execute(meta.cand_a);
+            meta.lat_b = (bit<64>)lat_b_read.execute(meta.cand_b);
+            meta.load_a = load_a_read.execute(meta.cand_a);
+            meta.load_b = load_b_read.execute(meta.cand_b);
+        }
+    }
+}
+
+#endif
