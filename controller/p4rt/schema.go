@@ -120,10 +120,15 @@ func Uint(v uint64) []byte {
 	return Canonical(new(big.Int).SetUint64(v).FillBytes(make([]byte, 8)))
 }
 
-// Match is one field of a table key, by field name.
+// Match is one field of a table key, by field name. Its kind is the field's
+// in the P4Info: exact uses Value; lpm Value and PrefixLen; ternary Value
+// and Mask; range Value (low) and High.
 type Match struct {
-	Field string
-	Value []byte // exact value
+	Field     string
+	Value     []byte
+	PrefixLen int32
+	Mask      []byte
+	High      []byte
 }
 
 // Param is one action parameter, by name.
@@ -145,14 +150,11 @@ func (s *Schema) Entry(table string, match []Match, action string, params ...Par
 		if f == nil {
 			return nil, fmt.Errorf("p4rt: table %q has no match field %q", table, m.Field)
 		}
-		v := Canonical(m.Value)
-		if err := fits(v, f.GetBitwidth(), table+"."+m.Field); err != nil {
+		fm, err := fieldMatch(f, m, table)
+		if err != nil {
 			return nil, err
 		}
-		te.Match = append(te.Match, &p4.FieldMatch{
-			FieldId:        f.GetId(),
-			FieldMatchType: &p4.FieldMatch_Exact_{Exact: &p4.FieldMatch_Exact{Value: v}},
-		})
+		te.Match = append(te.Match, fm)
 	}
 	a, err := s.Action(action)
 	if err != nil {
@@ -177,6 +179,41 @@ func (s *Schema) Entry(table string, match []Match, action string, params ...Par
 	}
 	te.Action = &p4.TableAction{Type: &p4.TableAction_Action{Action: act}}
 	return te, nil
+}
+
+// fieldMatch builds one field of a key by the field's match kind. A ternary
+// or range entry needs a priority, which the caller sets on the entry.
+func fieldMatch(f *p4config.MatchField, m Match, table string) (*p4.FieldMatch, error) {
+	what := table + "." + m.Field
+	v := Canonical(m.Value)
+	if err := fits(v, f.GetBitwidth(), what); err != nil {
+		return nil, err
+	}
+	fm := &p4.FieldMatch{FieldId: f.GetId()}
+	switch f.GetMatchType() {
+	case p4config.MatchField_EXACT:
+		fm.FieldMatchType = &p4.FieldMatch_Exact_{Exact: &p4.FieldMatch_Exact{Value: v}}
+	case p4config.MatchField_LPM:
+		if m.PrefixLen < 1 || m.PrefixLen > f.GetBitwidth() {
+			return nil, fmt.Errorf("p4rt: %s: prefix length %d of %d bits", what, m.PrefixLen, f.GetBitwidth())
+		}
+		fm.FieldMatchType = &p4.FieldMatch_Lpm{Lpm: &p4.FieldMatch_LPM{Value: v, PrefixLen: m.PrefixLen}}
+	case p4config.MatchField_TERNARY:
+		mask := Canonical(m.Mask)
+		if err := fits(mask, f.GetBitwidth(), what+" mask"); err != nil {
+			return nil, err
+		}
+		fm.FieldMatchType = &p4.FieldMatch_Ternary_{Ternary: &p4.FieldMatch_Ternary{Value: v, Mask: mask}}
+	case p4config.MatchField_RANGE:
+		hi := Canonical(m.High)
+		if err := fits(hi, f.GetBitwidth(), what+" high"); err != nil {
+			return nil, err
+		}
+		fm.FieldMatchType = &p4.FieldMatch_Range_{Range: &p4.FieldMatch_Range{Low: v, High: hi}}
+	default:
+		return nil, fmt.Errorf("p4rt: %s: match kind %v not supported", what, f.GetMatchType())
+	}
+	return fm, nil
 }
 
 func findMatch(t *p4config.Table, name string) *p4config.MatchField {

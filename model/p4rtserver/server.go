@@ -14,6 +14,7 @@ package p4rtserver
 import (
 	"context"
 	"fmt"
+	"math/big"
 	"sort"
 	"strings"
 	"sync"
@@ -340,15 +341,131 @@ func existence(t p4.Update_Type, exists bool, what string) error {
 	return nil
 }
 
-// matchKey identifies an entry by its match fields, in field-id order.
+// matchKey identifies an entry by its match fields, in field-id order, and
+// its priority.
 func matchKey(e *p4.TableEntry) string {
 	ms := append([]*p4.FieldMatch(nil), e.GetMatch()...)
 	sort.Slice(ms, func(i, j int) bool { return ms[i].GetFieldId() < ms[j].GetFieldId() })
 	var b strings.Builder
+	fmt.Fprintf(&b, "prio=%d;", e.GetPriority())
 	for _, m := range ms {
-		fmt.Fprintf(&b, "%d=%x;", m.GetFieldId(), m.GetExact().GetValue())
+		switch {
+		case m.GetExact() != nil:
+			fmt.Fprintf(&b, "%d=%x;", m.GetFieldId(), m.GetExact().GetValue())
+		case m.GetLpm() != nil:
+			fmt.Fprintf(&b, "%d=%x/%d;", m.GetFieldId(), m.GetLpm().GetValue(), m.GetLpm().GetPrefixLen())
+		case m.GetTernary() != nil:
+			fmt.Fprintf(&b, "%d=%x&%x;", m.GetFieldId(), m.GetTernary().GetValue(), m.GetTernary().GetMask())
+		case m.GetRange() != nil:
+			fmt.Fprintf(&b, "%d=%x..%x;", m.GetFieldId(), m.GetRange().GetLow(), m.GetRange().GetHigh())
+		}
 	}
 	return b.String()
+}
+
+// validateMatch checks an entry's key against the table's fields: every
+// exact field present, others optional (omitted is "don't care"), values
+// canonical and within width, LPM values zero past the prefix, ternary values
+// inside their mask, ranges ordered, and a priority exactly when a ternary or
+// range field is present.
+func validateMatch(tbl *p4config.Table, e *p4.TableEntry) error {
+	name := tbl.GetPreamble().GetName()
+	seen := map[uint32]bool{}
+	needsPriority := false
+	for _, m := range e.GetMatch() {
+		f := field(tbl, m.GetFieldId())
+		if f == nil {
+			return status.Errorf(codes.InvalidArgument, "%s: no match field id %d", name, m.GetFieldId())
+		}
+		if seen[f.GetId()] {
+			return status.Errorf(codes.InvalidArgument, "%s.%s: given twice", name, f.GetName())
+		}
+		seen[f.GetId()] = true
+		what := name + "." + f.GetName()
+		w := f.GetBitwidth()
+		bad := func(format string, args ...any) error {
+			return status.Errorf(codes.InvalidArgument, what+": "+format, args...)
+		}
+		switch f.GetMatchType() {
+		case p4config.MatchField_EXACT:
+			if m.GetExact() == nil {
+				return bad("want an exact match")
+			}
+			if err := canonical(m.GetExact().GetValue(), w); err != nil {
+				return bad("%v", err)
+			}
+		case p4config.MatchField_LPM:
+			l := m.GetLpm()
+			if l == nil {
+				return bad("want an LPM match")
+			}
+			if err := canonical(l.GetValue(), w); err != nil {
+				return bad("%v", err)
+			}
+			if l.GetPrefixLen() < 1 || l.GetPrefixLen() > w {
+				return bad("prefix length %d of %d bits", l.GetPrefixLen(), w)
+			}
+			if trailingSet(l.GetValue(), int(w-l.GetPrefixLen())) {
+				return bad("bits set past the prefix")
+			}
+		case p4config.MatchField_TERNARY:
+			t := m.GetTernary()
+			if t == nil {
+				return bad("want a ternary match")
+			}
+			if err := canonical(t.GetValue(), w); err != nil {
+				return bad("%v", err)
+			}
+			if err := canonical(t.GetMask(), w); err != nil {
+				return bad("mask: %v", err)
+			}
+			if outsideMask(t.GetValue(), t.GetMask()) {
+				return bad("value has bits outside the mask")
+			}
+			needsPriority = true
+		case p4config.MatchField_RANGE:
+			r := m.GetRange()
+			if r == nil {
+				return bad("want a range match")
+			}
+			if err := canonical(r.GetLow(), w); err != nil {
+				return bad("low: %v", err)
+			}
+			if err := canonical(r.GetHigh(), w); err != nil {
+				return bad("high: %v", err)
+			}
+			if new(big.Int).SetBytes(r.GetLow()).Cmp(new(big.Int).SetBytes(r.GetHigh())) > 0 {
+				return bad("low above high")
+			}
+			needsPriority = true
+		default:
+			return status.Errorf(codes.Unimplemented, "%s: match kind %v", what, f.GetMatchType())
+		}
+	}
+	for _, f := range tbl.GetMatchFields() {
+		if f.GetMatchType() == p4config.MatchField_EXACT && !seen[f.GetId()] {
+			return status.Errorf(codes.InvalidArgument, "%s.%s: exact field missing", name, f.GetName())
+		}
+		if f.GetMatchType() == p4config.MatchField_TERNARY || f.GetMatchType() == p4config.MatchField_RANGE {
+			needsPriority = true
+		}
+	}
+	if needsPriority != (e.GetPriority() > 0) {
+		return status.Errorf(codes.InvalidArgument, "%s: priority %d: want one exactly for ternary and range tables", name, e.GetPriority())
+	}
+	return nil
+}
+
+// trailingSet reports whether any of the low n bits of v are set.
+func trailingSet(v []byte, n int) bool {
+	x := new(big.Int).SetBytes(v)
+	return new(big.Int).And(x, new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), uint(n)), big.NewInt(1))).Sign() != 0
+}
+
+// outsideMask reports whether v has a bit set that mask has not.
+func outsideMask(v, mask []byte) bool {
+	x, m := new(big.Int).SetBytes(v), new(big.Int).SetBytes(mask)
+	return new(big.Int).AndNot(x, m).Sign() != 0
 }
 
 func (s *Server) applyTableLocked(t p4.Update_Type, e *p4.TableEntry) error {
@@ -360,20 +477,8 @@ func (s *Server) applyTableLocked(t p4.Update_Type, e *p4.TableEntry) error {
 	if e.GetIsDefaultAction() {
 		return status.Errorf(codes.Unimplemented, "%s: default action changes", name)
 	}
-	if len(e.GetMatch()) != len(tbl.GetMatchFields()) {
-		return status.Errorf(codes.InvalidArgument, "%s: %d match fields, want %d", name, len(e.GetMatch()), len(tbl.GetMatchFields()))
-	}
-	for _, m := range e.GetMatch() {
-		f := field(tbl, m.GetFieldId())
-		if f == nil {
-			return status.Errorf(codes.InvalidArgument, "%s: no match field id %d", name, m.GetFieldId())
-		}
-		if m.GetExact() == nil || f.GetMatchType() != p4config.MatchField_EXACT {
-			return status.Errorf(codes.InvalidArgument, "%s.%s: only exact matches", name, f.GetName())
-		}
-		if err := canonical(m.GetExact().GetValue(), f.GetBitwidth()); err != nil {
-			return status.Errorf(codes.InvalidArgument, "%s.%s: %v", name, f.GetName(), err)
-		}
+	if err := validateMatch(tbl, e); err != nil {
+		return err
 	}
 	key := matchKey(e)
 	store := s.entries[e.GetTableId()]
