@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -64,4 +65,23 @@ func BenchmarkHistogramRecord(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkClosedLoopMem is the harness's own ceiling: the closed-loop
+// driver against the in-memory target, YCSB B at zipf 0.99.
+func BenchmarkClosedLoopMem(b *testing.B) {
+	s, err := Workload{Name: "B", Keys: 10_000}.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	mem := NewMemTarget()
+	if _, err := Load(context.Background(), mem, s, 2, 0); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	res, err := ClosedLoop(context.Background(), mem, s, Options{Workers: 2, Ops: int64(b.N)})
+	if err != nil || res.Ops != int64(b.N) {
+		b.Fatalf("ops %d of %d, %v", res.Ops, b.N, err)
+	}
 }

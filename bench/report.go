@@ -158,8 +158,10 @@ func throughputVsSkew(runs []Run) (*plot.Plot, string, error) {
 	}
 	if n == 0 {
 		noData(p)
+	} else {
+		p.Y.Min = 0
+		p.Y.Max *= 1.25 // room for the legend
 	}
-	p.Y.Min = 0
 	return p, "Throughput of each policy against key skew (zipf θ; 0 is uniform key choice).", nil
 }
 
@@ -250,6 +252,7 @@ func loadBars(focus []Run) (*plot.Plot, string, error) {
 	}
 	p.NominalX(names...)
 	p.Y.Min = 0
+	p.Y.Max *= 1.2 // room for the legend
 	ref := plotter.NewFunction(func(float64) float64 { return 1 })
 	ref.Color = plotutil.Color(len(with) + 1)
 	ref.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
