@@ -52,7 +52,9 @@ type Node struct {
 type Config struct {
 	// Listen is the UDP address to serve on, such as "127.0.0.1:7420". An
 	// IPv6 host makes an IPv6-only socket; anything else, IPv4. Node and
-	// multicast addresses must be of the same family.
+	// multicast addresses must be of the same family. Prefer a specific
+	// address to a wildcard: datagrams leave from whatever source address
+	// the kernel picks, and clients and nodes see that as the switch.
 	Listen    string
 	Nodes     []Node
 	Directory directory.Config
