@@ -44,8 +44,9 @@ type DataPlane interface {
 // NodeAddr is a storage node's address as the data planes need it.
 type NodeAddr struct {
 	ID   wire.NodeID
-	Addr string // host:port
+	Addr string // IPv4 host:port of its UDP service
 	Port uint32 // switch egress port (0 on the software data plane)
+	MAC  []byte // 6 bytes, for switches that rewrite the destination MAC
 }
 
 // Storage reaches the chain heads to create and drop extra copies.

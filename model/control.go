@@ -86,6 +86,14 @@ func (s *Switch) SketchEstimate(h wire.KeyHash) uint32 {
 	return s.dir.SketchEstimate(h)
 }
 
+// SketchCell is one cell of the miss sketch (row r, column c), as a P4
+// counter cell.
+func (s *Switch) SketchCell(r int, c uint32) uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dir.SketchCell(r, c)
+}
+
 // ResetSketch clears the miss sketch.
 func (s *Switch) ResetSketch() {
 	s.mu.Lock()

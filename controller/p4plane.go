@@ -1,0 +1,328 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	p4 "github.com/p4lang/p4runtime/go/p4/v1"
+
+	"github.com/netdir/netdir/controller/p4rt"
+	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/wire"
+)
+
+// VSBGroup is the PRE multicast group the P4 program sends accepted VSBs to
+// (VSB_MCAST_GROUP in p4/include/defines.p4).
+const VSBGroup = 1
+
+// writeBatch is the number of updates per P4Runtime Write.
+const writeBatch = 512
+
+// P4Plane programs one P4Runtime device (the software data plane, BMv2 or
+// Tofino) through the netdir P4 program's tables: p4/include documents each.
+type P4Plane struct {
+	name string
+	c    *p4rt.Client
+	s    *p4rt.Schema
+	bits uint
+	// Window is the fine score's horizon in ns (directory.Config.Window),
+	// realised as range entries of score_a and score_b; 0 installs none
+	// (the software data plane computes it exactly).
+	Window uint64
+}
+
+// NewP4Plane wraps a connected, primary client whose device runs the
+// pipeline described by schema.
+func NewP4Plane(name string, c *p4rt.Client, schema *p4rt.Schema) *P4Plane {
+	return &P4Plane{name: name, c: c, s: schema}
+}
+
+// Name names the device.
+func (p *P4Plane) Name() string { return p.name }
+
+func u(v uint64) []byte { return p4rt.Uint(v) }
+
+// write sends updates in batches.
+func (p *P4Plane) write(ctx context.Context, ups []*p4.Update) error {
+	for len(ups) > 0 {
+		n := min(len(ups), writeBatch)
+		if err := p.c.Write(ctx, ups[:n]...); err != nil {
+			return err
+		}
+		ups = ups[n:]
+	}
+	return nil
+}
+
+// entry builds an entry, panicking on schema mismatches only through error.
+func (p *P4Plane) entry(table string, m []p4rt.Match, action string, params ...p4rt.Param) (*p4.TableEntry, error) {
+	return p.s.Entry(table, m, action, params...)
+}
+
+// Setup installs node addresses, storage ports, every partition with even
+// buckets, the fine-score ranges and the VSB multicast group.
+func (p *P4Plane) Setup(ctx context.Context, m *directory.PartitionMap, nodes []NodeAddr, vsbGroup []uint32) error {
+	p.bits = m.Bits
+	var ups []*p4.Update
+	ports := map[uint32]bool{}
+	for _, n := range nodes {
+		ap, err := netip.ParseAddrPort(n.Addr)
+		if err != nil || !ap.Addr().Is4() {
+			return fmt.Errorf("node %d: address %q: want IPv4 host:port", n.ID, n.Addr)
+		}
+		ip := ap.Addr().As4()
+		if len(n.MAC) != 0 && len(n.MAC) != 6 {
+			return fmt.Errorf("node %d: MAC of %d bytes", n.ID, len(n.MAC))
+		}
+		e, err := p.entry("node_addr", []p4rt.Match{{Field: "node", Value: u(uint64(n.ID))}}, "set_node_addr",
+			p4rt.Param{Name: "mac", Value: append([]byte{0}, n.MAC...)}, p4rt.Param{Name: "ip", Value: ip[:]},
+			p4rt.Param{Name: "udp_port", Value: u(uint64(ap.Port()))}, p4rt.Param{Name: "port", Value: u(uint64(n.Port))})
+		if err != nil {
+			return err
+		}
+		ups = append(ups, p4rt.Insert(e))
+		if n.Port != 0 && !ports[n.Port] {
+			ports[n.Port] = true
+			e, err := p.entry("storage_ports", []p4rt.Match{{Field: "ingress_port", Value: u(uint64(n.Port))}}, "storage_port")
+			if err != nil {
+				return err
+			}
+			ups = append(ups, p4rt.Insert(e))
+		}
+	}
+	for part, chain := range m.Chains {
+		bu, err := p.partitionBuckets(p4.Update_INSERT, uint32(part), chain, evenBuckets(len(chain)))
+		if err != nil {
+			return err
+		}
+		ups = append(ups, bu...)
+		e, err := p.entry("partitions",
+			[]p4rt.Match{{Field: "hash_top20", Value: u(uint64(part) << (20 - m.Bits)), PrefixLen: int32(m.Bits)}},
+			"set_partition", p4rt.Param{Name: "id", Value: u(uint64(part))},
+			p4rt.Param{Name: "r", Value: u(uint64(len(chain)))}, p4rt.Param{Name: "head", Value: u(uint64(chain[0]))})
+		if err != nil {
+			return err
+		}
+		ups = append(ups, p4rt.Insert(e))
+	}
+	if p.Window > 0 {
+		su, err := p.scoreRanges()
+		if err != nil {
+			return err
+		}
+		ups = append(ups, su...)
+	}
+	if err := p.write(ctx, ups); err != nil {
+		return err
+	}
+	if len(vsbGroup) > 0 {
+		return p.c.Write(ctx, p4rt.MulticastGroup(p4.Update_INSERT, VSBGroup, vsbGroup))
+	}
+	return nil
+}
+
+func evenBuckets(n int) []uint8 {
+	b := make([]uint8, directory.Buckets)
+	for i := range b {
+		b[i] = uint8(i % n)
+	}
+	return b
+}
+
+// partitionBuckets writes both copies of a partition's bucket table.
+func (p *P4Plane) partitionBuckets(t p4.Update_Type, part uint32, chain []wire.NodeID, b []uint8) ([]*p4.Update, error) {
+	var ups []*p4.Update
+	for _, copy := range []string{"a", "b"} {
+		for i, idx := range b {
+			e, err := p.entry("buckets_"+copy,
+				[]p4rt.Match{{Field: "partition", Value: u(uint64(part))}, {Field: "bucket", Value: u(uint64(i))}},
+				"set_chain_"+copy, p4rt.Param{Name: "index", Value: u(uint64(idx))},
+				p4rt.Param{Name: "node", Value: u(uint64(chain[idx]))})
+			if err != nil {
+				return nil, err
+			}
+			ups = append(ups, &p4.Update{Type: t, Entity: &p4.Entity{Entity: &p4.Entity_TableEntry{TableEntry: e}}})
+		}
+	}
+	return ups, nil
+}
+
+// slotBuckets writes both copies of a slot's bucket table.
+func (p *P4Plane) slotBuckets(t p4.Update_Type, e *Entry) ([]*p4.Update, error) {
+	var ups []*p4.Update
+	for _, copy := range []string{"a", "b"} {
+		for i, idx := range e.Buckets {
+			te, err := p.entry("slot_buckets_"+copy,
+				[]p4rt.Match{{Field: "slot", Value: u(uint64(e.Slot))}, {Field: "bucket", Value: u(uint64(i))}},
+				"set_loc_"+copy, p4rt.Param{Name: "index", Value: u(uint64(idx))},
+				p4rt.Param{Name: "node", Value: u(uint64(e.Locs[idx]))})
+			if err != nil {
+				return nil, err
+			}
+			ups = append(ups, &p4.Update{Type: t, Entity: &p4.Entity{Entity: &p4.Entity_TableEntry{TableEntry: te}}})
+		}
+	}
+	return ups, nil
+}
+
+// slotTables are a slot's entries other than its slots entry: members,
+// chain and both bucket tables.
+func (p *P4Plane) slotTables(t p4.Update_Type, e *Entry) ([]*p4.Update, error) {
+	var ups []*p4.Update
+	up := func(te *p4.TableEntry) {
+		ups = append(ups, &p4.Update{Type: t, Entity: &p4.Entity{Entity: &p4.Entity_TableEntry{TableEntry: te}}})
+	}
+	for i, n := range e.Locs {
+		te, err := p.entry("members", []p4rt.Match{{Field: "slot", Value: u(uint64(e.Slot))}, {Field: "node", Value: u(uint64(n))}},
+			"member", p4rt.Param{Name: "index", Value: u(uint64(i))})
+		if err != nil {
+			return nil, err
+		}
+		up(te)
+	}
+	for i := 0; i < e.R; i++ {
+		te, err := p.entry("slot_chain", []p4rt.Match{{Field: "slot", Value: u(uint64(e.Slot))}, {Field: "index", Value: u(uint64(i))}},
+			"set_fallback_node", p4rt.Param{Name: "node", Value: u(uint64(e.Locs[i]))})
+		if err != nil {
+			return nil, err
+		}
+		up(te)
+	}
+	bu, err := p.slotBuckets(t, e)
+	return append(ups, bu...), err
+}
+
+func (p *P4Plane) slotEntry(e *Entry) (*p4.TableEntry, error) {
+	return p.entry("slots", []p4rt.Match{{Field: "keyhash", Value: e.Hash[:]}}, "hit",
+		p4rt.Param{Name: "slot", Value: u(uint64(e.Slot))}, p4rt.Param{Name: "n", Value: u(uint64(len(e.Locs)))},
+		p4rt.Param{Name: "r", Value: u(uint64(e.R))}, p4rt.Param{Name: "head", Value: u(uint64(e.Locs[0]))})
+}
+
+// InstallEntry writes the slot's tables, then the slots entry that makes
+// the key hit, so no packet meets a half-built slot.
+func (p *P4Plane) InstallEntry(ctx context.Context, e *Entry) error {
+	ups, err := p.slotTables(p4.Update_INSERT, e)
+	if err != nil {
+		return err
+	}
+	if err := p.write(ctx, ups); err != nil {
+		return err
+	}
+	se, err := p.slotEntry(e)
+	if err != nil {
+		return err
+	}
+	return p.c.Write(ctx, p4rt.Insert(se))
+}
+
+// RemoveEntry deletes the slots entry first, then the slot's tables.
+func (p *P4Plane) RemoveEntry(ctx context.Context, e *Entry) error {
+	se, err := p.slotEntry(e)
+	if err != nil {
+		return err
+	}
+	if err := p.c.Write(ctx, p4rt.Delete(se)); err != nil {
+		return err
+	}
+	ups, err := p.slotTables(p4.Update_DELETE, e)
+	if err != nil {
+		return err
+	}
+	return p.write(ctx, ups)
+}
+
+// SetSlotBuckets modifies a slot's bucket tables.
+func (p *P4Plane) SetSlotBuckets(ctx context.Context, e *Entry) error {
+	ups, err := p.slotBuckets(p4.Update_MODIFY, e)
+	if err != nil {
+		return err
+	}
+	return p.write(ctx, ups)
+}
+
+// SetPartitionBuckets modifies a partition's bucket tables.
+func (p *P4Plane) SetPartitionBuckets(ctx context.Context, part uint32, chain []wire.NodeID, b []uint8) error {
+	ups, err := p.partitionBuckets(p4.Update_MODIFY, part, chain, b)
+	if err != nil {
+		return err
+	}
+	return p.write(ctx, ups)
+}
+
+func (p *P4Plane) counterID(name string) (uint32, error) {
+	c, err := p.s.Counter(name)
+	if err != nil {
+		return 0, err
+	}
+	return c.GetPreamble().GetId(), nil
+}
+
+// ReadHits reads the slot_hits counter.
+func (p *P4Plane) ReadHits(ctx context.Context, slots []uint32) (map[uint32]uint64, error) {
+	out := map[uint32]uint64{}
+	if len(slots) == 0 {
+		return out, nil
+	}
+	id, err := p.counterID("slot_hits")
+	if err != nil {
+		return nil, err
+	}
+	cells, err := p.c.ReadCounter(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	want := map[uint32]bool{}
+	for _, s := range slots {
+		want[s] = true
+	}
+	for _, c := range cells {
+		if i := uint32(c.GetIndex().GetIndex()); want[i] {
+			out[i] = uint64(c.GetData().GetPacketCount())
+		}
+	}
+	return out, nil
+}
+
+// ReadSketch reads the four sketch rows.
+func (p *P4Plane) ReadSketch(ctx context.Context) (out [directory.SketchRows][directory.SketchCols]uint64, _ error) {
+	for r := 0; r < directory.SketchRows; r++ {
+		id, err := p.counterID(fmt.Sprintf("sketch_row%d", r))
+		if err != nil {
+			return out, err
+		}
+		cells, err := p.c.ReadCounter(ctx, id)
+		if err != nil {
+			return out, err
+		}
+		for _, c := range cells {
+			if i := c.GetIndex().GetIndex(); i >= 0 && i < directory.SketchCols {
+				out[r][i] = uint64(c.GetData().GetPacketCount())
+			}
+		}
+	}
+	return out, nil
+}
+
+// scoreRanges realises floor(Window/t) for t in 1..Window as one range entry
+// per distinct quotient (about 2·sqrt(Window) entries), in score_a and
+// score_b.
+func (p *P4Plane) scoreRanges() ([]*p4.Update, error) {
+	var ups []*p4.Update
+	w := p.Window
+	for lo := uint64(1); lo <= w; {
+		q := w / lo
+		hi := w / q // the largest t with the same quotient
+		for _, copy := range []string{"a", "b"} {
+			e, err := p.entry("score_"+copy, []p4rt.Match{{Field: "latency", Value: u(lo), High: u(hi)}},
+				"set_quota_"+copy, p4rt.Param{Name: "quota", Value: u(q)})
+			if err != nil {
+				return nil, err
+			}
+			e.Priority = 1
+			ups = append(ups, p4rt.Insert(e))
+		}
+		lo = hi + 1
+	}
+	return ups, nil
+}
