@@ -275,6 +275,12 @@ type ProcStats struct {
 	RSSBytes   int64   // resident set size
 }
 
+// Since is the resource use between an earlier read and p: the CPU seconds
+// spent in between, and p's RSS.
+func (p ProcStats) Since(before ProcStats) ProcStats {
+	return ProcStats{CPUSeconds: p.CPUSeconds - before.CPUSeconds, RSSBytes: p.RSSBytes}
+}
+
 // ReadProcStats reads this process's CPU time and RSS from /proc/self (the
 // demo runs the system under test in-process).
 func ReadProcStats() (ProcStats, error) { return ReadProcStatsOf(os.Getpid()) }
@@ -357,8 +363,7 @@ type RunInfo struct {
 	Nodes      []NodeStat
 	DirHitRate float64 // fraction of requests that hit the directory
 	DirSize    int
-	CPU        ProcStats // resource use during the run (a difference of two reads)
-	RSSBytes   int64     // RSS at the end of the run
+	CPU        ProcStats // resource use during the run: after.Since(before)
 	Note       string
 }
 
@@ -374,7 +379,7 @@ func Summarize(info RunInfo, res *Result) Run {
 		DirHitRate: info.DirHitRate,
 		DirSize:    info.DirSize,
 		CPUSeconds: info.CPU.CPUSeconds,
-		RSSBytes:   info.RSSBytes,
+		RSSBytes:   info.CPU.RSSBytes,
 		Note:       info.Note,
 	}
 	if w.Dist == DistUniform {

@@ -179,8 +179,7 @@ func TestSummarize(t *testing.T) {
 			{Requests: 300, MeanLatency: 300 * time.Microsecond},
 		},
 		DirHitRate: 0.75,
-		CPU:        ProcStats{CPUSeconds: 1.5},
-		RSSBytes:   1 << 20,
+		CPU:        ProcStats{CPUSeconds: 4, RSSBytes: 1 << 20}.Since(ProcStats{CPUSeconds: 2.5, RSSBytes: 1 << 10}),
 	}, res)
 	if run.Policy != "netdir" || run.Workload != "B" || run.Zipf != 1.2 || run.Nodes != 2 {
 		t.Errorf("identity fields %+v", run)

@@ -96,6 +96,16 @@ func YCSB(name string) (Mix, error) {
 	return m, nil
 }
 
+// WriteMix is a read/update mix with the given write fraction, for sweeps
+// over the write ratio (name it e.g. "rw10" in Workload.Name).
+func WriteMix(writes float64) Mix { return Mix{Read: 1 - writes, Update: writes} }
+
+// Policies are the routing policies that demo and bench compare, in the
+// order the report lists them: the chain head only; uniform over the chain;
+// C3 replica ranking; directory plus least-loaded choice; directory plus
+// weights plus fine score.
+var Policies = []string{"static", "replicas", "c3", "pegasus", "netdir"}
+
 // Key distributions.
 const (
 	DistZipf    = "zipf"

@@ -76,6 +76,20 @@ func TestYCSBSpec(t *testing.T) {
 	}
 }
 
+func TestWriteMix(t *testing.T) {
+	s := build(t, Workload{Name: "rw10", Mix: WriteMix(0.1), Keys: 100, Seed: 1})
+	st := s.Stream(0)
+	writes := 0
+	for i := 0; i < 100_000; i++ {
+		if st.Next().Kind == OpUpdate {
+			writes++
+		}
+	}
+	if ok, b := within(writes, 100_000, 0.1, 4.5); !ok || s.Workload().Name != "rw10" {
+		t.Errorf("write fraction %.4f (±%.4f), name %q", float64(writes)/100_000, b, s.Workload().Name)
+	}
+}
+
 func TestBuildRejects(t *testing.T) {
 	for _, w := range []Workload{
 		{Name: "Z"},
