@@ -1,0 +1,451 @@
+package storagenode_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/storagenode"
+	"github.com/netdir/netdir/storagenode/cluster"
+	"github.com/netdir/netdir/storagenode/layout"
+	"github.com/netdir/netdir/wire"
+)
+
+// raw encodes a packet without the client-side limits.
+func raw(h wire.Header, key, val []byte) []byte {
+	b := make([]byte, wire.PrefixLen+len(key)+len(val))
+	h.EncodeHeader(b)
+	binary.BigEndian.PutUint16(b[wire.OffKeyLen:], uint16(len(key)))
+	binary.BigEndian.PutUint16(b[wire.OffValLen:], uint16(len(val)))
+	copy(b[wire.PrefixLen:], key)
+	copy(b[wire.PrefixLen+len(key):], val)
+	return b
+}
+
+// peer is a raw UDP endpoint for talking to nodes.
+type peer struct {
+	t    *testing.T
+	conn *net.UDPConn
+}
+
+func newPeer(t *testing.T) *peer {
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &peer{t, c}
+}
+
+func (p *peer) addr() netip.AddrPort { return p.conn.LocalAddr().(*net.UDPAddr).AddrPort() }
+
+func (p *peer) send(to netip.AddrPort, b []byte) {
+	if _, err := p.conn.WriteToUDPAddrPort(b, to); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// recv waits for a packet whose request id is reqid (any, if 0).
+func (p *peer) recv(reqid uint64) (wire.Packet, bool) {
+	buf := make([]byte, 70000)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p.conn.SetReadDeadline(deadline)
+		n, _, err := p.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			return wire.Packet{}, false
+		}
+		var pk wire.Packet
+		if pk.DecodeHeader(buf[:n]) != nil {
+			continue
+		}
+		if reqid != 0 && pk.ReqID != reqid {
+			continue
+		}
+		b := append([]byte(nil), buf[:n]...)
+		_ = pk.Decode(b)
+		return pk, true
+	}
+}
+
+func (p *peer) call(to netip.AddrPort, b []byte) wire.Packet {
+	var h wire.Header
+	h.DecodeHeader(b)
+	p.send(to, b)
+	r, ok := p.recv(h.ReqID)
+	if !ok {
+		p.t.Fatalf("no reply to %s reqid %d", h.Op, h.ReqID)
+	}
+	return r
+}
+
+func startCluster(t *testing.T, o cluster.Options) *cluster.Cluster {
+	t.Helper()
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	c, err := cluster.Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func addrOf(c *cluster.Cluster, id wire.NodeID) netip.AddrPort {
+	a, _ := c.Layout.Addr(id)
+	return a
+}
+
+// keyNotOn finds a key whose chain leaves out node id (N > R).
+func keyNotOn(c *cluster.Cluster, id wire.NodeID) []byte {
+	for i := 0; ; i++ {
+		k := []byte(fmt.Sprintf("key-%d", i))
+		if !slices.Contains(c.Layout.ChainOf(wire.HashKey(k)), id) {
+			return k
+		}
+	}
+}
+
+func TestErrCodes(t *testing.T) {
+	c := startCluster(t, cluster.Options{N: 4, R: 3, Epoch: 1})
+	p := newPeer(t)
+	key := []byte("some-key")
+	h := wire.HashKey(key)
+	ch := c.Layout.ChainOf(h)
+	head, mid := addrOf(c, ch[0]), addrOf(c, ch[1])
+	var outsider wire.NodeID
+	for _, id := range c.Layout.Nodes() {
+		if !slices.Contains(ch, id) {
+			outsider = id
+		}
+	}
+	big := make([]byte, wire.MaxKey+1)
+	cases := []struct {
+		name string
+		to   netip.AddrPort
+		pkt  []byte
+		want wire.Code
+	}{
+		{"key over 1 KiB", head, raw(wire.Header{Op: wire.OpPut, ReqID: 1, KeyHash: wire.HashKey(big)}, big, nil), wire.CodeKeyTooLarge},
+		{"value over MaxValue", head, raw(wire.Header{Op: wire.OpPut, ReqID: 2, KeyHash: h}, key, make([]byte, wire.MaxValue+1)), wire.CodeValTooLarge},
+		{"unknown op", head, raw(wire.Header{Op: 0x55, ReqID: 3, KeyHash: h}, key, nil), wire.CodeUnknownOp},
+		{"write at a non-head", mid, raw(wire.Header{Op: wire.OpPut, ReqID: 4, KeyHash: h}, key, []byte("v")), wire.CodeWrongNode},
+		{"read at a non-member", addrOf(c, outsider), raw(wire.Header{Op: wire.OpGet, ReqID: 5, KeyHash: h}, key, nil), wire.CodeWrongNode},
+		{"hash mismatch", head, raw(wire.Header{Op: wire.OpGet, ReqID: 6, KeyHash: wire.HashKey([]byte("other"))}, key, nil), wire.CodeHashMismatch},
+		{"stale epoch", head, raw(wire.Header{Op: wire.OpGet, ReqID: 7, KeyHash: h, Epoch: 9}, key, nil), wire.CodeStaleEpoch},
+		{"lengths past the packet", head, raw(wire.Header{Op: wire.OpGet, ReqID: 8, KeyHash: h}, key, nil)[:wire.PrefixLen+2], wire.CodeMalformed},
+		{"trailing bytes", head, append(raw(wire.Header{Op: wire.OpGet, ReqID: 9, KeyHash: h}, key, nil), 0), wire.CodeMalformed},
+	}
+	for _, tc := range cases {
+		r := p.call(tc.to, tc.pkt)
+		if r.Op != wire.OpErr || r.Code != tc.want {
+			t.Errorf("%s: got %s code %s, want err %s", tc.name, r.Op, r.Code, tc.want)
+		}
+	}
+	// Garbage never crashes a node and gets no answer.
+	for _, junk := range [][]byte{nil, {1, 2, 3}, make([]byte, 100), raw(wire.Header{Op: wire.OpChainWrite, KeyHash: h}, key, nil)} {
+		p.send(head, junk)
+	}
+	// Epoch 0 is accepted, and the node still serves.
+	r := p.call(head, raw(wire.Header{Op: wire.OpGet, ReqID: 10, KeyHash: h}, key, nil))
+	if r.Op != wire.OpGetReply || r.Code != wire.CodeNotFound || r.Node != ch[0] {
+		t.Fatalf("get: %s %s node %d", r.Op, r.Code, r.Node)
+	}
+}
+
+func TestQueueFull(t *testing.T) {
+	c := startCluster(t, cluster.Options{N: 1, R: 1, Node: func(o *storagenode.Options) {
+		o.Workers, o.QueueLen, o.MaxOps = 1, 2, 20
+	}})
+	p := newPeer(t)
+	key := []byte("k")
+	to := addrOf(c, 1)
+	for i := range 40 {
+		p.send(to, raw(wire.Header{Op: wire.OpGet, ReqID: uint64(100 + i), KeyHash: wire.HashKey(key)}, key, nil))
+	}
+	full, maxLoad := 0, uint16(0)
+	for range 40 {
+		r, ok := p.recv(0)
+		if !ok {
+			break
+		}
+		if r.Op == wire.OpErr && r.Code == wire.CodeQueueFull {
+			full++
+		}
+		maxLoad = max(maxLoad, r.Load)
+	}
+	if full == 0 {
+		t.Fatal("no ERR queue-full from a node with a queue of 2 and 20 ops/s")
+	}
+	if maxLoad == 0 {
+		t.Fatal("replies never carried a non-zero load")
+	}
+}
+
+func TestStampsAndDedup(t *testing.T) {
+	dir := t.TempDir()
+	c := startCluster(t, cluster.Options{N: 3, Dir: dir})
+	p := newPeer(t)
+	key := []byte("stamped")
+	h := wire.HashKey(key)
+	ch := c.Layout.ChainOf(h)
+	head := addrOf(c, ch[0])
+	put := func(id uint64, flags uint8, stamp uint64, val string) wire.Packet {
+		return p.call(head, raw(wire.Header{Op: wire.OpPut, Flags: flags, ReqID: id, KeyHash: h, Stamp: stamp, Timestamp: 12345}, key, []byte(val)))
+	}
+	if r := put(1, 0, 0, "a"); r.Op != wire.OpPutReply || r.Stamp != 1 || r.Node != ch[2] || r.Timestamp != 12345 {
+		t.Fatalf("unstamped put: %s v%d node %d ts %d", r.Op, r.Stamp, r.Node, r.Timestamp)
+	}
+	if r := put(2, wire.FlagStamped, 10, "b"); r.Op != wire.OpPutReply || r.Stamp != 10 {
+		t.Fatalf("stamped put: %s %s v%d", r.Op, r.Code, r.Stamp)
+	}
+	if r := put(3, wire.FlagStamped, 10, "c"); r.Op != wire.OpErr || r.Code != wire.CodeStaleVersion || r.Stamp != 10 {
+		t.Fatalf("stale stamp: %s %s v%d", r.Op, r.Code, r.Stamp)
+	}
+	// The refusal is remembered under its id.
+	if r := put(3, wire.FlagStamped, 11, "c"); r.Op != wire.OpErr || r.Code != wire.CodeStaleVersion {
+		t.Fatalf("refused id retried: %s %s", r.Op, r.Code)
+	}
+	if r := put(4, 0, 0, "d"); r.Stamp != 11 {
+		t.Fatalf("next unstamped: v%d", r.Stamp)
+	}
+	// A duplicate is answered with the original outcome, not applied again.
+	if r := put(2, wire.FlagStamped, 20, "zzz"); r.Op != wire.OpPutReply || r.Stamp != 10 {
+		t.Fatalf("duplicate: %s v%d", r.Op, r.Stamp)
+	}
+	cl, _ := c.Client(client.Options{})
+	defer cl.Close()
+	ctx := context.Background()
+	if v, ver, err := cl.Get(ctx, key); err != nil || string(v) != "d" || ver != 11 {
+		t.Fatalf("get: %q v%d %v", v, ver, err)
+	}
+	// The dedup table survives a restart of the head.
+	hi := int(ch[0]) - 1
+	if err := c.Crash(hi); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Restart(hi); err != nil {
+		t.Fatal(err)
+	}
+	if r := put(4, 0, 0, "again"); r.Op != wire.OpPutReply || r.Stamp != 11 {
+		t.Fatalf("duplicate after restart: %s v%d", r.Op, r.Stamp)
+	}
+	if v, ver, err := cl.Get(ctx, key); err != nil || string(v) != "d" || ver != 11 {
+		t.Fatalf("get after restart: %q v%d %v", v, ver, err)
+	}
+	// Delete, then get not-found with the delete's version.
+	if r := p.call(head, raw(wire.Header{Op: wire.OpDel, ReqID: 5, KeyHash: h}, key, nil)); r.Op != wire.OpDelReply || r.Stamp != 12 {
+		t.Fatalf("del: %s v%d", r.Op, r.Stamp)
+	}
+	if _, ver, err := cl.Get(ctx, key); !errors.Is(err, client.ErrNotFound) || ver != 12 {
+		t.Fatalf("get deleted: v%d %v", ver, err)
+	}
+}
+
+func TestHotKeyCopies(t *testing.T) {
+	dp := newPeer(t) // stands in for the data plane: receives VSBs
+	c := startCluster(t, cluster.Options{N: 4, R: 3, DataPlane: dp.addr().String()})
+	extra := wire.NodeID(4)
+	key := keyNotOn(c, extra)
+	h := wire.HashKey(key)
+	ch := c.Layout.ChainOf(h)
+	cl, _ := c.Client(client.Options{})
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := cl.Put(ctx, key, []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	p := newPeer(t)
+	get := func(id wire.NodeID, reqid uint64) wire.Packet {
+		return p.call(addrOf(c, id), raw(wire.Header{Op: wire.OpGet, ReqID: reqid, KeyHash: h}, key, nil))
+	}
+	if r := get(extra, 1); r.Op != wire.OpErr || r.Code != wire.CodeWrongNode {
+		t.Fatalf("extra before promotion: %s %s", r.Op, r.Code)
+	}
+	if _, err := cl.Promote(ctx, key, []wire.NodeID{extra}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Promote(ctx, key, []wire.NodeID{ch[1]}); !errors.Is(err, wire.CodeMalformed) {
+		t.Fatalf("promoting onto a chain member: %v", err)
+	}
+	vsbs := map[[2]uint64]bool{} // (node, version)
+	waitVSB := func(node wire.NodeID, ver uint64) {
+		t.Helper()
+		for !vsbs[[2]uint64{uint64(node), ver}] {
+			r, ok := dp.recv(0)
+			if !ok {
+				t.Fatalf("no VSB(node %d, v%d); got %v", node, ver, vsbs)
+			}
+			if r.Op == wire.OpVSB && r.KeyHash == h {
+				vsbs[[2]uint64{uint64(r.Node), r.Stamp}] = true
+			}
+		}
+	}
+	waitVSB(extra, 1)
+	if r := get(extra, 2); r.Op != wire.OpGetReply || string(r.Value) != "v1" || r.Stamp != 1 || r.Node != extra {
+		t.Fatalf("extra serves: %s %q v%d", r.Op, r.Value, r.Stamp)
+	}
+	// Unstamped writes to a promoted key are refused with retry; stamped
+	// ones commit, the tail announces them, and the extra gets the version.
+	r := p.call(addrOf(c, ch[0]), raw(wire.Header{Op: wire.OpPut, ReqID: 3, KeyHash: h}, key, []byte("x")))
+	if r.Op != wire.OpErr || r.Code != wire.CodeRetry {
+		t.Fatalf("unstamped write to promoted key: %s %s", r.Op, r.Code)
+	}
+	r = p.call(addrOf(c, ch[0]), raw(wire.Header{Op: wire.OpPut, Flags: wire.FlagStamped, Stamp: 2, ReqID: 4, KeyHash: h}, key, []byte("v2")))
+	if r.Op != wire.OpPutReply || r.Stamp != 2 {
+		t.Fatalf("stamped write: %s %s v%d", r.Op, r.Code, r.Stamp)
+	}
+	waitVSB(ch[2], 2)
+	waitVSB(extra, 2)
+	if r := get(extra, 5); string(r.Value) != "v2" || r.Stamp != 2 {
+		t.Fatalf("extra after push: %q v%d", r.Value, r.Stamp)
+	}
+	if err := cl.Demote(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(c.Node(int(extra)-1).Copies()) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("extra kept its copy after demotion")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if r := get(extra, 6); r.Op != wire.OpErr || r.Code != wire.CodeWrongNode {
+		t.Fatalf("extra after demotion: %s %s", r.Op, r.Code)
+	}
+	if _, err := cl.Put(ctx, key, []byte("v3")); err != nil {
+		t.Fatalf("unstamped write after demotion: %v", err)
+	}
+}
+
+func TestRecoveryAfterDiskLoss(t *testing.T) {
+	dir := t.TempDir()
+	c := startCluster(t, cluster.Options{N: 3, Dir: dir})
+	cl, _ := c.Client(client.Options{})
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const keys = 300
+	for i := range keys {
+		if _, err := cl.Put(ctx, []byte(fmt.Sprintf("k%d", i)), []byte(fmt.Sprintf("v%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Node 2 loses its disk and comes back empty: it pulls every partition
+	// from its chain neighbours before it serves reads.
+	if err := c.Crash(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "node-2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Restart(1); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Node(1).Stats().SyncedKeys; got < keys {
+		t.Fatalf("synced %d keys, want every one of %d", got, keys)
+	}
+	p := newPeer(t)
+	for i := range keys {
+		k := []byte(fmt.Sprintf("k%d", i))
+		r := p.call(addrOf(c, 2), raw(wire.Header{Op: wire.OpGet, ReqID: uint64(i + 1), KeyHash: wire.HashKey(k)}, k, nil))
+		if r.Op != wire.OpGetReply || string(r.Value) != fmt.Sprintf("v%d", i) {
+			t.Fatalf("node 2 after recovery: %s = %s %q", k, r.Op, r.Value)
+		}
+	}
+}
+
+func TestStatsAndMetrics(t *testing.T) {
+	c := startCluster(t, cluster.Options{N: 3})
+	cl, _ := c.Client(client.Options{})
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 50 {
+		k := []byte(fmt.Sprintf("k%d", i))
+		cl.Put(ctx, k, []byte("v"))
+		cl.Get(ctx, k)
+	}
+	var st storagenode.Stats
+	if err := cl.NodeStats(ctx, 1, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.ID != 1 || !st.Ready || len(st.Trees) != 3 {
+		t.Fatalf("stats: %+v", st)
+	}
+	var reads uint64
+	for _, tr := range st.Trees {
+		reads += tr.Reads
+	}
+	if reads == 0 {
+		t.Fatal("no tree reads counted")
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c.Node(0).Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+	}
+	for _, want := range []string{"netdir_node_tree_reads_total", "netdir_node_tree_read_latency_seconds", "netdir_node_tree_l0_files", "netdir_node_tree_compaction_bytes_total"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("metric %s missing from %s", want, strings.Join(names, ","))
+		}
+	}
+}
+
+func TestLayoutYAML(t *testing.T) {
+	m, err := layout.Parse([]byte(`
+epoch: 3
+partition_bits: 3
+replicas: 2
+nodes:
+  - {id: 7, addr: 127.0.0.1:9007}
+  - {id: 2, addr: 127.0.0.1:9002}
+  - {id: 5, addr: 127.0.0.1:9005}
+chains:
+  1: [7, 5]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Partitions() != 8 || m.Epoch() != 3 || m.R() != 2 {
+		t.Fatalf("%d %d %d", m.Partitions(), m.Epoch(), m.R())
+	}
+	// Ring over sorted ids [2 5 7]: partition p starts at index p mod 3.
+	want := map[uint32][]wire.NodeID{0: {2, 5}, 1: {7, 5}, 2: {7, 2}, 3: {2, 5}, 5: {7, 2}}
+	for p, w := range want {
+		if got := m.Chain(p); !slices.Equal(got, w) {
+			t.Errorf("chain %d = %v, want %v", p, got, w)
+		}
+	}
+	for _, bad := range []string{
+		"nodes: []",
+		"replicas: 3\nnodes: [{id: 1, addr: 127.0.0.1:1}]",
+		"nodes: [{id: 1, addr: nope}]",
+		"nodes: [{id: 1, addr: 127.0.0.1:1}, {id: 1, addr: 127.0.0.1:2}]",
+		"replicas: 1\npartition_bits: 2\nnodes: [{id: 1, addr: 127.0.0.1:1}]\nchains: {9: [1]}",
+		"replicas: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}]\nchains: {0: [4]}",
+	} {
+		if _, err := layout.Parse([]byte(bad)); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}
