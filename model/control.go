@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sort"
 
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/wire"
@@ -276,16 +275,4 @@ func (s *Switch) SetMulticast(group []netip.AddrPort) error {
 	defer s.mu.Unlock()
 	s.group = out
 	return nil
-}
-
-// RingChain is partition p's chain under ring placement over the node ids:
-// r consecutive ids, in ascending order of id, starting at index p mod n.
-func RingChain(ids []wire.NodeID, p uint32, r int) []wire.NodeID {
-	sorted := append([]wire.NodeID(nil), ids...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
-	chain := make([]wire.NodeID, 0, r)
-	for i := 0; i < r && i < len(sorted); i++ {
-		chain = append(chain, sorted[(int(p)+i)%len(sorted)])
-	}
-	return chain
 }

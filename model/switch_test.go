@@ -260,19 +260,6 @@ func TestRunStops(t *testing.T) {
 	}
 }
 
-func TestRingChain(t *testing.T) {
-	ids := []wire.NodeID{7, 3, 5, 1}
-	for _, tc := range []struct {
-		p    uint32
-		want []wire.NodeID
-	}{{0, []wire.NodeID{1, 3, 5}}, {1, []wire.NodeID{3, 5, 7}}, {3, []wire.NodeID{7, 1, 3}}, {6, []wire.NodeID{5, 7, 1}}} {
-		got := RingChain(ids, tc.p, 3)
-		if len(got) != 3 || got[0] != tc.want[0] || got[1] != tc.want[1] || got[2] != tc.want[2] {
-			t.Errorf("partition %d: chain %v, want %v", tc.p, got, tc.want)
-		}
-	}
-}
-
 // TestIPv6 runs a request and its reply through a switch on [::1].
 func TestIPv6(t *testing.T) {
 	node, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})

@@ -16,17 +16,22 @@ import (
 	"syscall"
 	"time"
 
+	p4 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 	"gopkg.in/yaml.v3"
 
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/model"
+	"github.com/netdir/netdir/model/p4rtserver"
 	"github.com/netdir/netdir/wire"
 )
 
 func switchCmd() *cobra.Command {
 	var (
 		listen, nodesFile string
+		p4rtAddr          string
+		deviceID          uint64
 		bits              uint
 		replicas, slots   int
 	)
@@ -43,7 +48,9 @@ FILE is YAML listing the storage nodes:
 
 Every partition gets a chain by ring placement (partition p's chain is
 --replicas consecutive nodes, in order of id, starting at p mod n) and an even
-split. Counters are logged every 10s; SIGINT or SIGTERM stops the switch.`,
+split, until a controller reprograms it over P4Runtime (--p4runtime, the
+same calls that program BMv2 and Tofino). Counters are logged every 10s;
+SIGINT or SIGTERM stops the switch.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if replicas < 1 || replicas > directory.MaxChain {
@@ -74,11 +81,28 @@ split. Counters are logged every 10s; SIGINT or SIGTERM stops the switch.`,
 				ids[i] = n.ID
 			}
 			parts := 1 << bits
-			for p := 0; p < parts; p++ {
-				if err := sw.SetPartition(uint32(p), model.RingChain(ids, uint32(p), replicas), nil); err != nil {
+			pmap, err := directory.RingMap(bits, ids, replicas, 1)
+			if err != nil {
+				sw.Close()
+				return err
+			}
+			for p, chain := range pmap.Chains {
+				if err := sw.SetPartition(uint32(p), chain, nil); err != nil {
 					sw.Close()
 					return fmt.Errorf("partition %d: %w", p, err)
 				}
+			}
+			if p4rtAddr != "" {
+				lis, err := net.Listen("tcp", p4rtAddr)
+				if err != nil {
+					sw.Close()
+					return fmt.Errorf("--p4runtime: %w", err)
+				}
+				gs := grpc.NewServer()
+				p4.RegisterP4RuntimeServer(gs, p4rtserver.New(deviceID, model.NewP4Target(sw)))
+				go gs.Serve(lis)
+				defer gs.Stop()
+				slog.Info("P4Runtime serving", "addr", lis.Addr(), "device_id", deviceID)
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			log.Info("switch serving", "addr", sw.Addr(), "nodes", len(nodes), "partitions", parts,
@@ -107,6 +131,8 @@ split. Counters are logged every 10s; SIGINT or SIGTERM stops the switch.`,
 	f.UintVar(&bits, "partition-bits", 10, "log2 of the partition count")
 	f.IntVar(&replicas, "replicas", 3, "chain length R")
 	f.IntVar(&slots, "slots", 4096, "directory capacity D (hot keys)")
+	f.StringVar(&p4rtAddr, "p4runtime", "127.0.0.1:9559", "serve P4Runtime here for the controller (empty: don't)")
+	f.Uint64Var(&deviceID, "device-id", 1, "P4Runtime device id")
 	_ = cmd.MarkFlagRequired("nodes")
 	return cmd
 }
