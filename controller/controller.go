@@ -84,6 +84,8 @@ type Controller struct {
 	lastHits   map[uint32]uint64
 	lastSketch [][directory.SketchRows][directory.SketchCols]uint64 // per plane
 	rounds     uint64
+	promotions uint64
+	evictions  uint64
 }
 
 // New returns a controller for the nodes; it has not touched any device yet.
@@ -350,6 +352,9 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 	c.st.entries[h] = e
 	c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_UPSERT, Entries: []*api.DirectoryEntry{e.proto()}})
 	c.st.mu.Unlock()
+	c.mu.Lock()
+	c.promotions++
+	c.mu.Unlock()
 	c.log.Info("promoted", "key", string(key), "slot", slot, "locations", locs)
 	return nil
 }
@@ -373,6 +378,7 @@ func (c *Controller) evict(ctx context.Context, e *Entry) error {
 	c.st.mu.Unlock()
 	c.mu.Lock()
 	delete(c.lastHits, e.Slot)
+	c.evictions++
 	c.mu.Unlock()
 	c.hot.Forget(e.Hash)
 	c.log.Info("evicted", "key", string(e.Key), "slot", e.Slot)
@@ -395,6 +401,22 @@ func (c *Controller) Rounds() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.rounds
+}
+
+// Resync programs one data plane from scratch with the current state: the
+// partition map and every directory entry (after a device restart or a
+// reconnect).
+func (c *Controller) Resync(ctx context.Context, p DataPlane) error {
+	if err := p.Setup(ctx, c.PartitionMap(), c.cfg.Nodes, c.cfg.VSBGroup); err != nil {
+		return err
+	}
+	for _, e := range c.Entries() {
+		if err := p.InstallEntry(ctx, &e); err != nil {
+			return err
+		}
+	}
+	c.log.Info("data plane re-synced", "plane", p.Name())
+	return nil
 }
 
 // Pin promotes key at once and keeps it until unpinned.

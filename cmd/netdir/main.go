@@ -20,6 +20,7 @@ func main() {
 	root.AddCommand(nodeCmd())
 	root.AddCommand(switchCmd())
 	root.AddCommand(ctlCmd())
+	root.AddCommand(controllerCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "netdir:", err)
 		os.Exit(1)

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"gopkg.in/yaml.v3"
+
+	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/controller"
+	"github.com/netdir/netdir/controller/p4rt"
+	"github.com/netdir/netdir/wire"
+)
+
+// controllerConfig is `netdir controller --config FILE`.
+type controllerConfig struct {
+	API           string        `yaml:"api"`     // gRPC API (netdir ctl, nodes, agents)
+	Metrics       string        `yaml:"metrics"` // Prometheus /metrics; empty: off
+	PartitionBits uint          `yaml:"partition_bits"`
+	Replicas      int           `yaml:"replicas"`
+	Round         time.Duration `yaml:"round"`
+	PromoteMin    uint64        `yaml:"promote_min"`
+	Capacity      int           `yaml:"capacity"`
+	P4Info        string        `yaml:"p4info"`
+	Switches      []struct {
+		Name         string `yaml:"name"`
+		Addr         string `yaml:"addr"`
+		DeviceID     uint64 `yaml:"device_id"`
+		ElectionID   uint64 `yaml:"election_id"`
+		DeviceConfig string `yaml:"device_config"` // BMv2 JSON or Tofino binary; empty: keep the device's pipeline config
+		WindowNS     uint64 `yaml:"window_ns"`     // fine-score ranges to install; 0 for the software data plane
+	} `yaml:"switches"`
+	Nodes []struct {
+		ID   wire.NodeID `yaml:"id"`
+		Addr string      `yaml:"addr"`
+		Port uint32      `yaml:"port"`
+		MAC  string      `yaml:"mac"`
+	} `yaml:"nodes"`
+	VSBPorts []uint32 `yaml:"vsb_ports"`
+}
+
+func loadControllerConfig(path string) (*controllerConfig, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c := &controllerConfig{API: "127.0.0.1:7400", PartitionBits: 10, Replicas: 3, P4Info: "p4/build/netdir.p4info.txtpb"}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(c.Switches) == 0 {
+		return nil, fmt.Errorf("%s: no switches", path)
+	}
+	if len(c.Nodes) < c.Replicas {
+		return nil, fmt.Errorf("%s: %d nodes, fewer than replicas %d", path, len(c.Nodes), c.Replicas)
+	}
+	for i, s := range c.Switches {
+		if s.Addr == "" {
+			return nil, fmt.Errorf("%s: switch %d has no addr", path, i)
+		}
+		if s.ElectionID == 0 {
+			c.Switches[i].ElectionID = 1
+		}
+		if s.Name == "" {
+			c.Switches[i].Name = s.Addr
+		}
+	}
+	return c, nil
+}
+
+func controllerCmd() *cobra.Command {
+	var cfgPath string
+	cmd := &cobra.Command{
+		Use:   "controller --config FILE",
+		Short: "Run the controller: program switches over P4Runtime and promote hot keys",
+		Long: `Run the controller. It pushes the netdir pipeline to every switch over
+P4Runtime (the software data plane of ` + "`netdir switch`" + `, BMv2 or Tofino alike),
+installs the partition map, node addresses and the VSB group, and promotes and
+evicts hot keys every round. It serves its gRPC API (netdir ctl, node reports,
+agent subscriptions) and Prometheus metrics.
+
+FILE is YAML:
+
+  api: 127.0.0.1:7400
+  metrics: 127.0.0.1:9400
+  partition_bits: 10
+  replicas: 3
+  round: 500ms
+  p4info: p4/build/netdir.p4info.txtpb
+  switches:
+    - {name: tor1, addr: 127.0.0.1:9559, device_id: 1, election_id: 1}
+  nodes:
+    - {id: 1, addr: 127.0.0.1:7501}
+    - {id: 2, addr: 127.0.0.1:7502}
+    - {id: 3, addr: 127.0.0.1:7503}`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadControllerConfig(cfgPath)
+			if err != nil {
+				return err
+			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runController(ctx, cfg, log)
+		},
+	}
+	cmd.Flags().StringVar(&cfgPath, "config", "", "controller YAML (required)")
+	_ = cmd.MarkFlagRequired("config")
+	return cmd
+}
+
+func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger) error {
+	schema, err := p4rt.LoadSchema(cfg.P4Info)
+	if err != nil {
+		return err
+	}
+	var nodes []controller.NodeAddr
+	for _, n := range cfg.Nodes {
+		na := controller.NodeAddr{ID: n.ID, Addr: n.Addr, Port: n.Port}
+		if n.MAC != "" {
+			mac, err := net.ParseMAC(n.MAC)
+			if err != nil {
+				return fmt.Errorf("node %d: %w", n.ID, err)
+			}
+			na.MAC = mac
+		}
+		nodes = append(nodes, na)
+	}
+	var planes []controller.DataPlane
+	var clients []*p4rt.Client
+	var ctl *controller.Controller // set below; reconnects re-sync through it
+	for _, s := range cfg.Switches {
+		var devCfg []byte
+		if s.DeviceConfig != "" {
+			if devCfg, err = os.ReadFile(s.DeviceConfig); err != nil {
+				return err
+			}
+		}
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var pl *controller.P4Plane
+		c, err := p4rt.Dial(dctx, p4rt.Config{
+			Addr: s.Addr, DeviceID: s.DeviceID, Election: s.ElectionID, Log: log,
+			// A device that restarted, or a stream that broke, gets the
+			// pipeline and the whole state again.
+			OnPrimary: func(ctx context.Context, c *p4rt.Client) error {
+				if err := c.SetPipeline(ctx, schema.Info, devCfg); err != nil {
+					return err
+				}
+				return ctl.Resync(ctx, pl)
+			},
+		})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("switch %s: %w", s.Name, err)
+		}
+		defer c.Close()
+		if err := c.SetPipeline(ctx, schema.Info, devCfg); err != nil {
+			return fmt.Errorf("switch %s: %w", s.Name, err)
+		}
+		pl = controller.NewP4Plane(s.Name, c, schema)
+		pl.Window = s.WindowNS
+		planes = append(planes, pl)
+		clients = append(clients, c)
+		log.Info("switch programmed", "switch", s.Name, "addr", s.Addr, "device_id", s.DeviceID)
+	}
+	ctl, err = controller.New(controller.Config{
+		PartitionBits: cfg.PartitionBits, Replicas: cfg.Replicas, Nodes: nodes, Capacity: cfg.Capacity,
+		Round: cfg.Round, PromoteMin: cfg.PromoteMin, VSBGroup: cfg.VSBPorts, Log: log,
+	}, planes, &controller.UDPStorage{})
+	if err != nil {
+		return err
+	}
+	if err := ctl.Setup(ctx); err != nil {
+		return err
+	}
+	log.Info("partitions installed", "partitions", 1<<cfg.PartitionBits, "nodes", len(nodes))
+
+	lis, err := net.Listen("tcp", cfg.API)
+	if err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
+	gs := grpc.NewServer()
+	api.RegisterControllerServer(gs, controller.NewAPI(ctl))
+	go gs.Serve(lis)
+	defer gs.Stop()
+	log.Info("API serving", "addr", lis.Addr())
+
+	if cfg.Metrics != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), controller.NewCollector(ctl))
+		srv := &http.Server{Addr: cfg.Metrics, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics", "err", err)
+			}
+		}()
+		defer srv.Close()
+		log.Info("metrics serving", "addr", cfg.Metrics)
+	}
+	for _, c := range clients {
+		go c.Run(ctx)
+	}
+	err = ctl.Run(ctx)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,47 @@
+package controller
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Collector exports the controller's state as Prometheus metrics.
+type Collector struct {
+	c                                             *Controller
+	rounds, promotions, evictions, size, capacity *prometheus.Desc
+}
+
+// NewCollector returns a collector for c.
+func NewCollector(c *Controller) *Collector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("netdir_controller_"+name, help, nil, nil)
+	}
+	return &Collector{
+		c:          c,
+		rounds:     d("hot_key_rounds_total", "Hot-key rounds run."),
+		promotions: d("promotions_total", "Keys promoted into the directory."),
+		evictions:  d("evictions_total", "Keys evicted from the directory."),
+		size:       d("directory_entries", "Keys in the directory."),
+		capacity:   d("directory_capacity", "Directory capacity."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.rounds, m.promotions, m.evictions, m.size, m.capacity} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Collector) Collect(ch chan<- prometheus.Metric) {
+	c := m.c
+	c.mu.Lock()
+	rounds, prom, ev := c.rounds, c.promotions, c.evictions
+	c.mu.Unlock()
+	c.st.mu.Lock()
+	size := len(c.st.entries)
+	c.st.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(m.rounds, prometheus.CounterValue, float64(rounds))
+	ch <- prometheus.MustNewConstMetric(m.promotions, prometheus.CounterValue, float64(prom))
+	ch <- prometheus.MustNewConstMetric(m.evictions, prometheus.CounterValue, float64(ev))
+	ch <- prometheus.MustNewConstMetric(m.size, prometheus.GaugeValue, float64(size))
+	ch <- prometheus.MustNewConstMetric(m.capacity, prometheus.GaugeValue, float64(c.cfg.Capacity))
+}
