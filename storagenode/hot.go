@@ -22,6 +22,9 @@ func sortFunc[T any](s []T, f func(a, b T) int) { slices.SortFunc(s, f) }
 // key has no write in flight, else when the tail's ack comes back.
 func (s *shard) promote(p *nodePacket, from netip.AddrPort) {
 	n := s.n
+	if p.Node != 0 {
+		return // not from a controller: a reply, never answered
+	}
 	part, ch, pos := n.where(p.KeyHash)
 	if pos != 0 {
 		s.send(from, n.replyPacket(&p.Header, wire.OpPromote, wire.CodeWrongNode, 0, nil))
@@ -77,8 +80,13 @@ func (s *shard) demote(p *nodePacket, from netip.AddrPort) {
 			delete(n.extras, p.KeyHash)
 		}
 		n.extraMu.Unlock()
-		s.send(from, n.replyPacket(&p.Header, wire.OpDemote, wire.CodeOK, 0, nil))
+		if p.Node == 0 {
+			s.send(from, n.replyPacket(&p.Header, wire.OpDemote, wire.CodeOK, 0, nil))
+		}
 		return
+	}
+	if p.Node != 0 {
+		return // a node's push or a reply: only a controller (node 0) demotes at the head
 	}
 	if pos != 0 {
 		s.send(from, n.replyPacket(&p.Header, wire.OpDemote, wire.CodeWrongNode, 0, nil))

@@ -330,6 +330,25 @@ func TestHotKeyCopies(t *testing.T) {
 	if _, err := cl.Put(ctx, key, []byte("v3")); err != nil {
 		t.Fatalf("unstamped write after demotion: %v", err)
 	}
+	// Promote again: the extra's reply to the head's demote push must not
+	// demote the key at the head (replies are never taken as requests).
+	if _, err := cl.Promote(ctx, key, []wire.NodeID{extra}); err != nil {
+		t.Fatal(err)
+	}
+	waitVSB(extra, 3)
+	if err := cl.Demote(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Promote(ctx, key, []wire.NodeID{extra}); err != nil {
+		t.Fatal(err)
+	}
+	waitVSB(extra, 3)
+	if _, ok := c.Node(int(ch[0]) - 1).Promoted()[h]; !ok {
+		t.Fatal("the head lost its promotion")
+	}
+	if r := p.call(addrOf(c, ch[0]), raw(wire.Header{Op: wire.OpPut, ReqID: 7, KeyHash: h}, key, []byte("x"))); r.Code != wire.CodeRetry {
+		t.Fatalf("unstamped write after re-promotion: %s %s", r.Op, r.Code)
+	}
 }
 
 func TestRecoveryAfterDiskLoss(t *testing.T) {

@@ -32,6 +32,11 @@ import (
 //	                                          vlen(4) clean version record)
 //	stats        -          JSON Stats (reply)                                 reply: same op, to the sender
 //
+// Control ops (promote, demote, stats) come from a controller with node 0
+// in the header. Their replies, and a head's demote pushed to its extras,
+// carry the sending node's id: a control op with a non-zero node is never
+// answered, so replies cannot ping-pong between nodes.
+//
 // Chain-write flags: bit 0 — the key is promoted; the tail announces the
 // commit by VSB and pushes the version to the extras listed.
 const chainFlagPromoted = 1

@@ -262,8 +262,8 @@ func (n *Node) replyPacket(h *wire.Header, op wire.Op, code wire.Code, stamp uin
 
 func (n *Node) serveStats(b []byte, from netip.AddrPort) {
 	var h wire.Header
-	if h.DecodeHeader(b) != nil {
-		return
+	if h.DecodeHeader(b) != nil || h.Node != 0 {
+		return // node != 0: a reply, never answered
 	}
 	js, _ := json.Marshal(n.Stats())
 	if len(js) > wire.MaxValue {

@@ -12,6 +12,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,10 +20,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/model"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
@@ -38,7 +42,13 @@ type Options struct {
 	Proxy         bool   // put a fault-injecting proxy in front of every node
 	Faults        Faults // initial faults when Proxy is on
 	Seed          uint64 // seeds the proxies' randomness
-	DataPlane     string // address nodes send VSBs to (optional)
+	DataPlane     string // address nodes send VSBs to (optional; set by Switch)
+	// Switch puts the software data plane (model.Switch) in front: clients
+	// given Service() as their service address reach the nodes through it,
+	// and nodes send VSBs to it. The switch talks to the nodes' own sockets;
+	// with Proxy on, a further fault proxy stands between clients and the
+	// switch, so faults hit client↔switch and node↔node traffic.
+	Switch bool
 	// Node adjusts each node's options before it starts (optional).
 	Node func(*storagenode.Options)
 }
@@ -51,6 +61,9 @@ type Cluster struct {
 	nodes   []*storagenode.Node
 	listen  []netip.AddrPort
 	proxies []*Proxy
+	sw      *model.Switch
+	swProxy *Proxy
+	swDone  chan struct{}
 }
 
 // Start starts the cluster and waits until every node serves.
@@ -76,6 +89,16 @@ func Start(o Options) (*Cluster, error) {
 			return nil, err
 		}
 		c.listen[i] = a
+	}
+	if o.Switch {
+		if err := c.startSwitch(); err != nil {
+			c.Close()
+			return nil, err
+		}
+		cfg.DataPlane = c.sw.Addr().String()
+	}
+	for i := range o.N {
+		a := c.listen[i]
 		addr := a
 		if o.Proxy {
 			p, err := NewProxy(o.Seed*1000 + uint64(i))
@@ -96,6 +119,14 @@ func Start(o Options) (*Cluster, error) {
 		return nil, err
 	}
 	c.Layout = m
+	if c.sw != nil {
+		for p := range m.Partitions() {
+			if err := c.sw.SetPartition(uint32(p), m.Chain(uint32(p)), nil); err != nil {
+				c.Close()
+				return nil, err
+			}
+		}
+	}
 	for i := range o.N {
 		if err := c.start(i); err != nil {
 			c.Close()
@@ -209,7 +240,7 @@ func (c *Cluster) Client(o client.Options) (*client.Client, error) {
 	return client.New(o)
 }
 
-// Close stops every node and proxy.
+// Close stops every node, proxy and the switch.
 func (c *Cluster) Close() {
 	for i := range c.nodes {
 		c.Crash(i)
@@ -217,4 +248,86 @@ func (c *Cluster) Close() {
 	for _, p := range c.proxies {
 		p.Close()
 	}
+	if c.swProxy != nil {
+		c.swProxy.Close()
+	}
+	if c.sw != nil {
+		c.sw.Close()
+		<-c.swDone
+	}
+}
+
+func (c *Cluster) startSwitch() error {
+	var nodes []model.Node
+	for i, a := range c.listen {
+		nodes = append(nodes, model.Node{ID: wire.NodeID(i + 1), Addr: a})
+	}
+	sw, err := model.New(model.Config{
+		Listen: "127.0.0.1:0", Nodes: nodes,
+		Directory: directory.Config{PartitionBits: c.opts.PartitionBits, Mode: directory.ModeToR},
+	})
+	if err != nil {
+		return err
+	}
+	c.sw = sw
+	c.swDone = make(chan struct{})
+	go func() {
+		defer close(c.swDone)
+		sw.Run(context.Background())
+	}()
+	if c.opts.Proxy {
+		p, err := NewProxy(c.opts.Seed*1000 + 999)
+		if err != nil {
+			return err
+		}
+		p.SetUpstream(sw.Addr())
+		p.SetFaults(c.opts.Faults)
+		c.swProxy = p
+	}
+	return nil
+}
+
+// Switch is the software data plane, nil without Options.Switch.
+func (c *Cluster) Switch() *model.Switch { return c.sw }
+
+// Service is the address clients send to: the switch (through its proxy
+// when proxies are on), or "" without a switch.
+func (c *Cluster) Service() string {
+	switch {
+	case c.swProxy != nil:
+		return c.swProxy.Addr().String()
+	case c.sw != nil:
+		return c.sw.Addr().String()
+	}
+	return ""
+}
+
+// Promote makes key hot, as the controller does: the chain head is told
+// first (it starts refusing unstamped writes and copies the committed
+// version to the extras), then the key enters the switch's directory with
+// the head's version, its chain and the extras as its LocationList.
+func (c *Cluster) Promote(ctx context.Context, cl *client.Client, key []byte, extras []wire.NodeID) error {
+	ver, err := cl.Promote(ctx, key, extras)
+	if err != nil {
+		return err
+	}
+	if c.sw == nil {
+		return nil
+	}
+	h := wire.HashKey(key)
+	locs := append(slices.Clone(c.Layout.ChainOf(h)), extras...)
+	_, err = c.sw.Insert(h, locs, c.Layout.R(), ver, nil)
+	return err
+}
+
+// Evict makes key cold in the safe order: out of the directory first (so
+// no read goes to an extra and writes are no longer stamped), then the head
+// is told (it accepts unstamped writes again and the extras drop copies).
+func (c *Cluster) Evict(ctx context.Context, cl *client.Client, key []byte) error {
+	if c.sw != nil {
+		if err := c.sw.Evict(wire.HashKey(key)); err != nil && !errors.Is(err, directory.ErrNotFound) {
+			return err
+		}
+	}
+	return cl.Demote(ctx, key)
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/storagenode/cluster"
+	"github.com/netdir/netdir/wire"
 )
 
 var seeds = flag.Int("seeds", 50, "random seeds of the linearizability test")
@@ -83,6 +85,7 @@ type scenario struct {
 	name   string
 	faults cluster.Faults
 	crash  bool
+	hot    bool // a controller promotes and evicts the keys during the run
 }
 
 func scenarioFor(seed int) scenario {
@@ -117,6 +120,15 @@ func runHistory(t *testing.T, c *cluster.Cluster, seed int, sc scenario) []porcu
 		clientSeeds[i] = rng.Uint64()
 	}
 	stopCrash := make(chan struct{})
+	ctlDone := make(chan struct{})
+	if sc.hot {
+		go func() {
+			defer close(ctlDone)
+			controller(t, c, seed, nkeys, stopCrash, rng.Uint64())
+		}()
+	} else {
+		close(ctlDone)
+	}
 	crashDone := make(chan struct{})
 	if sc.crash {
 		victim := rng.IntN(c.N())
@@ -144,7 +156,7 @@ func runHistory(t *testing.T, c *cluster.Cluster, seed int, sc scenario) []porcu
 		go func() {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(clientSeeds[ci], uint64(ci)))
-			cl, err := c.Client(client.Options{Timeout: 20 * time.Millisecond, MaxTimeout: 200 * time.Millisecond})
+			cl, err := c.Client(client.Options{Service: c.Service(), Timeout: 20 * time.Millisecond, MaxTimeout: 200 * time.Millisecond})
 			if err != nil {
 				t.Error(err)
 				return
@@ -192,7 +204,60 @@ func runHistory(t *testing.T, c *cluster.Cluster, seed int, sc scenario) []porcu
 	wg.Wait()
 	close(stopCrash)
 	<-crashDone
+	<-ctlDone
 	return hist
+}
+
+// controller promotes keys to an extra node outside their chain and evicts
+// them again, at random, while the clients run (bounded in count).
+func controller(t *testing.T, c *cluster.Cluster, seed, nkeys int, stop <-chan struct{}, rs uint64) {
+	r := rand.New(rand.NewPCG(rs, 3))
+	cl, err := c.Client(client.Options{Timeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer cl.Close()
+	hot := map[int]bool{}
+	defer func() {
+		for k := range hot {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := c.Evict(ctx, cl, []byte(fmt.Sprintf("s%d-k%d", seed, k))); err != nil {
+				t.Errorf("evict: %v", err)
+			}
+			cancel()
+		}
+	}()
+	for range 40 {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Duration(2+r.IntN(10)) * time.Millisecond):
+		}
+		k := r.IntN(nkeys)
+		key := []byte(fmt.Sprintf("s%d-k%d", seed, k))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if hot[k] {
+			if err := c.Evict(ctx, cl, key); err != nil {
+				t.Errorf("evict: %v", err)
+			}
+			delete(hot, k)
+		} else {
+			ch := c.Layout.ChainOf(wire.HashKey(key))
+			var extras []wire.NodeID
+			for _, id := range c.Layout.Nodes() {
+				if !slices.Contains(ch, id) {
+					extras = append(extras, id)
+				}
+			}
+			if err := c.Promote(ctx, cl, key, extras); err != nil {
+				t.Errorf("promote: %v", err)
+			} else {
+				hot[k] = true
+			}
+		}
+		cancel()
+	}
 }
 
 // checkVersions: a version names one value. Every acknowledged write has a
@@ -227,19 +292,49 @@ func checkVersions(t *testing.T, hist []porcupine.Operation) {
 	}
 }
 
+// TestLinearizable: clients talk to the nodes directly (through fault
+// proxies that also carry all chain traffic).
 func TestLinearizable(t *testing.T) {
-	if testing.Short() && *seeds > 10 {
-		*seeds = 10
-	}
 	c, err := cluster.Start(cluster.Options{N: 3, Dir: t.TempDir(), Proxy: true, Seed: 1,
 		Node: func(o *storagenode.Options) { o.RetransmitAfter = 30 * time.Millisecond }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	var unknown int
-	for seed := 1; seed <= *seeds; seed++ {
+	checkSeeds(t, c, func(seed int) scenario { return scenarioFor(seed) })
+}
+
+// TestLinearizableSwitch: clients talk to the software data plane
+// (model.Switch, behind a fault proxy); a controller promotes keys to an
+// extra node and evicts them from the directory while the clients run, so
+// writes are stamped, extras serve reads when fresh, and eviction races
+// with writes.
+func TestLinearizableSwitch(t *testing.T) {
+	c, err := cluster.Start(cluster.Options{N: 4, R: 3, Dir: t.TempDir(), Proxy: true, Switch: true, Seed: 2,
+		Node: func(o *storagenode.Options) { o.RetransmitAfter = 30 * time.Millisecond }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	checkSeeds(t, c, func(seed int) scenario {
 		sc := scenarioFor(seed)
+		sc.hot = seed%3 != 0
+		sc.name += "+switch"
+		if sc.hot {
+			sc.name += "+hot"
+		}
+		return sc
+	})
+}
+
+func checkSeeds(t *testing.T, c *cluster.Cluster, scen func(int) scenario) {
+	n := *seeds
+	if testing.Short() {
+		n = min(n, 10)
+	}
+	var unknown int
+	for seed := 1; seed <= n; seed++ {
+		sc := scen(seed)
 		c.SetFaults(sc.faults)
 		hist := runHistory(t, c, seed, sc)
 		res, info := porcupine.CheckOperationsVerbose(kvModel, hist, 20*time.Second)
@@ -262,5 +357,5 @@ func TestLinearizable(t *testing.T) {
 		dropped += c.Proxy(i).Dropped.Load()
 		dup += c.Proxy(i).Duplicated.Load()
 	}
-	t.Logf("%d seeds linearizable (%d undecided); proxies dropped %d and duplicated %d packets", *seeds, unknown, dropped, dup)
+	t.Logf("%d seeds linearizable (%d undecided); proxies dropped %d and duplicated %d packets", n, unknown, dropped, dup)
 }
