@@ -442,7 +442,7 @@ func (s *shard) housekeep() {
 	n := s.n
 	now := time.Now()
 	for k, pw := range s.pending {
-		if now.Sub(pw.sent) < n.opts.RetransmitAfter {
+		if now.Sub(pw.sent) < n.opts.RetransmitAfter<<min(pw.tries, 4) {
 			continue
 		}
 		_, ch, pos := n.where(k.h)
@@ -451,6 +451,7 @@ func (s *shard) housekeep() {
 			continue
 		}
 		n.ctr.retransmits.Add(1)
+		pw.tries++
 		s.forward(pw, ch)
 	}
 	for h, w := range s.waits {

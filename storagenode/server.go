@@ -39,9 +39,10 @@ type pendKey struct {
 
 // pendingWrite is a write the head forwarded and the tail has not acked.
 type pendingWrite struct {
-	key  []byte
-	v    version
-	sent time.Time
+	key   []byte
+	v     version
+	sent  time.Time
+	tries int // retransmissions so far: the interval doubles, up to 16×
 }
 
 type getWaiter struct {
