@@ -21,6 +21,7 @@ func main() {
 	root.AddCommand(switchCmd())
 	root.AddCommand(ctlCmd())
 	root.AddCommand(controllerCmd())
+	root.AddCommand(agentCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "netdir:", err)
 		os.Exit(1)
