@@ -144,6 +144,9 @@ func rssMiB() float64 {
 func benchCluster(b *testing.B, n, r int) *cluster.Cluster {
 	c, err := cluster.Start(cluster.Options{N: n, R: r, Dir: b.TempDir(), PartitionBits: 6, Node: func(o *storagenode.Options) {
 		o.Workers = storagenode.DefaultWorkers
+		if w, err := strconv.Atoi(os.Getenv("NETDIR_BENCH_WORKERS")); err == nil && w > 0 {
+			o.Workers = w
+		}
 		o.CacheBytes = storagenode.DefaultCacheBytes
 		o.MemTableBytes = storagenode.DefaultMemTableBytes
 	}})
