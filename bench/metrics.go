@@ -335,6 +335,12 @@ type Run struct {
 	DirSize           int             `json:"dir_size,omitempty"`
 	Latency           []QuantilePoint `json:"latency,omitempty"` // CDF points for the report
 	Note              string          `json:"note,omitempty"`
+	// The system under test: each node's emulated capacity in ops/s (0:
+	// unlimited), so the ideal throughput is Nodes × CapacityOps; and how the
+	// data plane was programmed ("p4runtime", "control-api", or "client" for
+	// client-side policies).
+	CapacityOps float64 `json:"capacity_ops,omitempty"`
+	Control     string  `json:"control,omitempty"`
 }
 
 // QuantilePoint is one point of a latency CDF: the fraction Q of operations

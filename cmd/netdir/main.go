@@ -22,6 +22,8 @@ func main() {
 	root.AddCommand(ctlCmd())
 	root.AddCommand(controllerCmd())
 	root.AddCommand(agentCmd())
+	root.AddCommand(demoCmd())
+	root.AddCommand(benchCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "netdir:", err)
 		os.Exit(1)

@@ -1,0 +1,281 @@
+package system
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/storagenode/layout"
+	"github.com/netdir/netdir/wire"
+)
+
+// C3 (Suresh et al., "C3: Cutting Tail Latency in Cloud Data Stores via
+// Adaptive Replica Selection", NSDI'15) ranks the replicas of a key on the
+// client. Per server s the client keeps exponentially weighted moving
+// averages (α = 0.9 on the old value, as in the paper) of the response time
+// R̄_s, the queue size q̄_s the server reports and its service time 1/μ̄_s, and
+// the number os_s of its own requests outstanding at s. It estimates the
+// queue a new request would meet as q̂_s = 1 + os_s·n + q̄_s (n: the number of
+// clients; concurrency compensation) and sends the request to the replica of
+// least score
+//
+//	Ψ_s = R̄_s − 1/μ̄_s + q̂_s³/μ̄_s
+//
+// (the cubic penalty on queue size).
+//
+// Here:
+//   - the replicas are the key's CRAQ chain, all of which serve linearizable
+//     reads; writes go to the chain head as in every policy;
+//   - q_s is the load (queue depth) every netdir reply carries;
+//   - netdir replies do not carry a service time, so 1/μ_s is estimated from
+//     each reply as R/(1+q): the response time shared by the requests the
+//     server had queued when it answered;
+//   - all workers of the process are one C3 client (n = 1): os_s counts every
+//     worker's requests outstanding at s;
+//   - C3's second half, cubic rate control with backpressure, is omitted:
+//     the bench's own concurrency and rate bound what each client sends.
+const (
+	c3Alpha   = 0.9 // weight of the old value in every EWMA
+	c3Clients = 1   // n
+	c3Timeout = 50 * time.Millisecond
+)
+
+type c3Server struct {
+	outstanding atomic.Int64
+
+	mu      sync.Mutex
+	learnt  bool
+	r, q, s float64 // EWMA response time (ns), queue size, service time (ns)
+}
+
+func (c *c3Server) score() float64 {
+	c.mu.Lock()
+	r, q, s, ok := c.r, c.q, c.s, c.learnt
+	c.mu.Unlock()
+	if !ok {
+		return math.Inf(-1) // unexplored servers first
+	}
+	qh := 1 + float64(c.outstanding.Load())*c3Clients + q
+	return r - s + qh*qh*qh*s
+}
+
+func (c *c3Server) learn(rt time.Duration, queue uint16) {
+	r := float64(rt)
+	q := float64(queue)
+	s := r / (1 + q)
+	c.mu.Lock()
+	if !c.learnt {
+		c.r, c.q, c.s, c.learnt = r, q, s, true
+	} else {
+		c.r = c3Alpha*c.r + (1-c3Alpha)*r
+		c.q = c3Alpha*c.q + (1-c3Alpha)*q
+		c.s = c3Alpha*c.s + (1-c3Alpha)*s
+	}
+	c.mu.Unlock()
+}
+
+// c3Target is the bench.Target of policy c3: reads go straight to the chain
+// member C3 ranks best, writes to the head through a direct-mode client
+// (which also serves as the fallback for any read that fails).
+type c3Target struct {
+	lay     *layout.Map
+	cl      *client.Client
+	acct    *accounting
+	servers []c3Server
+	conn    *directConn
+}
+
+func newC3Target(lay *layout.Map, cl *client.Client, acct *accounting) (*c3Target, error) {
+	conn, err := newDirectConn()
+	if err != nil {
+		return nil, err
+	}
+	return &c3Target{lay: lay, cl: cl, acct: acct, servers: make([]c3Server, len(lay.Nodes())), conn: conn}, nil
+}
+
+func (t *c3Target) server(id wire.NodeID) *c3Server {
+	i := int(id) - 1
+	if i < 0 || i >= len(t.servers) {
+		return nil
+	}
+	return &t.servers[i]
+}
+
+// choose returns the chain member of least score, ties broken at random.
+func (t *c3Target) choose(chain []wire.NodeID) wire.NodeID {
+	best, bestScore, ties := chain[0], math.Inf(1), 0
+	for _, id := range chain {
+		sv := t.server(id)
+		if sv == nil {
+			continue
+		}
+		sc := sv.score()
+		switch {
+		case sc < bestScore:
+			best, bestScore, ties = id, sc, 1
+		case sc == bestScore:
+			ties++
+			if rand.IntN(ties) == 0 {
+				best = id
+			}
+		}
+	}
+	return best
+}
+
+func (t *c3Target) Get(ctx context.Context, key []byte) ([]byte, uint64, error) {
+	h := wire.HashKey(key)
+	chain := t.lay.ChainOf(h)
+	if len(chain) > 0 {
+		id := t.choose(chain)
+		if sv := t.server(id); sv != nil {
+			addr, _ := t.lay.Addr(id)
+			sv.outstanding.Add(1)
+			t0 := time.Now()
+			p, err := t.conn.get(ctx, addr, key, h, t.lay.Epoch())
+			rt := time.Since(t0)
+			sv.outstanding.Add(-1)
+			if err == nil && p.Op == wire.OpGetReply {
+				sv.learn(rt, p.Load)
+				t.acct.read(p.Node, key, rt)
+				if p.Code == wire.CodeNotFound {
+					return nil, p.Stamp, client.ErrNotFound
+				}
+				return p.Value, p.Stamp, nil
+			}
+			if err == nil {
+				sv.learn(rt, p.Load) // an error reply still tells the queue
+			} else if ctx.Err() != nil {
+				return nil, 0, err
+			} else {
+				sv.learn(c3Timeout, 0) // timed out: a response time of the timeout
+			}
+		}
+	}
+	t0 := time.Now()
+	r, err := t.cl.GetResult(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	t.acct.read(r.Node, key, time.Since(t0))
+	if r.Code == wire.CodeNotFound {
+		return nil, r.Version, client.ErrNotFound
+	}
+	return r.Value, r.Version, nil
+}
+
+func (t *c3Target) Put(ctx context.Context, key, val []byte) (uint64, error) {
+	v, err := t.cl.Put(ctx, key, val)
+	if err == nil {
+		if ch := t.lay.ChainOf(wire.HashKey(key)); len(ch) > 0 {
+			t.acct.write(ch[0], key)
+		}
+	}
+	return v, err
+}
+
+func (t *c3Target) Close() {
+	t.conn.close()
+	t.cl.Close()
+}
+
+// directConn sends GETs to a chosen node and matches replies by request id:
+// the client library picks chain members itself, C3 must pick them.
+type directConn struct {
+	conn *net.UDPConn
+	mu   sync.Mutex
+	wait map[uint64]chan *wire.Packet
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newDirectConn() (*directConn, error) {
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetReadBuffer(4 << 20)
+	d := &directConn{conn: c, wait: map[uint64]chan *wire.Packet{}, done: make(chan struct{})}
+	d.wg.Add(1)
+	go d.readLoop()
+	return d, nil
+}
+
+func (d *directConn) readLoop() {
+	defer d.wg.Done()
+	buf := make([]byte, wire.MaxPacket)
+	for {
+		n, _, err := d.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			select {
+			case <-d.done:
+				return
+			default:
+				continue
+			}
+		}
+		var p wire.Packet
+		if p.Decode(buf[:n]) != nil {
+			continue
+		}
+		d.mu.Lock()
+		ch := d.wait[p.ReqID]
+		delete(d.wait, p.ReqID)
+		d.mu.Unlock()
+		if ch != nil {
+			p.Key = append([]byte(nil), p.Key...)
+			p.Value = append([]byte(nil), p.Value...)
+			ch <- &p // buffered: one reply per id
+		}
+	}
+}
+
+// get sends one GET to addr and waits up to c3Timeout for its reply (an
+// OpGetReply or an OpErr).
+func (d *directConn) get(ctx context.Context, addr netip.AddrPort, key []byte, h wire.KeyHash, epoch uint32) (*wire.Packet, error) {
+	id := rand.Uint64() | 1
+	pkt, err := (&wire.Packet{Header: wire.Header{Op: wire.OpGet, ReqID: id, KeyHash: h, Epoch: epoch}, Key: key}).AppendEncode(nil)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan *wire.Packet, 1)
+	d.mu.Lock()
+	d.wait[id] = ch
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.wait, id)
+		d.mu.Unlock()
+	}()
+	if _, err := d.conn.WriteToUDPAddrPort(pkt, addr); err != nil {
+		return nil, err
+	}
+	tm := time.NewTimer(c3Timeout)
+	defer tm.Stop()
+	select {
+	case p := <-ch:
+		return p, nil
+	case <-tm.C:
+		return nil, errC3Timeout
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+var errC3Timeout = errors.New("c3: timeout")
+
+func (d *directConn) close() {
+	close(d.done)
+	d.conn.Close()
+	d.wg.Wait()
+}

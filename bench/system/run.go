@@ -1,0 +1,168 @@
+package system
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/netdir/netdir/bench"
+)
+
+// RunOptions shape one policy run.
+type RunOptions struct {
+	Workload bench.Workload
+	// Workers: closed loop, the operations in flight; open loop, the most in
+	// flight (bench.Options.Workers).
+	Workers int
+	// Rate > 0 runs open loop (Poisson arrivals at Rate ops/s); 0 closed loop.
+	Rate float64
+	// Warmup runs the workload unmeasured first, so that the controller can
+	// promote the hot keys and caches warm up (default none).
+	Warmup   time.Duration
+	Duration time.Duration // measured time (required)
+	// OpTimeout bounds each operation (default 5 s).
+	OpTimeout time.Duration
+	// Live, if set, gets a frame about once a second, during warm-up too
+	// (Policy then ends in " (warm-up)").
+	Live func(bench.LiveStats)
+	Note string
+}
+
+// Run runs one policy on the system and summarises it: a fresh plane
+// (StartPlane), the warm-up, then the measured run, whose node loads,
+// latencies and directory counters are the deltas over the measured run.
+func (s *System) Run(ctx context.Context, policy string, o RunOptions) (bench.Run, error) {
+	if o.Duration <= 0 {
+		return bench.Run{}, errors.New("system: RunOptions.Duration must be set")
+	}
+	if o.OpTimeout <= 0 {
+		o.OpTimeout = 5 * time.Second
+	}
+	src, err := o.Workload.Build()
+	if err != nil {
+		return bench.Run{}, err
+	}
+	p, err := s.StartPlane(ctx, policy)
+	if err != nil {
+		return bench.Run{}, err
+	}
+	defer p.Close()
+
+	var (
+		cur   atomic.Pointer[liveState]
+		stop  = make(chan struct{})
+		liveW sync.WaitGroup
+	)
+	if o.Live != nil {
+		liveW.Add(1)
+		go func() {
+			defer liveW.Done()
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			prev := p.Sample()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				ls := cur.Load()
+				if ls == nil {
+					continue
+				}
+				now := p.Sample()
+				dt := now.At.Sub(prev.At).Seconds()
+				loads := make([]float64, len(now.Requests))
+				for i := range loads {
+					if dt > 0 {
+						loads[i] = float64(now.Requests[i]-prev.Requests[i]) / dt
+					}
+				}
+				iv := ls.rec.Interval(now.At)
+				o.Live(bench.LiveStats{
+					Policy: ls.label, Elapsed: now.At.Sub(ls.start), NodeLoads: loads,
+					Throughput: iv.Throughput, P99: iv.P99, DirSize: now.DirSize,
+				})
+				prev = now
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		liveW.Wait()
+	}()
+	drive := func(label string, d time.Duration) (*bench.Result, error) {
+		now := time.Now()
+		rec := bench.NewRecorder(now)
+		cur.Store(&liveState{label: label, start: now, rec: rec})
+		bo := bench.Options{Workers: o.Workers, Rate: o.Rate, Duration: d, OpTimeout: o.OpTimeout,
+			Seed: o.Workload.Seed, Recorder: rec}
+		if o.Rate > 0 {
+			return bench.OpenLoop(ctx, p.Target(), src, bo)
+		}
+		return bench.ClosedLoop(ctx, p.Target(), src, bo)
+	}
+	if o.Warmup > 0 {
+		if _, err := drive(policy+" (warm-up)", o.Warmup); err != nil {
+			return bench.Run{}, err
+		}
+	}
+	before := p.Sample()
+	cpu0, _ := bench.ReadProcStats()
+	res, err := drive(policy, o.Duration)
+	after := p.Sample()
+	cpu1, _ := bench.ReadProcStats()
+	if err != nil {
+		return bench.Run{}, err
+	}
+	nodes := make([]bench.NodeStat, len(after.Requests))
+	for i := range nodes {
+		nodes[i].Requests = float64(after.Requests[i] - before.Requests[i])
+		if r := after.Reads[i] - before.Reads[i]; r > 0 {
+			nodes[i].MeanLatency = time.Duration((after.LatSum[i] - before.LatSum[i]) / r)
+		}
+	}
+	info := bench.RunInfo{
+		Policy: policy, Workload: src.Workload(), Nodes: nodes, DirSize: after.DirSize,
+		CPU: cpu1.Since(cpu0), Note: o.Note,
+	}
+	if h, m := after.Hits-before.Hits, after.Misses-before.Misses; h+m > 0 {
+		info.DirHitRate = float64(h) / float64(h+m)
+	}
+	if d := p.vsbNote(before, after); d != "" {
+		if info.Note != "" {
+			info.Note += "; "
+		}
+		info.Note += d
+	}
+	run := bench.Summarize(info, res)
+	run.CapacityOps = s.Capacity()
+	run.Control = s.controlName(policy)
+	if err := p.Close(); err != nil {
+		return run, fmt.Errorf("system: after %s: %w", policy, err)
+	}
+	return run, nil
+}
+
+type liveState struct {
+	label string
+	start time.Time
+	rec   *bench.Recorder
+}
+
+// controlName says how the run's data plane was programmed.
+func (s *System) controlName(policy string) string {
+	switch {
+	case policy == PolicyC3:
+		return "client"
+	case s.schema != nil:
+		return "p4runtime"
+	default:
+		return "control-api"
+	}
+}

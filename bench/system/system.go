@@ -1,0 +1,382 @@
+// Package system assembles the whole of netdir in one process, over loopback,
+// for `netdir demo`, `netdir bench` and tests:
+//
+//   - N storage nodes (package storagenode, through storagenode/cluster), each
+//     with Pebble trees in a temporary directory and an emulated capacity of
+//     Config.Capacity requests per second (storagenode.Options.MaxOps, a token
+//     bucket), so that a skewed workload overloads the nodes that hold the hot
+//     keys long before the machine runs out of CPU;
+//   - per policy run, a fresh software data plane (package model) on one fixed
+//     loopback address, with the routing policy of the run
+//     (directory.Config.Policy), a P4Runtime gRPC server in front of it
+//     (model/p4rtserver) on a loopback port, and the controller driving it over
+//     real P4Runtime (controller.P4Plane) when the P4Info is available (see
+//     FindP4Info), or through the model's Go control API otherwise;
+//   - the controller's hot-key loop, fed with node hot-key reports, promoting
+//     keys at chain heads over UDP (controller.UDPStorage);
+//   - clients (package client) with the switch as their service address, or,
+//     for the client-side policy c3, reading straight from the chain member
+//     that C3's ranking picks.
+//
+// Hot-key reports: storage nodes do not count keys, so the clients do. Every
+// reply names the node that served it; the clients keep a space-saving top-k
+// of keys per node (writes are counted at the key's chain head) and report it
+// to controller.Report once per controller round, as the nodes would over the
+// controller API. This is the documented stand-in for a per-node top-k counter
+// in storagenode.
+//
+// Measurements: per-node load is the delta of each node's own request counters
+// (GET+PUT+DEL admitted, storagenode.Stats); per-node latency is the mean
+// response time of reads as the clients see it, by serving node; the directory
+// hit rate is the switch's hits over hits plus misses.
+package system
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/netdir/netdir/bench"
+	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/controller/p4rt"
+	"github.com/netdir/netdir/storagenode"
+	"github.com/netdir/netdir/storagenode/cluster"
+	"github.com/netdir/netdir/storagenode/layout"
+	"github.com/netdir/netdir/wire"
+)
+
+// Defaults of Config.
+const (
+	DefaultNodes = 8
+	// DefaultCapacity is each node's emulated capacity in requests per second.
+	// The whole system shares one machine's cores, so the emulated capacity
+	// must sit well below what the machine serves end to end (client, switch,
+	// node and back over loopback UDP, four datagrams each way), or the CPU,
+	// not the hot nodes, would limit every policy alike. On the shared 2-core
+	// development machine the system serves about 6–10k ops/s end to end with
+	// no capacity limit (BENCHMARKS.md), so 8 nodes of 500 ops/s (ideal 4k
+	// ops/s) leave the CPU headroom; use --capacity 300 for 16 nodes.
+	DefaultCapacity = 500
+	DefaultReplicas = 3
+	// DefaultPartitionBits gives 1024 partitions, as in a deployment.
+	DefaultPartitionBits = 10
+	DefaultRound         = 500 * time.Millisecond
+	DefaultClients       = 4
+)
+
+// Config sizes the system.
+type Config struct {
+	Nodes         int     // storage nodes (default 8)
+	Replicas      int     // chain length R (default min(3, Nodes))
+	PartitionBits uint    // log2 partitions (default 10)
+	Capacity      float64 // emulated requests/s per node (default 500); negative: unlimited
+	// Dir is the data root; empty makes a temporary directory that Close
+	// removes.
+	Dir string
+	// P4Info is the P4Info text proto the controller programs the switch with
+	// over P4Runtime. Empty: FindP4Info. "none": drive the switch through the
+	// model's Go control API instead (no P4Runtime).
+	P4Info string
+	// Round is the controller's hot-key round (default 500 ms); the clients
+	// report hot keys at the same period.
+	Round      time.Duration
+	PromoteMin uint64 // requests per round for a key to be hot (controller default)
+	Clients    int    // client sockets shared by the workers (default 4)
+	// Log receives the components' logs (default: discarded).
+	Log *slog.Logger
+	// Progress, if set, receives one human-readable line per setup step.
+	Progress func(string)
+}
+
+// System is a running in-process netdir.
+type System struct {
+	cfg    Config
+	dir    string
+	ownDir bool
+	cl     *cluster.Cluster
+	swAddr netip.AddrPort
+	schema *p4rt.Schema
+	p4path string
+	p4err  error
+	direct *client.Client // to the nodes, for preload and cleanup
+	log    *slog.Logger
+
+	mu   sync.Mutex
+	keys map[wire.KeyHash][]byte // every key ever promoted, for cleanup
+}
+
+func (c *Config) defaults() error {
+	if c.Nodes == 0 {
+		c.Nodes = DefaultNodes
+	}
+	if c.Nodes < 1 || c.Nodes > 32 {
+		return fmt.Errorf("system: %d nodes: want 1..32 (one rack)", c.Nodes)
+	}
+	if c.Replicas == 0 {
+		c.Replicas = min(DefaultReplicas, c.Nodes)
+	}
+	if c.Replicas < 1 || c.Replicas > c.Nodes || c.Replicas > layout.MaxReplicas {
+		return fmt.Errorf("system: %d replicas for %d nodes", c.Replicas, c.Nodes)
+	}
+	if c.PartitionBits == 0 {
+		c.PartitionBits = DefaultPartitionBits
+	}
+	if c.Capacity == 0 {
+		c.Capacity = DefaultCapacity
+	}
+	if c.Capacity < 0 {
+		c.Capacity = 0 // unlimited for storagenode
+	}
+	if c.Round <= 0 {
+		c.Round = DefaultRound
+	}
+	if c.Clients <= 0 {
+		c.Clients = DefaultClients
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return nil
+}
+
+func (s *System) progress(format string, args ...any) {
+	if s.cfg.Progress != nil {
+		s.cfg.Progress(fmt.Sprintf(format, args...))
+	}
+}
+
+// Start starts the storage nodes and reserves the switch's address. Data
+// planes start per policy run (StartPlane, Run).
+func Start(ctx context.Context, cfg Config) (*System, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	s := &System{cfg: cfg, log: cfg.Log, keys: map[wire.KeyHash][]byte{}}
+	switch cfg.P4Info {
+	case "none":
+		s.p4err = errors.New("disabled (--p4info none)")
+	case "":
+		s.p4path = FindP4Info()
+		if s.p4path == "" {
+			s.p4err = fmt.Errorf("%s not found (p4c has not produced it yet)", P4InfoRel)
+		}
+	default:
+		s.p4path = cfg.P4Info
+	}
+	if s.p4path != "" {
+		if s.schema, s.p4err = p4rt.LoadSchema(s.p4path); s.p4err != nil {
+			if cfg.P4Info != "" {
+				return nil, s.p4err
+			}
+			s.schema = nil
+		}
+	}
+	if s.schema != nil {
+		s.progress("control path: P4Runtime gRPC to the software switch, P4Info %s", s.p4path)
+	} else {
+		s.progress("control path: the switch's Go control API (P4Runtime off: %v)", s.p4err)
+	}
+	s.dir = cfg.Dir
+	if s.dir == "" {
+		d, err := os.MkdirTemp("", "netdir-system-")
+		if err != nil {
+			return nil, err
+		}
+		s.dir, s.ownDir = d, true
+	}
+	a, err := freeUDP()
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.swAddr = a
+	capText := "unlimited"
+	if cfg.Capacity > 0 {
+		capText = fmt.Sprintf("%.0f ops/s each", cfg.Capacity)
+	}
+	s.progress("starting %d storage nodes (R=%d, %d partitions, capacity %s, Pebble under %s)",
+		cfg.Nodes, cfg.Replicas, 1<<cfg.PartitionBits, capText, s.dir)
+	type res struct {
+		cl  *cluster.Cluster
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		cl, err := cluster.Start(cluster.Options{
+			N: cfg.Nodes, R: cfg.Replicas, PartitionBits: cfg.PartitionBits, Epoch: 1,
+			Dir: s.dir, DataPlane: a.String(),
+			Node: func(o *storagenode.Options) {
+				o.MaxOps = cfg.Capacity
+				o.Logger = cfg.Log.With("component", "node")
+			},
+		})
+		ch <- res{cl, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			s.Close()
+			return nil, r.err
+		}
+		s.cl = r.cl
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.cl != nil {
+				r.cl.Close()
+			}
+		}()
+		s.Close()
+		return nil, ctx.Err()
+	}
+	if s.direct, err = s.cl.Client(clientOptions("")); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.progress("storage nodes ready: %s", s.nodeList())
+	return s, nil
+}
+
+func (s *System) nodeList() string {
+	var out string
+	for i, id := range s.cl.Layout.Nodes() {
+		a, _ := s.cl.Layout.Addr(id)
+		if i > 0 {
+			out += " "
+		}
+		out += fmt.Sprintf("%d@%s", id, a)
+	}
+	return out
+}
+
+// freeUDP finds a free loopback UDP port for the switch; every policy run's
+// switch binds it, so the nodes' layout names one data-plane address.
+func freeUDP() (netip.AddrPort, error) {
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).AddrPort(), nil
+}
+
+// Close stops everything and removes a temporary data directory.
+func (s *System) Close() error {
+	if s.direct != nil {
+		s.direct.Close()
+	}
+	if s.cl != nil {
+		s.cl.Close()
+	}
+	if s.ownDir {
+		return os.RemoveAll(s.dir)
+	}
+	return nil
+}
+
+// Layout is the cluster's layout.
+func (s *System) Layout() *layout.Map { return s.cl.Layout }
+
+// N is the number of storage nodes.
+func (s *System) N() int { return s.cl.N() }
+
+// Capacity is each node's emulated capacity in requests/s (0: unlimited).
+func (s *System) Capacity() float64 { return s.cfg.Capacity }
+
+// SwitchAddr is the data plane's service address.
+func (s *System) SwitchAddr() netip.AddrPort { return s.swAddr }
+
+// P4Runtime reports whether the controller drives the switch over P4Runtime,
+// and why not when it does not.
+func (s *System) P4Runtime() (bool, error) { return s.schema != nil, s.p4err }
+
+// Node is storage node i (0-based; id i+1).
+func (s *System) Node(i int) *storagenode.Node { return s.cl.Node(i) }
+
+// nodeRequests reads each node's cumulative client requests admitted.
+func (s *System) nodeRequests() []uint64 {
+	out := make([]uint64, s.cl.N())
+	for i := range out {
+		if n := s.cl.Node(i); n != nil {
+			st := n.Stats()
+			out[i] = st.Gets + st.Puts + st.Dels
+		}
+	}
+	return out
+}
+
+// Preload writes the workload's keys straight to their chain heads with
+// workers goroutines, calling progress (if set) about once a second.
+func (s *System) Preload(ctx context.Context, src *bench.Source, workers int, progress func(done, total int64)) error {
+	total := src.Workload().Keys
+	ct := &countingTarget{t: s.direct}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	if progress != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+					progress(ct.n.Load(), total)
+				}
+			}
+		}()
+	}
+	failed, err := bench.Load(ctx, ct, src, workers, 10*time.Second)
+	close(done)
+	wg.Wait()
+	if progress != nil {
+		progress(ct.n.Load(), total)
+	}
+	if err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("system: preload: %d of %d puts failed", failed, total)
+	}
+	return nil
+}
+
+type countingTarget struct {
+	t bench.Target
+	n atomic.Int64
+}
+
+func (c *countingTarget) Get(ctx context.Context, key []byte) ([]byte, uint64, error) {
+	return c.t.Get(ctx, key)
+}
+
+func (c *countingTarget) Put(ctx context.Context, key, val []byte) (uint64, error) {
+	v, err := c.t.Put(ctx, key, val)
+	if err == nil {
+		c.n.Add(1)
+	}
+	return v, err
+}
+
+// Client timeouts. On loopback nothing is lost unless a socket buffer
+// overflows, while an overloaded node (the point of the exercise) answers in
+// hundreds of milliseconds; the client library's defaults (50 ms, doubling
+// to 800 ms) would resend queued requests and add load to exactly the nodes
+// that have too much. So the system's clients wait longer before a retry.
+const (
+	clientTimeout    = time.Second
+	clientMaxTimeout = 4 * time.Second
+)
+
+func clientOptions(service string) client.Options {
+	return client.Options{Service: service, Timeout: clientTimeout, MaxTimeout: clientMaxTimeout}
+}

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/netdir/netdir/bench"
+	"github.com/netdir/netdir/bench/system"
+)
+
+func demoCmd() *cobra.Command {
+	var (
+		f        benchFlags
+		outDir   string
+		workload string
+		zipf     float64
+		keys     int64
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the whole system in this process: a skewed workload with the directory off, then with netdir",
+		Long: `Run netdir on this machine with no root, no switch and no configuration, all in
+this process over loopback: storage nodes (Pebble in a temporary directory,
+each with an emulated capacity), the software switch, the controller driving it
+over P4Runtime gRPC (or the switch's Go API until the P4Info is built), and
+clients sending to the switch.
+
+The demo preloads keys, then runs a skewed, read-mostly workload (YCSB B: 95%
+reads, 5% updates, zipf keys) first with the directory off (policy static: every
+request to the key's chain head), then with netdir. A live view shows per-node
+load, throughput, p99 and the directory size each second. It ends with a
+summary table, and writes a JSON file and an HTML report with figures.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			n, err := strconv.Atoi(f.nodes)
+			if err != nil || n < 1 || n > 32 {
+				return fmt.Errorf("--nodes %q: want 1..32", f.nodes)
+			}
+			pols, err := parsePolicies(f.policies)
+			if err != nil {
+				return err
+			}
+			mix, err := bench.YCSB(workload)
+			if err != nil {
+				return fmt.Errorf("--workload: %w", err)
+			}
+			if zipf <= 0 || zipf > 3 {
+				return fmt.Errorf("--zipf %g: want θ in (0, 3]", zipf)
+			}
+			live, err := liveFunc(out, f.live)
+			if err != nil {
+				return err
+			}
+			if outDir == "" {
+				outDir = filepath.Join(os.TempDir(), "netdir-demo-"+time.Now().Format("20060102-150405"))
+			}
+			if f.jsonPath == "" {
+				f.jsonPath = filepath.Join(outDir, "results.json")
+			}
+			if f.htmlPath == "" {
+				f.htmlPath = filepath.Join(outDir, "report.html")
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+
+			fmt.Fprintln(out, "netdir demo: the whole system in this process, over loopback")
+			capacity := f.capacity
+			if capacity == 0 {
+				capacity = -1
+			}
+			sys, err := system.Start(ctx, system.Config{
+				Nodes: n, Replicas: min(f.replicas, n), Capacity: capacity, Dir: f.dataDir,
+				P4Info: f.p4info, Log: componentLog(cmd.ErrOrStderr(), f.verbose),
+				Progress: func(s string) { fmt.Fprintln(out, "==>", s) },
+			})
+			if err != nil {
+				return err
+			}
+			defer sys.Close()
+			w := bench.Workload{Name: strings.ToUpper(workload), Mix: mix, Dist: bench.DistZipf, Zipf: zipf,
+				Keys: keys, ValueSize: f.valueSize, ParetoAlpha: f.pareto, Seed: f.seed}
+			src, err := w.Build()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "==> preloading %d keys (%s values) at their chain heads\n", keys, sizeName(f))
+			if err := sys.Preload(ctx, src, 64, func(done, total int64) {
+				fmt.Fprintf(out, "    preload %6d/%d keys\n", done, total)
+			}); err != nil {
+				return err
+			}
+			ideal := ""
+			if sys.Capacity() > 0 {
+				ideal = fmt.Sprintf("; capacity %.0f ops/s per node, ideal %.0f ops/s", sys.Capacity(), sys.Capacity()*float64(n))
+			}
+			fmt.Fprintf(out, "==> workload: YCSB %s (%.0f%% reads), zipf %.2f over %d keys, %s%s\n",
+				w.Name, 100*mix.ReadFraction(), zipf, keys, loopName(f), ideal)
+			var res bench.Results
+			for i, pol := range pols {
+				fmt.Fprintf(out, "==> phase %d/%d: %s (%s): %s warm-up, then %s measured\n",
+					i+1, len(pols), pol, policyBlurb(pol), f.warmup, f.duration)
+				run, err := sys.Run(ctx, pol, system.RunOptions{
+					Workload: w, Workers: f.concurrency, Rate: f.rate,
+					Warmup: f.warmup, Duration: f.duration, Live: live,
+				})
+				if err != nil {
+					return err
+				}
+				res.Runs = append(res.Runs, run)
+			}
+			fmt.Fprintln(out, "\nsummary")
+			if err := bench.WriteSummary(out, res.Runs); err != nil {
+				return err
+			}
+			comparison(out, res.Runs, sys.Capacity()*float64(n))
+			if err := writeOutputs(res, f.jsonPath, f.htmlPath, "netdir demo"); err != nil {
+				return err
+			}
+			fmt.Fprintln(out, "\nJSON:  ", f.jsonPath)
+			fmt.Fprintln(out, "report:", f.htmlPath)
+			return nil
+		},
+	}
+	f.register(cmd, true)
+	fl := cmd.Flags()
+	fl.DurationVar(&f.duration, "duration", 20*time.Second, "measured time of each phase")
+	fl.DurationVar(&f.warmup, "warmup", 5*time.Second, "unmeasured time before each phase (the controller promotes hot keys)")
+	fl.StringVar(&outDir, "out", "", "directory for results.json and report.html (default: a new netdir-demo-<time> directory in $TMPDIR)")
+	fl.StringVar(&workload, "workload", "B", "YCSB core workload (A–F); B is read-mostly")
+	fl.Float64Var(&zipf, "zipf", 1.2, "zipf θ of the key popularity")
+	fl.Int64Var(&keys, "keys", 20_000, "keys preloaded and drawn from")
+	fl.StringVar(&f.policies, "policies", "static,netdir", "policies to run, in order ("+strings.Join(bench.Policies, ",")+")")
+	return cmd
+}
+
+func sizeName(f benchFlags) string {
+	if f.pareto > 0 {
+		return fmt.Sprintf("Pareto(α=%g, xm=%d B)", f.pareto, f.valueSize)
+	}
+	return fmt.Sprintf("%d B", f.valueSize)
+}
+
+func policyBlurb(p string) string {
+	switch p {
+	case "static":
+		return "directory off, every request to the chain head"
+	case "replicas":
+		return "directory off, uniform over the chain"
+	case "c3":
+		return "C3 replica ranking on the client"
+	case "pegasus":
+		return "directory, least-loaded copy"
+	case "netdir":
+		return "directory, weighted split and fine score"
+	}
+	return p
+}
+
+// comparison prints netdir against the baseline (the first run).
+func comparison(w io.Writer, runs []bench.Run, ideal float64) {
+	var base, nd *bench.Run
+	for i := range runs {
+		switch {
+		case base == nil && runs[i].Policy != "netdir":
+			base = &runs[i]
+		case runs[i].Policy == "netdir":
+			nd = &runs[i]
+		}
+	}
+	if base == nil || nd == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nnetdir vs %s: load max/mean %.2f vs %.2f; throughput %.0f vs %.0f ops/s (%.2f×)",
+		base.Policy, nd.LoadMaxOverMean, base.LoadMaxOverMean, nd.ThroughputOps, base.ThroughputOps,
+		ratio(nd.ThroughputOps, base.ThroughputOps))
+	if ideal > 0 {
+		fmt.Fprintf(w, ", %.2f of the ideal %.0f", nd.ThroughputOps/ideal, ideal)
+	}
+	fmt.Fprintf(w, "; p99 %.0f vs %.0f µs\n", nd.P99us, base.P99us)
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
