@@ -18,7 +18,8 @@
 //
 // Every loop is bounded (LocationLists hold at most 32 nodes), no lock is
 // held across a helper call, and the only helpers on the packet path are map
-// lookups, the clock, bpf_csum_diff and, on TC, the checksum helpers.
+// lookups, the clock and, on TC, the checksum helpers (which know whether
+// the skb's checksum is offloaded).
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -655,6 +656,20 @@ static __always_inline __u32 nd_check(struct nd_hdr *h, void *data_end, __u32 le
 	return R_NONE;
 }
 
+// payload_len is the netdir payload's length as the headers state it: the
+// UDP length, cut to what the IP packet holds (a first fragment holds less
+// than the datagram; bytes past the IP total length are link padding).
+static __always_inline __u32 payload_len(struct iphdr *ip, __u32 ihl, struct udphdr *udp)
+{
+	__u32 ulen = bpf_ntohs(udp->len);
+	__u32 tot = bpf_ntohs(ip->tot_len);
+	if (tot < ihl + 8 || ulen < 8)
+		return 0;
+	__u32 in_ip = tot - ihl - 8;
+	ulen -= 8;
+	return ulen < in_ip ? ulen : in_ip;
+}
+
 static __always_inline int is_request(__u8 op)
 {
 	return op == OP_GET || op == OP_PUT || op == OP_DEL;
@@ -709,6 +724,56 @@ static __always_inline __u16 csum_update(__u16 check, __u32 diff)
 	return csum_fold(s);
 }
 
+// nd_words holds the header words a routed request may change (flags,
+// stamp, node and load, timestamp), as they were, for the checksum update.
+struct nd_words {
+	__u32 w4;  // flags, code, tenant
+	__u32 w40; // node, load
+	__u64 stamp;
+	__u64 ts;
+};
+
+static __always_inline __u32 word_at(struct nd_hdr *h, int off)
+{
+	return *(__u32 *)((void *)h + off);
+}
+
+static __always_inline void save_words(struct nd_hdr *h, struct nd_words *w)
+{
+	w->w4 = word_at(h, 4);
+	w->w40 = word_at(h, 40);
+	w->stamp = h->stamp;
+	w->ts = h->ts;
+}
+
+// csum_add32 adds ~old + new to a one's-complement accumulator: the
+// difference of one 32-bit word, as bpf_csum_diff computes it.
+static __always_inline __u64 csum_add32(__u64 s, __u32 old, __u32 new)
+{
+	return s + (__u32)~old + new;
+}
+
+static __always_inline __u32 csum_fold32(__u64 s)
+{
+	s = (s & 0xffffffff) + (s >> 32);
+	s = (s & 0xffffffff) + (s >> 32);
+	return (__u32)s;
+}
+
+// hdr_diff is the one's-complement difference the rewrite made to the
+// header: no helper call, only the words that can change.
+static __always_inline __u64 hdr_diff(struct nd_hdr *h, struct nd_words *w, __u64 s)
+{
+	__u64 stamp = h->stamp, ts = h->ts;
+	s = csum_add32(s, w->w4, word_at(h, 4));
+	s = csum_add32(s, w->w40, word_at(h, 40));
+	s = csum_add32(s, (__u32)w->stamp, (__u32)stamp);
+	s = csum_add32(s, (__u32)(w->stamp >> 32), (__u32)(stamp >> 32));
+	s = csum_add32(s, (__u32)w->ts, (__u32)ts);
+	s = csum_add32(s, (__u32)(w->ts >> 32), (__u32)(ts >> 32));
+	return s;
+}
+
 // ---------------------------------------------------------------- XDP
 
 SEC("xdp")
@@ -738,16 +803,16 @@ int netdir_xdp(struct xdp_md *ctx)
 	p.c = get_counters();
 	if (!p.c)
 		return XDP_PASS;
-	__u32 ulen = bpf_ntohs(udp->len);
 	struct nd_hdr *h = (void *)(udp + 1);
-	__u32 reason = nd_check(h, data_end, ulen >= 8 ? ulen - 8 : 0);
+	__u32 reason = nd_check(h, data_end, payload_len(ip, ihl, udp));
 	if (reason != R_NONE) {
 		nd_drop(&p, reason);
 		return XDP_DROP;
 	}
 	if (is_request(h->op) && !(cfg.flags & CFG_XDP_ROUTE))
 		return XDP_PASS; // a request to a server on this host: not ours to route
-	struct nd_hdr old = *h;
+	struct nd_words old;
+	save_words(h, &old);
 	p.h = h;
 	p.now = nd_now();
 	switch (nd_process(&p)) {
@@ -767,11 +832,10 @@ int netdir_xdp(struct xdp_md *ctx)
 		return XDP_DROP;
 	}
 	// The header, destination and port changed: fix both checksums.
-	__u32 d_ip = bpf_csum_diff(&ip->daddr, 4, &a->ip, 4, 0);
+	__u32 d_ip = csum_fold32(csum_add32(0, ip->daddr, a->ip));
 	__u32 old_ports = *(__u32 *)udp;
 	udp->dest = a->port;
-	__u32 d_udp = bpf_csum_diff(&old_ports, 4, (__be32 *)udp, 4, d_ip);
-	d_udp = bpf_csum_diff((__be32 *)&old, ND_HDR_LEN, (__be32 *)h, ND_HDR_LEN, d_udp);
+	__u32 d_udp = csum_fold32(hdr_diff(h, &old, csum_add32(d_ip, old_ports, *(__u32 *)udp)));
 	ip->daddr = a->ip;
 	ip->check = csum_update(ip->check, d_ip);
 	if (udp->check) {
@@ -846,16 +910,16 @@ int netdir_tc(struct __sk_buff *skb)
 	p.c = get_counters();
 	if (!p.c)
 		return TC_ACT_OK;
-	__u32 ulen = bpf_ntohs(udp->len);
 	struct nd_hdr *h = (void *)(udp + 1);
-	__u32 reason = nd_check(h, data_end, ulen >= 8 ? ulen - 8 : 0);
+	__u32 reason = nd_check(h, data_end, payload_len(ip, ihl, udp));
 	if (reason != R_NONE) {
 		nd_drop(&p, reason);
 		return TC_ACT_SHOT;
 	}
 	if (!is_request(h->op))
 		return TC_ACT_OK; // replies, VSBs and node ops are XDP's or nobody's
-	struct nd_hdr old = *h;
+	struct nd_words old;
+	save_words(h, &old);
 	p.h = h;
 	p.now = nd_now();
 	if (nd_process(&p) != ACT_FORWARD)
@@ -866,9 +930,12 @@ int netdir_tc(struct __sk_buff *skb)
 		p.c->no_addr++;
 		return TC_ACT_SHOT;
 	}
-	__u32 d_hdr = bpf_csum_diff((__be32 *)&old, ND_HDR_LEN, (__be32 *)h, ND_HDR_LEN, 0);
 	__be32 old_ip = ip->daddr, new_ip = a->ip;
-	__be16 old_port = udp->dest, new_port = a->port;
+	__u32 old_ports = *(__u32 *)udp;
+	udp->dest = a->port;
+	// The header's and the port's difference: checksummed by the NIC when
+	// the checksum is offloaded, so not a pseudo-header change.
+	__u32 d_l4 = csum_fold32(hdr_diff(h, &old, csum_add32(0, old_ports, *(__u32 *)udp)));
 	__u32 l4_csum_off = L2_LEN + ihl + offsetof(struct udphdr, check);
 	if (ip->frag_off & bpf_htons(0x2000)) { // more fragments follow: route them alike
 		struct nd_frag_key fk = {.saddr = ip->saddr, .daddr = old_ip, .id = ip->id};
@@ -878,13 +945,11 @@ int netdir_tc(struct __sk_buff *skb)
 	}
 	__builtin_memcpy(eth->h_dest, a->mac, ETH_ALEN);
 	ip->daddr = new_ip;
-	udp->dest = new_port;
 	p.c->tc_fwd++;
 	// The helpers know whether the UDP checksum is offloaded (then only the
 	// pseudo header counts) or complete (then everything does).
 	bpf_l3_csum_replace(skb, IP_CSUM_OFF, old_ip, new_ip, 4);
 	bpf_l4_csum_replace(skb, l4_csum_off, old_ip, new_ip, BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0 | 4);
-	bpf_l4_csum_replace(skb, l4_csum_off, old_port, new_port, BPF_F_MARK_MANGLED_0 | 2);
-	bpf_l4_csum_replace(skb, l4_csum_off, 0, d_hdr, BPF_F_MARK_MANGLED_0);
+	bpf_l4_csum_replace(skb, l4_csum_off, 0, d_l4, BPF_F_MARK_MANGLED_0);
 	return TC_ACT_OK;
 }
