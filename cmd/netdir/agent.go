@@ -1,107 +1,10 @@
 package main
 
 import (
-	"errors"
-	"fmt"
-	"log/slog"
-	"net"
-	"net/http"
-	"net/netip"
-	"os"
-	"os/signal"
-	"syscall"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
-	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/nicagent"
 )
 
-func agentCmd() *cobra.Command {
-	var (
-		iface, ctl, service, policy, xdpMode, metrics string
-		router, noRoute, verbose                      bool
-		slots                                         int
-	)
-	cmd := &cobra.Command{
-		Use:   "agent --iface IF --controller ADDR",
-		Short: "Run the eBPF host agent: the directory on this host's NIC (XDP + TC)",
-		Long: `Run the eBPF host agent on interface IF (root). It loads netdir's XDP
-(ingress) and TC (tcx egress) programs, attaches them to IF (native XDP, else
-generic), subscribes to the controller's directory at ADDR (its gRPC API) and
-keeps the programs' maps in step: a snapshot, then deltas, resubscribing on
-any error.
-
-Clients on this host send requests to the service address (--service,
-default ` + nicagent.DefaultService.String() + `); the agent routes that address out of IF and its TC
-program rewrites each request to a storage node chosen by the directory and
-the partition table: linearizable reads to chain members, stale-ok reads to
-fresh extras too, writes to the chain head. Node MACs come from the
-neighbour table. Replies and VSBs (send them to this host's address, port
-7420) teach the XDP program node load and latency and key freshness.
-
---router runs the contract's ToR mode instead, for a host on the path of all
-of its keys' traffic: XDP routes requests arriving on IF and sends them back
-out, and writes are stamped.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if iface == "" || ctl == "" {
-				return errors.New("agent: --iface and --controller are required")
-			}
-			svc, err := netip.ParseAddrPort(service)
-			if err != nil {
-				return fmt.Errorf("agent: --service: %w", err)
-			}
-			pol, err := directory.ParsePolicy(policy)
-			if err != nil {
-				return err
-			}
-			level := slog.LevelInfo
-			if verbose {
-				level = slog.LevelDebug
-			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
-			a, err := nicagent.New(nicagent.Config{
-				Iface: iface, Controller: ctl, Service: svc, NoServiceRoute: noRoute, Policy: pol,
-				Router: router, XDPMode: xdpMode, Options: nicagent.Options{SlotCap: slots}, Log: log,
-			})
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			if metrics != "" {
-				reg := prometheus.NewRegistry()
-				reg.MustRegister(nicagent.NewCollector(a))
-				lis, err := net.Listen("tcp", metrics)
-				if err != nil {
-					return fmt.Errorf("agent: metrics: %w", err)
-				}
-				mux := http.NewServeMux()
-				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-				go srv.Serve(lis)
-				defer srv.Close()
-				log.Info("metrics", "addr", lis.Addr().String())
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "agent on %s (XDP %s, TCX egress), service %s, controller %s\n",
-				iface, a.XDPMode(), svc, ctl)
-			return a.Run(ctx)
-		},
-	}
-	cmd.Flags().StringVar(&iface, "iface", "", "interface to attach to (required)")
-	cmd.Flags().StringVar(&ctl, "controller", "", "controller gRPC API address (required)")
-	cmd.Flags().StringVar(&service, "service", nicagent.DefaultService.String(), "service address clients on this host send to")
-	cmd.Flags().BoolVar(&noRoute, "no-service-route", false, "do not install the service address's route and neighbour entry")
-	cmd.Flags().StringVar(&policy, "policy", "netdir", "replica choice: netdir, pegasus, replicas or static")
-	cmd.Flags().BoolVar(&router, "router", false, "ToR mode: route requests arriving on IF too (XDP_TX) and stamp writes")
-	cmd.Flags().StringVar(&xdpMode, "xdp-mode", "auto", "XDP attach mode: auto (native, else generic), native or generic")
-	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus /metrics on this address (off when empty)")
-	cmd.Flags().IntVar(&slots, "slots", 4096, "directory capacity of the maps")
-	cmd.Flags().BoolVar(&verbose, "verbose", false, "debug logging")
-	return cmd
-}
+// agentCmd is `netdir agent`: the eBPF host agent (package nicagent).
+func agentCmd() *cobra.Command { return nicagent.Command() }
