@@ -152,6 +152,7 @@ type Node struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 
+	syncServe chan struct{} // bounds concurrent OpSync answers
 	syncMu    sync.Mutex
 	syncWait  map[uint64]chan *nodePacket
 	nextQuery atomic.Uint64
@@ -183,11 +184,12 @@ func Start(o Options) (*Node, error) {
 	}
 	n := &Node{
 		opts: o, id: o.ID, lay: o.Layout, log: o.Logger.With("node", o.ID),
-		peers:    make(map[wire.NodeID]netip.AddrPort),
-		promo:    make(map[wire.KeyHash][]wire.NodeID),
-		extras:   make(map[wire.KeyHash]*extraCopy),
-		stop:     make(chan struct{}),
-		syncWait: make(map[uint64]chan *nodePacket),
+		peers:     make(map[wire.NodeID]netip.AddrPort),
+		promo:     make(map[wire.KeyHash][]wire.NodeID),
+		extras:    make(map[wire.KeyHash]*extraCopy),
+		stop:      make(chan struct{}),
+		syncWait:  make(map[uint64]chan *nodePacket),
+		syncServe: make(chan struct{}, syncServeLimit),
 	}
 	n.nextQuery.Store(uint64(time.Now().UnixNano()))
 	for _, id := range o.Layout.Nodes() {

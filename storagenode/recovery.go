@@ -30,8 +30,6 @@ const (
 	syncServeLimit = 4
 )
 
-var syncServeSem = make(chan struct{}, syncServeLimit)
-
 func (n *Node) recover() {
 	defer n.wg.Done()
 	defer func() {
@@ -203,7 +201,7 @@ func (n *Node) serveSync(b []byte, from netip.AddrPort) {
 		return
 	}
 	select {
-	case syncServeSem <- struct{}{}:
+	case n.syncServe <- struct{}{}:
 	default:
 		return // busy: the requester retries
 	}
@@ -212,7 +210,7 @@ func (n *Node) serveSync(b []byte, from netip.AddrPort) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		defer func() { <-syncServeSem }()
+		defer func() { <-n.syncServe }()
 		if n.closing.Load() {
 			return
 		}
