@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -20,6 +22,7 @@ import (
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/storagenode/cluster"
+	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -287,4 +290,100 @@ func BenchmarkNodePut(b *testing.B) {
 			}
 		})
 	}
+}
+
+// procCPU is a process's user+system CPU time from /proc/<pid>/stat.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+}
+
+func procRSS(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// BenchmarkNodeGetProcess: the same GET load against a `netdir node`
+// process (R=1, default options), so that the node's own CPU is measured
+// apart from the load generator's: ops/node-cpu-s is GETs per CPU-second of
+// the node alone.
+func BenchmarkNodeGetProcess(b *testing.B) {
+	dir := b.TempDir()
+	bin := filepath.Join(dir, "netdir")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/netdir/netdir/cmd/netdir").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	l, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := l.LocalAddr().String()
+	l.Close()
+	cfg := filepath.Join(dir, "c.yaml")
+	os.WriteFile(cfg, []byte("replicas: 1\npartition_bits: 6\nnodes:\n  - {id: 1, addr: "+addr+"}\n"), 0o644)
+	args := []string{"node", "--id", "1", "--data", filepath.Join(dir, "data"), "--config", cfg}
+	if w := os.Getenv("NETDIR_BENCH_WORKERS"); w != "" {
+		args = append(args, "--workers", w)
+	}
+	cmd := exec.Command(bin, args...)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	buf := make([]byte, 256)
+	out.Read(buf) // "listening"
+	m, err := layout.Parse([]byte("replicas: 1\npartition_bits: 6\nnodes:\n  - {id: 1, addr: " + addr + "}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cl, err := client.New(client.Options{Layout: m})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	pkts := make([][]byte, benchKeys)
+	val := make([]byte, 100)
+	for i := range pkts {
+		k := []byte(fmt.Sprintf("bench-key-%08d", i))
+		if _, err := cl.Put(context.Background(), k, val); err != nil {
+			b.Fatal(err)
+		}
+		p := wire.Packet{Header: wire.Header{Op: wire.OpGet, KeyHash: wire.HashKey(k)}, Key: k}
+		pkts[i], _ = p.AppendEncode(nil)
+	}
+	to := netip.MustParseAddrPort(addr)
+	pid := cmd.Process.Pid
+	b.ResetTimer()
+	cpu0, t0 := procCPU(pid), time.Now()
+	ok, errs := loadgen(b, to, b.N, 512, func(i int, id uint64) []byte {
+		p := append([]byte(nil), pkts[i%len(pkts)]...)
+		binary.BigEndian.PutUint64(p[wire.OffReqID:], id)
+		return p
+	})
+	el, cpu := time.Since(t0), procCPU(pid)-cpu0
+	b.StopTimer()
+	b.ReportMetric(float64(ok)/el.Seconds(), "ops/s")
+	if cpu > 0 {
+		b.ReportMetric(float64(ok)/cpu.Seconds(), "ops/node-cpu-s")
+	}
+	b.ReportMetric(float64(errs), "errs")
+	b.ReportMetric(procRSS(pid), "node-rss-MiB")
+	reportCodes(b)
 }

@@ -122,9 +122,10 @@ func runHistory(t *testing.T, c *cluster.Cluster, seed int, sc scenario) []porcu
 	stopCrash := make(chan struct{})
 	ctlDone := make(chan struct{})
 	if sc.hot {
+		ctlSeed := rng.Uint64()
 		go func() {
 			defer close(ctlDone)
-			controller(t, c, seed, nkeys, stopCrash, rng.Uint64())
+			controller(t, c, seed, nkeys, stopCrash, ctlSeed)
 		}()
 	} else {
 		close(ctlDone)
@@ -133,6 +134,7 @@ func runHistory(t *testing.T, c *cluster.Cluster, seed int, sc scenario) []porcu
 	if sc.crash {
 		victim := rng.IntN(c.N())
 		delay := time.Duration(rng.IntN(30)) * time.Millisecond
+		down := time.Duration(20+rng.IntN(60)) * time.Millisecond
 		go func() {
 			defer close(crashDone)
 			select {
@@ -143,7 +145,7 @@ func runHistory(t *testing.T, c *cluster.Cluster, seed int, sc scenario) []porcu
 			if err := c.Crash(victim); err != nil {
 				t.Errorf("crash: %v", err)
 			}
-			time.Sleep(time.Duration(20+rng.IntN(60)) * time.Millisecond)
+			time.Sleep(down)
 			if err := c.Restart(victim); err != nil {
 				t.Errorf("restart: %v", err)
 			}
