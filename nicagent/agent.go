@@ -562,23 +562,22 @@ func (a *Agent) upsertLocked(e *api.DirectoryEntry) error {
 }
 
 func (a *Agent) setPartitionsLocked(ps []*api.Partition) error {
-	var errs []error
+	batch := make([]PartitionEntry, 0, len(ps))
 	for _, p := range ps {
 		chain, err := nodeIDs(p.GetChain())
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			return fmt.Errorf("nicagent: partition %d: %w", p.GetIndex(), err)
 		}
 		b, err := bucketBytes(p.GetBuckets())
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			return fmt.Errorf("nicagent: partition %d: %w", p.GetIndex(), err)
 		}
-		if err := a.dp.SetPartition(p.GetIndex(), chain, b); err != nil {
-			errs = append(errs, fmt.Errorf("nicagent: partition %d: %w", p.GetIndex(), err))
-		}
+		batch = append(batch, PartitionEntry{Index: p.GetIndex(), Chain: chain, Buckets: b})
 	}
-	return errors.Join(errs...)
+	if err := a.dp.SetPartitions(batch); err != nil {
+		return fmt.Errorf("nicagent: %w", err)
+	}
+	return nil
 }
 
 // setNodesLocked records the node table: each node's address is a storage

@@ -408,6 +408,50 @@ func (d *Dataplane) SetPartition(p uint32, chain []wire.NodeID, buckets []uint8)
 	return nil
 }
 
+// PartitionEntry is one partition of a SetPartitions batch.
+type PartitionEntry struct {
+	Index   uint32
+	Chain   []wire.NodeID
+	Buckets []uint8 // nil: even
+}
+
+// SetPartitions installs many partitions in one batch; it validates them
+// all first and installs none if any is refused.
+func (d *Dataplane) SetPartitions(ps []PartitionEntry) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	keys := make([]uint32, len(ps))
+	vals := make([]netdirNdPart, len(ps))
+	for i, p := range ps {
+		if p.Index >= 1<<d.dcfg.PartitionBits {
+			return fmt.Errorf("partition %d: %w", p.Index, directory.ErrRange)
+		}
+		if len(p.Chain) == 0 || len(p.Chain) > directory.MaxChain || !d.distinct(p.Chain) {
+			return fmt.Errorf("partition %d: %w", p.Index, directory.ErrBadChain)
+		}
+		keys[i] = p.Index
+		vals[i].R = uint8(len(p.Chain))
+		copy(vals[i].Chain[:], p.Chain)
+		if err := fillBuckets(&vals[i].Buckets, p.Buckets, len(p.Chain)); err != nil {
+			return fmt.Errorf("partition %d: %w", p.Index, err)
+		}
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	if _, err := d.objs.Parts.BatchUpdate(keys, vals, nil); err != nil {
+		for i := range keys {
+			if err := d.objs.Parts.Put(keys[i], &vals[i]); err != nil {
+				return err
+			}
+		}
+	}
+	for _, k := range keys {
+		d.parts[k] = true
+	}
+	return nil
+}
+
 // Partition returns partition p.
 func (d *Dataplane) Partition(p uint32) (directory.Partition, bool, error) {
 	var np netdirNdPart
