@@ -59,7 +59,7 @@ case $mode in
 build)
 	mkdir -p "$out"
 	cp "$tmp/netdir.json" "$tmp/netdir.p4info.txtpb" "$out/"
-	echo "p4-build: wrote $out/netdir.json and $out/netdir.p4info.txtpb ($("$P4C" --version 2>/dev/null | head -1))"
+	echo "p4-build: wrote $out/netdir.json and $out/netdir.p4info.txtpb ($("$P4C" --version 2>&1 | tail -1))"
 	;;
 check)
 	stale=0

@@ -58,7 +58,6 @@ control Directory(in headers_t hdr, inout local_meta_t meta) {
             7: set_chain_mask(0x7f);
             8: set_chain_mask(0xff);
         }
-        size = 16;
     }
 
     apply {

@@ -114,7 +114,7 @@ struct local_meta_t {
     bit<32>     quota_b;
     bool        pick_b;
     // outcome
-    bit<3>      out;
+    bit<3>      verdict;
     bit<8>      reason;
     node_t      target;
     chain_idx_t fallback_idx;   // partition bucket index mod the slot's R

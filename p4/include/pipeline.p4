@@ -44,7 +44,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
 
     apply {
         meta.op_class = CLASS_OTHER;
-        meta.out = OUT_L2L3;
+        meta.verdict = OUT_L2L3;
         meta.reason = REASON_NONE;
         meta.drop = false;
         meta.rewritten = false;
@@ -147,9 +147,9 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
 
         // 4. The verdict.
         if (meta.reason != REASON_NONE) {
-            meta.out = OUT_DROP;
+            meta.verdict = OUT_DROP;
         } else if (meta.op_class == CLASS_GET) {
-            meta.out = OUT_FORWARD;
+            meta.verdict = OUT_FORWARD;
             count_event = true;
             if (meta.slot_hit) {
                 event = EVENT_HIT;
@@ -187,7 +187,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 hdr.netdir.flags = hdr.netdir.flags & FLAGS_CLEAR;
             }
         } else if (meta.op_class == CLASS_WRITE) {
-            meta.out = OUT_FORWARD;
+            meta.verdict = OUT_FORWARD;
             count_event = true;
             if (meta.slot_hit) {
                 event = EVENT_HIT;
@@ -203,17 +203,17 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 hdr.netdir.flags = hdr.netdir.flags & FLAGS_CLEAR;
             }
         } else if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY) {
-            meta.out = OUT_TO_CLIENT;
+            meta.verdict = OUT_TO_CLIENT;
             count_event = true;
             event = EVENT_REPLY;
             learn = true;
         } else if (meta.op_class == CLASS_VSB) {
-            meta.out = OUT_MULTICAST;
+            meta.verdict = OUT_MULTICAST;
             count_event = true;
             event = EVENT_VSB;
             meta.mcast_grp = VSB_MCAST_GROUP;
         } else if (meta.op_class == CLASS_NODE_OP) {
-            meta.out = OUT_PASS;
+            meta.verdict = OUT_PASS;
             count_event = true;
             event = EVENT_PASS;
         }
@@ -233,12 +233,12 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         }
 
         // 6. Send it.
-        if (meta.out == OUT_FORWARD) {
+        if (meta.verdict == OUT_FORWARD) {
             hdr.netdir.node = meta.target;
             hdr.netdir.timestamp = meta.now;
             meta.rewritten = true;
             node_addr.apply(hdr, meta);
-        } else if (meta.out == OUT_TO_CLIENT || meta.out == OUT_PASS || meta.out == OUT_L2L3) {
+        } else if (meta.verdict == OUT_TO_CLIENT || meta.verdict == OUT_PASS || meta.verdict == OUT_L2L3) {
             forwarding.apply(hdr, meta);
         }
 

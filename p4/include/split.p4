@@ -113,7 +113,6 @@ control SlotSplit(in headers_t hdr, inout local_meta_t meta) {
             30: set_bit_a(32w0x40000000);
             31: set_bit_a(32w0x80000000);
         }
-        size = 32;
     }
 
     action set_bit_b(bit<32> b) {
@@ -163,7 +162,6 @@ control SlotSplit(in headers_t hdr, inout local_meta_t meta) {
             30: set_bit_b(32w0x40000000);
             31: set_bit_b(32w0x80000000);
         }
-        size = 32;
     }
 
     apply {
@@ -255,7 +253,6 @@ control ChainFallback(in headers_t hdr, inout local_meta_t meta) {
             (7, 7): set_fallback_index(0);
             (7, 8): set_fallback_index(7);
         }
-        size = 64;
     }
 
     action set_fallback_node(node_t node) {

@@ -95,7 +95,6 @@ control VsbFilter(in headers_t hdr, inout local_meta_t meta, in port_t ingress_p
             30: set_vsb_bit(32w0x40000000);
             31: set_vsb_bit(32w0x80000000);
         }
-        size = 32;
     }
 
     apply {

@@ -46,7 +46,7 @@ parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out local_meta_t me
             vsb_idx = 0, vsb_bit = 0, vsb_member = false, from_storage = false,
             cand_a = 0, cand_b = 0, lat_a = 0, lat_b = 0, load_a = 0, load_b = 0,
             lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, pick_b = false,
-            out = 0, reason = 0, target = 0, fallback_idx = 0, egress_port = 0,
+            verdict = 0, reason = 0, target = 0, fallback_idx = 0, egress_port = 0,
             mcast_grp = 0, drop = false, rewritten = false,
             udp_residual = 0, udp_csum_update = false, stamp32 = 0, sample32 = 0, lat_new = 0
         };
