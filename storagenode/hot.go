@@ -62,6 +62,15 @@ func (s *shard) promote(p *nodePacket, from netip.AddrPort) {
 		}
 	}
 	s.send(from, n.replyPacket(&p.Header, wire.OpPromote, wire.CodeOK, rec.Latest().Ver, nil))
+	// The tail announces the committed version (the data plane's slot starts
+	// with ver_done unknown); writes in flight announce themselves when their
+	// reply passes the data plane.
+	if tail := ch[len(ch)-1]; tail == n.id {
+		s.announce(p.KeyHash, p.Key, &rec.Clean, nil)
+	} else {
+		q := wire.Header{Op: wire.OpVerQuery, Flags: verQueryAnnounce, KeyHash: p.KeyHash, Node: n.id, Epoch: n.lay.Epoch()}
+		s.send(n.peers[tail], encodeNode(nil, &q, p.Key, nil, nil))
+	}
 	if len(rec.Dirty) == 0 {
 		for _, id := range ids {
 			s.send(n.peers[id], n.copyPacket(p.KeyHash, p.Key, &rec.Clean))

@@ -37,6 +37,11 @@ import (
 // carry the sending node's id: a control op with a non-zero node is never
 // answered, so replies cannot ping-pong between nodes.
 //
+// A ver-query with header flag verQueryAnnounce asks the tail to announce
+// its committed version by VSB instead of answering (the head sends it on
+// promotion).
+const verQueryAnnounce = 1 << 7
+
 // Chain-write flags: bit 0 — the key is promoted; the tail announces the
 // commit by VSB and pushes the version to the extras listed.
 const chainFlagPromoted = 1
