@@ -404,10 +404,12 @@ func WriteHTML(w io.Writer, res Results, title string) error {
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
-// WriteSummary writes the terminal summary table of runs.
+// WriteSummary writes the terminal summary table of runs. The last two
+// columns are the system's resource use: CPU cores (CPU seconds per second of
+// the run) and resident memory.
 func WriteSummary(w io.Writer, runs []Run) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tworkload\tzipf\tnodes\tops/s\tp50 µs\tp99 µs\tp999 µs\tmax/mean\tload CoV\tlat CoV\thit rate\ttail\tα−1\terrors\t")
+	fmt.Fprintln(tw, "policy\tworkload\tzipf\tnodes\tops/s\tp50 µs\tp99 µs\tp999 µs\tmax/mean\tload CoV\tlat CoV\thit rate\ttail\tα−1\terrors\tcores\tRSS MiB\t")
 	for _, r := range runs {
 		exp := "-"
 		if r.TailIndexExpected > 0 {
@@ -417,9 +419,14 @@ func WriteSummary(w io.Writer, runs []Run) error {
 		if r.Dist == DistUniform {
 			zipf = "unif"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%s\t%d\t\n",
+		cores := 0.0
+		if r.DurationS > 0 {
+			cores = r.CPUSeconds / r.DurationS
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%s\t%d\t%.2f\t%.0f\t\n",
 			r.Policy, r.Workload, zipf, r.Nodes, r.ThroughputOps, r.P50us, r.P99us, r.P999us,
-			r.LoadMaxOverMean, r.LoadCoV, r.NodeLatencyCoV, r.DirHitRate, r.TailIndex, exp, r.Errors)
+			r.LoadMaxOverMean, r.LoadCoV, r.NodeLatencyCoV, r.DirHitRate, r.TailIndex, exp, r.Errors,
+			cores, mib(r.RSSBytes))
 	}
 	return tw.Flush()
 }

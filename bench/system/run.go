@@ -11,6 +11,9 @@ import (
 	"github.com/netdir/netdir/bench"
 )
 
+// WarmupSuffix ends the policy label of live frames during the warm-up.
+const WarmupSuffix = " (warm-up)"
+
 // RunOptions shape one policy run.
 type RunOptions struct {
 	Workload bench.Workload
@@ -26,7 +29,7 @@ type RunOptions struct {
 	// OpTimeout bounds each operation (default 5 s).
 	OpTimeout time.Duration
 	// Live, if set, gets a frame about once a second, during warm-up too
-	// (Policy then ends in " (warm-up)").
+	// (Policy then ends in WarmupSuffix).
 	Live func(bench.LiveStats)
 	Note string
 }
@@ -108,7 +111,7 @@ func (s *System) Run(ctx context.Context, policy string, o RunOptions) (bench.Ru
 		return bench.ClosedLoop(ctx, p.Target(), src, bo)
 	}
 	if o.Warmup > 0 {
-		if _, err := drive(policy+" (warm-up)", o.Warmup); err != nil {
+		if _, err := drive(policy+WarmupSuffix, o.Warmup); err != nil {
 			return bench.Run{}, err
 		}
 	}

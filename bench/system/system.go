@@ -10,8 +10,8 @@
 //     loopback address, with the routing policy of the run
 //     (directory.Config.Policy), a P4Runtime gRPC server in front of it
 //     (model/p4rtserver) on a loopback port, and the controller driving it over
-//     real P4Runtime (controller.P4Plane) when the P4Info is available (see
-//     FindP4Info), or through the model's Go control API otherwise;
+//     real P4Runtime (controller.P4Plane) with the P4Info embedded in package
+//     p4, or through the model's Go control API if asked (Config.P4Info);
 //   - the controller's hot-key loop, fed with node hot-key reports, promoting
 //     keys at chain heads over UDP (controller.UDPStorage);
 //   - clients (package client) with the switch as their service address, or,
@@ -44,9 +44,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	p4config "github.com/p4lang/p4runtime/go/p4/config/v1"
+	"google.golang.org/protobuf/encoding/prototext"
+
 	"github.com/netdir/netdir/bench"
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/controller/p4rt"
+	"github.com/netdir/netdir/p4"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/storagenode/cluster"
 	"github.com/netdir/netdir/storagenode/layout"
@@ -60,11 +64,13 @@ const (
 	// The whole system shares one machine's cores, so the emulated capacity
 	// must sit well below what the machine serves end to end (client, switch,
 	// node and back over loopback UDP, four datagrams each way), or the CPU,
-	// not the hot nodes, would limit every policy alike. On the shared 2-core
-	// development machine the system serves about 6–10k ops/s end to end with
-	// no capacity limit (BENCHMARKS.md), so 8 nodes of 500 ops/s (ideal 4k
-	// ops/s) leave the CPU headroom; use --capacity 300 for 16 nodes.
-	DefaultCapacity = 500
+	// not the hot nodes, limits every policy alike. The system costs about
+	// 100 µs of CPU per operation (about 10k ops per CPU-second on the 2-core
+	// development machine, BENCHMARKS.md), and on that machine, shared with
+	// other work, the process got 0.2–0.3 of a core; so 8 nodes of 200 ops/s
+	// (ideal 1600 ops/s) keep the nodes, not the CPU, the bottleneck. Scale it
+	// (--capacity) with the cores a machine can spare: 16 nodes take 100.
+	DefaultCapacity = 200
 	DefaultReplicas = 3
 	// DefaultPartitionBits gives 1024 partitions, as in a deployment.
 	DefaultPartitionBits = 10
@@ -77,12 +83,16 @@ type Config struct {
 	Nodes         int     // storage nodes (default 8)
 	Replicas      int     // chain length R (default min(3, Nodes))
 	PartitionBits uint    // log2 partitions (default 10)
-	Capacity      float64 // emulated requests/s per node (default 500); negative: unlimited
+	Capacity      float64 // emulated requests/s per node (default 200); negative: unlimited
 	// Dir is the data root; empty makes a temporary directory that Close
-	// removes.
+	// removes, in /dev/shm (tmpfs) where there is one: N nodes × R trees all
+	// syncing their WALs to one shared disk would make the disk, not the
+	// emulated capacity, the bottleneck of a one-machine run (and a different
+	// one on every machine).
 	Dir string
-	// P4Info is the P4Info text proto the controller programs the switch with
-	// over P4Runtime. Empty: FindP4Info. "none": drive the switch through the
+	// P4Info is the path of a P4Info text proto for the controller to program
+	// the switch with over P4Runtime. Empty: the P4Info embedded in package p4
+	// (p4/build/netdir.p4info.txtpb). "none": drive the switch through the
 	// model's Go control API instead (no P4Runtime).
 	P4Info string
 	// Round is the controller's hot-key round (default 500 ms); the clients
@@ -162,31 +172,28 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	s := &System{cfg: cfg, log: cfg.Log, keys: map[wire.KeyHash][]byte{}}
 	switch cfg.P4Info {
 	case "none":
-		s.p4err = errors.New("disabled (--p4info none)")
+		s.p4err = errors.New("disabled (P4Info \"none\")")
 	case "":
-		s.p4path = FindP4Info()
-		if s.p4path == "" {
-			s.p4err = fmt.Errorf("%s not found (p4c has not produced it yet)", P4InfoRel)
+		s.p4path = "embedded p4/build/netdir.p4info.txtpb"
+		info := &p4config.P4Info{}
+		if err := prototext.Unmarshal(p4.P4Info, info); err != nil {
+			return nil, fmt.Errorf("system: embedded P4Info: %w", err)
 		}
+		s.schema = p4rt.NewSchema(info)
 	default:
 		s.p4path = cfg.P4Info
-	}
-	if s.p4path != "" {
-		if s.schema, s.p4err = p4rt.LoadSchema(s.p4path); s.p4err != nil {
-			if cfg.P4Info != "" {
-				return nil, s.p4err
-			}
-			s.schema = nil
+		if s.schema, s.p4err = p4rt.LoadSchema(cfg.P4Info); s.p4err != nil {
+			return nil, s.p4err
 		}
 	}
 	if s.schema != nil {
-		s.progress("control path: P4Runtime gRPC to the software switch, P4Info %s", s.p4path)
+		s.progress("control path: the controller programs the switch over P4Runtime gRPC (P4Info: %s)", s.p4path)
 	} else {
-		s.progress("control path: the switch's Go control API (P4Runtime off: %v)", s.p4err)
+		s.progress("control path: the switch's Go control API (P4Runtime %v)", s.p4err)
 	}
 	s.dir = cfg.Dir
 	if s.dir == "" {
-		d, err := os.MkdirTemp("", "netdir-system-")
+		d, err := os.MkdirTemp(tempRoot(), "netdir-system-")
 		if err != nil {
 			return nil, err
 		}
@@ -379,4 +386,18 @@ const (
 
 func clientOptions(service string) client.Options {
 	return client.Options{Service: service, Timeout: clientTimeout, MaxTimeout: clientMaxTimeout}
+}
+
+// tempRoot is where Start makes its temporary data directory: /dev/shm when
+// it is a writable directory (Linux tmpfs), else the system's temp directory.
+func tempRoot() string {
+	const shm = "/dev/shm"
+	if st, err := os.Stat(shm); err == nil && st.IsDir() {
+		if f, err := os.CreateTemp(shm, ".netdir-probe-"); err == nil {
+			f.Close()
+			os.Remove(f.Name())
+			return shm
+		}
+	}
+	return os.TempDir()
 }

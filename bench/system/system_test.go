@@ -12,12 +12,12 @@ import (
 	"github.com/netdir/netdir/wire"
 )
 
-func startSystem(t *testing.T, nodes int) *System {
+func startSystem(t *testing.T, nodes int, p4info string) *System {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	s, err := Start(ctx, Config{Nodes: nodes, Capacity: -1, PartitionBits: 6, Dir: t.TempDir(),
-		Round: 100 * time.Millisecond, Clients: 1})
+		Round: 100 * time.Millisecond, Clients: 1, P4Info: p4info})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,10 @@ func startSystem(t *testing.T, nodes int) *System {
 // TestPutGetThroughSwitch: a value written through the switch is read back
 // through it, for every data-plane policy, and the switch saw the requests.
 func TestPutGetThroughSwitch(t *testing.T) {
-	s := startSystem(t, 3)
+	s := startSystem(t, 3, "")
+	if ok, err := s.P4Runtime(); !ok {
+		t.Fatalf("the controller does not use P4Runtime: %v", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for i, pol := range []string{"static", "replicas", "pegasus", "netdir", PolicyC3} {
@@ -71,9 +74,16 @@ func TestPutGetThroughSwitch(t *testing.T) {
 
 // TestHotKeyPromoted: under netdir a key read far more than any other is
 // promoted by the controller from the clients' reports, gets extra copies,
-// and reads of it are then served by more nodes than its chain.
+// and reads of it are then served by more nodes than its chain; with the
+// controller on P4Runtime and on the switch's Go API alike.
 func TestHotKeyPromoted(t *testing.T) {
-	s := startSystem(t, 5)
+	for _, tc := range []struct{ name, p4info string }{{"p4runtime", ""}, {"control-api", "none"}} {
+		t.Run(tc.name, func(t *testing.T) { testHotKeyPromoted(t, tc.p4info) })
+	}
+}
+
+func testHotKeyPromoted(t *testing.T, p4info string) {
+	s := startSystem(t, 5, p4info)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	p, err := s.StartPlane(ctx, "netdir")
@@ -131,7 +141,7 @@ func TestHotKeyPromoted(t *testing.T) {
 // TestRunPerPolicy: a short run of each policy yields one Run with the
 // policy, the node count, requests on the nodes and a throughput.
 func TestRunPerPolicy(t *testing.T) {
-	s := startSystem(t, 4)
+	s := startSystem(t, 4, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	w := bench.Workload{Name: "B", Keys: 200, Zipf: 0.99, Seed: 7}

@@ -60,9 +60,9 @@ func (f *benchFlags) register(cmd *cobra.Command, demo bool) {
 	fl.Int64Var(&f.seed, "seed", 1, "workload seed (the same for every policy)")
 	fl.StringVar(&f.jsonPath, "json", "", "write the results JSON here")
 	fl.StringVar(&f.htmlPath, "html", "", "write the HTML report here")
-	fl.StringVar(&f.p4info, "p4info", "", "P4Info for the controller's P4Runtime path (default: "+system.P4InfoRel+
-		" in this clone, or $"+system.P4InfoEnv+"); \"none\" programs the switch through its Go API")
-	fl.StringVar(&f.dataDir, "data-dir", "", "keep the nodes' Pebble data here (default: a temporary directory, removed)")
+	fl.StringVar(&f.p4info, "p4info", "", "P4Info file for the controller's P4Runtime path (default: the one built into netdir, "+
+		"p4/build/netdir.p4info.txtpb); \"none\" programs the switch through its Go API instead")
+	fl.StringVar(&f.dataDir, "data-dir", "", "keep the nodes' Pebble data here (default: a temporary directory in /dev/shm if present, removed at the end)")
 	fl.StringVar(&f.live, "live", "auto", "live view: on (redrawn in place), lines (a line a second), off; auto: on for a terminal")
 	fl.BoolVar(&f.verbose, "verbose", false, "log the components (controller promotions, nodes) to stderr")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole process here")
@@ -149,15 +149,18 @@ func liveFunc(w io.Writer, mode string) (func(bench.LiveStats), error) {
 	}
 	switch mode {
 	case "on":
-		lines := 0
+		lines, last := 0, ""
 		return func(s bench.LiveStats) {
 			frame := bench.LiveView(s, 40)
-			// Move up over the previous frame and clear to the end.
-			if lines > 0 {
+			// Redraw over the previous frame of the same policy (its warm-up
+			// included); a new policy's first frame goes below, so that
+			// the lines printed between runs stay.
+			pol := strings.TrimSuffix(s.Policy, system.WarmupSuffix)
+			if lines > 0 && pol == last {
 				fmt.Fprintf(w, "\x1b[%dA\x1b[J", lines)
 			}
 			fmt.Fprint(w, frame)
-			lines = strings.Count(frame, "\n")
+			lines, last = strings.Count(frame, "\n"), pol
 		}, nil
 	case "lines":
 		return func(s bench.LiveStats) {

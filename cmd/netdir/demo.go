@@ -138,7 +138,7 @@ summary table, and writes a JSON file and an HTML report with figures.`,
 	fl.StringVar(&outDir, "out", "", "directory for results.json and report.html (default: a new netdir-demo-<time> directory in $TMPDIR)")
 	fl.StringVar(&workload, "workload", "B", "YCSB core workload (A–F); B is read-mostly")
 	fl.Float64Var(&zipf, "zipf", 1.2, "zipf θ of the key popularity")
-	fl.Int64Var(&keys, "keys", 20_000, "keys preloaded and drawn from")
+	fl.Int64Var(&keys, "keys", 10_000, "keys preloaded and drawn from")
 	fl.StringVar(&f.policies, "policies", "static,netdir", "policies to run, in order ("+strings.Join(bench.Policies, ",")+")")
 	return cmd
 }

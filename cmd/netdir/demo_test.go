@@ -73,7 +73,7 @@ func TestDemoShort(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath := filepath.Join(dir, "demo.json")
 	out := runCmd(t, "demo", "--nodes", "3", "--keys", "300", "--duration", "1s", "--warmup", "500ms",
-		"--concurrency", "8", "--capacity", "0", "--json", jsonPath, "--out", dir, "--live", "lines", "--p4info", "none")
+		"--concurrency", "8", "--capacity", "0", "--json", jsonPath, "--out", dir, "--live", "lines")
 	checkJSON(t, jsonPath, []string{"static", "netdir"}, 3)
 	html, err := os.ReadFile(filepath.Join(dir, "report.html"))
 	if err != nil {
@@ -82,7 +82,7 @@ func TestDemoShort(t *testing.T) {
 	if n := strings.Count(string(html), "data:image/png;base64,"); n != 4 {
 		t.Errorf("report has %d figures, want 4", n)
 	}
-	for _, want := range []string{"preload", "phase 1/2: static", "phase 2/2: netdir", "summary", "netdir vs static", jsonPath} {
+	for _, want := range []string{"over P4Runtime gRPC", "preload", "phase 1/2: static", "phase 2/2: netdir", "summary", "netdir vs static", jsonPath} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
