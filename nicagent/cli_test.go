@@ -101,7 +101,7 @@ func scrape(ns, addr string) (map[string]float64, error) {
 // the metrics report it, and SIGTERM detaches the agent and removes its
 // service route.
 func TestNetnsCommand(t *testing.T) {
-	e, lis := startCluster(t, func(tb *testbed) (l net.Listener, err error) {
+	e, lis := startCluster(t, clusterOptions{listen: func(tb *testbed) (l net.Listener, err error) {
 		// The controller's API on the client host's loopback, where the
 		// agent process (in that namespace) reaches it.
 		err = inNS(tb.hosts["c"], func() error {
@@ -109,7 +109,7 @@ func TestNetnsCommand(t *testing.T) {
 			return err
 		})
 		return l, err
-	})
+	}})
 	cns := e.tb.hosts["c"]
 	const metrics = "127.0.0.1:9475"
 	var out syncBuffer

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -48,16 +49,46 @@ const (
 	testRounds = time.Hour // the hot-key loop is not run: the test pins keys
 )
 
+// clusterOptions shape the testbed's cluster.
+type clusterOptions struct {
+	nodes int // storage nodes (default 3), ids 1..n at 10.77.0.(10+id)
+	// reach lets the controller reach the chain heads (promote and demote
+	// hot keys, so extras get copies) from the client host's namespace.
+	reach bool
+	// listen makes the controller API's listener (default: loopback here).
+	listen func(tb *testbed) (net.Listener, error)
+}
+
+// nsStorage is the controller's storage reach, dialing from a namespace.
+type nsStorage struct {
+	ns string
+	u  controller.UDPStorage
+}
+
+func (s *nsStorage) Promote(ctx context.Context, head controller.NodeAddr, key []byte, extras []controller.NodeAddr) error {
+	return inNS(s.ns, func() error { return s.u.Promote(ctx, head, key, extras) })
+}
+
+func (s *nsStorage) Demote(ctx context.Context, head controller.NodeAddr, key []byte, extras []controller.NodeAddr) error {
+	return inNS(s.ns, func() error { return s.u.Demote(ctx, head, key, extras) })
+}
+
 // startCluster builds the testbed and starts the storage nodes and the
-// controller; the controller's API listens on lis, made by listen.
-func startCluster(t *testing.T, listen func(tb *testbed) (net.Listener, error)) (*e2e, net.Listener) {
+// controller, whose API listens on the returned listener.
+func startCluster(t *testing.T, o clusterOptions) (*e2e, net.Listener) {
+	if o.nodes == 0 {
+		o.nodes = 3
+	}
+	if o.listen == nil {
+		o.listen = func(*testbed) (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+	}
 	needBPF(t)
 	tb := newTestbed(t)
 	e := &e2e{tb: tb}
 	tb.addHost("c", clientAddr+"/24")
 	var lnodes []layout.Node
 	var cnodes []controller.NodeAddr
-	for i := 1; i <= 3; i++ {
+	for i := 1; i <= o.nodes; i++ {
 		tb.addHost(fmt.Sprintf("n%d", i), fmt.Sprintf("10.77.0.%d/24", 10+i))
 		addr := fmt.Sprintf("10.77.0.%d:%d", 10+i, wire.ServicePort)
 		lnodes = append(lnodes, layout.Node{ID: wire.NodeID(i), Addr: addr})
@@ -75,7 +106,7 @@ func startCluster(t *testing.T, listen func(tb *testbed) (net.Listener, error)) 
 		t.Fatal(err)
 	}
 	quiet := quietLog()
-	for i := 1; i <= 3; i++ {
+	for i := 1; i <= o.nodes; i++ {
 		var n *storagenode.Node
 		dir := t.TempDir()
 		if err := inNS(tb.hosts[fmt.Sprintf("n%d", i)], func() (err error) {
@@ -93,9 +124,13 @@ func startCluster(t *testing.T, listen func(tb *testbed) (net.Listener, error)) 
 		}
 	}
 
-	// The controller, with no switch and no storage reach: the test pins
-	// keys, and the chains hold every node, so no extras are copied.
-	e.ctl, err = controller.New(controller.Config{PartitionBits: 10, Replicas: 3, Nodes: cnodes, Round: testRounds, Log: quiet}, nil, nil)
+	// The controller, with no switch; the hot-key loop runs when a test
+	// calls it. Without reach, chain heads are never told of promotions.
+	var st controller.Storage
+	if o.reach {
+		st = &nsStorage{ns: tb.hosts["c"]}
+	}
+	e.ctl, err = controller.New(controller.Config{PartitionBits: 10, Replicas: 3, Nodes: cnodes, Round: testRounds, Log: quiet}, nil, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +140,7 @@ func startCluster(t *testing.T, listen func(tb *testbed) (net.Listener, error)) 
 			t.Fatalf("partition %d: the controller's chain %v, the nodes' %v", p, got, want)
 		}
 	}
-	lis, err := listen(tb)
+	lis, err := o.listen(tb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,20 +152,26 @@ func startCluster(t *testing.T, listen func(tb *testbed) (net.Listener, error)) 
 }
 
 // newClient opens a netdir client in the client host's namespace.
-func (e *e2e) newClient(t *testing.T) {
+func (e *e2e) newClient(t *testing.T) { e.client = e.openClient(t, false) }
+
+// openClient opens a client in the client host's namespace; staleOK asks for
+// bounded-staleness reads.
+func (e *e2e) openClient(t *testing.T, staleOK bool) *client.Client {
+	var c *client.Client
 	if err := inNS(e.tb.hosts["c"], func() (err error) {
-		e.client, err = client.New(client.Options{Service: DefaultService.String(), Layout: e.lay})
+		c, err = client.New(client.Options{Service: DefaultService.String(), Layout: e.lay, StaleOK: staleOK})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.client.Close() })
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // startE2E starts the cluster and the agent in this process, on the client
 // host's eth0.
-func startE2E(t *testing.T, policy directory.Policy) *e2e {
-	e, lis := startCluster(t, func(*testbed) (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") })
+func startE2E(t *testing.T, policy directory.Policy, o clusterOptions) *e2e {
+	e, lis := startCluster(t, o)
 	var err error
 	e.agent, err = New(Config{Iface: "eth0", Controller: lis.Addr().String(), Netns: nsPath(e.tb.hosts["c"]), Policy: policy, Log: quietLog()})
 	if err != nil {
@@ -178,7 +219,7 @@ func (e *e2e) stats(t *testing.T) Stats {
 // key, fragmented values, the split of a hot key's reads over its replicas
 // and its weights, learning, and checksums verified by the nodes.
 func TestNetnsEndToEnd(t *testing.T) {
-	e := startE2E(t, directory.PolicyNetdir)
+	e := startE2E(t, directory.PolicyNetdir, clusterOptions{})
 	if m := e.agent.XDPMode(); m != "native" {
 		t.Errorf("XDP attached in %s mode on a veth; want native", m)
 	}
@@ -345,4 +386,99 @@ func (e *e2e) diag() string {
 		out += fmt.Sprintf(" %s=%d", name, n)
 	}
 	return out
+}
+
+// TestNetnsExtras promotes a hot key the way the controller's hot-key loop
+// does, with four nodes and chains of three: its head copies it to the
+// fourth node, whose VSB (sent to the agent host) reaches XDP from an
+// allowlisted node source once the tail's VSB has set ver_done. Then
+// bounded-staleness reads use the extra and linearizable reads never do.
+func TestNetnsExtras(t *testing.T) {
+	e := startE2E(t, directory.PolicyNetdir, clusterOptions{nodes: 4, reach: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	hot := []byte("hot-key")
+	h := wire.HashKey(hot)
+	if _, err := e.client.Put(ctx, hot, []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	// The controller publishes a promoted key to its subscribers only after
+	// the chain head has answered the promotion, by which time the tail's
+	// VSB announcing the committed version has already reached the agent
+	// and been refused (not cached); the tail does not repeat it, so the
+	// extra's VSBs would be refused forever (vsb-version). The architecture
+	// says the slot exists before the head starts copying; the test stands
+	// in for that by installing the slot the controller will publish (the
+	// chain, then the least-loaded other node) just before the round. The
+	// controller's UPSERT then finds it with the same LocationList and
+	// keeps its state.
+	chain := e.lay.ChainOf(h)
+	locs := append([]wire.NodeID(nil), chain...)
+	for id := wire.NodeID(1); id <= 4; id++ {
+		if !slices.Contains(chain, id) {
+			locs = append(locs, id)
+			break
+		}
+	}
+	if err := e.agent.Dataplane().Insert(h, locs, 3, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A node reports the key hot; one round promotes it with one extra.
+	e.ctl.Report(&api.NodeStats{Node: 1, Version: 1, HotKeys: []*api.KeyCount{{Key: hot, Count: 1000}}})
+	if err := e.ctl.HotKeyRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ents := e.ctl.Entries()
+	if len(ents) != 1 || len(ents[0].Locs) != 4 || ents[0].R != 3 {
+		t.Fatalf("the controller's directory: %+v; want the key with one extra", ents)
+	}
+	extra := ents[0].Locs[3]
+	if !slices.Equal(ents[0].Locs, locs) {
+		t.Fatalf("the controller placed %v, the test expected %v", ents[0].Locs, locs)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, ok, _ := e.agent.Dataplane().Lookup(h)
+		if ok && s.N == 4 && s.Fresh&(1<<3) != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the extra's VSB did not set its fresh bit in 10s: slot %+v (present %v); %s", s, ok, e.diag())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	slot, _, _ := e.agent.Dataplane().Lookup(h)
+	st := e.stats(t)
+	if st.VSBs < 2 || slot.VerDone == 0 {
+		t.Errorf("after promotion: slot %+v, %d VSBs accepted; want the tail's and the extra's", slot, st.VSBs)
+	}
+	const reads = 200
+	count := func(c *client.Client) map[wire.NodeID]int {
+		by := map[wire.NodeID]int{}
+		for range reads {
+			r, err := c.GetResult(ctx, hot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(r.Value) != "v1" {
+				t.Fatalf("read %q from node %d, want v1", r.Value, r.Node)
+			}
+			by[r.Node]++
+		}
+		return by
+	}
+	lin := count(e.client)
+	stale := count(e.openClient(t, true))
+	t.Logf("extra %d; linearizable reads by node %v; stale-ok reads by node %v", extra, lin, stale)
+	if lin[extra] != 0 {
+		t.Errorf("the extra served %d linearizable reads; a host agent sends them to the chain only", lin[extra])
+	}
+	// Each of the four locations is taken at least when both candidates
+	// are it: 1/16 of the reads, 12.5 of 200 (none: p < 3e-6).
+	if stale[extra] == 0 {
+		t.Errorf("the extra served none of %d stale-ok reads: %v", reads, stale)
+	}
+	if s := e.stats(t); s.DropTotal != 0 {
+		t.Errorf("drops: %+v", s)
+	}
 }
