@@ -29,7 +29,7 @@ func (a *API) RegisterNode(_ context.Context, r *api.RegisterNodeRequest) (*api.
 	}
 	return &api.RegisterNodeResponse{
 		Epoch: a.c.st.pmap.Epoch, PartitionBits: uint32(a.c.st.pmap.Bits),
-		Partitions: partitionsProto(a.c.st.pmap), Nodes: a.c.st.nodesProtoLocked(),
+		Partitions: a.c.st.partitionsProtoLocked(), Nodes: a.c.st.nodesProtoLocked(),
 	}, nil
 }
 
@@ -109,8 +109,9 @@ func (a *API) Unpin(ctx context.Context, r *api.PinRequest) (*api.PinResponse, e
 
 // ListPartitions returns the partition map.
 func (a *API) ListPartitions(context.Context, *api.ListPartitionsRequest) (*api.ListPartitionsResponse, error) {
-	m := a.c.PartitionMap()
-	return &api.ListPartitionsResponse{Epoch: m.Epoch, Partitions: partitionsProto(m)}, nil
+	a.c.st.mu.Lock()
+	defer a.c.st.mu.Unlock()
+	return &api.ListPartitionsResponse{Epoch: a.c.st.pmap.Epoch, Partitions: a.c.st.partitionsProtoLocked()}, nil
 }
 
 // SetWeights installs split weights for a partition or a hot key.

@@ -341,17 +341,18 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 			return fmt.Errorf("install %q on %s: %w", key, p.Name(), err)
 		}
 	}
-	// The slot exists before the head starts copying, so the copies' VSBs
-	// find it; refused VSBs are retried by the extras.
+	// The slot exists in every plane, and subscribed agents are told, before
+	// the head starts copying, so that the tail's and the copies' VSBs find
+	// it; refused copies' VSBs are retried by the extras.
+	c.st.mu.Lock()
+	c.st.entries[h] = e
+	c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_UPSERT, Entries: []*api.DirectoryEntry{e.proto()}})
+	c.st.mu.Unlock()
 	if c.storage != nil && len(extras) > 0 {
 		if err := c.storage.Promote(ctx, c.node(chain[0]), key, c.nodes(extras)); err != nil {
 			c.log.Warn("promote at head failed; the key stays on its chain", "key", string(key), "err", err)
 		}
 	}
-	c.st.mu.Lock()
-	c.st.entries[h] = e
-	c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_UPSERT, Entries: []*api.DirectoryEntry{e.proto()}})
-	c.st.mu.Unlock()
 	c.mu.Lock()
 	c.promotions++
 	c.mu.Unlock()
@@ -407,8 +408,17 @@ func (c *Controller) Rounds() uint64 {
 // partition map and every directory entry (after a device restart or a
 // reconnect).
 func (c *Controller) Resync(ctx context.Context, p DataPlane) error {
-	if err := p.Setup(ctx, c.PartitionMap(), c.cfg.Nodes, c.cfg.VSBGroup); err != nil {
+	m := c.PartitionMap()
+	if err := p.Setup(ctx, m, c.cfg.Nodes, c.cfg.VSBGroup); err != nil {
 		return err
+	}
+	c.st.mu.Lock()
+	weights := maps.Clone(c.st.partBuckets)
+	c.st.mu.Unlock()
+	for part, b := range weights {
+		if err := p.SetPartitionBuckets(ctx, part, m.Chains[part], b); err != nil {
+			return err
+		}
 	}
 	for _, e := range c.Entries() {
 		if err := p.InstallEntry(ctx, &e); err != nil {
@@ -491,6 +501,11 @@ func (c *Controller) SetPartitionWeights(ctx context.Context, p uint32, w []uint
 			return err
 		}
 	}
+	c.st.mu.Lock()
+	c.st.partBuckets[p] = b
+	c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_PARTITIONS, Epoch: m.Epoch,
+		PartitionBits: uint32(m.Bits), Partitions: c.st.partitionsProtoLocked()})
+	c.st.mu.Unlock()
 	return nil
 }
 

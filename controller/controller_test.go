@@ -241,8 +241,18 @@ func TestPinSurvivesColdRounds(t *testing.T) {
 func TestWeights(t *testing.T) {
 	ctx := context.Background()
 	c, p, _ := testController(t)
+	w := c.st.watch()
+	<-w // the snapshot
 	if err := c.SetPartitionWeights(ctx, 3, []uint32{1, 0, 0}); err != nil {
 		t.Fatal(err)
+	}
+	// Agents are told, and later snapshots carry the weights too.
+	u := <-w
+	if u.GetKind() != api.DirectoryUpdate_PARTITIONS || u.GetPartitions()[3].GetBuckets()[5] != 0 || u.GetPartitions()[2].GetBuckets()[1] != 1 {
+		t.Fatalf("weights update %v", u)
+	}
+	if snap := <-c.st.watch(); snap.GetPartitions()[3].GetBuckets()[1] != 0 {
+		t.Fatalf("snapshot after weights: %v", snap.GetPartitions()[3])
 	}
 	part, _ := p.d.Partition(3)
 	for _, b := range part.Buckets {

@@ -40,20 +40,24 @@ func (e *Entry) proto() *api.DirectoryEntry {
 // falls 1024 updates behind is cut off and must resubscribe (and so gets a
 // fresh snapshot) rather than stall the controller.
 type state struct {
-	mu       sync.Mutex
-	pmap     *directory.PartitionMap
-	nodes    map[wire.NodeID]string
-	entries  map[wire.KeyHash]*Entry
-	free     []uint32 // free slot indices
-	seq      uint64
-	watchers map[chan *api.DirectoryUpdate]struct{}
+	mu      sync.Mutex
+	pmap    *directory.PartitionMap
+	nodes   map[wire.NodeID]string
+	entries map[wire.KeyHash]*Entry
+	free    []uint32 // free slot indices
+	// partBuckets holds the partitions whose weights were set; the others
+	// split evenly.
+	partBuckets map[uint32][]uint8
+	seq         uint64
+	watchers    map[chan *api.DirectoryUpdate]struct{}
 }
 
 func newState(capacity int) *state {
 	s := &state{
-		nodes:    map[wire.NodeID]string{},
-		entries:  map[wire.KeyHash]*Entry{},
-		watchers: map[chan *api.DirectoryUpdate]struct{}{},
+		nodes:       map[wire.NodeID]string{},
+		entries:     map[wire.KeyHash]*Entry{},
+		partBuckets: map[uint32][]uint8{},
+		watchers:    map[chan *api.DirectoryUpdate]struct{}{},
 	}
 	for i := capacity - 1; i >= 0; i-- {
 		s.free = append(s.free, uint32(i))
@@ -61,15 +65,20 @@ func newState(capacity int) *state {
 	return s
 }
 
-func partitionsProto(m *directory.PartitionMap) []*api.Partition {
-	ps := make([]*api.Partition, len(m.Chains))
-	for p, c := range m.Chains {
+func (s *state) partitionsProtoLocked() []*api.Partition {
+	ps := make([]*api.Partition, len(s.pmap.Chains))
+	for p, c := range s.pmap.Chains {
 		ap := &api.Partition{Index: uint32(p)}
 		for _, n := range c {
 			ap.Chain = append(ap.Chain, uint32(n))
 		}
+		b, ok := s.partBuckets[uint32(p)]
 		for i := 0; i < directory.Buckets; i++ {
-			ap.Buckets = append(ap.Buckets, uint32(i%len(c)))
+			if ok {
+				ap.Buckets = append(ap.Buckets, uint32(b[i]))
+			} else {
+				ap.Buckets = append(ap.Buckets, uint32(i%len(c)))
+			}
 		}
 		ps[p] = ap
 	}
@@ -110,7 +119,7 @@ func (s *state) watch() chan *api.DirectoryUpdate {
 	w := make(chan *api.DirectoryUpdate, 1024)
 	snap := &api.DirectoryUpdate{Kind: api.DirectoryUpdate_SNAPSHOT, Sequence: s.seq, Nodes: s.nodesProtoLocked()}
 	if s.pmap != nil {
-		snap.Partitions = partitionsProto(s.pmap)
+		snap.Partitions = s.partitionsProtoLocked()
 		snap.Epoch = s.pmap.Epoch
 		snap.PartitionBits = uint32(s.pmap.Bits)
 	}

@@ -17,6 +17,10 @@ import (
 type UDPStorage struct {
 	Timeout time.Duration // per try; default 200 ms
 	Tries   int           // default 5
+	// NoStamp promotes keys for a deployment whose data planes are host
+	// agents only: no data plane stamps writes, so the head must keep
+	// accepting unstamped ones (storagenode's promoteNoStamp).
+	NoStamp bool
 }
 
 // Promote asks head to copy key to extras and announce them by VSB.
@@ -44,6 +48,9 @@ func (u *UDPStorage) call(ctx context.Context, op wire.Op, head NodeAddr, key []
 		}
 	}
 	req := wire.Packet{Header: wire.Header{Op: op, ReqID: rand.Uint64(), KeyHash: wire.HashKey(key)}, Key: key, Value: ids}
+	if op == wire.OpPromote && u.NoStamp {
+		req.Flags = wire.FlagPromoteNoStamp
+	}
 	b, err := req.AppendEncode(nil)
 	if err != nil {
 		return err

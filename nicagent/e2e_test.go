@@ -128,7 +128,7 @@ func startCluster(t *testing.T, o clusterOptions) (*e2e, net.Listener) {
 	// calls it. Without reach, chain heads are never told of promotions.
 	var st controller.Storage
 	if o.reach {
-		st = &nsStorage{ns: tb.hosts["c"]}
+		st = &nsStorage{ns: tb.hosts["c"], u: controller.UDPStorage{NoStamp: true}}
 	}
 	e.ctl, err = controller.New(controller.Config{PartitionBits: 10, Replicas: 3, Nodes: cnodes, Round: testRounds, Log: quiet}, nil, st)
 	if err != nil {

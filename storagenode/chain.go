@@ -108,6 +108,14 @@ func (n *Node) promoted(h wire.KeyHash) ([]wire.NodeID, bool) {
 	return ids, ok
 }
 
+// unstampedOK reports whether a promoted key's writes may be unstamped:
+// no data plane stamps them (promoteNoStamp).
+func (n *Node) unstampedOK(h wire.KeyHash) bool {
+	n.promoMu.RLock()
+	defer n.promoMu.RUnlock()
+	return n.noStamp[h]
+}
+
 func readCode(v *version) wire.Code {
 	if v.Ver == 0 || v.Del {
 		return wire.CodeNotFound
@@ -282,7 +290,7 @@ func (s *shard) write(p *nodePacket, from netip.AddrPort) {
 		}
 		v = p.Stamp
 	} else {
-		if promoted {
+		if promoted && !n.unstampedOK(p.KeyHash) {
 			n.dedup.add(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeRetry), Op: uint8(p.Op)})
 			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeRetry, latest, nil))
 			return

@@ -41,10 +41,15 @@ func (s *shard) promote(p *nodePacket, from netip.AddrPort) {
 		s.send(from, n.replyPacket(&p.Header, wire.OpPromote, wire.CodeMalformed, 0, nil))
 		return
 	}
+	noStamp := p.Flags&wire.FlagPromoteNoStamp != 0
+	persisted := encodeIDs(ids)
+	if noStamp {
+		persisted = append(persisted, promoNoStampMark)
+	}
 	t := n.trees[0]
 	rec, err := t.getRecord(part, p.Key)
 	if err == nil {
-		err = t.db.Set(promoKey(p.Key), encodeIDs(ids), pebble.Sync)
+		err = t.db.Set(promoKey(p.Key), persisted, pebble.Sync)
 	}
 	if err != nil {
 		s.send(from, n.replyPacket(&p.Header, wire.OpPromote, wire.CodeInternal, 0, nil))
@@ -53,6 +58,11 @@ func (s *shard) promote(p *nodePacket, from netip.AddrPort) {
 	n.promoMu.Lock()
 	old := n.promo[p.KeyHash]
 	n.promo[p.KeyHash] = ids
+	if noStamp {
+		n.noStamp[p.KeyHash] = true
+	} else {
+		delete(n.noStamp, p.KeyHash)
+	}
 	n.promoMu.Unlock()
 	// Extras dropped from the list drop their copy.
 	for _, id := range old {
@@ -108,6 +118,7 @@ func (s *shard) demote(p *nodePacket, from netip.AddrPort) {
 	n.promoMu.Lock()
 	ids := n.promo[p.KeyHash]
 	delete(n.promo, p.KeyHash)
+	delete(n.noStamp, p.KeyHash)
 	n.promoMu.Unlock()
 	for _, id := range ids {
 		d := wire.Header{Op: wire.OpDemote, KeyHash: p.KeyHash, Node: n.id, Epoch: n.lay.Epoch()}

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"golang.org/x/net/ipv4"
 
 	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
@@ -137,12 +138,14 @@ type Node struct {
 	dp    netip.AddrPort
 
 	shards []*shard
+	outCh  chan []ipv4.Message // shards' reply batches, to sendLoop
 	limit  *tokenBucket
 
 	dedup *dedupTable
 
 	promoMu sync.RWMutex
 	promo   map[wire.KeyHash][]wire.NodeID // promoted keys at this head → extras
+	noStamp map[wire.KeyHash]bool          // promoted keys no data plane stamps (promoteNoStamp)
 
 	extraMu sync.RWMutex
 	extras  map[wire.KeyHash]*extraCopy
@@ -186,6 +189,7 @@ func Start(o Options) (*Node, error) {
 		opts: o, id: o.ID, lay: o.Layout, log: o.Logger.With("node", o.ID),
 		peers:     make(map[wire.NodeID]netip.AddrPort),
 		promo:     make(map[wire.KeyHash][]wire.NodeID),
+		noStamp:   make(map[wire.KeyHash]bool),
 		extras:    make(map[wire.KeyHash]*extraCopy),
 		stop:      make(chan struct{}),
 		syncWait:  make(map[uint64]chan *nodePacket),
@@ -248,6 +252,9 @@ func Start(o Options) (*Node, error) {
 		n.conn.Close()
 		return fail(err)
 	}
+	n.outCh = make(chan []ipv4.Message, 4*o.Workers)
+	n.wg.Add(1)
+	go n.sendLoop()
 	for _, s := range n.shards {
 		n.wg.Add(1)
 		go s.run()
@@ -308,11 +315,17 @@ func (n *Node) loadPromotions() error {
 	}
 	defer it.Close()
 	for it.First(); it.Valid(); it.Next() {
-		ids, ok := decodeIDs(it.Value())
+		v := it.Value()
+		h := wire.HashKey(it.Key()[1:])
+		if len(v)%2 == 1 && v[len(v)-1] == promoNoStampMark {
+			v = v[:len(v)-1]
+			n.noStamp[h] = true
+		}
+		ids, ok := decodeIDs(v)
 		if !ok {
 			continue
 		}
-		n.promo[wire.HashKey(it.Key()[1:])] = ids
+		n.promo[h] = ids
 	}
 	return it.Error()
 }

@@ -468,3 +468,57 @@ chains:
 		}
 	}
 }
+
+// TestPromoteWithoutStamping: a controller with host agents only promotes
+// with promoteNoStamp; the head then keeps taking unstamped writes to the
+// key, also after a restart, while the tail announces the committed version.
+func TestPromoteWithoutStamping(t *testing.T) {
+	dp := newPeer(t)
+	c := startCluster(t, cluster.Options{N: 4, R: 3, DataPlane: dp.addr().String()})
+	extra := wire.NodeID(4)
+	key := keyNotOn(c, extra)
+	h := wire.HashKey(key)
+	ch := c.Layout.ChainOf(h)
+	p := newPeer(t)
+	head := addrOf(c, ch[0])
+	promote := func(reqid uint64, flags uint8) wire.Packet {
+		ids := binary.BigEndian.AppendUint16(nil, extra)
+		return p.call(head, raw(wire.Header{Op: wire.OpPromote, Flags: flags, ReqID: reqid, KeyHash: h}, key, ids))
+	}
+	if r := promote(1, wire.FlagPromoteNoStamp); r.Code != wire.CodeOK {
+		t.Fatalf("promote: %s %s", r.Op, r.Code)
+	}
+	// The tail announces the committed version (0: never written) on promotion.
+	for {
+		r, ok := dp.recv(0)
+		if !ok {
+			t.Fatal("no VSB from the tail after promotion")
+		}
+		if r.Op == wire.OpVSB && r.KeyHash == h && r.Node == ch[len(ch)-1] {
+			break
+		}
+	}
+	put := func(reqid uint64) wire.Packet {
+		return p.call(head, raw(wire.Header{Op: wire.OpPut, ReqID: reqid, KeyHash: h}, key, []byte("x")))
+	}
+	if r := put(10); r.Op != wire.OpPutReply || r.Code != wire.CodeOK {
+		t.Fatalf("unstamped write to a key promoted without stamping: %s %s", r.Op, r.Code)
+	}
+	headIdx := int(ch[0]) - 1
+	if err := c.Crash(headIdx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Restart(headIdx); err != nil {
+		t.Fatal(err)
+	}
+	if r := put(11); r.Op != wire.OpPutReply || r.Code != wire.CodeOK {
+		t.Fatalf("after restart: %s %s", r.Op, r.Code)
+	}
+	// Promoted again by a controller whose data plane stamps: refused.
+	if r := promote(2, 0); r.Code != wire.CodeOK {
+		t.Fatalf("promote: %s %s", r.Op, r.Code)
+	}
+	if r := put(12); r.Code != wire.CodeRetry {
+		t.Fatalf("unstamped write after a stamping promotion: %s %s", r.Op, r.Code)
+	}
+}

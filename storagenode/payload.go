@@ -37,6 +37,13 @@ import (
 // carry the sending node's id: a control op with a non-zero node is never
 // answered, so replies cannot ping-pong between nodes.
 //
+// A promote with header flag wire.FlagPromoteNoStamp comes from a controller
+// whose data planes are host agents only: none stamps writes, so the head
+// keeps assigning versions to the key and does not refuse unstamped writes
+// (agents serve extras only to bounded-staleness reads). The head persists
+// the promotion's extras, followed by the byte promoNoStampMark when so.
+const promoNoStampMark = 0xff
+
 // A ver-query with header flag verQueryAnnounce asks the tail to announce
 // its committed version by VSB instead of answering (the head sends it on
 // promotion).

@@ -199,6 +199,10 @@ const (
 	FlagStamped uint8 = 1 << 1
 	// FlagHit: the data plane routed the request from its directory.
 	FlagHit uint8 = 1 << 2
+	// FlagPromoteNoStamp, on a promote node op: no data plane stamps this
+	// key's writes (host agents only), so the head keeps accepting
+	// unstamped writes to it.
+	FlagPromoteNoStamp uint8 = 1 << 7
 )
 
 // Code is the outcome carried by replies (0 is OK) and ERR packets.

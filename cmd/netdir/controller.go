@@ -64,9 +64,6 @@ func loadControllerConfig(path string) (*controllerConfig, error) {
 	if err := dec.Decode(c); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if len(c.Switches) == 0 {
-		return nil, fmt.Errorf("%s: no switches", path)
-	}
 	if len(c.Nodes) < c.Replicas {
 		return nil, fmt.Errorf("%s: %d nodes, fewer than replicas %d", path, len(c.Nodes), c.Replicas)
 	}
@@ -127,9 +124,14 @@ FILE is YAML:
 }
 
 func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger) error {
-	schema, err := p4rt.LoadSchema(cfg.P4Info)
-	if err != nil {
-		return err
+	// With no switches the controller serves host agents only (through
+	// its API), and needs no P4Info.
+	var schema *p4rt.Schema
+	var err error
+	if len(cfg.Switches) > 0 {
+		if schema, err = p4rt.LoadSchema(cfg.P4Info); err != nil {
+			return err
+		}
 	}
 	var nodes []controller.NodeAddr
 	for _, n := range cfg.Nodes {
@@ -183,7 +185,7 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 	ctl, err = controller.New(controller.Config{
 		PartitionBits: cfg.PartitionBits, Replicas: cfg.Replicas, Nodes: nodes, Capacity: cfg.Capacity,
 		Round: cfg.Round, PromoteMin: cfg.PromoteMin, VSBGroup: cfg.VSBPorts, Log: log,
-	}, planes, &controller.UDPStorage{})
+	}, planes, &controller.UDPStorage{NoStamp: len(planes) == 0})
 	if err != nil {
 		return err
 	}
