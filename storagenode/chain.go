@@ -32,6 +32,9 @@ func (s *shard) handle(b []byte, from netip.AddrPort) {
 		if n.limit != nil {
 			n.limit.wait(n.stop)
 		}
+		n.hotMu.Lock()
+		n.hot.Add(p.Key)
+		n.hotMu.Unlock()
 		if p.Op == wire.OpGet {
 			n.ctr.gets.Add(1)
 			s.get(&p, from)

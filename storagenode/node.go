@@ -39,6 +39,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"golang.org/x/net/ipv4"
 
+	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
 )
@@ -147,6 +148,9 @@ type Node struct {
 	promo   map[wire.KeyHash][]wire.NodeID // promoted keys at this head → extras
 	noStamp map[wire.KeyHash]bool          // promoted keys no data plane stamps (promoteNoStamp)
 
+	hotMu sync.Mutex
+	hot   *sched.TopK // the keys of client requests served, for the controller
+
 	extraMu sync.RWMutex
 	extras  map[wire.KeyHash]*extraCopy
 
@@ -190,6 +194,7 @@ func Start(o Options) (*Node, error) {
 		peers:     make(map[wire.NodeID]netip.AddrPort),
 		promo:     make(map[wire.KeyHash][]wire.NodeID),
 		noStamp:   make(map[wire.KeyHash]bool),
+		hot:       sched.NewTopK(hotKeyCounters),
 		extras:    make(map[wire.KeyHash]*extraCopy),
 		stop:      make(chan struct{}),
 		syncWait:  make(map[uint64]chan *nodePacket),
@@ -480,4 +485,17 @@ func (b *tokenBucket) wait(stop <-chan struct{}) {
 			t.Stop()
 		}
 	}
+}
+
+// hotKeyCounters bounds the node's hot-key counting (sched.TopK): keys with
+// more than 1/64 of a round's requests are always found.
+const hotKeyCounters = 64
+
+// HotKeys returns the keys of the client requests this node served since
+// the last call, most requested first, at most max: the report that names
+// hot keys to the controller (data planes count by hash only).
+func (n *Node) HotKeys(max int) []sched.KeyCount {
+	n.hotMu.Lock()
+	defer n.hotMu.Unlock()
+	return n.hot.Top(max)
 }

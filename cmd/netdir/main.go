@@ -21,6 +21,7 @@ func main() {
 	root.AddCommand(switchCmd())
 	root.AddCommand(ctlCmd())
 	root.AddCommand(controllerCmd())
+	root.AddCommand(kvCmds()...)
 	root.AddCommand(agentCmd())
 	root.AddCommand(demoCmd())
 	root.AddCommand(benchCmd())

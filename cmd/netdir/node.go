@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -8,11 +9,15 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
@@ -32,6 +37,8 @@ func nodeCmd() *cobra.Command {
 		memMiB   uint64
 		budget   int64
 		verbose  bool
+		ctlAddr  string
+		every    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "node",
@@ -85,9 +92,12 @@ node of that capacity. Leave it 0 in production.`,
 					}
 				}()
 			}
-			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-			<-sig
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			if ctlAddr != "" {
+				go reportHotKeys(ctx, n, ctlAddr, every, log)
+			}
+			<-ctx.Done()
 			return n.Close()
 		},
 	}
@@ -104,5 +114,37 @@ node of that capacity. Leave it 0 in production.`,
 	f.Uint64Var(&memMiB, "memtable-mib", storagenode.DefaultMemTableBytes>>20, "memtable size per tree (MiB)")
 	f.Int64Var(&budget, "compaction-mib", storagenode.DefaultCompactionBudget>>20, "node compaction budget (MiB/s)")
 	f.BoolVar(&verbose, "v", false, "log at info level")
+	f.StringVar(&ctlAddr, "controller", "", "controller API address to report hot keys to (empty: don't)")
+	f.DurationVar(&every, "report-every", 500*time.Millisecond, "hot-key report interval (match the controller's round)")
 	return cmd
+}
+
+// reportHotKeys names the keys this node served most to the controller each
+// interval: data planes count by hash, and only nodes know the keys.
+func reportHotKeys(ctx context.Context, n *storagenode.Node, addr string, every time.Duration, log *slog.Logger) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Error("controller", "addr", addr, "err", err)
+		return
+	}
+	defer conn.Close()
+	c := api.NewControllerClient(conn)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for version := uint64(1); ; version++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r := &api.NodeStats{Node: uint32(n.ID()), Version: version, QueueDepth: uint32(n.Stats().Load)}
+		for _, kc := range n.HotKeys(32) {
+			r.HotKeys = append(r.HotKeys, &api.KeyCount{Key: kc.Key, Count: kc.Count})
+		}
+		rctx, cancel := context.WithTimeout(ctx, every)
+		if _, err := c.ReportStats(rctx, r); err != nil && ctx.Err() == nil {
+			log.Warn("hot-key report", "controller", addr, "err", err)
+		}
+		cancel()
+	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/model"
 	"github.com/netdir/netdir/model/p4rtserver"
+	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -41,7 +42,8 @@ func switchCmd() *cobra.Command {
 		Long: `Run the software data plane on a UDP address. Clients send requests there;
 the switch forwards each to a storage node and relays the node's reply back.
 
-FILE is YAML listing the storage nodes:
+FILE is the cluster layout that the nodes read (netdir node --config), whose
+chains the switch then uses, or a YAML list of the storage nodes:
 
   - {id: 1, addr: 127.0.0.1:7501}
   - {id: 2, addr: 127.0.0.1:7502}
@@ -65,8 +67,25 @@ SIGINT or SIGTERM stops the switch.`,
 			if err != nil {
 				return err
 			}
-			nodes, err := parseNodes(data, nodesFile, 4096)
-			if err != nil {
+			// The cluster layout that nodes read (a mapping with nodes,
+			// partition_bits, replicas) gives the same chains as theirs; a
+			// plain list of nodes is placed by the flags.
+			var chains [][]wire.NodeID
+			var nodes []model.Node
+			if lay, lerr := layout.Parse(data); lerr == nil {
+				bits, replicas = lay.Bits(), lay.R()
+				dcfg.PartitionBits = bits
+				for _, id := range lay.Nodes() {
+					a, _ := lay.Addr(id)
+					nodes = append(nodes, model.Node{ID: id, Addr: a})
+				}
+				for p := 0; p < lay.Partitions(); p++ {
+					chains = append(chains, lay.Chain(uint32(p)))
+				}
+			} else if nodes, err = parseNodes(data, nodesFile, 4096); err != nil {
+				if looksLikeLayout(data) {
+					return fmt.Errorf("%s: %w", nodesFile, lerr)
+				}
 				return err
 			}
 			if len(nodes) < replicas {
@@ -76,17 +95,20 @@ SIGINT or SIGTERM stops the switch.`,
 			if err != nil {
 				return err
 			}
-			ids := make([]wire.NodeID, len(nodes))
-			for i, n := range nodes {
-				ids[i] = n.ID
-			}
 			parts := 1 << bits
-			pmap, err := directory.RingMap(bits, ids, replicas, 1)
-			if err != nil {
-				sw.Close()
-				return err
+			if chains == nil {
+				ids := make([]wire.NodeID, len(nodes))
+				for i, n := range nodes {
+					ids[i] = n.ID
+				}
+				pmap, err := directory.RingMap(bits, ids, replicas, 1)
+				if err != nil {
+					sw.Close()
+					return err
+				}
+				chains = pmap.Chains
 			}
-			for p, chain := range pmap.Chains {
+			for p, chain := range chains {
 				if err := sw.SetPartition(uint32(p), chain, nil); err != nil {
 					sw.Close()
 					return fmt.Errorf("partition %d: %w", p, err)
@@ -236,4 +258,13 @@ func parseNodes(data []byte, name string, maxNodes int) ([]model.Node, error) {
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].ID < nodes[j].ID })
 	return nodes, nil
+}
+
+// looksLikeLayout reports whether a YAML document is a mapping (a cluster
+// layout) rather than a list of nodes.
+func looksLikeLayout(data []byte) bool {
+	var v any
+	_ = yaml.Unmarshal(data, &v)
+	_, ok := v.(map[string]any)
+	return ok
 }

@@ -1,0 +1,54 @@
+package sched
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+func TestTopKFindsHeavyHitters(t *testing.T) {
+	tk := NewTopK(16)
+	r := rand.New(rand.NewPCG(1, 2))
+	// Keys h0..h2 draw 30%, 20% and 10% of 20000 requests; the rest are
+	// spread over 5000 cold keys.
+	truth := map[string]uint64{}
+	for i := 0; i < 20000; i++ {
+		var k string
+		switch x := r.Float64(); {
+		case x < 0.3:
+			k = "h0"
+		case x < 0.5:
+			k = "h1"
+		case x < 0.6:
+			k = "h2"
+		default:
+			k = fmt.Sprintf("c%d", r.IntN(5000))
+		}
+		truth[k]++
+		tk.Add([]byte(k))
+	}
+	top := tk.Top(3)
+	for i, want := range []string{"h0", "h1", "h2"} {
+		if string(top[i].Key) != want {
+			t.Fatalf("top %v: want h0, h1, h2 first", top)
+		}
+		// Space-Saving never underestimates, and overestimates by at most N/k.
+		if top[i].Count < truth[want] || top[i].Count > truth[want]+20000/16 {
+			t.Errorf("%s counted %d, true %d", want, top[i].Count, truth[want])
+		}
+	}
+	if len(tk.Top(3)) != 0 {
+		t.Error("Top did not start a new round")
+	}
+}
+
+func TestTopKExactWhileUnderCapacity(t *testing.T) {
+	tk := NewTopK(4)
+	for i, k := range []string{"a", "b", "a", "c", "a", "b"} {
+		_ = i
+		tk.Add([]byte(k))
+	}
+	if got := fmt.Sprint(tk.Top(10)); got != "[{[97] 3} {[98] 2} {[99] 1}]" {
+		t.Fatalf("Top = %s", got)
+	}
+}
