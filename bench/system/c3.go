@@ -44,7 +44,11 @@ import (
 const (
 	c3Alpha   = 0.9 // weight of the old value in every EWMA
 	c3Clients = 1   // n
-	c3Timeout = 50 * time.Millisecond
+	// c3Timeout bounds the direct read before the fallback through the
+	// client library; as long as the other clients' first timeout, since a
+	// read queued at a busy node is still served, and a resend would only add
+	// to that node's queue.
+	c3Timeout = clientTimeout
 )
 
 type c3Server struct {

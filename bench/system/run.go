@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,6 +139,12 @@ func (s *System) Run(ctx context.Context, policy string, o RunOptions) (bench.Ru
 	if h, m := after.Hits-before.Hits, after.Misses-before.Misses; h+m > 0 {
 		info.DirHitRate = float64(h) / float64(h+m)
 	}
+	if la := loadAvg(); la != "" {
+		if info.Note != "" {
+			info.Note += "; "
+		}
+		info.Note += "load average " + la
+	}
 	if d := p.vsbNote(before, after); d != "" {
 		if info.Note != "" {
 			info.Note += "; "
@@ -168,4 +176,17 @@ func (s *System) controlName(policy string) string {
 	default:
 		return "control-api"
 	}
+}
+
+// loadAvg is the machine's 1-minute load average at the end of a run, for the
+// run's note: the system shares the machine, and its figures move with it.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return ""
 }
