@@ -148,7 +148,7 @@ func (t *c3Target) Get(ctx context.Context, key []byte) ([]byte, uint64, error) 
 			sv.outstanding.Add(-1)
 			if err == nil && p.Op == wire.OpGetReply {
 				sv.learn(rt, p.Load)
-				t.acct.read(p.Node, key, rt)
+				t.acct.read(p.Node, rt)
 				if p.Code == wire.CodeNotFound {
 					return nil, p.Stamp, client.ErrNotFound
 				}
@@ -168,7 +168,7 @@ func (t *c3Target) Get(ctx context.Context, key []byte) ([]byte, uint64, error) 
 	if err != nil {
 		return nil, 0, err
 	}
-	t.acct.read(r.Node, key, time.Since(t0))
+	t.acct.read(r.Node, time.Since(t0))
 	if r.Code == wire.CodeNotFound {
 		return nil, r.Version, client.ErrNotFound
 	}
@@ -177,11 +177,6 @@ func (t *c3Target) Get(ctx context.Context, key []byte) ([]byte, uint64, error) 
 
 func (t *c3Target) Put(ctx context.Context, key, val []byte) (uint64, error) {
 	v, err := t.cl.Put(ctx, key, val)
-	if err == nil {
-		if ch := t.lay.ChainOf(wire.HashKey(key)); len(ch) > 0 {
-			t.acct.write(ch[0], key)
-		}
-	}
 	return v, err
 }
 

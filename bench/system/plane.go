@@ -13,6 +13,7 @@ import (
 	p4 "github.com/p4lang/p4runtime/go/p4/v1"
 	"google.golang.org/grpc"
 
+	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/bench"
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/controller/p4rt"
@@ -139,7 +140,7 @@ func (s *System) StartPlane(ctx context.Context, policy string) (_ *Plane, err e
 	if err := p.ctl.Setup(ctx); err != nil {
 		return nil, err
 	}
-	st := &switchTarget{lay: s.cl.Layout, acct: p.acct}
+	st := &switchTarget{acct: p.acct}
 	p.target = st
 	for range s.cfg.Clients {
 		c, err := s.cl.Client(clientOptions(p.sw.Addr().String()))
@@ -149,6 +150,13 @@ func (s *System) StartPlane(ctx context.Context, policy string) (_ *Plane, err e
 		st.cls = append(st.cls, c)
 	}
 	if dirPolicy(pol) {
+		// Start the nodes' hot-key rounds afresh: counts since the last
+		// report include earlier policies' runs.
+		for i := range s.N() {
+			if n := s.cl.Node(i); n != nil {
+				n.HotKeys(0)
+			}
+		}
 		p.wg.Add(2)
 		go func() {
 			defer p.wg.Done()
@@ -162,20 +170,35 @@ func (s *System) StartPlane(ctx context.Context, policy string) (_ *Plane, err e
 	return p, nil
 }
 
-// report sends each node's hot keys to the controller once per round.
+// report sends each node's hot keys (storagenode.Node.HotKeys: the keys of
+// the client requests it served in the round, Space-Saving top-k) to the
+// controller once per round, as `netdir node --controller` does over the
+// controller's API.
 func (p *Plane) report(ctx context.Context) {
 	t := time.NewTicker(p.sys.cfg.Round)
 	defer t.Stop()
+	var version uint64
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			for _, id := range p.sys.cl.Layout.Nodes() {
-				if r := p.acct.report(id, 0); r != nil && len(r.HotKeys) > 0 {
-					p.ctl.Report(r)
-				}
+		}
+		version++
+		for i := range p.sys.N() {
+			n := p.sys.cl.Node(i)
+			if n == nil {
+				continue
 			}
+			hk := n.HotKeys(reportTopK)
+			if len(hk) == 0 {
+				continue
+			}
+			r := &api.NodeStats{Node: uint32(n.ID()), Version: version, HotKeys: make([]*api.KeyCount, len(hk))}
+			for j, k := range hk {
+				r.HotKeys[j] = &api.KeyCount{Key: k.Key, Count: k.Count}
+			}
+			p.ctl.Report(r)
 		}
 	}
 }

@@ -18,12 +18,10 @@
 //     for the client-side policy c3, reading straight from the chain member
 //     that C3's ranking picks.
 //
-// Hot-key reports: storage nodes do not count keys, so the clients do. Every
-// reply names the node that served it; the clients keep a space-saving top-k
-// of keys per node (writes are counted at the key's chain head) and report it
-// to controller.Report once per controller round, as the nodes would over the
-// controller API. This is the documented stand-in for a per-node top-k counter
-// in storagenode.
+// Hot-key reports: each node counts the keys of the client requests it serves
+// (storagenode.Node.HotKeys, a Space-Saving top-k) and the system hands them
+// to controller.Report once per controller round, as `netdir node
+// --controller` does over the controller's API.
 //
 // Measurements: per-node load is the delta of each node's own request counters
 // (GET+PUT+DEL admitted, storagenode.Stats); per-node latency is the mean

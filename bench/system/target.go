@@ -6,17 +6,15 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/client"
-	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
 )
 
 // switchTarget is the bench.Target of the data-plane policies: clients whose
-// service address is the switch. Reads learn the serving node from the reply;
-// writes are counted at the key's chain head.
+// service address is the switch. Reads learn the serving node, and its
+// response time, from the reply.
 type switchTarget struct {
 	cls  []*client.Client
 	next atomic.Uint32
-	lay  *layout.Map
 	acct *accounting
 }
 
@@ -30,7 +28,7 @@ func (t *switchTarget) Get(ctx context.Context, key []byte) ([]byte, uint64, err
 	if err != nil {
 		return nil, 0, err
 	}
-	t.acct.read(r.Node, key, time.Since(t0))
+	t.acct.read(r.Node, time.Since(t0))
 	if r.Code == wire.CodeNotFound {
 		return nil, r.Version, client.ErrNotFound
 	}
@@ -39,11 +37,6 @@ func (t *switchTarget) Get(ctx context.Context, key []byte) ([]byte, uint64, err
 
 func (t *switchTarget) Put(ctx context.Context, key, val []byte) (uint64, error) {
 	v, err := t.pick().Put(ctx, key, val)
-	if err == nil {
-		if ch := t.lay.ChainOf(wire.HashKey(key)); len(ch) > 0 {
-			t.acct.write(ch[0], key)
-		}
-	}
 	return v, err
 }
 
