@@ -68,7 +68,6 @@ type shard struct {
 	ch      chan item
 	pending map[pendKey]*pendingWrite
 	waits   map[wire.KeyHash]*verWait
-	pc      *ipv4.PacketConn
 	out     []ipv4.Message
 	npend   atomic.Int64 // len(pending), for Stats
 }
@@ -78,7 +77,6 @@ func newShard(n *Node, i int) *shard {
 		n: n, idx: i, ch: make(chan item, n.opts.QueueLen),
 		pending: make(map[pendKey]*pendingWrite),
 		waits:   make(map[wire.KeyHash]*verWait),
-		pc:      ipv4.NewPacketConn(n.conn),
 	}
 }
 
@@ -133,21 +131,55 @@ func (s *shard) send(to netip.AddrPort, b []byte) {
 	}
 }
 
+// flush hands the shard's replies to the node's sender, which writes the
+// replies of all shards with few sendmmsg calls.
 func (s *shard) flush() {
-	for len(s.out) > 0 {
-		k, err := s.pc.WriteBatch(s.out, 0)
-		if err != nil || k <= 0 {
-			// Fall back to single writes; a failed send is a lost packet.
-			for _, m := range s.out {
-				s.n.conn.WriteToUDPAddrPort(m.Buffers[0], m.Addr.(*net.UDPAddr).AddrPort())
-			}
-			s.n.ctr.txPackets.Add(uint64(len(s.out)))
-			break
-		}
-		s.n.ctr.txPackets.Add(uint64(k))
-		s.out = s.out[k:]
+	if len(s.out) == 0 {
+		return
 	}
-	s.out = s.out[:0]
+	select {
+	case s.n.outCh <- s.out:
+	case <-s.n.stop:
+	}
+	s.out = make([]ipv4.Message, 0, writeBatch)
+}
+
+func (n *Node) sendLoop() {
+	defer n.wg.Done()
+	pc := ipv4.NewPacketConn(n.conn)
+	batch := make([]ipv4.Message, 0, 4*writeBatch)
+	for {
+		select {
+		case b := <-n.outCh:
+			batch = append(batch, b...)
+		case <-n.stop:
+			return
+		}
+	drain:
+		for len(batch) < 2*writeBatch {
+			select {
+			case b := <-n.outCh:
+				batch = append(batch, b...)
+			default:
+				break drain
+			}
+		}
+		for out := batch; len(out) > 0; {
+			k, err := pc.WriteBatch(out, 0)
+			if err != nil || k <= 0 {
+				// Fall back to single writes; a failed send is a lost packet.
+				for _, m := range out {
+					n.conn.WriteToUDPAddrPort(m.Buffers[0], m.Addr.(*net.UDPAddr).AddrPort())
+				}
+				n.ctr.txPackets.Add(uint64(len(out)))
+				break
+			}
+			n.ctr.txPackets.Add(uint64(k))
+			out = out[k:]
+		}
+		clear(batch)
+		batch = batch[:0]
+	}
 }
 
 // sendNow writes one packet immediately (reader and background goroutines).
