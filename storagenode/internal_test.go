@@ -233,7 +233,7 @@ func TestCompactionsRun(t *testing.T) {
 		tr.db.Flush()
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for tr.compactions.Load() == 0 && time.Now().Before(deadline) {
+	for (tr.compactions.Load() == 0 || tr.compactBytes.Load() == 0) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	st := n.Stats()
