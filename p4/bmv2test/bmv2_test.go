@@ -84,3 +84,37 @@ func TestScoreRanges(t *testing.T) {
 		}
 	}
 }
+
+// TestP4InfoNames checks that every P4 object the runner names exists in the
+// committed P4Info and BMv2 JSON, so a renamed table fails here, not only
+// where BMv2 is installed.
+func TestP4InfoNames(t *testing.T) {
+	info, err := LoadP4Info(filepath.Join(buildDir(t), "netdir.p4info.txtpb"))
+	if err != nil {
+		t.Skipf("no committed P4Info: %v", err)
+	}
+	for _, n := range []string{tSlots, tPartitions, tPartBucketsA, tPartBucketsB, tSlotBucketsA, tSlotBucketsB,
+		tSlotChain, tStoragePorts, tMembers, tScoreA, tScoreB, tNodeAddr, tRoutes, tClock} {
+		if _, err := info.Table(n); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, n := range []string{aSlotHit, aSetPartition, aSetChainA, aSetChainB, aSetLocA, aSetLocB, aFallbackNode,
+		aStoragePort, aMember, aQuotaA, aQuotaB, aSetNodeAddr, aRoute, aFixedClock} {
+		if _, err := info.Action(n, nil); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, n := range []string{cEvents, cSwitched, cDrops, cSlotHits, cSketchRow + "0", cSketchRow + "1", cSketchRow + "2", cSketchRow + "3"} {
+		if _, err := info.Counter(n); err != nil {
+			t.Error(err)
+		}
+	}
+	js, err := os.ReadFile(filepath.Join(buildDir(t), "netdir.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := registerNames(js); err != nil {
+		t.Error(err)
+	}
+}

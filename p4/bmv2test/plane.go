@@ -345,7 +345,8 @@ func (p *Plane) Reset(cfg directory.Config) error {
 			ups = append(ups, Update(p4.Update_INSERT, e))
 		}
 	}
-	e, err := p.entry(tRoutes, []Match{{Field: "ipv4_dst", Exact: U64(0), LPM: true, PrefixLen: 0}},
+	// The default route: a don't-care LPM field is omitted (P4Runtime 9.1.1).
+	e, err := p.entry(tRoutes, nil,
 		aRoute, []Param{par("port", UplinkPort), parBytes("smac", switchMAC), parBytes("dmac", uplinkMAC)}, 0)
 	if err != nil {
 		return err
