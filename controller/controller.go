@@ -321,8 +321,14 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 	for i := range weights {
 		weights[i] = 1 // uniform until HATS
 	}
-	slot := c.st.free[len(c.st.free)-1]
-	c.st.free = c.st.free[:len(c.st.free)-1]
+	// Oldest-freed first: a P4 slot's registers keep the evicted key's
+	// versions and fresh bits (P4Runtime cannot clear them), so reusing a
+	// slot as late as possible leaves the most time for that state to stop
+	// mattering. A stale state costs balance only: a read sent to a copy
+	// that does not hold the key is answered wrong-node and retried on the
+	// chain.
+	slot := c.st.free[0]
+	c.st.free = c.st.free[1:]
 	e := &Entry{Hash: h, Key: slices.Clone(key), Slot: slot, Locs: locs, R: len(chain),
 		Buckets: directory.BucketsForWeights(weights), Pinned: pinned}
 	c.st.mu.Unlock()

@@ -59,7 +59,7 @@ func newState(capacity int) *state {
 		partBuckets: map[uint32][]uint8{},
 		watchers:    map[chan *api.DirectoryUpdate]struct{}{},
 	}
-	for i := capacity - 1; i >= 0; i-- {
+	for i := 0; i < capacity; i++ {
 		s.free = append(s.free, uint32(i))
 	}
 	return s
