@@ -91,6 +91,16 @@ func (p *P4Plane) Setup(ctx context.Context, m *directory.PartitionMap, nodes []
 			ups = append(ups, p4rt.Insert(e))
 		}
 	}
+	// The partitions table matches a prefix of the hash by LPM; its one
+	// field's name and width come from the P4Info.
+	pt, err := p.s.Table("partitions")
+	if err != nil {
+		return err
+	}
+	if len(pt.GetMatchFields()) != 1 || uint(pt.GetMatchFields()[0].GetBitwidth()) < m.Bits {
+		return fmt.Errorf("partitions table: want one LPM field of at least %d bits", m.Bits)
+	}
+	hashField, hashBits := pt.GetMatchFields()[0].GetName(), uint(pt.GetMatchFields()[0].GetBitwidth())
 	for part, chain := range m.Chains {
 		bu, err := p.partitionBuckets(p4.Update_INSERT, uint32(part), chain, evenBuckets(len(chain)))
 		if err != nil {
@@ -98,7 +108,7 @@ func (p *P4Plane) Setup(ctx context.Context, m *directory.PartitionMap, nodes []
 		}
 		ups = append(ups, bu...)
 		e, err := p.entry("partitions",
-			[]p4rt.Match{{Field: "hash_top20", Value: u(uint64(part) << (20 - m.Bits)), PrefixLen: int32(m.Bits)}},
+			[]p4rt.Match{{Field: hashField, Value: u(uint64(part) << (hashBits - m.Bits)), PrefixLen: int32(m.Bits)}},
 			"set_partition", p4rt.Param{Name: "id", Value: u(uint64(part))},
 			p4rt.Param{Name: "r", Value: u(uint64(len(chain)))}, p4rt.Param{Name: "head", Value: u(uint64(chain[0]))})
 		if err != nil {

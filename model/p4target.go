@@ -137,6 +137,10 @@ func (t *P4Target) ApplyTable(ut p4.Update_Type, tbl *p4config.Table, act *p4con
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	match, params, prefix := entryFields(tbl, act, e)
+	var width uint // the first match field's width (the partitions table's hash prefix)
+	if fs := tbl.GetMatchFields(); len(fs) > 0 {
+		width = uint(fs[0].GetBitwidth())
+	}
 	del := ut == p4.Update_DELETE
 	switch t.tables[tbl.GetPreamble().GetId()] {
 	case "members":
@@ -253,7 +257,10 @@ func (t *P4Target) ApplyTable(ut p4.Update_Type, tbl *p4config.Table, act *p4con
 		if int32(pbits) != prefix {
 			return fmt.Errorf("partitions: prefix length %d, but the model runs %d partition bits", prefix, pbits)
 		}
-		top, err := u32(match, "hash_top20")
+		if len(tbl.GetMatchFields()) != 1 || width < pbits || width > 32 {
+			return fmt.Errorf("partitions: want one LPM field of %d..32 bits", pbits)
+		}
+		top, err := u32(match, tbl.GetMatchFields()[0].GetName())
 		if err != nil {
 			return err
 		}
@@ -266,8 +273,8 @@ func (t *P4Target) ApplyTable(ut p4.Update_Type, tbl *p4config.Table, act *p4con
 		if err1 != nil || err2 != nil || err3 != nil {
 			return fmt.Errorf("partitions: params")
 		}
-		if id != top>>(20-pbits) {
-			return fmt.Errorf("partitions: entry for prefix %#x names partition %d; the model needs the hash's own partition %d", top, id, top>>(20-pbits))
+		if id != top>>(width-pbits) {
+			return fmt.Errorf("partitions: entry for prefix %#x names partition %d; the model needs the hash's own partition %d", top, id, top>>(width-pbits))
 		}
 		ps := t.part(id)
 		ps.r, ps.head, ps.active = int(r), wire.NodeID(head), true
