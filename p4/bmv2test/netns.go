@@ -66,6 +66,10 @@ func NewNetns(name string, ports []uint32) (*Netns, error) {
 			return nil, err
 		}
 	}
+	// Loopback carries the switch's Thrift server.
+	if err := run("ip", "-n", name, "link", "set", "lo", "up"); err != nil {
+		return nil, err
+	}
 	for _, p := range ports {
 		sw, h := fmt.Sprintf("sw%d", p), fmt.Sprintf("h%d", p)
 		if err := run("ip", "-n", name, "link", "add", sw, "type", "veth", "peer", "name", h); err != nil {

@@ -38,6 +38,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	p4 "github.com/p4lang/p4runtime/go/p4/v1"
+	"google.golang.org/grpc/codes"
 
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/directory/vectors"
@@ -93,6 +94,7 @@ const (
 	rVerNext        = pfx + "coherence.ver_next"
 	rVerDone        = pfx + "coherence.ver_done"
 	rFresh          = pfx + "coherence.fresh"
+	rGen            = pfx + "coherence.gen"
 	rLatency        = pfx + "node_stats.latency"
 	rLoad           = pfx + "node_stats.load"
 	vsbGroup        = 1
@@ -144,11 +146,15 @@ type Plane struct {
 	shadow  *directory.Directory
 	cfg     directory.Config
 	slotIdx map[wire.KeyHash]uint32
+	slotGen map[wire.KeyHash]uint32 // the generation in each key's directory entry
+	gen     uint32                  // the last generation handed out (never reset)
 	parts   map[uint32]bool
 	nodes   map[wire.NodeID]bool
 	storage map[uint32]bool
 	now     uint64
 	nowSet  bool
+	// mcInstalled: the VSB group is in the PRE (see Reset).
+	mcInstalled bool
 }
 
 var _ vectors.Plane = (*Plane)(nil)
@@ -263,7 +269,7 @@ func registerNames(js []byte) (map[string]string, error) {
 		return nil, err
 	}
 	m := map[string]string{}
-	for _, want := range []string{rVerNext, rVerDone, rFresh, rLatency, rLoad} {
+	for _, want := range []string{rVerNext, rVerDone, rFresh, rGen, rLatency, rLoad} {
 		for _, r := range doc.RegisterArrays {
 			if r.Name == want {
 				m[want] = r.Name
@@ -327,10 +333,20 @@ func (p *Plane) Reset(cfg directory.Config) error {
 	}
 	p.shadow, p.cfg = d, cfg
 	p.slotIdx = map[wire.KeyHash]uint32{}
+	p.slotGen = map[wire.KeyHash]uint32{}
 	p.parts = map[uint32]bool{}
 	p.nodes = map[wire.NodeID]bool{}
 	p.storage = map[uint32]bool{}
 	p.nowSet = false
+	// A pipeline push resets PI's record of the PRE but not BMv2's groups:
+	// delete the group first, or every reset would add another copy of it.
+	mc := MulticastEntity(vsbGroup, []uint32{AgentPort1, AgentPort2})
+	if p.mcInstalled {
+		if err := p.write(Update(p4.Update_DELETE, mc)); err != nil && !containsCode(err, codes.NotFound) {
+			return fmt.Errorf("multicast group: %w", err)
+		}
+		p.mcInstalled = false
+	}
 	if err := p.rt.SetPipeline(p.ctx, p.info.Info, p.json); err != nil {
 		return fmt.Errorf("set pipeline: %w", err)
 	}
@@ -355,16 +371,10 @@ func (p *Plane) Reset(cfg directory.Config) error {
 	if err := p.write(ups...); err != nil {
 		return err
 	}
-	// The PRE may outlive a pipeline push; insert, or modify if it exists.
-	mc := MulticastEntity(vsbGroup, []uint32{AgentPort1, AgentPort2})
 	if err := p.write(Update(p4.Update_INSERT, mc)); err != nil {
-		if !AlreadyExists(err) {
-			return fmt.Errorf("multicast group: %w", err)
-		}
-		if err := p.write(Update(p4.Update_MODIFY, mc)); err != nil {
-			return fmt.Errorf("multicast group: %w", err)
-		}
+		return fmt.Errorf("multicast group: %w", err)
 	}
+	p.mcInstalled = true
 	return nil
 }
 
@@ -423,7 +433,7 @@ func (p *Plane) SetPartition(part uint32, chain []wire.NodeID, buckets []uint8) 
 	}
 	bits := p.cfg.PartitionBits
 	var ups []*p4.Update
-	e, err := p.entry(tPartitions, []Match{{Field: "hash_top20", Exact: U64(uint64(part) << (20 - bits)), LPM: true, PrefixLen: int32(bits)}},
+	e, err := p.entry(tPartitions, []Match{{Field: "hash_top32", Exact: U64(uint64(part) << (32 - bits)), LPM: true, PrefixLen: int32(bits)}},
 		aSetPartition, []Param{par("id", uint64(part)), par("r", uint64(pt.R)), par("head", uint64(pt.Chain[0]))}, 0)
 	if err != nil {
 		return err
@@ -468,8 +478,6 @@ func (p *Plane) SetPort(port uint32, kind directory.PortKind) error {
 	return nil
 }
 
-func chainMask(r uint8) uint64 { return uint64(1)<<r - 1 }
-
 func (p *Plane) slotEntries(idx uint32, s *directory.Slot, typ p4.Update_Type, withBuckets, withRest bool) ([]*p4.Update, error) {
 	var ups []*p4.Update
 	add := func(table string, m []Match, action string, params []Param) error {
@@ -486,6 +494,7 @@ func (p *Plane) slotEntries(idx uint32, s *directory.Slot, typ p4.Update_Type, w
 	if withRest {
 		if err := add(tSlots, []Match{keyMatch("keyhash", s.Hash)}, aSlotHit, []Param{
 			par("slot", uint64(idx)), par("n", uint64(s.N)), par("r", uint64(s.R)), par("head", uint64(s.Locs[0])),
+			par("gen", uint64(p.slotGen[s.Hash])), par("ver", s.VerDone),
 		}); err != nil {
 			return nil, err
 		}
@@ -516,25 +525,21 @@ func (p *Plane) slotEntries(idx uint32, s *directory.Slot, typ p4.Update_Type, w
 	return ups, nil
 }
 
-// Insert promotes a key: registers first (Thrift), then the slot's hit
-// counter is zeroed and its table entries installed.
+// Insert promotes a key with P4Runtime writes only, as a controller does: the
+// slot's hit counter is zeroed and its entries installed; the directory
+// entry's new generation and seed version make the data plane re-seed the
+// slot's registers (ver_next, ver_done, fresh) on its first packet.
 func (p *Plane) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64, buckets []uint8) error {
 	idx, err := p.shadow.Insert(h, locs, r, ver, buckets)
 	if err != nil {
 		return err
 	}
 	p.slotIdx[h] = idx
+	p.gen++
+	p.slotGen[h] = p.gen
 	s, _ := p.shadow.Lookup(h)
 	if err := p.ensureNodes(locs); err != nil {
 		return err
-	}
-	for _, w := range []struct {
-		reg string
-		v   uint64
-	}{{rVerNext, ver}, {rVerDone, ver}, {rFresh, chainMask(s.R)}} {
-		if err := p.thrift.RegisterWrite(p.regName[w.reg], int(idx), w.v); err != nil {
-			return err
-		}
 	}
 	c, err := p.info.Counter(cSlotHits)
 	if err != nil {
@@ -558,8 +563,9 @@ func (p *Plane) Evict(h wire.KeyHash) error {
 		return nil
 	}
 	idx := p.slotIdx[h]
-	delete(p.slotIdx, h)
 	ups, err := p.slotEntries(idx, &s, p4.Update_DELETE, true, true)
+	delete(p.slotIdx, h)
+	delete(p.slotGen, h)
 	if err != nil {
 		return err
 	}
@@ -608,25 +614,33 @@ func (p *Plane) Node(n wire.NodeID) (directory.NodeStats, error) {
 
 // Lookup returns the slot: LocationList, R and buckets are control-plane
 // state (the shadow); fresh, ver_next and ver_done come from the switch's
-// registers, hits from its slot_hits counter.
+// registers, hits from its slot_hits counter. A slot whose gen register
+// does not hold its entry's generation has seen no packet since the insert:
+// its state is the seed (the chain fresh, both versions = the insert's),
+// exactly what the data plane will use for its next packet.
 func (p *Plane) Lookup(h wire.KeyHash) (directory.Slot, bool, error) {
 	s, ok := p.shadow.Lookup(h)
 	if !ok {
 		return directory.Slot{}, false, nil
 	}
 	idx := int(p.slotIdx[h])
-	var err error
-	if s.VerNext, err = p.thrift.RegisterRead(p.regName[rVerNext], idx); err != nil {
-		return s, true, err
-	}
-	if s.VerDone, err = p.thrift.RegisterRead(p.regName[rVerDone], idx); err != nil {
-		return s, true, err
-	}
-	f, err := p.thrift.RegisterRead(p.regName[rFresh], idx)
+	g, err := p.thrift.RegisterRead(p.regName[rGen], idx)
 	if err != nil {
 		return s, true, err
 	}
-	s.Fresh = uint32(f)
+	if uint32(g) == p.slotGen[h] {
+		if s.VerNext, err = p.thrift.RegisterRead(p.regName[rVerNext], idx); err != nil {
+			return s, true, err
+		}
+		if s.VerDone, err = p.thrift.RegisterRead(p.regName[rVerDone], idx); err != nil {
+			return s, true, err
+		}
+		f, err := p.thrift.RegisterRead(p.regName[rFresh], idx)
+		if err != nil {
+			return s, true, err
+		}
+		s.Fresh = uint32(f)
+	} // else the shadow's seed: VerNext = VerDone = ver, Fresh = the chain
 	hits, err := p.counterCells(cSlotHits, []int64{int64(idx)})
 	if err != nil {
 		return s, true, err
@@ -929,6 +943,10 @@ func (p *Plane) classify(port uint32, f *parsed, evBefore []int64) (directory.Ve
 			}
 			if string(g.payload) != string(f.payload) {
 				return v, nil, errors.New("multicast copies differ")
+			}
+			// No third copy may follow (the group has exactly two members).
+			if extra, ok := p.ns.Recv(20 * time.Millisecond); ok {
+				return v, nil, fmt.Errorf("a third multicast copy left on port %d", extra.Port)
 			}
 			return directory.Verdict{Action: directory.Multicast}, f.payload, nil
 		}

@@ -5,6 +5,13 @@
 //   ver_next  the last version stamped on a write (bit<64>)
 //   ver_done  the last version seen complete at the tail (bit<64>)
 //   fresh     bit i: LocationList member i may serve reads of ver_done
+//   gen       the promotion generation the three above belong to
+//
+// Promotion through table writes only: the directory entry carries a
+// generation and a seed version. The first packet of a slot whose gen
+// register differs re-seeds it: ver_next = ver_done = seed, fresh = the
+// chain (directory.Insert), then runs its command. Until then the slot's
+// registers still show the previous key; its effective state is the seed.
 //
 // One command per packet (meta.coh_cmd), as directory/process.go does:
 //   COH_READ      GET hit: read fresh.
@@ -17,8 +24,8 @@
 //                 otherwise report REASON_VSB_PENDING or REASON_VSB_VERSION.
 //
 // P4Runtime cannot read or write registers on BMv2/PI: the controller never
-// needs to (promotion seeds them by a VSB from the tail); tests read them
-// over BMv2's Thrift API (p4/bmv2test).
+// needs to (promotion seeds them through gen, above); tests read them over
+// BMv2's Thrift API (p4/bmv2test).
 #ifndef NETDIR_COHERENCE_P4
 #define NETDIR_COHERENCE_P4
 
@@ -28,13 +35,22 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
     register<version_t>(NETDIR_SLOTS) ver_next;
     register<version_t>(NETDIR_SLOTS) ver_done;
     register<bit<32>>(NETDIR_SLOTS) fresh;
+    register<bit<32>>(NETDIR_SLOTS) gen;
 
     apply {
         bit<32> s = (bit<32>)meta.slot;
         version_t vn;
         version_t vd;
         bit<32> f;
+        bit<32> g;
         meta.coh_reason = REASON_NONE;
+        gen.read(g, s);
+        if (g != meta.slot_gen) {
+            gen.write(s, meta.slot_gen);
+            ver_next.write(s, meta.slot_ver);
+            ver_done.write(s, meta.slot_ver);
+            fresh.write(s, meta.chain_mask);
+        }
         if (meta.coh_cmd == COH_READ) {
             fresh.read(f, s);
             meta.fresh = f;

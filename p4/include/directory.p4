@@ -1,6 +1,6 @@
 // netdir: the directory, hot keys only (Pegasus). An exact match on the
 // 128-bit KeyHash gives the key's slot, its LocationList length N, its chain
-// length R and its chain head. The rest of the slot lives in the tables of
+// length R, its chain head, and the promotion's generation and seed version. The rest of the slot lives in the tables of
 // split.p4 (bucket tables, chain), vsb_filter.p4 (members) and the registers
 // of coherence.p4 (ver_next, ver_done, fresh), all indexed by the slot.
 #ifndef NETDIR_DIRECTORY_P4
@@ -9,12 +9,20 @@
 #include "headers.p4"
 
 control Directory(in headers_t hdr, inout local_meta_t meta) {
-    action hit(slot_t slot, loc_len_t n, chain_len_t r, node_t head) {
+    // gen: the promotion's generation, nonzero and different from the slot's
+    // previous key's (a controller's insert counter); ver: the version that
+    // seeds ver_next and ver_done. The slot's registers still hold the
+    // previous key's state, and P4Runtime cannot write registers, so
+    // Coherence re-seeds them on the first packet that finds a new gen
+    // (ver_next = ver_done = ver, fresh = the chain).
+    action hit(slot_t slot, loc_len_t n, chain_len_t r, node_t head, bit<32> gen, version_t ver) {
         meta.slot_hit = true;
         meta.slot = slot;
         meta.slot_n = n;
         meta.slot_r = r;
         meta.slot_head = head;
+        meta.slot_gen = gen;
+        meta.slot_ver = ver;
     }
 
     action miss() {

@@ -85,6 +85,8 @@ struct local_meta_t {
     loc_len_t   slot_n;
     chain_len_t slot_r;
     node_t      slot_head;
+    bit<32>     slot_gen;       // promotion generation (directory entry)
+    version_t   slot_ver;       // seed version (directory entry)
     bit<32>     chain_mask;     // (1 << R) - 1: the chain's fresh bits
     loc_t       sa_idx;         // slot bucket reqid & 31
     node_t      sa_node;
@@ -128,6 +130,8 @@ struct local_meta_t {
     bit<32>     stamp32;
     bit<32>     sample32;
     bit<32>     lat_new;
+    bool        reinit;
+    bit<32>     seed32;
 }
 
 #endif

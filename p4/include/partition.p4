@@ -1,8 +1,11 @@
 // netdir: the partition table, which covers every key. The partition is the
-// top PartitionBits of the KeyHash (wire.KeyHash.Partition); an LPM on the
-// top 20 bits realises any PartitionBits up to 20 in one table: partition p of
-// b bits is the prefix p << (20 - b) of length b. The action gives the
-// partition id, the chain length R and the chain head.
+// top PartitionBits of the KeyHash (wire.KeyHash.Partition: the first 4 bytes
+// big-endian, shifted right by 32 - bits); an LPM on those 32 bits realises
+// any PartitionBits in one table: partition p of b bits is the prefix
+// p << (32 - b) of length b. (32 bits, not 20: PI checks an LPM value's
+// trailing zeros against the byte-padded width, so a 20-bit LPM key would
+// refuse valid prefixes.) The action gives the partition id, the chain
+// length R and the chain head.
 //
 // Each partition's split weights are a bucket table of 32 entries, each a
 // chain index, installed as exact entries (partition, bucket) -> (index,
@@ -28,7 +31,7 @@ control Partition(in headers_t hdr, inout local_meta_t meta) {
 
     table partitions {
         key = {
-            hdr.netdir.keyhash[127:108]: lpm @name("hash_top20");
+            hdr.netdir.keyhash[127:96]: lpm @name("hash_top32");
         }
         actions = {
             set_partition;

@@ -39,7 +39,7 @@ parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out local_meta_t me
             is_netdir = false, short_pkt = false, now = 0, op_class = 0,
             part_hit = false, partition = 0, part_r = 0, part_head = 0,
             pa_idx = 0, pa_node = 0, pb_idx = 0, pb_node = 0,
-            slot_hit = false, slot = 0, slot_n = 0, slot_r = 0, slot_head = 0,
+            slot_hit = false, slot = 0, slot_n = 0, slot_r = 0, slot_head = 0, slot_gen = 0, slot_ver = 0,
             chain_mask = 0, sa_idx = 0, sa_node = 0, sa_bit = 0,
             sb_idx = 0, sb_node = 0, sb_bit = 0,
             coh_cmd = 0, fresh = 0, coh_version = 0, coh_reason = 0,
@@ -48,7 +48,8 @@ parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out local_meta_t me
             lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, pick_b = false,
             verdict = 0, reason = 0, target = 0, fallback_idx = 0, egress_port = 0,
             mcast_grp = 0, drop = false, rewritten = false,
-            udp_residual = 0, udp_csum_update = false, stamp32 = 0, sample32 = 0, lat_new = 0
+            udp_residual = 0, udp_csum_update = false, stamp32 = 0, sample32 = 0, lat_new = 0,
+            reinit = false, seed32 = 0
         };
         netdir_parser.apply(pkt, hdr, meta);
         transition accept;
