@@ -329,8 +329,9 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 	// chain.
 	slot := c.st.free[0]
 	c.st.free = c.st.free[1:]
+	c.st.gen++
 	e := &Entry{Hash: h, Key: slices.Clone(key), Slot: slot, Locs: locs, R: len(chain),
-		Buckets: directory.BucketsForWeights(weights), Pinned: pinned}
+		Buckets: directory.BucketsForWeights(weights), Pinned: pinned, Gen: c.st.gen}
 	c.st.mu.Unlock()
 
 	release := func() {

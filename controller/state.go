@@ -19,6 +19,10 @@ type Entry struct {
 	Buckets []uint8       // directory.Buckets entries indexing Locs
 	Pinned  bool          // never evicted by the hot-key manager
 	Hits    uint64        // hits in the last round
+	// Gen is the promotion's generation, unique per controller: a P4 slot
+	// re-seeds its registers when it sees a new one, so a reused slot does
+	// not inherit the evicted key's versions and fresh bits.
+	Gen uint32
 }
 
 func (e *Entry) proto() *api.DirectoryEntry {
@@ -49,6 +53,7 @@ type state struct {
 	// split evenly.
 	partBuckets map[uint32][]uint8
 	seq         uint64
+	gen         uint32 // the last promotion's generation
 	watchers    map[chan *api.DirectoryUpdate]struct{}
 }
 

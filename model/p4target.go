@@ -223,7 +223,11 @@ func (t *P4Target) ApplyTable(ut p4.Update_Type, tbl *p4config.Table, act *p4con
 			t.sw.Evict(s.hash)
 		}
 		s.hash, s.n, s.r = kh, int(n), int(r)
-		if _, err := t.sw.Insert(kh, s.locs[:n], int(r), 0, s.buckets[:]); err != nil {
+		var seed uint64 // the action's seed version, where the P4 program has one
+		if v, ok := params["ver"]; ok && v.IsUint64() {
+			seed = v.Uint64()
+		}
+		if _, err := t.sw.Insert(kh, s.locs[:n], int(r), seed, s.buckets[:]); err != nil {
 			return err
 		}
 		s.active = true
