@@ -2,7 +2,7 @@
 """netdir BMv2 testbed: a Mininet topology around one simple_switch_grpc.
 
     data network 10.0.0.0/16 (through the P4 switch s1)
-      storage hosts  s1..sN  10.0.1.i   switch ports 1..N
+      storage hosts  n1..nN  10.0.1.i   switch ports 1..N
       client hosts   c1..cK  10.0.2.j   switch ports 101..100+K
       service address        10.0.0.254:7420 (the directory; no host owns it)
     management network 10.100.0.0/24 (a kernel bridge, not through s1)
@@ -121,7 +121,7 @@ def build(n_storage, n_clients, sw_path, json_path):
     m0 = net.addSwitch("m0", cls=KernelBridge)
     hosts = []
     for i in range(1, n_storage + 1):
-        h = net.addHost("s%d" % i, ip=storage_ip(i) + "/16", mac=host_mac("s", i))
+        h = net.addHost("n%d" % i, ip=storage_ip(i) + "/16", mac=host_mac("s", i))
         net.addLink(h, s1, port1=0, port2=STORAGE_PORT_BASE + i)
         net.addLink(h, m0, port1=1)
         hosts.append(("s", i, h))
@@ -137,6 +137,9 @@ def build(n_storage, n_clients, sw_path, json_path):
         h.cmd("ip addr add 10.100.0.%d/24 dev %s-eth1; ip link set %s-eth1 up" % (mgmt, h.name, h.name))
         mgmt += 1
         h.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
+        # BMv2 re-sends frames as read; offloaded (partial) checksums would stay wrong.
+        # BMv2 re-sends frames as it reads them: checksums left partial by
+        # veth offload would reach the receiver wrong.
         h.cmd("ethtool -K %s-eth0 tx off rx off >/dev/null 2>&1" % h.name)
         # Static ARP: the service address is the switch; hosts are themselves.
         h.cmd("ip neigh replace %s lladdr %s dev %s-eth0" % (SERVICE_IP, SWITCH_MAC, h.name))
@@ -169,8 +172,10 @@ def install_routes(p, cli="simple_switch_CLI"):
         lines.append("table_add NetdirIngress.netdir.forwarding.routes_v4 "
                      "NetdirIngress.netdir.forwarding.route %s/32 => %d %s %s"
                      % (h["ip"], h["port"], SWITCH_MAC, h["mac"]))
-    subprocess.run([cli, "--thrift-port", str(p["switch"]["thrift"])], input="\n".join(lines) + "\n",
-                   text=True, check=True, stdout=subprocess.DEVNULL)
+    # simple_switch_CLI needs the thrift module: run it with this (system)
+    # Python, where Debian's python3-thrift lives.
+    subprocess.run([sys.executable, shutil.which(cli) or cli, "--thrift-port", str(p["switch"]["thrift"])],
+                   input="\n".join(lines) + "\n", text=True, check=True, stdout=subprocess.DEVNULL)
 
 
 def main():
@@ -184,6 +189,8 @@ def main():
     ap.add_argument("--exec", dest="script", default="",
                     help="shell script run in the root namespace once the network is up; "
                          "it gets the plan path as $1 and can use mx HOST CMD (see run.sh)")
+    ap.add_argument("--then", dest="then", default="",
+                    help="shell script run after the routes are in (same arguments as --exec)")
     ap.add_argument("--no-cli", action="store_true", help="do not open the Mininet CLI")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -196,16 +203,20 @@ def main():
         with open(args.plan, "w") as f:
             json.dump(p, f, indent=2)
         info("*** plan written to %s\n" % args.plan)
+        # Scripts reach Mininet hosts by name through their pids (nsenter).
+        env = dict(os.environ)
+        env["NETDIR_HOST_PIDS"] = " ".join("%s=%d" % (h.name, h.pid) for _, _, h in hosts)
+        status = 0
         if args.script:
-            # Mininet hosts are reachable by name for the script via their pids.
-            env = dict(os.environ)
-            env["NETDIR_HOST_PIDS"] = " ".join("%s=%d" % (h.name, h.pid) for _, _, h in hosts)
-            subprocess.run(["bash", args.script, args.plan], env=env, check=False)
+            status = subprocess.run(["bash", args.script, args.plan], env=env, check=False).returncode
             install_routes(p)
+        if args.then and status == 0:
+            status = subprocess.run(["bash", args.then, args.plan], env=env, check=False).returncode
         if not args.no_cli:
             CLI(net)
     finally:
         net.stop()
+    sys.exit(status)
 
 
 if __name__ == "__main__":
