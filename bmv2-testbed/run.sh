@@ -8,6 +8,7 @@
 # ethtool (hosts' checksum offload must be off: BMv2 forwards veth frames
 # with the partial checksums offload leaves), and Go to build netdir. It builds the topology (topo.py), then starts:
 #   - `netdir node` on every storage host (Pebble under /tmp/netdir-testbed),
+#     reporting the keys it serves to the controller (hot-key promotion),
 #   - `netdir controller` in the root namespace (management address
 #     10.100.0.254, API :7400), which pushes p4/build/netdir.{json,p4info.txtpb}
 #     to the switch over P4Runtime and installs partitions, node addresses and
@@ -69,7 +70,8 @@ for id in $(py 'print(" ".join(str(n["id"]) for n in p["nodes"]))'); do
 	rm -rf "$work/node$id"; mkdir -p "$work/node$id"
 	# nsenter itself in the background: it execs netdir, so $! is the node.
 	nsenter -t "$(pid_of "n$id")" -n "$work/netdir" node --id "$id" --data "$work/node$id" \
-		--config "$work/layout.yaml" --listen "$ip:7420" >"$work/node$id.log" 2>&1 &
+		--config "$work/layout.yaml" --listen "$ip:7420" \
+		--controller "$(py 'print(p["controller"])'):7400" >"$work/node$id.log" 2>&1 &
 	echo $! >>"$work/pids"
 done
 
