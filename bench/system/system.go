@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -65,15 +66,20 @@ const (
 	// not the hot nodes, limits every policy alike. The system costs about
 	// 100 µs of CPU per operation (about 10k ops per CPU-second on the 2-core
 	// development machine, BENCHMARKS.md), and on that machine, shared with
-	// other work, the process got 0.2–0.3 of a core; so 8 nodes of 200 ops/s
-	// (ideal 1600 ops/s) keep the nodes, not the CPU, the bottleneck. Scale it
-	// (--capacity) with the cores a machine can spare: 16 nodes take 100.
+	// other work, the process got 0.1–0.3 of a core; so 8 nodes of 200 ops/s
+	// (ideal 1600 ops/s) keep the nodes, not the CPU, the bottleneck of the
+	// demo. Scale it (--capacity) with the cores a machine can spare; the
+	// BENCHMARKS.md rows use 100 for 8 nodes and 50 for 16 (ideal 800 ops/s),
+	// which held while other work loaded the machine.
 	DefaultCapacity = 200
 	DefaultReplicas = 3
 	// DefaultPartitionBits gives 1024 partitions, as in a deployment.
 	DefaultPartitionBits = 10
 	DefaultRound         = 500 * time.Millisecond
 	DefaultClients       = 4
+	// hotShare is the share of the cluster's capacity per round that makes
+	// a key hot (Config.PromoteMin).
+	hotShare = 0.005
 )
 
 // Config sizes the system.
@@ -95,9 +101,15 @@ type Config struct {
 	P4Info string
 	// Round is the controller's hot-key round (default 500 ms); the clients
 	// report hot keys at the same period.
-	Round      time.Duration
-	PromoteMin uint64 // requests per round for a key to be hot (controller default)
-	Clients    int    // client sockets shared by the workers (default 4)
+	Round time.Duration
+	// PromoteMin is the requests per round that make a key hot. Default:
+	// 0.5% of the cluster's emulated capacity per round (at least 2), the
+	// controller's default of 16 requests per round scaled down to the
+	// emulated rates (16 would be 4–10% of all requests here, and only one
+	// or two keys would ever be promoted); the controller's default when the
+	// capacity is unlimited.
+	PromoteMin uint64
+	Clients    int // client sockets shared by the workers (default 4)
 	// Log receives the components' logs (default: discarded).
 	Log *slog.Logger
 	// Progress, if set, receives one human-readable line per setup step.
@@ -145,6 +157,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Round <= 0 {
 		c.Round = DefaultRound
+	}
+	if c.PromoteMin == 0 && c.Capacity > 0 {
+		c.PromoteMin = uint64(max(2, math.Ceil(hotShare*float64(c.Nodes)*c.Capacity*c.Round.Seconds())))
 	}
 	if c.Clients <= 0 {
 		c.Clients = DefaultClients
@@ -246,6 +261,9 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		return nil, err
 	}
 	s.progress("storage nodes ready: %s", s.nodeList())
+	if cfg.PromoteMin > 0 {
+		s.progress("controller: hot-key rounds of %s; a key is hot at %d requests per round", cfg.Round, cfg.PromoteMin)
+	}
 	return s, nil
 }
 
