@@ -186,7 +186,7 @@ func comparison(w io.Writer, runs []bench.Run, ideal float64) {
 	if ideal > 0 {
 		fmt.Fprintf(w, ", %.2f of the ideal %.0f", nd.ThroughputOps/ideal, ideal)
 	}
-	fmt.Fprintf(w, "; p99 %.0f vs %.0f µs\n", nd.P99us, base.P99us)
+	fmt.Fprintf(w, "; p99 %s vs %s\n", fmtDuration(time.Duration(nd.P99us*1e3)), fmtDuration(time.Duration(base.P99us*1e3)))
 }
 
 func ratio(a, b float64) float64 {
