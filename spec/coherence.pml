@@ -1,0 +1,757 @@
+/*
+ * coherence.pml -- netdir's coherence protocol, for Spin.
+ *
+ * What is modelled (see spec/README.md for how to run it and what it found):
+ *   - one key; a CRAQ chain head H, middle M, tail T; NE extra copies (1 or 2);
+ *   - the data plane (DP) in ToR mode: the slot of directory.Slot with
+ *     ver_next, ver_done and the extras' fresh bits, and the rules of
+ *     directory/process.go;
+ *   - the storage nodes' rules of storagenode/chain.go and storagenode/hot.go;
+ *   - the controller's promotion handshake and, with -DEVICT, eviction and one
+ *     re-promotion (controller/controller.go promote, evict);
+ *   - NC=2 clients, OPS operations each, at most WMAX writes in all, with
+ *     timeouts (retransmission of the same request id) and retries after ERR
+ *     stale-version / ERR retry (a new request id);
+ *   - the network: one bounded bag of NET messages, so any message can
+ *     overtake any other (reordering); LOSS messages may be dropped, DUP
+ *     delivered twice; a send into a full bag is lost too (a bounded channel).
+ *
+ * Every rule below names the Go function that implements it. Each rule that
+ * Spin can remove or weaken is guarded by a MUT_* macro (spin -DMUT_...); see
+ * the Makefile target spec-mutants.
+ *
+ * Properties (assertions; each says which one failed):
+ *   P1 linearizable reads: a read returns a version at least as new as the
+ *      newest version any operation had observed when the read started
+ *      (ghost maxobs); a write that starts after maxobs gets a newer version.
+ *   P2 no write applied twice: the head applies each client operation at
+ *      most once (ghost applied[]).
+ *   P3 no acknowledged write lost: the version a write is acknowledged with
+ *      was assigned to that write and to no other (ghost vop[]); with P1 this
+ *      also says no later read returns anything older.
+ *
+ * Abstractions, stated once: a client's request passes the data plane in the
+ * same step that the client sends it (loss or delay before the DP is the same
+ * as after); a reply's DP step and its delivery to the client are one step
+ * (the reply may still be lost after the DP: "drop" below); each dirty read
+ * asks the tail with its own query (storagenode batches waiters in
+ * covered/next; see README); no node crashes; the dedup table is unbounded;
+ * the controller's RPCs to the head are reliable (it retries) and
+ * sequential; values are identified by versions (ghost vop[]).
+ */
+
+/* ---------------------------------------------------------------- sizes */
+#ifndef NE
+#define NE 1            /* extra copies: 1 or 2 */
+#endif
+#ifndef NET
+#define NET 5           /* messages in flight */
+#endif
+#ifndef LOSS
+#define LOSS 1          /* messages the network may drop (besides overflow) */
+#endif
+#ifndef DUP
+#define DUP 1           /* messages the network may deliver twice */
+#endif
+#ifndef MAXV
+#define MAXV 4          /* versions 0..MAXV; the DP stops stamping at MAXV */
+#endif
+#ifndef WMAX
+#define WMAX 2          /* writes, over both clients */
+#endif
+#ifndef OPS
+#define OPS 2           /* operations per client */
+#endif
+#ifndef TMO
+#define TMO 1           /* client timeouts (a resend of the same request), in all */
+#endif
+#ifndef RETX
+#define RETX 1          /* the head's retransmissions of pending writes */
+#endif
+#ifndef FAULTS
+#define FAULTS 2        /* losses, duplicates, timeouts and retransmissions, in all */
+#endif
+/* Which messages the network may duplicate (bits by type). Delivering a
+ * copy later is, for most messages, what delaying the one message already
+ * does, or is idempotent, or is what a timeout or retransmission does; what
+ * is left is a write reaching the head twice (the dedup table) and, across
+ * an eviction, old copies, VSBs, replies and demotes arriving again. */
+#ifndef DUPTYPES
+#ifdef EVICT
+#define DUPTYPES ((1<<PUT)|(1<<CP)|(1<<VT)|(1<<VE)|(1<<PR)|(1<<DM))
+#else
+#define DUPTYPES 0      /* a write twice at the head: see TMO */
+#endif
+#endif
+#define FAULT(n, cap) ((n) < (cap) && lost+dups+tmo+retx < FAULTS)
+#ifdef EVICT
+#define PROMOS 2        /* promote, evict, re-promote */
+#else
+#define PROMOS 1
+#endif
+#define NC 2
+#define MAXATT 3        /* request ids per operation */
+
+/* nodes */
+#define H 0
+#define M 1
+#define T 2
+#define X 3             /* extras are nodes X .. X+NE-1 */
+
+/* ------------------------------------------------------------- messages */
+#define GET 1   /* F1 node, F2 op                      DP -> node        */
+#define PUT 2   /* F1 op, F2 att, F3 stamped, F4 stamp DP -> head        */
+#define CW  3   /* F1 M|T, F2 ver, F3 promoted, F4 rid  chain write       */
+#define ACK 4   /* F1 H|M, F2 ver                       chain ack         */
+#define VQ  5   /* F1 asker H|M, F2 op                  ver query to tail */
+#define VA  6   /* F1 asker, F2 op, F3 ver              ver answer        */
+#define GR  7   /* F1 op, F2 ver, F3 ok (0: wrong-node) get reply via DP  */
+#define PR  8   /* F1 rid, F2 ver                       put reply via DP  */
+#define ER  9   /* F1 rid, F2 code                      ERR via DP        */
+#define CP  10  /* F1 extra, F2 ver                     copy to an extra  */
+#define VT  11  /* F1 ver                               tail VSB to DP    */
+#define VE  12  /* F1 extra, F2 ver                     extra's VSB to DP */
+#define DM  13  /* F1 extra                             demote to extra   */
+
+#define STALE 1 /* wire.CodeStaleVersion */
+#define RETRY 2 /* wire.CodeRetry */
+
+#define MK(t,a,b,c,d) (((t)<<16)|((a)<<12)|((b)<<8)|((c)<<4)|(d))
+#define TY(m) ((m)>>16)
+#define F1(m) (((m)>>12)&15)
+#define F2(m) (((m)>>8)&15)
+#define F3(m) (((m)>>4)&15)
+#define F4(m) ((m)&15)
+
+#define RID(op,att) (((op)-1)*MAXATT+(att))
+#define RIDOP(r) ((r)/MAXATT+1)
+#define BIT(v) (1<<(v))
+#define UPTO(v) ((2<<(v))-1)    /* bits 0..v */
+
+int net[NET];                   /* the bag, kept sorted (descending), 0 = free */
+byte lost, dups, retx, tmo;
+bool ovf;                       /* the bag overflowed: the run is cut */
+
+/* ------------------------------------------------------------ data plane */
+bool cached;                    /* the key is in the directory */
+byte vnext, vdone;              /* Slot.VerNext, Slot.VerDone */
+byte fresh;                     /* Slot.Fresh, extras' bits only (the chain is always fresh) */
+byte sfloor;                     /* highest stamp ever issued (FIX_SEED) */
+
+/* ---------------------------------------------------------------- nodes */
+byte hclean, hdirty, hpend;     /* head: clean version, dirty set, pending set (bit v) */
+bool promoted;                  /* head: Node.promo holds the key */
+byte prid[MAXV+1];              /* head: request id of the pending write of version v */
+byte pprom;                     /* head: pending write v was first forwarded promoted (bit v) */
+/* the promoted flag a re-forward of pending version v carries: as
+ * implemented, (*shard).forward reads the promotion again; FIX_FORWARD keeps
+ * the flag of the first forward */
+#ifdef FIX_FORWARD
+#define REFWD(v) ((pprom >> (v)) & 1)
+#else
+#define REFWD(v) promoted
+#endif
+byte dd[NC*OPS*MAXATT];         /* head: dedup table by request id: code<<4|ver, 0 = none */
+byte mclean, mdirty;            /* middle */
+byte tclean;                    /* tail (setClean only, never dirty) */
+byte ex[NE];                    /* extras: 0 = no copy, else held version + 1 */
+byte exmax[NE];                 /* extras: highest version ever held (FIX_MONO) */
+
+/* ----------------------------------------------------------- controller */
+byte ctl;                       /* handshake step, see the controller options */
+byte promos;                    /* promotions done */
+byte seed;                      /* head's latest at promote (FIX_SEED) */
+
+/* -------------------------------------------------------------- clients */
+byte cpc[NC];                   /* 0 idle, 1 reading, 2 writing */
+byte cop[NC], catt[NC], cfloor[NC], cn[NC];
+byte wleft = WMAX;
+/* each client's program: op k of client c is a read (PR_R), a write (PR_W)
+ * or either (PR_A, the writes bounded by WMAX) */
+#define PR_R 1
+#define PR_W 2
+#define PR_A 3
+#ifndef PROG0
+#define PROG0 PR_W
+#endif
+#ifndef PROG1
+#define PROG1 PR_R
+#endif
+#ifndef PROG2
+#define PROG2 PR_R
+#endif
+#ifndef PROG3
+#define PROG3 PR_W
+#endif
+#define PROGS (PROG0 | PROG1 << 2 | PROG2 << 4 | PROG3 << 6)
+#define KIND(c) ((PROGS >> (2*((c)*OPS+cn[c]))) & 3)
+
+/* ---------------------------------------------------------------- ghosts */
+byte maxobs;                    /* newest version any completed op observed */
+byte vop[MAXV+1];               /* op that the head assigned version v */
+bit applied[NC*OPS+1];          /* op applied at the head */
+
+/* scratch, not part of the state (-DNOHIDDEN for pan -DBFS, which wants
+ * no hidden variables; every step then zeroes them, see CLEAN) */
+#ifdef NOHIDDEN
+#define HIDDEN
+#else
+#define HIDDEN hidden
+#endif
+HIDDEN int m, k2;
+HIDDEN byte k, j, lt, v0, e0;
+HIDDEN byte found;
+#define CLEAN m = 0; k2 = 0; k = 0; j = 0; lt = 0; v0 = 0; e0 = 0; found = 0
+
+/* ------------------------------------------------------------ the bag */
+inline send(x) {
+	if
+	:: net[NET-1] != 0 -> ovf = 1       /* full: the run is cut (bounded channels) */
+	:: else ->
+		k = NET-1;
+		do
+		:: k > 0 && net[k-1] < (x) -> net[k] = net[k-1]; k--
+		:: else -> break
+		od;
+		net[k] = (x)
+	fi
+}
+inline rm(i) {
+	k = i;
+	do
+	:: k < NET-1 -> net[k] = net[k+1]; k++
+	:: else -> break
+	od;
+	net[NET-1] = 0
+}
+inline inbag(x) {
+	found = 0;
+	k = 0;
+	do
+	:: k < NET -> if :: net[k] == (x) -> found = 1 :: else fi; k++
+	:: else -> break
+	od
+}
+/* the same test as an expression, for guards */
+#define NOTAT(i, x) (NET <= i || net[i] != (x))
+#define NOTINBAG(x) (NOTAT(0,x) && NOTAT(1,x) && NOTAT(2,x) && NOTAT(3,x) && NOTAT(4,x) && NOTAT(5,x) && NOTAT(6,x) && NOTAT(7,x))
+inline sendnew(x) {             /* periodic resends: only if not already in flight */
+	k2 = (x);
+	inbag(k2);
+	if :: !found -> send(k2) :: else fi
+}
+
+/* ------------------------------------------------------------ helpers */
+inline latest(dirty, clean) {   /* record.Latest */
+	lt = clean; k = 1;
+	do
+	:: k <= MAXV -> if :: (dirty) & BIT(k) -> lt = k :: else fi; k++
+	:: else -> break
+	od
+}
+inline max2(a, b) { if :: (b) > (a) -> a = (b) :: else fi }
+
+/* ------------------------------------------------ data plane: the rules */
+
+/* (*Slot).complete: a put-reply (directory.(*Directory).reply) or the
+ * tail's VSB (directory.(*Directory).vsb, tail case) for version v. */
+inline complete(v) {
+	if
+	:: cached && (v) > vdone ->
+		printf("  DP complete %d: ver_done %d -> %d, extras cleared\n", v, vdone, v);
+		vdone = (v);
+		max2(vnext, v);
+#ifndef MUT_NO_CLEAR_AT_COMPLETE
+		fresh = 0
+#else
+		skip
+#endif
+	:: else
+	fi
+}
+
+/* directory.(*Directory).write: a PUT/DEL. Hit: clear the extras, stamp
+ * ver_next+1, forward to the head. Miss: unstamped, to the head. */
+inline dp_write(c) {
+	if
+	:: cached ->
+#ifndef MUT_NO_CLEAR_AT_STAMP
+		fresh = 0;
+#endif
+		vnext++;
+		printf("  DP stamps op %d att %d with %d\n", cop[c], catt[c], vnext);
+		max2(sfloor, vnext);
+		send(MK(PUT, cop[c], catt[c], 1, vnext))
+	:: else ->
+		printf("  DP miss: op %d att %d unstamped\n", cop[c], catt[c]);
+		send(MK(PUT, cop[c], catt[c], 0, 0))
+	fi
+}
+/* dp_write needs a stamp below MAXV (a bound of the model, not a rule) */
+#define CANWRITE (!cached || vnext < MAXV)
+
+/* directory.(*Directory).get: the DP may send a read to node n. A hit goes
+ * to a fresh LocationList member (the chain is always fresh); a miss to a
+ * chain member (CRAQ). */
+#define CANREAD(n) ((n) < X || (cached && (fresh & BIT((n)-X))))
+
+/* directory.(*Directory).vsb, extra case: set e's fresh bit only if the key
+ * is cached, no write is pending and v == ver_done. */
+#ifndef MUT_VSB_PENDING
+#define NOPENDING (vnext == vdone)
+#else
+#define NOPENDING 1
+#endif
+inline dp_vsb_extra(e, v) {
+	if
+	:: cached && NOPENDING && (v) == vdone -> fresh = fresh | BIT(e);
+		printf("  DP accepts VSB(extra %d, v%d): fresh (ver_next %d ver_done %d)\n", e, v, vnext, vdone)
+	:: else        /* dropped: vsb-not-cached, vsb-pending, vsb-version */
+		printf("  DP drops VSB(extra %d, v%d) (cached %d ver_next %d ver_done %d)\n", e, v, cached, vnext, vdone)
+	fi
+}
+
+/* ------------------------------------------------ storage nodes: the rules */
+
+/* storagenode (*shard).announce: the tail's VSB (sent with the tail's id,
+ * by the tail or by the head) and a copy of the clean version to each extra. */
+inline announce(v) {
+	send(MK(VT, v, 0, 0, 0));
+	e0 = 0;
+	do
+	:: e0 < NE -> send(MK(CP, e0, v, 0, 0)); e0++
+	:: else -> break
+	od
+}
+
+#ifdef MUT_HEAD_NONINCREASING
+#define MUT_NONINC 1
+#else
+#define MUT_NONINC 0
+#endif
+#ifdef MUT_UNSTAMPED_AFTER_PROMOTION
+#define MUT_UNSTAMPED 1
+#else
+#define MUT_UNSTAMPED 0
+#endif
+
+/* storagenode (*shard).write at the head. */
+inline head_write(msg) {
+	j = RID(F1(msg), F2(msg));
+#ifndef MUT_NO_DEDUP
+	if
+	:: dd[j] != 0 ->                /* duplicate: answered from the dedup table */
+		if
+		:: (dd[j] >> 4) != 1 -> send(MK(ER, j, (dd[j] >> 4) - 1, 0, 0))
+		:: (dd[j] >> 4) == 1 && (hpend & BIT(dd[j] & 15)) ->
+			send(MK(CW, M, dd[j] & 15, REFWD(dd[j] & 15), prid[dd[j] & 15]))
+		:: else -> send(MK(PR, j, dd[j] & 15, 0, 0))
+		fi
+	:: else ->
+#endif
+		latest(hdirty, hclean);
+		if
+		:: F3(msg) && F4(msg) <= lt && !MUT_NONINC ->   /* stale stamp */
+			dd[j] = (1+STALE) << 4 | lt;
+			send(MK(ER, j, STALE, 0, 0))
+		:: !F3(msg) && promoted && !MUT_UNSTAMPED ->   /* unstamped write to a promoted key */
+			dd[j] = (1+RETRY) << 4 | lt;
+			send(MK(ER, j, RETRY, 0, 0))
+		:: else ->
+			if
+			:: F3(msg) -> v0 = F4(msg)
+			:: else -> v0 = lt + 1
+			fi;
+			if
+			:: v0 > MAXV -> skip    /* bound of the model: not applied, no reply */
+			:: else ->
+				/* P2: no write applied twice */
+				printf("  head applies op %d as v%d\n", F1(msg), v0);
+				assert(!applied[F1(msg)]);
+				applied[F1(msg)] = 1;
+				if :: vop[v0] == 0 -> vop[v0] = F1(msg) :: else fi;
+				if                  /* record.addDirty */
+				:: v0 > hclean -> hdirty = hdirty | BIT(v0)
+				:: else
+				fi;
+				dd[j] = 1 << 4 | v0;
+				hpend = hpend | BIT(v0);
+				prid[v0] = j;
+#ifdef FIX_FORWARD
+				if :: promoted -> pprom = pprom | BIT(v0) :: else -> pprom = pprom & ~BIT(v0) fi;
+#endif
+				send(MK(CW, M, v0, promoted, j))   /* (*shard).forward */
+			fi
+		fi
+#ifndef MUT_NO_DEDUP
+	fi
+#endif
+}
+
+/* storagenode (*shard).chainWrite. */
+inline chain_write(msg) {
+	v0 = F2(msg);
+	if
+	:: F1(msg) == M ->
+		if :: v0 > mclean -> mdirty = mdirty | BIT(v0) :: else fi;
+		send(MK(CW, T, v0, F3(msg), F4(msg)))
+	:: else ->                      /* tail: commit, reply, announce, ack */
+		max2(tclean, v0);
+		send(MK(PR, F4(msg), v0, 0, 0));
+		if :: F3(msg) -> announce(tclean) :: else fi;
+		send(MK(ACK, M, v0, 0, 0))
+	fi
+}
+
+/* storagenode (*shard).chainAck with record.commit. */
+inline chain_ack(msg) {
+	v0 = F2(msg);
+	if
+	:: F1(msg) == M ->
+		if
+		:: mdirty & BIT(v0) -> mclean = v0; mdirty = mdirty & ~UPTO(v0)
+		:: else
+		fi;
+		send(MK(ACK, H, v0, 0, 0))
+	:: else ->
+		if
+		:: hdirty & BIT(v0) -> hclean = v0; hdirty = hdirty & ~UPTO(v0)
+		:: else
+		fi;
+		hpend = hpend & ~BIT(v0);
+#ifdef FIX_FORWARD
+		pprom = pprom & ~BIT(v0);
+#endif
+		if
+		:: promoted && hdirty == 0 && hclean > 0 -> announce(hclean)
+		:: else
+		fi
+	fi
+}
+
+/* storagenode (*shard).get: extras serve their copy; a clean chain member
+ * its clean version (the tail its latest); a dirty one asks the tail. */
+inline node_get(msg) {
+	if
+	:: F1(msg) >= X ->
+		if
+		:: ex[F1(msg)-X] == 0 -> send(MK(GR, F2(msg), 0, 0, 0))  /* ERR wrong-node */
+		:: else -> send(MK(GR, F2(msg), ex[F1(msg)-X]-1, 1, 0))
+		fi
+	:: F1(msg) == T -> send(MK(GR, F2(msg), tclean, 1, 0))
+	:: F1(msg) == H && hdirty == 0 -> send(MK(GR, F2(msg), hclean, 1, 0))
+	:: F1(msg) == M && mdirty == 0 -> send(MK(GR, F2(msg), mclean, 1, 0))
+#ifdef QUERY_MSGS
+	:: else -> send(MK(VQ, F1(msg), F2(msg), 0, 0))   /* (*shard).query */
+#else
+	:: else ->      /* (*shard).query, verQuery, verAnswer as one step */
+		ver_answer(MK(VA, F1(msg), F2(msg), tclean, 0))
+#endif
+	fi
+}
+
+/* storagenode (*shard).verAnswer with record.setClean. */
+inline ver_answer(msg) {
+	v0 = F3(msg);
+	send(MK(GR, F2(msg), v0, 1, 0));
+	if
+	:: v0 > 0 && F1(msg) == H && v0 > hclean -> hclean = v0; hdirty = hdirty & ~UPTO(v0)
+	:: v0 > 0 && F1(msg) == M && v0 > mclean -> mclean = v0; mdirty = mdirty & ~UPTO(v0)
+	:: else
+	fi
+}
+
+/* storagenode (*shard).copyIn: keep the newer copy, announce what is held.
+ * FIX_MONO: an extra keeps, after a demote, the highest version it held, and
+ * takes no copy older than that, so what it holds never goes back. */
+inline copy_in(msg) {
+	e0 = F1(msg);
+#ifdef FIX_MONO
+	if
+	:: F2(msg) < exmax[e0] -> skip                      /* an old copy: ignored */
+	:: else ->
+		if :: ex[e0] == 0 || F2(msg)+1 > ex[e0] -> ex[e0] = F2(msg)+1 :: else fi;
+		exmax[e0] = ex[e0]-1;
+		send(MK(VE, e0, ex[e0]-1, 0, 0))
+	fi
+#else
+	if
+	:: ex[e0] == 0 || F2(msg)+1 > ex[e0] -> ex[e0] = F2(msg)+1
+	:: else
+	fi;
+	send(MK(VE, e0, ex[e0]-1, 0, 0))
+#endif
+}
+
+/* storagenode (*shard).demote at an extra: drop the copy. */
+inline demote_extra(msg) {
+	ex[F1(msg)] = 0
+}
+
+/* ------------------------------------------------------------- clients */
+
+/* client c's operation completes. Replies still in flight for it can have no
+ * effect on anything but the DP (put-replies), so the others are removed:
+ * this only merges states. */
+inline finish(c) {
+	cpc[c] = 0; cn[c]++;
+	k2 = 0;
+	do
+	:: k2 < NET ->
+		if
+		:: (TY(net[k2]) == GR && F1(net[k2]) == cop[c]) ||
+		   (TY(net[k2]) == ER && RIDOP(F1(net[k2])) == cop[c]) -> rm(k2)
+		:: else -> k2++
+		fi
+	:: else -> break
+	od
+}
+
+/* a reply reaches client c: the checks of P1 and P3 */
+inline client_reply(msg) {
+	if
+	:: TY(msg) == GR ->
+		e0 = (F1(msg)-1) / OPS;     /* client of the op */
+		if
+		:: cpc[e0] == 1 && cop[e0] == F1(msg) && F3(msg) ->
+			printf("  client %d read op %d returns v%d (floor %d)\n", e0, F1(msg), F2(msg), cfloor[e0]);
+			/* P1: a read returns at least what was observed before it began */
+			assert(F2(msg) >= cfloor[e0]);
+			max2(maxobs, F2(msg));
+			finish(e0)
+		:: else                     /* stale, or wrong-node: the client times out */
+		fi
+	:: TY(msg) == PR ->
+		e0 = (RIDOP(F1(msg))-1) / OPS;
+		if
+		:: cpc[e0] == 2 && RID(cop[e0], catt[e0]) == F1(msg) ->
+			printf("  client %d write op %d acked v%d (floor %d)\n", e0, cop[e0], F2(msg), cfloor[e0]);
+			/* P3: the acknowledged version is this write's, and only its */
+			assert(vop[F2(msg)] == cop[e0]);
+			/* P1: a write that began after maxobs is ordered after it */
+			assert(F2(msg) > cfloor[e0]);
+			max2(maxobs, F2(msg));
+			finish(e0)
+		:: else
+		fi
+	:: TY(msg) == ER ->
+		e0 = (RIDOP(F1(msg))-1) / OPS;
+		if
+		:: cpc[e0] == 2 && RID(cop[e0], catt[e0]) == F1(msg) ->
+			if          /* stale-version or retry: again with a new request id */
+			:: catt[e0] < MAXATT-1 && CANWRITE ->
+				catt[e0]++;
+				dp_write(e0)
+			:: else     /* out of request ids (a bound): the write stays pending */
+			fi
+		:: else
+		fi
+	fi
+}
+
+/* a message is delivered */
+inline deliver(msg) {
+	printf("deliver %d(%d,%d,%d,%d)\n", TY(msg), F1(msg), F2(msg), F3(msg), F4(msg));
+	if
+	:: TY(msg) == GET -> node_get(msg)
+	:: TY(msg) == PUT -> head_write(msg)
+	:: TY(msg) == CW  -> chain_write(msg)
+	:: TY(msg) == ACK -> chain_ack(msg)
+	:: TY(msg) == VQ  -> send(MK(VA, F1(msg), F2(msg), tclean, 0))   /* (*shard).verQuery */
+	:: TY(msg) == VA  -> ver_answer(msg)
+	:: TY(msg) == GR  -> client_reply(msg)          /* DP: a get-reply completes nothing */
+	:: TY(msg) == PR  -> complete(F2(msg)); client_reply(msg)  /* DP: (*Directory).reply */
+	:: TY(msg) == ER  -> client_reply(msg)
+	:: TY(msg) == CP  -> copy_in(msg)
+	:: TY(msg) == VT  -> complete(F1(msg))          /* DP: (*Directory).vsb, tail */
+	:: TY(msg) == VE  -> dp_vsb_extra(F1(msg), F2(msg))
+	:: TY(msg) == DM  -> demote_extra(msg)
+	fi
+}
+
+/* a reply dropped after the data plane handled it */
+inline dp_only(msg) {
+	if
+	:: TY(msg) == PR -> complete(F2(msg))
+	:: else
+	fi
+}
+
+/* In the last promotion (all of them without -DEVICT) ver_done only grows
+ * while the key is cached, so some
+ * messages in flight can no longer change anything: a tail VSB or an extra's
+ * VSB below ver_done, a put-reply below ver_done whose write is no longer
+ * awaited. Removing them merges states that differ only in dead messages. */
+#define FINAL (promos == PROMOS)
+#define DEADPR(x) (F2(x) <= vdone && (cpc[(RIDOP(F1(x))-1)/OPS] != 2 || cop[(RIDOP(F1(x))-1)/OPS] != RIDOP(F1(x)) || catt[(RIDOP(F1(x))-1)/OPS] != F1(x) % MAXATT))
+inline gc() {
+	if
+	:: cached && FINAL ->
+		k2 = 0;
+		do
+		:: k2 < NET ->
+			if
+			:: (TY(net[k2]) == VT && F1(net[k2]) <= vdone) ||
+			   (TY(net[k2]) == VE && F2(net[k2]) < vdone) ||
+			   (TY(net[k2]) == PR && DEADPR(net[k2])) -> rm(k2)
+			:: else -> k2++
+			fi
+		:: else -> break
+		od
+	:: else
+	fi
+}
+
+/* Runs end (are cut) when the bag overflows: the channels are bounded.
+ * Nothing can fail once every client has finished. */
+#define LIVE (!ovf && (cn[0] < OPS || cn[1] < OPS))
+
+#define FIRST(i) (i == 0 || net[i] != net[i-1])   /* equal messages are neighbours */
+#define SLOT(i) \
+	:: d_step { LIVE && net[i] != 0 && FIRST(i) -> m = net[i]; rm(i); deliver(m); gc(); CLEAN } \
+LOSEANY(i) \
+	:: d_step { LIVE && net[i] != 0 && FIRST(i) && FAULT(lost, LOSS) && TY(net[i]) == PR -> lost++; m = net[i]; printf("reply %d(%d,%d) lost after the DP\n", TY(m), F1(m), F2(m)); rm(i); dp_only(m); gc(); CLEAN } \
+	:: d_step { LIVE && net[i] != 0 && FIRST(i) && FAULT(dups, DUP) && (DUPTYPES & (1 << TY(net[i]))) -> dups++; m = net[i]; printf("duplicate:\n"); deliver(m); gc(); CLEAN }
+
+/* Loss of a message is its delay forever, which the bag already allows: a
+ * lost message changes the reachable states only by the slot it takes. The
+ * one loss that is more is a reply lost after the data plane handled it
+ * (the DP completes, the client never hears): that one is modelled. With
+ * -DLOSS_ANY any message may be dropped as well. */
+#ifdef LOSS_ANY
+#define LOSEANY(i) :: d_step { LIVE && net[i] != 0 && FIRST(i) && FAULT(lost, LOSS) -> lost++; printf("lost %d(%d,%d,%d,%d)\n", TY(net[i]), F1(net[i]), F2(net[i]), F3(net[i]), F4(net[i])); rm(i); CLEAN }
+#else
+#define LOSEANY(i)
+#endif
+
+/* A read's timeout resends it, maybe to another node; the result could be
+ * no older than the first send's, so it adds nothing that a new read (with
+ * a floor at least as high) does not: only with -DREAD_TMO. */
+#ifdef READ_TMO
+#define READTMO(c, n) :: d_step { LIVE && cpc[c] == 1 && FAULT(tmo, TMO) && CANREAD(n) -> \
+		tmo++; send(MK(GET, n, cop[c], 0, 0)); CLEAN }
+#else
+#define READTMO(c, n)
+#endif
+
+/* a client starts a read, or times out and sends it again */
+#define READ(c, n) \
+	:: d_step { LIVE && cpc[c] == 0 && cn[c] < OPS && (KIND(c) & PR_R) && CANREAD(n) -> \
+		cop[c] = c*OPS + cn[c] + 1; cfloor[c] = maxobs; catt[c] = 0; cpc[c] = 1; \
+		printf("client %d starts read op %d, DP routes it to node %d\n", c, cop[c], n); \
+		send(MK(GET, n, cop[c], 0, 0)); CLEAN } \
+	READTMO(c, n)
+
+/* a client starts a write, or times out and sends it again (same request id) */
+#define WRITE(c) \
+	:: d_step { LIVE && cpc[c] == 0 && cn[c] < OPS && (KIND(c) & PR_W) && wleft > 0 && CANWRITE -> \
+		wleft--; cop[c] = c*OPS + cn[c] + 1; cfloor[c] = maxobs; catt[c] = 0; cpc[c] = 2; \
+		printf("client %d starts write op %d\n", c, cop[c]); \
+		dp_write(c); CLEAN } \
+	:: d_step { LIVE && cpc[c] == 2 && FAULT(tmo, TMO) && CANWRITE -> \
+		tmo++; printf("client %d times out, resends op %d att %d\n", c, cop[c], catt[c]); dp_write(c); CLEAN }
+
+/* storagenode (*Node).reannounce: an extra re-sends the VSB of what it holds */
+#define REANNOUNCE(e) \
+	:: d_step { LIVE && ex[e] != 0 && NOTINBAG(MK(VE, e, ex[e]-1, 0, 0)) -> send(MK(VE, e, ex[e]-1, 0, 0)); CLEAN }
+
+/* storagenode (*shard).housekeep: the head re-forwards a pending write */
+#define RETRANSMIT(v) \
+	:: d_step { LIVE && FAULT(retx, RETX) && (hpend & BIT(v)) && NOTINBAG(MK(CW, M, v, REFWD(v), prid[v])) -> retx++; printf("head retransmits v%d (promoted %d)\n", v, REFWD(v)); sendnew(MK(CW, M, v, REFWD(v), prid[v])); CLEAN }
+
+/* controller (*Controller).promote / evict, as implemented: install the slot
+ * in the data plane (ver 0: unknown), then Promote at the head; evict from
+ * the data plane, then Demote at the head, which tells the extras. With
+ * FIX_SEED the head is promoted first and the slot is seeded from the head's
+ * latest version and the plane's stamp floor. */
+inline dp_insert() {
+	cached = 1; fresh = 0;
+#ifdef FIX_SEED
+	vnext = seed;
+#ifndef NO_FLOOR
+	max2(vnext, sfloor);
+#endif
+	vdone = vnext;
+#else
+	vnext = 0; vdone = 0;
+#endif
+	printf("controller: DP Insert ver_next %d ver_done %d\n", vnext, vdone)
+}
+inline head_promote() {
+	promoted = 1;
+	latest(hdirty, hclean); seed = lt;
+	printf("controller: Promote at head (clean %d, latest %d)\n", hclean, lt);
+	if                              /* (*shard).promote: copy the clean version now */
+	:: hdirty == 0 ->
+		e0 = 0;
+		do
+		:: e0 < NE -> send(MK(CP, e0, hclean, 0, 0)); e0++
+		:: else -> break
+		od
+	:: else                         /* ... or when the tail's ack comes back */
+	fi
+}
+
+active proctype world() {
+end:
+	do
+	SLOT(0)
+#if NET > 1
+	SLOT(1)
+#endif
+#if NET > 2
+	SLOT(2)
+#endif
+#if NET > 3
+	SLOT(3)
+#endif
+#if NET > 4
+	SLOT(4)
+#endif
+#if NET > 5
+	SLOT(5)
+#endif
+#if NET > 6
+	SLOT(6)
+#endif
+#if NET > 7
+	SLOT(7)
+#endif
+	READ(0, M) READ(0, X)
+	READ(1, M) READ(1, X)
+#ifdef READ_TAIL
+	READ(0, T) READ(1, T)
+#endif
+#ifdef READ_HEAD
+	READ(0, H) READ(1, H)
+#endif
+#if NE > 1
+	READ(0, 4) READ(1, 4)
+#endif
+	WRITE(0) WRITE(1)
+	REANNOUNCE(0)
+#if NE > 1
+	REANNOUNCE(1)
+#endif
+	RETRANSMIT(1) RETRANSMIT(2) RETRANSMIT(3) RETRANSMIT(4)
+#ifndef FIX_SEED
+	:: d_step { LIVE && ctl == 0 && promos < PROMOS -> dp_insert(); ctl = 1; CLEAN }
+	:: d_step { LIVE && ctl == 1 -> head_promote(); promos++; ctl = 2; CLEAN }
+#else
+	:: d_step { LIVE && ctl == 0 && promos < PROMOS -> head_promote(); ctl = 1; CLEAN }
+	:: d_step { LIVE && ctl == 1 -> dp_insert(); promos++; ctl = 2; CLEAN }
+#endif
+#ifdef EVICT
+	:: d_step { LIVE && ctl == 2 && promos < PROMOS ->   /* directory.(*Directory).Evict */
+		printf("controller: DP Evict\n"); cached = 0; vnext = 0; vdone = 0; fresh = 0; ctl = 3; CLEAN }
+	:: d_step { LIVE && ctl == 3 ->                      /* (*shard).demote at the head */
+		printf("controller: Demote at head\n"); promoted = 0;
+		e0 = 0;
+		do
+		:: e0 < NE -> send(MK(DM, e0, 0, 0, 0)); e0++
+		:: else -> break
+		od;
+		ctl = 0; CLEAN }
+#endif
+	od
+}
