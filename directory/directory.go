@@ -84,7 +84,9 @@ type Config struct {
 	Window uint64
 }
 
-func (c *Config) fill() error {
+// Fill sets the defaults of unset fields and checks the configuration, as
+// New does; other planes (the eBPF agent) call it to size themselves alike.
+func (c *Config) Fill() error {
 	if c.PartitionBits == 0 {
 		c.PartitionBits = 10
 	}
@@ -177,7 +179,7 @@ type Directory struct {
 
 // New returns an empty directory; partitions have no chain until set.
 func New(cfg Config) (*Directory, error) {
-	if err := cfg.fill(); err != nil {
+	if err := cfg.Fill(); err != nil {
 		return nil, err
 	}
 	d := &Directory{

@@ -137,40 +137,10 @@ func (d *Dataplane) Config() directory.Config {
 	return d.dcfg
 }
 
-// fillConfig is directory.Config's fill: the defaults, and the same
-// refusals with the same errors.
-func fillConfig(c directory.Config) (directory.Config, error) {
-	if c.PartitionBits == 0 {
-		c.PartitionBits = 10
-	}
-	if c.Slots == 0 {
-		c.Slots = 4096
-	}
-	if c.MaxNodes == 0 {
-		c.MaxNodes = 4096
-	}
-	if c.Window == 0 {
-		c.Window = 1_000_000
-	}
-	if c.PartitionBits > 20 {
-		return c, fmt.Errorf("directory: %d partition bits: at most 20", c.PartitionBits)
-	}
-	if c.Slots < 1 || c.Slots > 1<<20 {
-		return c, fmt.Errorf("directory: %d slots: want 1..%d", c.Slots, 1<<20)
-	}
-	if c.MaxNodes < 1 || c.MaxNodes > 1<<16 {
-		return c, fmt.Errorf("directory: %d max nodes: want 1..65536", c.MaxNodes)
-	}
-	if c.Mode > directory.ModeHost || c.Policy > directory.PolicyStatic {
-		return c, errors.New("directory: unknown mode or policy")
-	}
-	return c, nil
-}
-
 // Reset configures the directory afresh: every table empty, every counter
 // zero, all sources client sources, no node addresses.
 func (d *Dataplane) Reset(cfg directory.Config) error {
-	cfg, err := fillConfig(cfg)
+	err := cfg.Fill()
 	if err != nil {
 		return err
 	}
