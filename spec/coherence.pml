@@ -40,12 +40,22 @@
  * sequential; values are identified by versions (ghost vop[]).
  */
 
+/* ---------------------------------------------------------------- fixes */
+/* -DFIXED: the two changes that spec/README.md proposes (see there): the
+ * head is promoted first and the slot seeded from its latest version and
+ * the plane's stamp floor (FIX_SEED), and an extra never goes back to an
+ * older copy (FIX_MONO). Without them the model is the code as it is. */
+#ifdef FIXED
+#define FIX_SEED
+#define FIX_MONO
+#endif
+
 /* ---------------------------------------------------------------- sizes */
 #ifndef NE
 #define NE 1            /* extra copies: 1 or 2 */
 #endif
 #ifndef NET
-#define NET 5           /* messages in flight */
+#define NET 7           /* messages in flight */
 #endif
 #ifndef LOSS
 #define LOSS 1          /* messages the network may drop (besides overflow) */
@@ -69,7 +79,7 @@
 #define RETX 1          /* the head's retransmissions of pending writes */
 #endif
 #ifndef FAULTS
-#define FAULTS 2        /* losses, duplicates, timeouts and retransmissions, in all */
+#define FAULTS 1        /* losses, duplicates, timeouts and retransmissions, in all */
 #endif
 /* Which messages the network may duplicate (bits by type). Delivering a
  * copy later is, for most messages, what delaying the one message already
@@ -172,13 +182,13 @@ byte wleft = WMAX;
 #define PR_W 2
 #define PR_A 3
 #ifndef PROG0
-#define PROG0 PR_W
+#define PROG0 PR_R      /* client 0: read, read */
 #endif
 #ifndef PROG1
 #define PROG1 PR_R
 #endif
 #ifndef PROG2
-#define PROG2 PR_R
+#define PROG2 PR_W      /* client 1: write, write */
 #endif
 #ifndef PROG3
 #define PROG3 PR_W
@@ -302,9 +312,14 @@ inline dp_write(c) {
 #else
 #define NOPENDING 1
 #endif
+#ifndef MUT_VSB_VERSION
+#define SAMEVER(v) ((v) == vdone)
+#else
+#define SAMEVER(v) 1
+#endif
 inline dp_vsb_extra(e, v) {
 	if
-	:: cached && NOPENDING && (v) == vdone -> fresh = fresh | BIT(e);
+	:: cached && NOPENDING && SAMEVER(v) -> fresh = fresh | BIT(e);
 		printf("  DP accepts VSB(extra %d, v%d): fresh (ver_next %d ver_done %d)\n", e, v, vnext, vdone)
 	:: else        /* dropped: vsb-not-cached, vsb-pending, vsb-version */
 		printf("  DP drops VSB(extra %d, v%d) (cached %d ver_next %d ver_done %d)\n", e, v, cached, vnext, vdone)
@@ -316,7 +331,9 @@ inline dp_vsb_extra(e, v) {
 /* storagenode (*shard).announce: the tail's VSB (sent with the tail's id,
  * by the tail or by the head) and a copy of the clean version to each extra. */
 inline announce(v) {
+#ifndef MUT_NO_TAIL_VSB
 	send(MK(VT, v, 0, 0, 0));
+#endif
 	e0 = 0;
 	do
 	:: e0 < NE -> send(MK(CP, e0, v, 0, 0)); e0++
@@ -429,6 +446,11 @@ inline chain_ack(msg) {
 	fi
 }
 
+#ifdef MUT_DIRTY_READ_CLEAN
+#define MUT_DRC 1
+#else
+#define MUT_DRC 0
+#endif
 /* storagenode (*shard).get: extras serve their copy; a clean chain member
  * its clean version (the tail its latest); a dirty one asks the tail. */
 inline node_get(msg) {
@@ -439,8 +461,8 @@ inline node_get(msg) {
 		:: else -> send(MK(GR, F2(msg), ex[F1(msg)-X]-1, 1, 0))
 		fi
 	:: F1(msg) == T -> send(MK(GR, F2(msg), tclean, 1, 0))
-	:: F1(msg) == H && hdirty == 0 -> send(MK(GR, F2(msg), hclean, 1, 0))
-	:: F1(msg) == M && mdirty == 0 -> send(MK(GR, F2(msg), mclean, 1, 0))
+	:: F1(msg) == H && (hdirty == 0 || MUT_DRC) -> send(MK(GR, F2(msg), hclean, 1, 0))
+	:: F1(msg) == M && (mdirty == 0 || MUT_DRC) -> send(MK(GR, F2(msg), mclean, 1, 0))
 #ifdef QUERY_MSGS
 	:: else -> send(MK(VQ, F1(msg), F2(msg), 0, 0))   /* (*shard).query */
 #else
@@ -549,9 +571,37 @@ inline client_reply(msg) {
 	fi
 }
 
+/* directory.(*Directory).reply: a put-reply completes its version */
+#ifndef MUT_REPLY_NO_RAISE
+#define REPLY_COMPLETE(v) complete(v)
+#else
+#define REPLY_COMPLETE(v) skip
+#endif
+
+/* the log of a trail (spin -t): a message by name */
+inline pmsg(x) {
+	if
+	:: TY(x) == GET -> printf("GET(node %d, op %d)", F1(x), F2(x))
+	:: TY(x) == PUT -> printf("PUT(op %d att %d, stamped %d, stamp %d)", F1(x), F2(x), F3(x), F4(x))
+	:: TY(x) == CW  -> printf("CHAIN-WRITE(to %d, v%d, promoted %d)", F1(x), F2(x), F3(x))
+	:: TY(x) == ACK -> printf("CHAIN-ACK(to %d, v%d)", F1(x), F2(x))
+	:: TY(x) == VQ  -> printf("VER-QUERY(from %d, op %d)", F1(x), F2(x))
+	:: TY(x) == VA  -> printf("VER-ANSWER(to %d, op %d, v%d)", F1(x), F2(x), F3(x))
+	:: TY(x) == GR  -> printf("GET-REPLY(op %d, v%d, ok %d)", F1(x), F2(x), F3(x))
+	:: TY(x) == PR  -> printf("PUT-REPLY(op %d att %d, v%d)", RIDOP(F1(x)), F1(x) % MAXATT, F2(x))
+	:: TY(x) == ER && F2(x) == STALE -> printf("ERR(op %d att %d, stale-version)", RIDOP(F1(x)), F1(x) % MAXATT)
+	:: TY(x) == ER && F2(x) == RETRY -> printf("ERR(op %d att %d, retry)", RIDOP(F1(x)), F1(x) % MAXATT)
+	:: TY(x) == CP  -> printf("COPY(extra %d, v%d)", F1(x), F2(x))
+	:: TY(x) == VT  -> printf("VSB(tail, v%d)", F1(x))
+	:: TY(x) == VE  -> printf("VSB(extra %d, v%d)", F1(x), F2(x))
+	:: TY(x) == DM  -> printf("DEMOTE(extra %d)", F1(x))
+	:: else -> printf("?")
+	fi
+}
+
 /* a message is delivered */
 inline deliver(msg) {
-	printf("deliver %d(%d,%d,%d,%d)\n", TY(msg), F1(msg), F2(msg), F3(msg), F4(msg));
+	printf("deliver "); pmsg(msg); printf("\n");
 	if
 	:: TY(msg) == GET -> node_get(msg)
 	:: TY(msg) == PUT -> head_write(msg)
@@ -560,7 +610,7 @@ inline deliver(msg) {
 	:: TY(msg) == VQ  -> send(MK(VA, F1(msg), F2(msg), tclean, 0))   /* (*shard).verQuery */
 	:: TY(msg) == VA  -> ver_answer(msg)
 	:: TY(msg) == GR  -> client_reply(msg)          /* DP: a get-reply completes nothing */
-	:: TY(msg) == PR  -> complete(F2(msg)); client_reply(msg)  /* DP: (*Directory).reply */
+	:: TY(msg) == PR  -> REPLY_COMPLETE(F2(msg)); client_reply(msg)  /* DP: (*Directory).reply */
 	:: TY(msg) == ER  -> client_reply(msg)
 	:: TY(msg) == CP  -> copy_in(msg)
 	:: TY(msg) == VT  -> complete(F1(msg))          /* DP: (*Directory).vsb, tail */
@@ -572,7 +622,7 @@ inline deliver(msg) {
 /* a reply dropped after the data plane handled it */
 inline dp_only(msg) {
 	if
-	:: TY(msg) == PR -> complete(F2(msg))
+	:: TY(msg) == PR -> REPLY_COMPLETE(F2(msg))
 	:: else
 	fi
 }
@@ -610,16 +660,25 @@ inline gc() {
 #define SLOT(i) \
 	:: d_step { LIVE && net[i] != 0 && FIRST(i) -> m = net[i]; rm(i); deliver(m); gc(); CLEAN } \
 LOSEANY(i) \
-	:: d_step { LIVE && net[i] != 0 && FIRST(i) && FAULT(lost, LOSS) && TY(net[i]) == PR -> lost++; m = net[i]; printf("reply %d(%d,%d) lost after the DP\n", TY(m), F1(m), F2(m)); rm(i); dp_only(m); gc(); CLEAN } \
+	:: d_step { LIVE && net[i] != 0 && FIRST(i) && FAULT(lost, LOSS) && TY(net[i]) == PR -> lost++; m = net[i]; printf("lost after the DP: "); pmsg(m); printf("\n"); rm(i); dp_only(m); gc(); CLEAN } \
+LOSEREPLY(i) \
 	:: d_step { LIVE && net[i] != 0 && FIRST(i) && FAULT(dups, DUP) && (DUPTYPES & (1 << TY(net[i]))) -> dups++; m = net[i]; printf("duplicate:\n"); deliver(m); gc(); CLEAN }
 
-/* Loss of a message is its delay forever, which the bag already allows: a
- * lost message changes the reachable states only by the slot it takes. The
- * one loss that is more is a reply lost after the data plane handled it
- * (the DP completes, the client never hears): that one is modelled. With
- * -DLOSS_ANY any message may be dropped as well. */
+/* Loss of a message is its delay forever, which the bag already allows: for
+ * P1-P3 a lost message changes the reachable states only by the slot it
+ * takes. What loss adds is a reply lost after the data plane handled it (the
+ * DP completes, the client never hears): that one is modelled. For P4, which
+ * looks at states with nothing in flight, a put-reply or tail VSB that never
+ * arrives is more too: -DLOSS_REPLY. With -DLOSS_ANY any message may be
+ * dropped. */
+#ifdef LOSS_REPLY
+#define LOSEREPLY(i) :: d_step { LIVE && net[i] != 0 && FIRST(i) && FAULT(lost, LOSS) && (TY(net[i]) == PR || TY(net[i]) == VT) -> \
+	lost++; printf("lost: "); pmsg(net[i]); printf("\n"); rm(i); CLEAN }
+#else
+#define LOSEREPLY(i)
+#endif
 #ifdef LOSS_ANY
-#define LOSEANY(i) :: d_step { LIVE && net[i] != 0 && FIRST(i) && FAULT(lost, LOSS) -> lost++; printf("lost %d(%d,%d,%d,%d)\n", TY(net[i]), F1(net[i]), F2(net[i]), F3(net[i]), F4(net[i])); rm(i); CLEAN }
+#define LOSEANY(i) :: d_step { LIVE && net[i] != 0 && FIRST(i) && FAULT(lost, LOSS) -> lost++; printf("lost: "); pmsg(net[i]); printf("\n"); rm(i); CLEAN }
 #else
 #define LOSEANY(i)
 #endif
@@ -677,24 +736,41 @@ inline dp_insert() {
 #endif
 	printf("controller: DP Insert ver_next %d ver_done %d\n", vnext, vdone)
 }
+#ifdef MUT_COPY_DIRTY
+#define MUT_CD 1        /* copy the latest version, clean or dirty */
+#else
+#define MUT_CD 0
+#endif
 inline head_promote() {
 	promoted = 1;
 	latest(hdirty, hclean); seed = lt;
 	printf("controller: Promote at head (clean %d, latest %d)\n", hclean, lt);
 	if                              /* (*shard).promote: copy the clean version now */
-	:: hdirty == 0 ->
+	:: hdirty == 0 || MUT_CD ->
+		if :: MUT_CD -> v0 = lt :: else -> v0 = hclean fi;
 		e0 = 0;
 		do
-		:: e0 < NE -> send(MK(CP, e0, hclean, 0, 0)); e0++
+		:: e0 < NE -> send(MK(CP, e0, v0, 0, 0)); e0++
 		:: else -> break
 		od
 	:: else                         /* ... or when the tail's ack comes back */
 	fi
 }
 
+/* P4, progress at quiescence: once nothing is in flight, the data plane has
+ * caught up with the tail (ver_done >= the tail's committed version), so
+ * extras can come back. Checked in the last promotion, with the slot
+ * installed and the head promoted. */
+#define QUIET (!ovf && net[0] == 0 && cached && promoted && FINAL && ctl == 2)
+
 active proctype world() {
 end:
 	do
+#ifndef NO_P4
+	:: atomic { QUIET && vdone < tclean ->
+		printf("quiescent: ver_done %d, tail committed %d\n", vdone, tclean);
+		assert(vdone >= tclean) }
+#endif
 	SLOT(0)
 #if NET > 1
 	SLOT(1)

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# spec/check.sh: run Spin on spec/coherence.pml. Used by the Makefile:
+#
+#   spec/check.sh verify    make spec:         every configuration, exhaustively;
+#                                               fails if any property fails or a
+#                                               search is not complete
+#   spec/check.sh mutants   make spec-mutants: each mutant must give a
+#                                               counterexample; prints its trail
+#   spec/check.sh flaws     make spec-flaws:   the code as it is, without the
+#                                               fixes: each known flaw must give
+#                                               its counterexample
+#   spec/check.sh one NAME  one entry of any of the lists below, by name
+#
+# Environment: SPIN (default spin), CC (default gcc), NICE (default
+# "nice -n 10"), SPEC_TMP (work directory; default a fresh one under /tmp).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+model=$here/coherence.pml
+SPIN=${SPIN:-spin}
+CC=${CC:-gcc}
+NICE=${NICE:-nice -n 10}
+command -v "$SPIN" >/dev/null || { echo "spec: $SPIN not found (Debian: apt-get install spin)" >&2; exit 2; }
+
+# Configurations that `make spec` checks: name | flags. FIXED is the
+# protocol with the fixes of spec/README.md; see coherence.pml for the flags.
+VERIFY=(
+  "core-1x|-DFIXED -DNE=1"
+  "core-2x|-DFIXED -DNE=2 -DWMAX=1 -DPROG3=PR_R"
+  "evict-1x|-DFIXED -DNE=1 -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W"
+  "evict-2x|-DFIXED -DNE=2 -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W -DFAULTS=0"
+  "progress-1x|-DFIXED -DNE=1 -DLOSS_REPLY -DTMO=0 -DRETX=0"
+)
+
+# Mutants of the fixed protocol: name | flags. Each must be caught.
+MUTANTS=(
+  "no-clear-at-stamp|-DFIXED -DMUT_NO_CLEAR_AT_STAMP"
+  "vsb-while-pending|-DFIXED -DMUT_VSB_PENDING"
+  "vsb-any-version|-DFIXED -DMUT_VSB_VERSION"
+  "head-non-increasing|-DFIXED -DMUT_HEAD_NONINCREASING -DEVICT -DOPS=1 -DWMAX=1 -DPROG0=PR_W -DPROG1=PR_W -DNO_P4"
+  "unstamped-after-promotion|-DFIXED -DMUT_UNSTAMPED_AFTER_PROMOTION"
+  "no-dedup|-DFIXED -DMUT_NO_DEDUP"
+  "reply-no-raise|-DFIXED -DMUT_REPLY_NO_RAISE -DLOSS_REPLY"
+  "no-tail-vsb|-DFIXED -DMUT_NO_TAIL_VSB -DLOSS_REPLY"
+  "copy-dirty|-DFIXED -DMUT_COPY_DIRTY"
+  "dirty-read-clean|-DFIXED -DMUT_DIRTY_READ_CLEAN"
+  "no-stamp-floor|-DFIXED -DMUT_NO_FLOOR -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W"
+)
+
+# Weakenings that Spin shows to be redundant in the fixed protocol (within
+# the bounds): reported, never a failure. See spec/README.md.
+SURVIVORS=(
+  "no-clear-at-complete|-DFIXED -DMUT_NO_CLEAR_AT_COMPLETE"
+  "no-clear-at-complete-evict|-DFIXED -DMUT_NO_CLEAR_AT_COMPLETE -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W"
+)
+
+# The code as it is (no FIXED): each known flaw must give its counterexample.
+FLAWS=(
+  "A-promotion-race|-DNO_P4"
+  "E-ver-done-stuck|"
+  "B-stale-vsb-after-repromotion|-DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W -DNO_P4"
+  "C-copy-resurrected|-DFIX_SEED -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W"
+)
+
+work=${SPEC_TMP:-$(mktemp -d /tmp/netdir-spec.XXXXXX)}
+mkdir -p "$work"
+
+# property: name the assertion that failed
+property() {
+  case "$1" in
+    *applied*) echo "P2 write applied twice" ;;
+    *vop*) echo "P3 acknowledged write lost" ;;
+    *'>cfloor'*) echo "P1 write ordered before an observed version" ;;
+    *cfloor*) echo "P1 read older than an observed version" ;;
+    *'vdone>=tclean'*) echo "P4 ver_done behind the tail at quiescence" ;;
+    *) echo "$1" ;;
+  esac
+}
+
+# run NAME FLAGS MODE: MODE verify (exhaustive DFS) or find (BFS, shortest
+# counterexample). Prints one line; returns 0 if no error, 1 if an error, 2
+# if the search was incomplete or did not build.
+run() {
+  local name=$1 flags=$2 mode=$3 d=$work/$1
+  rm -rf "$d"; mkdir -p "$d"; cp "$model" "$d/"
+  local cflags="-O2 -DSAFETY -DNOREDUCE" sflags=$flags
+  if [ "$mode" = find ]; then cflags="$cflags -DBFS"; sflags="$flags -DNOHIDDEN"; fi
+  # shellcheck disable=SC2086
+  (cd "$d" && $SPIN $sflags -a coherence.pml >spin.out 2>&1 && $CC $cflags -o pan pan.c >cc.out 2>&1) \
+    || { echo "spec: $name: build failed (see $d)"; return 2; }
+  local t0 t1
+  t0=$(date +%s.%N)
+  # shellcheck disable=SC2086
+  (cd "$d" && ulimit -v ${SPEC_MEM_KB:-8000000} && $NICE ./pan -m20000 -w25 -E >pan.out 2>&1) || true
+  t1=$(date +%s.%N)
+  local states errors secs
+  states=$(awk '/states, stored/ {print $1; exit}' "$d/pan.out")
+  errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$d/pan.out" | head -1)
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  if [ -z "$errors" ]; then echo "spec: $name: pan failed (see $d/pan.out)"; return 2; fi
+  if [ "$errors" != 0 ]; then
+    local what
+    what=$(sed -n 's/^pan:1: assertion violated \(.*\) (at depth.*/\1/p' "$d/pan.out" | head -1)
+    printf '%-44s counterexample: %s (%s states, %ss)\n' "$name" "$(property "$what")" "$states" "$secs"
+    return 1
+  fi
+  if grep -q "Search not completed" "$d/pan.out"; then
+    printf '%-44s INCOMPLETE (%s states, %ss): see %s\n' "$name" "$states" "$secs" "$d/pan.out"
+    return 2
+  fi
+  printf '%-44s ok, exhaustive: %s states, %ss\n' "$name" "$states" "$secs"
+  return 0
+}
+
+# trail NAME FLAGS: the counterexample's interleaving, one event a line
+trail() {
+  local d=$work/$1
+  # shellcheck disable=SC2086
+  (cd "$d" && $SPIN $2 -DNOHIDDEN -t coherence.pml 2>&1) |
+    grep -v '^spin: trail ends\|^#processes\|^1 process\|proc  0 (world\|^[[:space:]]*[a-z_0-9]*\(\[[0-9]*\]\)\? = \|^[[:space:]]*$' |
+    sed 's/[[:space:]][[:space:]]*/ /g; s/^ //; s/^/    /'
+}
+
+entry() { # entry LIST NAME -> flags
+  local -n list=$1
+  local e
+  for e in "${list[@]}"; do [ "${e%%|*}" = "$2" ] && { echo "${e#*|}"; return 0; }; done
+  return 1
+}
+
+case "${1:-verify}" in
+  verify)
+    echo "spec: exhaustive checks of the protocol with the proposed fixes (work: $work)"
+    rc=0
+    for e in "${VERIFY[@]}"; do
+      run "${e%%|*}" "${e#*|}" verify || { rc=1; [ -f "$work/${e%%|*}/coherence.pml.trail" ] && trail "${e%%|*}" "${e#*|}"; }
+    done
+    [ $rc = 0 ] && echo "spec: all properties hold" || echo "spec: FAILED"
+    exit $rc ;;
+  mutants)
+    echo "spec: mutants of the fixed protocol; each must give a counterexample (work: $work)"
+    rc=0
+    for e in "${MUTANTS[@]}"; do
+      n=${e%%|*} f=${e#*|}
+      if run "$n" "$f" find; then echo "spec: mutant $n NOT caught"; rc=1
+      elif [ -f "$work/$n/coherence.pml.trail" ]; then trail "$n" "$f"
+      else rc=1; fi
+    done
+    for e in "${SURVIVORS[@]}"; do
+      n=${e%%|*} f=${e#*|}
+      if run "$n" "$f" verify; then echo "    (redundant in the fixed protocol: expected)"
+      elif [ -f "$work/$n/coherence.pml.trail" ]; then echo "    (now caught: update spec/README.md)"; trail "$n" "$f"
+      else rc=1; fi
+    done
+    [ $rc = 0 ] && echo "spec: every mutant caught" || echo "spec: FAILED"
+    exit $rc ;;
+  flaws)
+    echo "spec: the code as it is; each known flaw must give its counterexample (work: $work)"
+    rc=0
+    for e in "${FLAWS[@]}"; do
+      n=${e%%|*} f=${e#*|}
+      if run "$n" "$f" find; then echo "spec: flaw $n NOT reproduced"; rc=1
+      elif [ -f "$work/$n/coherence.pml.trail" ]; then trail "$n" "$f"
+      else rc=1; fi
+    done
+    exit $rc ;;
+  one)
+    n=${2:?name}
+    if f=$(entry VERIFY "$n"); then run "$n" "$f" verify || trail "$n" "$f"
+    elif f=$(entry MUTANTS "$n") || f=$(entry FLAWS "$n"); then run "$n" "$f" find || trail "$n" "$f"
+    elif f=$(entry SURVIVORS "$n"); then run "$n" "$f" verify || trail "$n" "$f"
+    else echo "spec: no entry $n" >&2; exit 2; fi ;;
+  *) echo "usage: $0 verify|mutants|flaws|one NAME" >&2; exit 2 ;;
+esac
