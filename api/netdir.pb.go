@@ -77,7 +77,7 @@ func (x DirectoryUpdate_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DirectoryUpdate_Kind.Descriptor instead.
 func (DirectoryUpdate_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{10, 0}
+	return file_netdir_proto_rawDescGZIP(), []int{14, 0}
 }
 
 type Node struct {
@@ -478,6 +478,255 @@ func (*ReportStatsResponse) Descriptor() ([]byte, []int) {
 	return file_netdir_proto_rawDescGZIP(), []int{6}
 }
 
+// SlotHits is a directory key's hits counted by an agent since its last
+// report.
+type SlotHits struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KeyHash       []byte                 `protobuf:"bytes,1,opt,name=key_hash,json=keyHash,proto3" json:"key_hash,omitempty"` // 16 bytes
+	Hits          uint64                 `protobuf:"varint,2,opt,name=hits,proto3" json:"hits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotHits) Reset() {
+	*x = SlotHits{}
+	mi := &file_netdir_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotHits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotHits) ProtoMessage() {}
+
+func (x *SlotHits) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotHits.ProtoReflect.Descriptor instead.
+func (*SlotHits) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SlotHits) GetKeyHash() []byte {
+	if x != nil {
+		return x.KeyHash
+	}
+	return nil
+}
+
+func (x *SlotHits) GetHits() uint64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+// SketchCell is one cell of the count-min sketch over misses and its growth
+// since the agent's last report: index = row * sketch_cols + column, with
+// columns chosen as directory.SketchIndex chooses them.
+type SketchCell struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Count         uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SketchCell) Reset() {
+	*x = SketchCell{}
+	mi := &file_netdir_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SketchCell) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SketchCell) ProtoMessage() {}
+
+func (x *SketchCell) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SketchCell.ProtoReflect.Descriptor instead.
+func (*SketchCell) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SketchCell) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SketchCell) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// AgentStats is one report of a host agent (eBPF). Counts are deltas, so a
+// controller that restarts loses one round, never doubles one; an agent
+// re-sends a report it got no answer to with the same sequence, and the
+// controller takes each (agent, incarnation, sequence) once.
+type AgentStats struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Agent         string                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`              // a name unique per agent (host and interface)
+	Incarnation   uint64                 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"` // random per agent start
+	Sequence      uint64                 `protobuf:"varint,3,opt,name=sequence,proto3" json:"sequence,omitempty"`       // increases with every new report of an incarnation
+	Hits          []*SlotHits            `protobuf:"bytes,4,rep,name=hits,proto3" json:"hits,omitempty"`
+	SketchRows    uint32                 `protobuf:"varint,5,opt,name=sketch_rows,json=sketchRows,proto3" json:"sketch_rows,omitempty"` // the agent's sketch shape; must match the controller's
+	SketchCols    uint32                 `protobuf:"varint,6,opt,name=sketch_cols,json=sketchCols,proto3" json:"sketch_cols,omitempty"`
+	Sketch        []*SketchCell          `protobuf:"bytes,7,rep,name=sketch,proto3" json:"sketch,omitempty"` // the cells that grew
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentStats) Reset() {
+	*x = AgentStats{}
+	mi := &file_netdir_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentStats) ProtoMessage() {}
+
+func (x *AgentStats) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentStats.ProtoReflect.Descriptor instead.
+func (*AgentStats) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AgentStats) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *AgentStats) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *AgentStats) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *AgentStats) GetHits() []*SlotHits {
+	if x != nil {
+		return x.Hits
+	}
+	return nil
+}
+
+func (x *AgentStats) GetSketchRows() uint32 {
+	if x != nil {
+		return x.SketchRows
+	}
+	return 0
+}
+
+func (x *AgentStats) GetSketchCols() uint32 {
+	if x != nil {
+		return x.SketchCols
+	}
+	return 0
+}
+
+func (x *AgentStats) GetSketch() []*SketchCell {
+	if x != nil {
+		return x.Sketch
+	}
+	return nil
+}
+
+type ReportAgentStatsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Duplicate     bool                   `protobuf:"varint,1,opt,name=duplicate,proto3" json:"duplicate,omitempty"` // this sequence was already taken; its counts were not added again
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportAgentStatsResponse) Reset() {
+	*x = ReportAgentStatsResponse{}
+	mi := &file_netdir_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportAgentStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportAgentStatsResponse) ProtoMessage() {}
+
+func (x *ReportAgentStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportAgentStatsResponse.ProtoReflect.Descriptor instead.
+func (*ReportAgentStatsResponse) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReportAgentStatsResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
 type Partition struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
@@ -489,7 +738,7 @@ type Partition struct {
 
 func (x *Partition) Reset() {
 	*x = Partition{}
-	mi := &file_netdir_proto_msgTypes[7]
+	mi := &file_netdir_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -501,7 +750,7 @@ func (x *Partition) String() string {
 func (*Partition) ProtoMessage() {}
 
 func (x *Partition) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[7]
+	mi := &file_netdir_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -514,7 +763,7 @@ func (x *Partition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partition.ProtoReflect.Descriptor instead.
 func (*Partition) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{7}
+	return file_netdir_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Partition) GetIndex() uint32 {
@@ -554,7 +803,7 @@ type DirectoryEntry struct {
 
 func (x *DirectoryEntry) Reset() {
 	*x = DirectoryEntry{}
-	mi := &file_netdir_proto_msgTypes[8]
+	mi := &file_netdir_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +815,7 @@ func (x *DirectoryEntry) String() string {
 func (*DirectoryEntry) ProtoMessage() {}
 
 func (x *DirectoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[8]
+	mi := &file_netdir_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +828,7 @@ func (x *DirectoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectoryEntry.ProtoReflect.Descriptor instead.
 func (*DirectoryEntry) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{8}
+	return file_netdir_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DirectoryEntry) GetKeyHash() []byte {
@@ -639,7 +888,7 @@ type WatchDirectoryRequest struct {
 
 func (x *WatchDirectoryRequest) Reset() {
 	*x = WatchDirectoryRequest{}
-	mi := &file_netdir_proto_msgTypes[9]
+	mi := &file_netdir_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +900,7 @@ func (x *WatchDirectoryRequest) String() string {
 func (*WatchDirectoryRequest) ProtoMessage() {}
 
 func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[9]
+	mi := &file_netdir_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +913,7 @@ func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{9}
+	return file_netdir_proto_rawDescGZIP(), []int{13}
 }
 
 type DirectoryUpdate struct {
@@ -682,7 +931,7 @@ type DirectoryUpdate struct {
 
 func (x *DirectoryUpdate) Reset() {
 	*x = DirectoryUpdate{}
-	mi := &file_netdir_proto_msgTypes[10]
+	mi := &file_netdir_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +943,7 @@ func (x *DirectoryUpdate) String() string {
 func (*DirectoryUpdate) ProtoMessage() {}
 
 func (x *DirectoryUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[10]
+	mi := &file_netdir_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +956,7 @@ func (x *DirectoryUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectoryUpdate.ProtoReflect.Descriptor instead.
 func (*DirectoryUpdate) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{10}
+	return file_netdir_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DirectoryUpdate) GetKind() DirectoryUpdate_Kind {
@@ -767,7 +1016,7 @@ type ListDirectoryRequest struct {
 
 func (x *ListDirectoryRequest) Reset() {
 	*x = ListDirectoryRequest{}
-	mi := &file_netdir_proto_msgTypes[11]
+	mi := &file_netdir_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -779,7 +1028,7 @@ func (x *ListDirectoryRequest) String() string {
 func (*ListDirectoryRequest) ProtoMessage() {}
 
 func (x *ListDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[11]
+	mi := &file_netdir_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -792,7 +1041,7 @@ func (x *ListDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*ListDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{11}
+	return file_netdir_proto_rawDescGZIP(), []int{15}
 }
 
 type ListDirectoryResponse struct {
@@ -804,7 +1053,7 @@ type ListDirectoryResponse struct {
 
 func (x *ListDirectoryResponse) Reset() {
 	*x = ListDirectoryResponse{}
-	mi := &file_netdir_proto_msgTypes[12]
+	mi := &file_netdir_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +1065,7 @@ func (x *ListDirectoryResponse) String() string {
 func (*ListDirectoryResponse) ProtoMessage() {}
 
 func (x *ListDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[12]
+	mi := &file_netdir_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +1078,7 @@ func (x *ListDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*ListDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{12}
+	return file_netdir_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListDirectoryResponse) GetEntries() []*DirectoryEntry {
@@ -848,7 +1097,7 @@ type PinRequest struct {
 
 func (x *PinRequest) Reset() {
 	*x = PinRequest{}
-	mi := &file_netdir_proto_msgTypes[13]
+	mi := &file_netdir_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +1109,7 @@ func (x *PinRequest) String() string {
 func (*PinRequest) ProtoMessage() {}
 
 func (x *PinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[13]
+	mi := &file_netdir_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +1122,7 @@ func (x *PinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinRequest.ProtoReflect.Descriptor instead.
 func (*PinRequest) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{13}
+	return file_netdir_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PinRequest) GetKey() []byte {
@@ -892,7 +1141,7 @@ type PinResponse struct {
 
 func (x *PinResponse) Reset() {
 	*x = PinResponse{}
-	mi := &file_netdir_proto_msgTypes[14]
+	mi := &file_netdir_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -904,7 +1153,7 @@ func (x *PinResponse) String() string {
 func (*PinResponse) ProtoMessage() {}
 
 func (x *PinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[14]
+	mi := &file_netdir_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -917,7 +1166,7 @@ func (x *PinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinResponse.ProtoReflect.Descriptor instead.
 func (*PinResponse) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{14}
+	return file_netdir_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PinResponse) GetEntry() *DirectoryEntry {
@@ -935,7 +1184,7 @@ type ListPartitionsRequest struct {
 
 func (x *ListPartitionsRequest) Reset() {
 	*x = ListPartitionsRequest{}
-	mi := &file_netdir_proto_msgTypes[15]
+	mi := &file_netdir_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -947,7 +1196,7 @@ func (x *ListPartitionsRequest) String() string {
 func (*ListPartitionsRequest) ProtoMessage() {}
 
 func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[15]
+	mi := &file_netdir_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -960,7 +1209,7 @@ func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{15}
+	return file_netdir_proto_rawDescGZIP(), []int{19}
 }
 
 type ListPartitionsResponse struct {
@@ -973,7 +1222,7 @@ type ListPartitionsResponse struct {
 
 func (x *ListPartitionsResponse) Reset() {
 	*x = ListPartitionsResponse{}
-	mi := &file_netdir_proto_msgTypes[16]
+	mi := &file_netdir_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1234,7 @@ func (x *ListPartitionsResponse) String() string {
 func (*ListPartitionsResponse) ProtoMessage() {}
 
 func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[16]
+	mi := &file_netdir_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1247,7 @@ func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{16}
+	return file_netdir_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListPartitionsResponse) GetEpoch() uint32 {
@@ -1029,7 +1278,7 @@ type SetWeightsRequest struct {
 
 func (x *SetWeightsRequest) Reset() {
 	*x = SetWeightsRequest{}
-	mi := &file_netdir_proto_msgTypes[17]
+	mi := &file_netdir_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1290,7 @@ func (x *SetWeightsRequest) String() string {
 func (*SetWeightsRequest) ProtoMessage() {}
 
 func (x *SetWeightsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[17]
+	mi := &file_netdir_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1303,7 @@ func (x *SetWeightsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWeightsRequest.ProtoReflect.Descriptor instead.
 func (*SetWeightsRequest) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{17}
+	return file_netdir_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetWeightsRequest) GetTarget() isSetWeightsRequest_Target {
@@ -1113,7 +1362,7 @@ type SetWeightsResponse struct {
 
 func (x *SetWeightsResponse) Reset() {
 	*x = SetWeightsResponse{}
-	mi := &file_netdir_proto_msgTypes[18]
+	mi := &file_netdir_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1374,7 @@ func (x *SetWeightsResponse) String() string {
 func (*SetWeightsResponse) ProtoMessage() {}
 
 func (x *SetWeightsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[18]
+	mi := &file_netdir_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1387,7 @@ func (x *SetWeightsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWeightsResponse.ProtoReflect.Descriptor instead.
 func (*SetWeightsResponse) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{18}
+	return file_netdir_proto_rawDescGZIP(), []int{22}
 }
 
 type StatusRequest struct {
@@ -1149,7 +1398,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_netdir_proto_msgTypes[19]
+	mi := &file_netdir_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1161,7 +1410,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[19]
+	mi := &file_netdir_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1174,7 +1423,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{19}
+	return file_netdir_proto_rawDescGZIP(), []int{23}
 }
 
 type StatusResponse struct {
@@ -1191,7 +1440,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_netdir_proto_msgTypes[20]
+	mi := &file_netdir_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1452,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[20]
+	mi := &file_netdir_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1465,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{20}
+	return file_netdir_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatusResponse) GetEpoch() uint32 {
@@ -1293,7 +1542,27 @@ const file_netdir_proto_rawDesc = "" +
 	"\x05trees\x18\x04 \x03(\v2\x14.netdir.v1.TreeStatsR\x05trees\x12\x1f\n" +
 	"\vqueue_depth\x18\x05 \x01(\rR\n" +
 	"queueDepth\"\x15\n" +
-	"\x13ReportStatsResponse\"Q\n" +
+	"\x13ReportStatsResponse\"9\n" +
+	"\bSlotHits\x12\x19\n" +
+	"\bkey_hash\x18\x01 \x01(\fR\akeyHash\x12\x12\n" +
+	"\x04hits\x18\x02 \x01(\x04R\x04hits\"8\n" +
+	"\n" +
+	"SketchCell\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"\xfa\x01\n" +
+	"\n" +
+	"AgentStats\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x1a\n" +
+	"\bsequence\x18\x03 \x01(\x04R\bsequence\x12'\n" +
+	"\x04hits\x18\x04 \x03(\v2\x13.netdir.v1.SlotHitsR\x04hits\x12\x1f\n" +
+	"\vsketch_rows\x18\x05 \x01(\rR\n" +
+	"sketchRows\x12\x1f\n" +
+	"\vsketch_cols\x18\x06 \x01(\rR\n" +
+	"sketchCols\x12-\n" +
+	"\x06sketch\x18\a \x03(\v2\x15.netdir.v1.SketchCellR\x06sketch\"8\n" +
+	"\x18ReportAgentStatsResponse\x12\x1c\n" +
+	"\tduplicate\x18\x01 \x01(\bR\tduplicate\"Q\n" +
 	"\tPartition\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x14\n" +
 	"\x05chain\x18\x02 \x03(\rR\x05chain\x12\x18\n" +
@@ -1353,11 +1622,12 @@ const file_netdir_proto_rawDesc = "" +
 	"\x0edirectory_size\x18\x03 \x01(\rR\rdirectorySize\x12-\n" +
 	"\x12directory_capacity\x18\x04 \x01(\rR\x11directoryCapacity\x12\x1a\n" +
 	"\bswitches\x18\x05 \x03(\tR\bswitches\x12\x16\n" +
-	"\x06rounds\x18\x06 \x01(\x04R\x06rounds2\x97\x05\n" +
+	"\x06rounds\x18\x06 \x01(\x04R\x06rounds2\xe7\x05\n" +
 	"\n" +
 	"Controller\x12O\n" +
 	"\fRegisterNode\x12\x1e.netdir.v1.RegisterNodeRequest\x1a\x1f.netdir.v1.RegisterNodeResponse\x12C\n" +
-	"\vReportStats\x12\x14.netdir.v1.NodeStats\x1a\x1e.netdir.v1.ReportStatsResponse\x12P\n" +
+	"\vReportStats\x12\x14.netdir.v1.NodeStats\x1a\x1e.netdir.v1.ReportStatsResponse\x12N\n" +
+	"\x10ReportAgentStats\x12\x15.netdir.v1.AgentStats\x1a#.netdir.v1.ReportAgentStatsResponse\x12P\n" +
 	"\x0eWatchDirectory\x12 .netdir.v1.WatchDirectoryRequest\x1a\x1a.netdir.v1.DirectoryUpdate0\x01\x12R\n" +
 	"\rListDirectory\x12\x1f.netdir.v1.ListDirectoryRequest\x1a .netdir.v1.ListDirectoryResponse\x124\n" +
 	"\x03Pin\x12\x15.netdir.v1.PinRequest\x1a\x16.netdir.v1.PinResponse\x126\n" +
@@ -1380,67 +1650,75 @@ func file_netdir_proto_rawDescGZIP() []byte {
 }
 
 var file_netdir_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_netdir_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_netdir_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_netdir_proto_goTypes = []any{
-	(DirectoryUpdate_Kind)(0),      // 0: netdir.v1.DirectoryUpdate.Kind
-	(*Node)(nil),                   // 1: netdir.v1.Node
-	(*RegisterNodeRequest)(nil),    // 2: netdir.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),   // 3: netdir.v1.RegisterNodeResponse
-	(*KeyCount)(nil),               // 4: netdir.v1.KeyCount
-	(*TreeStats)(nil),              // 5: netdir.v1.TreeStats
-	(*NodeStats)(nil),              // 6: netdir.v1.NodeStats
-	(*ReportStatsResponse)(nil),    // 7: netdir.v1.ReportStatsResponse
-	(*Partition)(nil),              // 8: netdir.v1.Partition
-	(*DirectoryEntry)(nil),         // 9: netdir.v1.DirectoryEntry
-	(*WatchDirectoryRequest)(nil),  // 10: netdir.v1.WatchDirectoryRequest
-	(*DirectoryUpdate)(nil),        // 11: netdir.v1.DirectoryUpdate
-	(*ListDirectoryRequest)(nil),   // 12: netdir.v1.ListDirectoryRequest
-	(*ListDirectoryResponse)(nil),  // 13: netdir.v1.ListDirectoryResponse
-	(*PinRequest)(nil),             // 14: netdir.v1.PinRequest
-	(*PinResponse)(nil),            // 15: netdir.v1.PinResponse
-	(*ListPartitionsRequest)(nil),  // 16: netdir.v1.ListPartitionsRequest
-	(*ListPartitionsResponse)(nil), // 17: netdir.v1.ListPartitionsResponse
-	(*SetWeightsRequest)(nil),      // 18: netdir.v1.SetWeightsRequest
-	(*SetWeightsResponse)(nil),     // 19: netdir.v1.SetWeightsResponse
-	(*StatusRequest)(nil),          // 20: netdir.v1.StatusRequest
-	(*StatusResponse)(nil),         // 21: netdir.v1.StatusResponse
+	(DirectoryUpdate_Kind)(0),        // 0: netdir.v1.DirectoryUpdate.Kind
+	(*Node)(nil),                     // 1: netdir.v1.Node
+	(*RegisterNodeRequest)(nil),      // 2: netdir.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),     // 3: netdir.v1.RegisterNodeResponse
+	(*KeyCount)(nil),                 // 4: netdir.v1.KeyCount
+	(*TreeStats)(nil),                // 5: netdir.v1.TreeStats
+	(*NodeStats)(nil),                // 6: netdir.v1.NodeStats
+	(*ReportStatsResponse)(nil),      // 7: netdir.v1.ReportStatsResponse
+	(*SlotHits)(nil),                 // 8: netdir.v1.SlotHits
+	(*SketchCell)(nil),               // 9: netdir.v1.SketchCell
+	(*AgentStats)(nil),               // 10: netdir.v1.AgentStats
+	(*ReportAgentStatsResponse)(nil), // 11: netdir.v1.ReportAgentStatsResponse
+	(*Partition)(nil),                // 12: netdir.v1.Partition
+	(*DirectoryEntry)(nil),           // 13: netdir.v1.DirectoryEntry
+	(*WatchDirectoryRequest)(nil),    // 14: netdir.v1.WatchDirectoryRequest
+	(*DirectoryUpdate)(nil),          // 15: netdir.v1.DirectoryUpdate
+	(*ListDirectoryRequest)(nil),     // 16: netdir.v1.ListDirectoryRequest
+	(*ListDirectoryResponse)(nil),    // 17: netdir.v1.ListDirectoryResponse
+	(*PinRequest)(nil),               // 18: netdir.v1.PinRequest
+	(*PinResponse)(nil),              // 19: netdir.v1.PinResponse
+	(*ListPartitionsRequest)(nil),    // 20: netdir.v1.ListPartitionsRequest
+	(*ListPartitionsResponse)(nil),   // 21: netdir.v1.ListPartitionsResponse
+	(*SetWeightsRequest)(nil),        // 22: netdir.v1.SetWeightsRequest
+	(*SetWeightsResponse)(nil),       // 23: netdir.v1.SetWeightsResponse
+	(*StatusRequest)(nil),            // 24: netdir.v1.StatusRequest
+	(*StatusResponse)(nil),           // 25: netdir.v1.StatusResponse
 }
 var file_netdir_proto_depIdxs = []int32{
 	1,  // 0: netdir.v1.RegisterNodeRequest.node:type_name -> netdir.v1.Node
-	8,  // 1: netdir.v1.RegisterNodeResponse.partitions:type_name -> netdir.v1.Partition
+	12, // 1: netdir.v1.RegisterNodeResponse.partitions:type_name -> netdir.v1.Partition
 	1,  // 2: netdir.v1.RegisterNodeResponse.nodes:type_name -> netdir.v1.Node
 	4,  // 3: netdir.v1.NodeStats.hot_keys:type_name -> netdir.v1.KeyCount
 	5,  // 4: netdir.v1.NodeStats.trees:type_name -> netdir.v1.TreeStats
-	0,  // 5: netdir.v1.DirectoryUpdate.kind:type_name -> netdir.v1.DirectoryUpdate.Kind
-	9,  // 6: netdir.v1.DirectoryUpdate.entries:type_name -> netdir.v1.DirectoryEntry
-	8,  // 7: netdir.v1.DirectoryUpdate.partitions:type_name -> netdir.v1.Partition
-	1,  // 8: netdir.v1.DirectoryUpdate.nodes:type_name -> netdir.v1.Node
-	9,  // 9: netdir.v1.ListDirectoryResponse.entries:type_name -> netdir.v1.DirectoryEntry
-	9,  // 10: netdir.v1.PinResponse.entry:type_name -> netdir.v1.DirectoryEntry
-	8,  // 11: netdir.v1.ListPartitionsResponse.partitions:type_name -> netdir.v1.Partition
-	2,  // 12: netdir.v1.Controller.RegisterNode:input_type -> netdir.v1.RegisterNodeRequest
-	6,  // 13: netdir.v1.Controller.ReportStats:input_type -> netdir.v1.NodeStats
-	10, // 14: netdir.v1.Controller.WatchDirectory:input_type -> netdir.v1.WatchDirectoryRequest
-	12, // 15: netdir.v1.Controller.ListDirectory:input_type -> netdir.v1.ListDirectoryRequest
-	14, // 16: netdir.v1.Controller.Pin:input_type -> netdir.v1.PinRequest
-	14, // 17: netdir.v1.Controller.Unpin:input_type -> netdir.v1.PinRequest
-	16, // 18: netdir.v1.Controller.ListPartitions:input_type -> netdir.v1.ListPartitionsRequest
-	18, // 19: netdir.v1.Controller.SetWeights:input_type -> netdir.v1.SetWeightsRequest
-	20, // 20: netdir.v1.Controller.Status:input_type -> netdir.v1.StatusRequest
-	3,  // 21: netdir.v1.Controller.RegisterNode:output_type -> netdir.v1.RegisterNodeResponse
-	7,  // 22: netdir.v1.Controller.ReportStats:output_type -> netdir.v1.ReportStatsResponse
-	11, // 23: netdir.v1.Controller.WatchDirectory:output_type -> netdir.v1.DirectoryUpdate
-	13, // 24: netdir.v1.Controller.ListDirectory:output_type -> netdir.v1.ListDirectoryResponse
-	15, // 25: netdir.v1.Controller.Pin:output_type -> netdir.v1.PinResponse
-	15, // 26: netdir.v1.Controller.Unpin:output_type -> netdir.v1.PinResponse
-	17, // 27: netdir.v1.Controller.ListPartitions:output_type -> netdir.v1.ListPartitionsResponse
-	19, // 28: netdir.v1.Controller.SetWeights:output_type -> netdir.v1.SetWeightsResponse
-	21, // 29: netdir.v1.Controller.Status:output_type -> netdir.v1.StatusResponse
-	21, // [21:30] is the sub-list for method output_type
-	12, // [12:21] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	8,  // 5: netdir.v1.AgentStats.hits:type_name -> netdir.v1.SlotHits
+	9,  // 6: netdir.v1.AgentStats.sketch:type_name -> netdir.v1.SketchCell
+	0,  // 7: netdir.v1.DirectoryUpdate.kind:type_name -> netdir.v1.DirectoryUpdate.Kind
+	13, // 8: netdir.v1.DirectoryUpdate.entries:type_name -> netdir.v1.DirectoryEntry
+	12, // 9: netdir.v1.DirectoryUpdate.partitions:type_name -> netdir.v1.Partition
+	1,  // 10: netdir.v1.DirectoryUpdate.nodes:type_name -> netdir.v1.Node
+	13, // 11: netdir.v1.ListDirectoryResponse.entries:type_name -> netdir.v1.DirectoryEntry
+	13, // 12: netdir.v1.PinResponse.entry:type_name -> netdir.v1.DirectoryEntry
+	12, // 13: netdir.v1.ListPartitionsResponse.partitions:type_name -> netdir.v1.Partition
+	2,  // 14: netdir.v1.Controller.RegisterNode:input_type -> netdir.v1.RegisterNodeRequest
+	6,  // 15: netdir.v1.Controller.ReportStats:input_type -> netdir.v1.NodeStats
+	10, // 16: netdir.v1.Controller.ReportAgentStats:input_type -> netdir.v1.AgentStats
+	14, // 17: netdir.v1.Controller.WatchDirectory:input_type -> netdir.v1.WatchDirectoryRequest
+	16, // 18: netdir.v1.Controller.ListDirectory:input_type -> netdir.v1.ListDirectoryRequest
+	18, // 19: netdir.v1.Controller.Pin:input_type -> netdir.v1.PinRequest
+	18, // 20: netdir.v1.Controller.Unpin:input_type -> netdir.v1.PinRequest
+	20, // 21: netdir.v1.Controller.ListPartitions:input_type -> netdir.v1.ListPartitionsRequest
+	22, // 22: netdir.v1.Controller.SetWeights:input_type -> netdir.v1.SetWeightsRequest
+	24, // 23: netdir.v1.Controller.Status:input_type -> netdir.v1.StatusRequest
+	3,  // 24: netdir.v1.Controller.RegisterNode:output_type -> netdir.v1.RegisterNodeResponse
+	7,  // 25: netdir.v1.Controller.ReportStats:output_type -> netdir.v1.ReportStatsResponse
+	11, // 26: netdir.v1.Controller.ReportAgentStats:output_type -> netdir.v1.ReportAgentStatsResponse
+	15, // 27: netdir.v1.Controller.WatchDirectory:output_type -> netdir.v1.DirectoryUpdate
+	17, // 28: netdir.v1.Controller.ListDirectory:output_type -> netdir.v1.ListDirectoryResponse
+	19, // 29: netdir.v1.Controller.Pin:output_type -> netdir.v1.PinResponse
+	19, // 30: netdir.v1.Controller.Unpin:output_type -> netdir.v1.PinResponse
+	21, // 31: netdir.v1.Controller.ListPartitions:output_type -> netdir.v1.ListPartitionsResponse
+	23, // 32: netdir.v1.Controller.SetWeights:output_type -> netdir.v1.SetWeightsResponse
+	25, // 33: netdir.v1.Controller.Status:output_type -> netdir.v1.StatusResponse
+	24, // [24:34] is the sub-list for method output_type
+	14, // [14:24] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_netdir_proto_init() }
@@ -1448,7 +1726,7 @@ func file_netdir_proto_init() {
 	if File_netdir_proto != nil {
 		return
 	}
-	file_netdir_proto_msgTypes[17].OneofWrappers = []any{
+	file_netdir_proto_msgTypes[21].OneofWrappers = []any{
 		(*SetWeightsRequest_Partition)(nil),
 		(*SetWeightsRequest_Key)(nil),
 	}
@@ -1458,7 +1736,7 @@ func file_netdir_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_netdir_proto_rawDesc), len(file_netdir_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,15 +23,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Controller_RegisterNode_FullMethodName   = "/netdir.v1.Controller/RegisterNode"
-	Controller_ReportStats_FullMethodName    = "/netdir.v1.Controller/ReportStats"
-	Controller_WatchDirectory_FullMethodName = "/netdir.v1.Controller/WatchDirectory"
-	Controller_ListDirectory_FullMethodName  = "/netdir.v1.Controller/ListDirectory"
-	Controller_Pin_FullMethodName            = "/netdir.v1.Controller/Pin"
-	Controller_Unpin_FullMethodName          = "/netdir.v1.Controller/Unpin"
-	Controller_ListPartitions_FullMethodName = "/netdir.v1.Controller/ListPartitions"
-	Controller_SetWeights_FullMethodName     = "/netdir.v1.Controller/SetWeights"
-	Controller_Status_FullMethodName         = "/netdir.v1.Controller/Status"
+	Controller_RegisterNode_FullMethodName     = "/netdir.v1.Controller/RegisterNode"
+	Controller_ReportStats_FullMethodName      = "/netdir.v1.Controller/ReportStats"
+	Controller_ReportAgentStats_FullMethodName = "/netdir.v1.Controller/ReportAgentStats"
+	Controller_WatchDirectory_FullMethodName   = "/netdir.v1.Controller/WatchDirectory"
+	Controller_ListDirectory_FullMethodName    = "/netdir.v1.Controller/ListDirectory"
+	Controller_Pin_FullMethodName              = "/netdir.v1.Controller/Pin"
+	Controller_Unpin_FullMethodName            = "/netdir.v1.Controller/Unpin"
+	Controller_ListPartitions_FullMethodName   = "/netdir.v1.Controller/ListPartitions"
+	Controller_SetWeights_FullMethodName       = "/netdir.v1.Controller/SetWeights"
+	Controller_Status_FullMethodName           = "/netdir.v1.Controller/Status"
 )
 
 // ControllerClient is the client API for Controller service.
@@ -41,6 +42,9 @@ type ControllerClient interface {
 	// Nodes register their address on start and report stats each epoch.
 	RegisterNode(ctx context.Context, in *RegisterNodeRequest, opts ...grpc.CallOption) (*RegisterNodeResponse, error)
 	ReportStats(ctx context.Context, in *NodeStats, opts ...grpc.CallOption) (*ReportStatsResponse, error)
+	// Host agents report what their maps counted since their last report:
+	// hits per directory key and the growth of the miss sketch.
+	ReportAgentStats(ctx context.Context, in *AgentStats, opts ...grpc.CallOption) (*ReportAgentStatsResponse, error)
 	// Agents subscribe: a full snapshot first, then deltas in order.
 	WatchDirectory(ctx context.Context, in *WatchDirectoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DirectoryUpdate], error)
 	// Administration.
@@ -74,6 +78,16 @@ func (c *controllerClient) ReportStats(ctx context.Context, in *NodeStats, opts 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReportStatsResponse)
 	err := c.cc.Invoke(ctx, Controller_ReportStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerClient) ReportAgentStats(ctx context.Context, in *AgentStats, opts ...grpc.CallOption) (*ReportAgentStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportAgentStatsResponse)
+	err := c.cc.Invoke(ctx, Controller_ReportAgentStats_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -166,6 +180,9 @@ type ControllerServer interface {
 	// Nodes register their address on start and report stats each epoch.
 	RegisterNode(context.Context, *RegisterNodeRequest) (*RegisterNodeResponse, error)
 	ReportStats(context.Context, *NodeStats) (*ReportStatsResponse, error)
+	// Host agents report what their maps counted since their last report:
+	// hits per directory key and the growth of the miss sketch.
+	ReportAgentStats(context.Context, *AgentStats) (*ReportAgentStatsResponse, error)
 	// Agents subscribe: a full snapshot first, then deltas in order.
 	WatchDirectory(*WatchDirectoryRequest, grpc.ServerStreamingServer[DirectoryUpdate]) error
 	// Administration.
@@ -190,6 +207,9 @@ func (UnimplementedControllerServer) RegisterNode(context.Context, *RegisterNode
 }
 func (UnimplementedControllerServer) ReportStats(context.Context, *NodeStats) (*ReportStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportStats not implemented")
+}
+func (UnimplementedControllerServer) ReportAgentStats(context.Context, *AgentStats) (*ReportAgentStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportAgentStats not implemented")
 }
 func (UnimplementedControllerServer) WatchDirectory(*WatchDirectoryRequest, grpc.ServerStreamingServer[DirectoryUpdate]) error {
 	return status.Error(codes.Unimplemented, "method WatchDirectory not implemented")
@@ -265,6 +285,24 @@ func _Controller_ReportStats_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ControllerServer).ReportStats(ctx, req.(*NodeStats))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Controller_ReportAgentStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AgentStats)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServer).ReportAgentStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Controller_ReportAgentStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServer).ReportAgentStats(ctx, req.(*AgentStats))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -402,6 +440,10 @@ var Controller_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportStats",
 			Handler:    _Controller_ReportStats_Handler,
+		},
+		{
+			MethodName: "ReportAgentStats",
+			Handler:    _Controller_ReportAgentStats_Handler,
 		},
 		{
 			MethodName: "ListDirectory",

@@ -47,6 +47,15 @@ func (a *API) ReportStats(_ context.Context, s *api.NodeStats) (*api.ReportStats
 	return &api.ReportStatsResponse{}, nil
 }
 
+// ReportAgentStats takes a host agent's counts for the next hot-key round.
+func (a *API) ReportAgentStats(_ context.Context, s *api.AgentStats) (*api.ReportAgentStatsResponse, error) {
+	dup, err := a.c.ReportAgent(s)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return &api.ReportAgentStatsResponse{Duplicate: dup}, nil
+}
+
 // WatchDirectory streams a snapshot, then deltas.
 func (a *API) WatchDirectory(_ *api.WatchDirectoryRequest, stream api.Controller_WatchDirectoryServer) error {
 	w := a.c.st.watch()

@@ -86,6 +86,10 @@ type Controller struct {
 	rounds     uint64
 	promotions uint64
 	evictions  uint64
+	// Host agents' reports (agents.go).
+	agentSeen   map[string]agentSeen
+	agentTally  agentTallies
+	agentTotals AgentTotals
 }
 
 // New returns a controller for the nodes; it has not touched any device yet.
@@ -235,11 +239,20 @@ func (c *Controller) HotKeyRound(ctx context.Context) error {
 		c.mu.Unlock()
 	}
 	c.mu.Lock()
+	// Host agents' counts since the last round: their slot hits add to the
+	// cached keys', their sketch growth to the planes'.
+	agents := c.takeAgentTalliesLocked()
+	for r := range sketch {
+		for col := range sketch[r] {
+			sketch[r][col] += agents.sketch[r][col]
+		}
+	}
 	cachedCounts := map[wire.KeyHash]uint64{}
 	var all uint64
 	for _, e := range entries {
 		d := total[e.Slot] - min(c.lastHits[e.Slot], total[e.Slot])
 		c.lastHits[e.Slot] = total[e.Slot]
+		d += agents.hits[e.Hash]
 		cachedCounts[e.Hash] = d
 		e.Hits = d
 		all += d
