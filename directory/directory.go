@@ -174,6 +174,7 @@ type Directory struct {
 	nodes   []NodeStats
 	ports   map[uint32]PortKind
 	sketch  [SketchRows][SketchCols]uint32
+	floors  []uint64 // by FloorIndex: the highest stamp issued, kept across evictions
 	counter Counters
 }
 
@@ -183,13 +184,14 @@ func New(cfg Config) (*Directory, error) {
 		return nil, err
 	}
 	d := &Directory{
-		cfg:   cfg,
-		parts: make([]Partition, 1<<cfg.PartitionBits),
-		slots: make([]Slot, cfg.Slots),
-		index: make(map[wire.KeyHash]uint32, cfg.Slots),
-		free:  make([]uint32, 0, cfg.Slots),
-		nodes: make([]NodeStats, cfg.MaxNodes),
-		ports: make(map[uint32]PortKind),
+		cfg:    cfg,
+		parts:  make([]Partition, 1<<cfg.PartitionBits),
+		slots:  make([]Slot, cfg.Slots),
+		index:  make(map[wire.KeyHash]uint32, cfg.Slots),
+		free:   make([]uint32, 0, cfg.Slots),
+		nodes:  make([]NodeStats, cfg.MaxNodes),
+		ports:  make(map[uint32]PortKind),
+		floors: make([]uint64, StampFloors),
 	}
 	for i := cfg.Slots - 1; i >= 0; i-- {
 		d.free = append(d.free, uint32(i))
@@ -352,8 +354,12 @@ func (d *Directory) SetPort(port uint32, kind PortKind) {
 }
 
 // Insert promotes a key: locs is its LocationList, whose first r entries are
-// the chain; ver seeds ver_next and ver_done (0 when unknown: the tail's VSB
-// brings it). Only the chain starts fresh. A nil buckets spreads evenly over
+// the chain. ver is the head's latest version when it was promoted (the
+// controller promotes at the head first); ver_next and ver_done start at the
+// larger of ver and the key's stamp floor, so that neither an extra's copy
+// from before the head's latest nor a stamp this plane issued before an
+// eviction can be taken for the newest version (spec/README.md, flaws A, B
+// and E). Only the chain starts fresh. A nil buckets spreads evenly over
 // locs. It returns the slot index.
 func (d *Directory) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64, buckets []uint8) (uint32, error) {
 	if _, ok := d.index[h]; ok {
@@ -370,6 +376,7 @@ func (d *Directory) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64
 	copy(s.Locs[:], locs)
 	s.N, s.R = uint8(len(locs)), uint8(r)
 	s.Fresh = s.chainMask()
+	ver = max(ver, d.floors[FloorIndex(&h)])
 	s.VerNext, s.VerDone = ver, ver
 	s.used = true
 	if err := fillBuckets(&s.Buckets, buckets, len(locs)); err != nil {
@@ -440,6 +447,19 @@ func (d *Directory) SetNodeStats(n wire.NodeID, s NodeStats) error {
 	}
 	d.nodes[n] = s
 	return nil
+}
+
+// StampFloors is the number of stamp floors. A floor is the highest stamp
+// the plane has issued to any key of its index; it outlives the slot, so a
+// key evicted with a stamped write in flight and promoted again is seeded
+// above that write. Keys that share a floor only seed higher than they need:
+// safe, but such a key's extras wait for its next write to become fresh.
+const StampFloors = 1 << 14
+
+// FloorIndex is h's stamp floor: the low 14 bits of the hash (bytes 14 and
+// 15), independent of the partition and sketch bits.
+func FloorIndex(h *wire.KeyHash) uint32 {
+	return (uint32(h[14])<<8 | uint32(h[15])) & (StampFloors - 1)
 }
 
 // SketchIndex is row r's column for h: 10 bits from bytes 4+2r and 5+2r of

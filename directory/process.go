@@ -252,6 +252,8 @@ func (d *Directory) write(pkt []byte, h *wire.KeyHash, now uint64) Verdict {
 			s.VerNext++
 			wire.SetStamp(pkt, s.VerNext)
 			flags |= wire.FlagStamped
+			f := &d.floors[FloorIndex(h)]
+			*f = max(*f, s.VerNext)
 		} else {
 			wire.SetStamp(pkt, 0) // a host agent does not stamp: the head assigns the version
 		}

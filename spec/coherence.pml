@@ -727,7 +727,7 @@ inline dp_insert() {
 	cached = 1; fresh = 0;
 #ifdef FIX_SEED
 	vnext = seed;
-#ifndef NO_FLOOR
+#ifndef MUT_NO_FLOOR
 	max2(vnext, sfloor);
 #endif
 	vdone = vnext;
