@@ -138,11 +138,18 @@ func (m *HotKeys) coldest() (wire.KeyHash, bool) {
 	return best, found
 }
 
+// CopyHeadroom is how far above its fair share (1/n of all requests) a
+// node holding a copy of a hot key may be expected to run.
+const CopyHeadroom = 0.25
+
 // CopyCount is the LocationList length for a key that draws share of all
-// requests: enough copies that no copy needs more than one node's fair share
-// (1/n), with headroom of 1.5×, at least the chain and at most the rack.
+// requests, at least the chain and at most the rack. Every node already
+// carries its part of the other keys, about (1−share)/n, so a node holding
+// one of c copies runs at (1−share)/n + share/c; that stays within
+// (1+CopyHeadroom)/n when c ≥ share·n / (CopyHeadroom + share). (Sizing
+// copies against 1/n alone put copy holders at up to twice their share.)
 func CopyCount(share float64, n, chain int) int {
-	want := int(math.Ceil(1.5 * share * float64(n)))
+	want := int(math.Ceil(share * float64(n) / (CopyHeadroom + share)))
 	return min(max(want, chain), n, 32)
 }
 

@@ -76,6 +76,22 @@ func TestCopiesAndPlacement(t *testing.T) {
 	if got := CopyCount(1, 64, 3); got != 32 {
 		t.Errorf("copies capped at %d, want 32", got)
 	}
+	// Against the base load: the hottest key at zipf 0.99 (9.6 %) on 16
+	// nodes needs 5 copies, not the chain's 3, for its holders to stay
+	// within the headroom.
+	for _, c := range []struct {
+		share float64
+		n     int
+	}{{0.096, 16}, {0.2, 16}, {0.087, 16}, {0.096, 8}, {0.3, 32}, {0.02, 16}} {
+		k := CopyCount(c.share, c.n, 3)
+		fair := 1 / float64(c.n)
+		if held := (1-c.share)*fair + c.share/float64(k); k < c.n && held > (1+CopyHeadroom)*fair+1e-12 {
+			t.Errorf("share %v on %d nodes: %d copies put a holder at %.4f, over %.4f", c.share, c.n, k, held, (1+CopyHeadroom)*fair)
+		}
+	}
+	if got := CopyCount(0.096, 16, 3); got != 5 {
+		t.Errorf("CopyCount(0.096, 16, 3) = %d, want 5", got)
+	}
 	load := map[wire.NodeID]float64{4: 0.2, 5: 0.1}
 	got := PlaceExtras([]wire.NodeID{1, 2, 3}, []wire.NodeID{1, 2, 3, 4, 5, 6}, load, 2, 0.25)
 	if fmt.Sprint(got) != "[6 5]" {

@@ -1,0 +1,405 @@
+package sched
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"time"
+
+	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/wire"
+)
+
+// The coarse scheduler's epoch L (HATS §4.2).
+const (
+	DefaultEpoch = 60 * time.Second
+	MinEpoch     = 5 * time.Second
+	MaxEpoch     = 120 * time.Second
+)
+
+// WeightScale is the total of one partition's or hot key's weights in a
+// CoarsePlan: fine enough that directory.BucketsForWeights, not the
+// weights, limits the split's resolution.
+const WeightScale = 1 << 16
+
+// NodeStats is what the coarse scheduler knows of one node for one epoch.
+// Nodes gossip it (hashicorp/memberlist); where they do not, the controller
+// fills it from the nodes' reports.
+type NodeStats struct {
+	Node wire.NodeID
+	// ReadLatency is T_i, the node's mean read service time; 0 if unknown.
+	ReadLatency time.Duration
+	// Requests[j] is C for tree j: the requests the node served at chain
+	// position j during the epoch (for ring placement, C_(i−j),j).
+	Requests []uint64
+	// Capacity bounds the node's rate in requests/s where something other
+	// than read latency limits it (provisioning, or the bench's emulated
+	// capacity); 0 if nothing does.
+	Capacity float64
+}
+
+// HotKeyLoad is one directory key's traffic during the epoch.
+type HotKeyLoad struct {
+	Hash     wire.KeyHash
+	Locs     []wire.NodeID // the chain first, then extras
+	R        int           // chain length
+	Requests uint64        // the slot's hits in the epoch
+	// Weights is the split installed now, one per location; nil (or a
+	// zero total) is even.
+	Weights []uint32
+}
+
+// CoarseInput is one epoch's view of the cluster.
+type CoarseInput struct {
+	Epoch   time.Duration   // L; 0 means DefaultEpoch
+	Nodes   []NodeStats     // nodes without stats count as average capacity and no chain load
+	Chains  [][]wire.NodeID // per partition, the chain (a power-of-two count, as in directory.PartitionMap)
+	HotKeys []HotKeyLoad
+}
+
+// CoarsePlan is the expected state E and the weights that realise it.
+type CoarsePlan struct {
+	// Partitions holds one weight per chain member for every partition,
+	// summing to WeightScale.
+	Partitions [][]uint32
+	// HotKeys holds one weight per location for every input hot key, in
+	// input order, summing to WeightScale (even for a key without requests).
+	HotKeys [][]uint32
+	// Delta is Δ_i = L/T_i − Σ_j C_(i−j),j before any move: the requests
+	// node i could still serve in the epoch (negative: overloaded). The sum
+	// counts the hot keys' copies too.
+	Delta map[wire.NodeID]float64
+	// Expected is E_i: the requests node i is expected to serve in an epoch
+	// under the new weights, and Share its fraction of all of them.
+	Expected map[wire.NodeID]float64
+	Share    map[wire.NodeID]float64
+}
+
+// coarseUnit is a set of nodes that can take over each other's requests:
+// one chain group (every partition on the same chain) or one hot key.
+type coarseUnit struct {
+	nodes []int     // node indices
+	load  []float64 // requests each node serves for the unit
+	fixed bool      // not moved (hot keys after quantisation)
+}
+
+func (u *coarseUnit) total() float64 {
+	t := 0.0
+	for _, x := range u.load {
+		t += x
+	}
+	return t
+}
+
+// weights scales the unit's loads to WeightScale; a unit without load
+// splits evenly.
+func (u *coarseUnit) weights() []uint32 {
+	w := make([]uint32, len(u.load))
+	if len(w) == 0 {
+		return w
+	}
+	t := u.total()
+	given := uint32(0)
+	for i, x := range u.load {
+		if t > 0 {
+			w[i] = uint32(x / t * WeightScale)
+		} else {
+			w[i] = uint32(WeightScale / len(w))
+		}
+		given += w[i]
+	}
+	// The rounding remainder goes to the largest share.
+	w[slices.Index(u.load, slices.Max(u.load))] += WeightScale - given
+	return w
+}
+
+// Coarse is the HATS coarse scheduler: from each node's capacity in the
+// epoch (L/T_i, bounded by its Capacity) and the requests it served, it
+// finds high-load nodes (utilisation above the cluster's) and low-load ones,
+// and moves expected load greedily from the most utilised node to the least
+// utilised one that shares a partition chain or a hot key's LocationList
+// with it, never past the receiver's capacity. Hot keys are then fixed at
+// the split their 32 buckets can realise and the chains absorb the rounding.
+func Coarse(in CoarseInput) (CoarsePlan, error) {
+	if in.Epoch == 0 {
+		in.Epoch = DefaultEpoch
+	}
+	if in.Epoch < MinEpoch || in.Epoch > MaxEpoch {
+		return CoarsePlan{}, fmt.Errorf("sched: epoch %v: want %v..%v", in.Epoch, MinEpoch, MaxEpoch)
+	}
+	if n := len(in.Chains); n == 0 || n&(n-1) != 0 {
+		return CoarsePlan{}, fmt.Errorf("sched: %d partitions: want a power of two", n)
+	}
+	partBits := uint(bits.TrailingZeros(uint(len(in.Chains))))
+
+	// Nodes: every node with stats or on a chain or LocationList, by id.
+	var ids []wire.NodeID
+	for _, s := range in.Nodes {
+		ids = append(ids, s.Node)
+	}
+	for _, c := range in.Chains {
+		ids = append(ids, c...)
+	}
+	for _, k := range in.HotKeys {
+		ids = append(ids, k.Locs...)
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	idx := make(map[wire.NodeID]int, len(ids))
+	for i, id := range ids {
+		idx[id] = i
+	}
+	stats := make([]*NodeStats, len(ids))
+	for i := range in.Nodes {
+		stats[idx[in.Nodes[i].Node]] = &in.Nodes[i]
+	}
+	capacity := nodeCapacities(stats, in.Epoch)
+
+	// Chain groups: partitions on the same chain share their members' trees.
+	type group struct {
+		chain []wire.NodeID
+		parts int
+	}
+	var groups []*group
+	groupOf := make([]int, len(in.Chains))
+	bySig := map[string]int{}
+	for p, c := range in.Chains {
+		sig := fmt.Sprint(c)
+		g, ok := bySig[sig]
+		if !ok {
+			g = len(groups)
+			bySig[sig] = g
+			groups = append(groups, &group{chain: c})
+		}
+		groups[g].parts++
+		groupOf[p] = g
+	}
+	// A node's requests at position j belong to the groups that have it
+	// there, by their partition counts.
+	held := map[[2]int]int{} // (node, position) → partitions there
+	for _, g := range groups {
+		for j, n := range g.chain {
+			held[[2]int{idx[n], j}] += g.parts
+		}
+	}
+	units := make([]*coarseUnit, 0, len(groups)+len(in.HotKeys))
+	for _, g := range groups {
+		u := &coarseUnit{nodes: make([]int, len(g.chain)), load: make([]float64, len(g.chain))}
+		for j, n := range g.chain {
+			i := idx[n]
+			u.nodes[j] = i
+			if s := stats[i]; s != nil && j < len(s.Requests) {
+				u.load[j] = float64(s.Requests[j]) * float64(g.parts) / float64(held[[2]int{i, j}])
+			}
+		}
+		units = append(units, u)
+	}
+	// Hot keys: their chain members' share is inside the trees' counts, so
+	// it leaves the group's load.
+	for _, k := range in.HotKeys {
+		u := &coarseUnit{nodes: make([]int, len(k.Locs)), load: make([]float64, len(k.Locs))}
+		var sum float64
+		for _, w := range k.Weights {
+			sum += float64(w)
+		}
+		for l, n := range k.Locs {
+			u.nodes[l] = idx[n]
+			share := 1 / float64(len(k.Locs))
+			if len(k.Weights) == len(k.Locs) && sum > 0 {
+				share = float64(k.Weights[l]) / sum
+			}
+			u.load[l] = float64(k.Requests) * share
+		}
+		g := units[groupOf[k.Hash.Partition(partBits)]]
+		for l := 0; l < min(k.R, len(k.Locs)); l++ {
+			if j := slices.Index(g.nodes, u.nodes[l]); j >= 0 {
+				g.load[j] = max(0, g.load[j]-u.load[l])
+			}
+		}
+		units = append(units, u)
+	}
+
+	plan := CoarsePlan{
+		Delta:    make(map[wire.NodeID]float64, len(ids)),
+		Expected: make(map[wire.NodeID]float64, len(ids)),
+		Share:    make(map[wire.NodeID]float64, len(ids)),
+	}
+	load := nodeLoads(units, len(ids))
+	for i, id := range ids {
+		plan.Delta[id] = capacity[i] - load[i]
+	}
+	balance(units, load, capacity)
+	hot := units[len(groups):]
+	for _, u := range hot {
+		quantise(u)
+		u.fixed = true
+	}
+	load = nodeLoads(units, len(ids))
+	balance(units, load, capacity)
+
+	groupWeights := make([][]uint32, len(groups))
+	for g := range groups {
+		groupWeights[g] = units[g].weights()
+	}
+	plan.Partitions = make([][]uint32, len(in.Chains))
+	for p := range in.Chains {
+		plan.Partitions[p] = slices.Clone(groupWeights[groupOf[p]])
+	}
+	for _, u := range hot {
+		plan.HotKeys = append(plan.HotKeys, u.weights())
+	}
+	var total float64
+	for _, x := range load {
+		total += x
+	}
+	for i, id := range ids {
+		plan.Expected[id] = load[i]
+		if total > 0 {
+			plan.Share[id] = load[i] / total
+		} else {
+			plan.Share[id] = 1 / float64(len(ids))
+		}
+	}
+	return plan, nil
+}
+
+// nodeCapacities is each node's capacity in requests per epoch: L/T_i,
+// bounded by its Capacity. Nodes that know neither get the mean of those
+// that do; if none does, every node gets 1 (then only proportions count).
+func nodeCapacities(stats []*NodeStats, epoch time.Duration) []float64 {
+	out := make([]float64, len(stats))
+	var sum float64
+	known := 0
+	for i, s := range stats {
+		if s == nil {
+			continue
+		}
+		rate := math.Inf(1)
+		if s.ReadLatency > 0 {
+			rate = 1 / s.ReadLatency.Seconds()
+		}
+		if s.Capacity > 0 {
+			rate = min(rate, s.Capacity)
+		}
+		if !math.IsInf(rate, 1) {
+			out[i] = rate * epoch.Seconds()
+			sum += out[i]
+			known++
+		}
+	}
+	fill := 1.0
+	if known > 0 {
+		fill = sum / float64(known)
+	}
+	for i := range out {
+		if out[i] == 0 {
+			out[i] = fill
+		}
+	}
+	return out
+}
+
+func nodeLoads(units []*coarseUnit, n int) []float64 {
+	load := make([]float64, n)
+	for _, u := range units {
+		for m, i := range u.nodes {
+			load[i] += u.load[m]
+		}
+	}
+	return load
+}
+
+// maxMoves bounds balance's work; it converges long before on real inputs.
+const maxMoves = 100_000
+
+// balance moves load within units, updating load in place: repeatedly the
+// most utilised node above the cluster's utilisation hands requests of a
+// unit it serves to the least utilised fellow member, until the two are
+// equally utilised, it is down to the cluster's utilisation, the receiver
+// is full, or its share of the unit is gone. Each move lowers Σ load²/cap,
+// so it ends; moves under a thousandth of the mean load are not made.
+func balance(units []*coarseUnit, load, capacity []float64) {
+	type member struct{ unit, pos int }
+	byNode := make([][]member, len(load))
+	for u, un := range units {
+		if un.fixed {
+			continue
+		}
+		for m, i := range un.nodes {
+			byNode[i] = append(byNode[i], member{u, m})
+		}
+	}
+	var totalLoad, totalCap float64
+	for i := range load {
+		totalLoad += load[i]
+		totalCap += capacity[i]
+	}
+	if totalLoad <= 0 || len(load) < 2 {
+		return
+	}
+	target := totalLoad / totalCap
+	minMove := totalLoad / float64(len(load)) / 1000
+	util := func(i int) float64 { return load[i] / capacity[i] }
+	stuck := make([]bool, len(load))
+	for range maxMoves {
+		h := -1
+		for i := range load {
+			if !stuck[i] && load[i]-target*capacity[i] > minMove && (h < 0 || util(i) > util(h)) {
+				h = i
+			}
+		}
+		if h < 0 {
+			return
+		}
+		best, bestUnit, bestPos, bestFrom := -1, 0, 0, 0
+		for _, mb := range byNode[h] {
+			un := units[mb.unit]
+			if un.load[mb.pos] <= minMove {
+				continue
+			}
+			for m, l := range un.nodes {
+				if l == h || load[l] >= capacity[l] {
+					continue
+				}
+				if best < 0 || cmp.Or(cmp.Compare(util(l), util(best)), cmp.Compare(l, best)) < 0 {
+					best, bestUnit, bestPos, bestFrom = l, mb.unit, m, mb.pos
+				}
+			}
+		}
+		if best < 0 || util(best) >= util(h) {
+			stuck[h] = true
+			continue
+		}
+		un := units[bestUnit]
+		move := min(un.load[bestFrom],
+			load[h]-target*capacity[h],
+			(load[h]*capacity[best]-load[best]*capacity[h])/(capacity[h]+capacity[best]),
+			capacity[best]-load[best])
+		if move < minMove {
+			stuck[h] = true
+			continue
+		}
+		un.load[bestFrom] -= move
+		un.load[bestPos] += move
+		load[h] -= move
+		load[best] += move
+	}
+}
+
+// quantise sets a hot key's loads to what its weights realise once they
+// become directory.Buckets buckets.
+func quantise(u *coarseUnit) {
+	t := u.total()
+	if t <= 0 {
+		return
+	}
+	count := make([]int, len(u.load))
+	for _, b := range directory.BucketsForWeights(u.weights()) {
+		count[b]++
+	}
+	for m := range u.load {
+		u.load[m] = t * float64(count[m]) / directory.Buckets
+	}
+}

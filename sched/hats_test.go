@@ -1,0 +1,271 @@
+package sched
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/wire"
+)
+
+// ring is n nodes (ids 1..n) with ring placement of parts partitions.
+func ring(t *testing.T, n, r, parts int) [][]wire.NodeID {
+	t.Helper()
+	ids := make([]wire.NodeID, n)
+	for i := range ids {
+		ids[i] = wire.NodeID(i + 1)
+	}
+	m, err := directory.RingMap(uint(math.Log2(float64(parts))), ids, r, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Chains
+}
+
+// hotKeyIn returns a key of partition p (of parts) and its load.
+func hotKeyIn(p, parts int, locs []wire.NodeID, r int, requests uint64) HotKeyLoad {
+	bits := uint(math.Log2(float64(parts)))
+	for i := 0; ; i++ {
+		h := wire.HashKey([]byte(fmt.Sprintf("hot%d", i)))
+		if int(h.Partition(bits)) == p {
+			return HotKeyLoad{Hash: h, Locs: locs, R: r, Requests: requests}
+		}
+	}
+}
+
+func sumWeights(w []uint32) (s uint64) {
+	for _, x := range w {
+		s += uint64(x)
+	}
+	return s
+}
+
+func TestCoarseEpochBounds(t *testing.T) {
+	chains := ring(t, 4, 3, 16)
+	for _, c := range []struct {
+		epoch time.Duration
+		ok    bool
+	}{{0, true}, {MinEpoch, true}, {MaxEpoch, true}, {MinEpoch - 1, false}, {MaxEpoch + 1, false}, {-time.Second, false}} {
+		_, err := Coarse(CoarseInput{Epoch: c.epoch, Chains: chains})
+		if (err == nil) != c.ok {
+			t.Errorf("epoch %v: err %v, want ok=%v", c.epoch, err, c.ok)
+		}
+	}
+	if _, err := Coarse(CoarseInput{Chains: chains[:3]}); err == nil {
+		t.Error("3 partitions accepted")
+	}
+}
+
+func TestCoarseDelta(t *testing.T) {
+	chains := ring(t, 3, 3, 4)
+	nodes := []NodeStats{
+		{Node: 1, ReadLatency: time.Millisecond, Requests: []uint64{100, 200, 300}},
+		{Node: 2, ReadLatency: time.Millisecond, Capacity: 500, Requests: []uint64{10}},
+		{Node: 3, Requests: []uint64{0, 0, 0}},
+	}
+	p, err := Coarse(CoarseInput{Epoch: 10 * time.Second, Nodes: nodes, Chains: chains})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// L/T = 10 s / 1 ms; node 2's capacity bounds it; node 3 knows neither
+	// and gets the mean.
+	want := map[wire.NodeID]float64{1: 10000 - 600, 2: 5000 - 10, 3: 7500}
+	for id, d := range want {
+		if math.Abs(p.Delta[id]-d) > 1e-6 {
+			t.Errorf("Δ of node %d = %v, want %v", id, p.Delta[id], d)
+		}
+	}
+}
+
+// skewedInput: 8 nodes, ring chains of 3 over 64 partitions; node 1 serves
+// three times the others at every position, and two hot keys add load to
+// nodes 1–3 and spread over extras.
+func skewedInput(t *testing.T) CoarseInput {
+	chains := ring(t, 8, 3, 64)
+	in := CoarseInput{Epoch: 10 * time.Second, Chains: chains}
+	for i := 1; i <= 8; i++ {
+		c := []uint64{200, 200, 200}
+		if i == 1 {
+			c = []uint64{600, 600, 600}
+		}
+		in.Nodes = append(in.Nodes, NodeStats{Node: wire.NodeID(i), ReadLatency: 50 * time.Microsecond, Capacity: 150, Requests: c})
+	}
+	// Partition 0's chain is 1,2,3.
+	in.HotKeys = []HotKeyLoad{
+		hotKeyIn(0, 64, []wire.NodeID{1, 2, 3, 5, 7}, 3, 400),
+		hotKeyIn(0, 64, []wire.NodeID{1, 2, 3}, 3, 90),
+	}
+	return in
+}
+
+func TestCoarseConservesLoadAndBalances(t *testing.T) {
+	in := skewedInput(t)
+	p, err := Coarse(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Everything the trees served plus the hot key's extras (2 of 5 of its 400).
+	var before float64
+	for _, s := range in.Nodes {
+		for _, c := range s.Requests {
+			before += float64(c)
+		}
+	}
+	before += 400 * 2 / 5.0
+	var after, most float64
+	for _, e := range p.Expected {
+		after += e
+		most = max(most, e)
+	}
+	if math.Abs(after-before) > 1e-6*before {
+		t.Fatalf("expected load %v, want %v (conserved)", after, before)
+	}
+	if r := most / (after / 8); r > 1.02 {
+		t.Errorf("max/mean of E = %.3f, want ≤ 1.02 (loads %v)", r, p.Expected)
+	}
+	var shares float64
+	for _, s := range p.Share {
+		shares += s
+	}
+	if math.Abs(shares-1) > 1e-9 {
+		t.Errorf("shares sum to %v", shares)
+	}
+}
+
+func TestCoarseNeverExceedsCapacity(t *testing.T) {
+	// Overloaded: node 1 serves far past its capacity, its chain fellows
+	// have a little room; they are filled to capacity and no further.
+	chains := ring(t, 3, 2, 4)
+	in := CoarseInput{Epoch: 10 * time.Second, Chains: chains, Nodes: []NodeStats{
+		{Node: 1, Capacity: 100, Requests: []uint64{3000, 3000}},
+		{Node: 2, Capacity: 100, Requests: []uint64{400, 400}},
+		{Node: 3, Capacity: 100, Requests: []uint64{300, 300}},
+	}}
+	p, err := Coarse(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, e := range p.Expected {
+		if id != 1 && e > 1000+1e-6 {
+			t.Errorf("node %d expected %v, over its capacity 1000", id, e)
+		}
+	}
+	if math.Abs(p.Expected[1]+p.Expected[2]+p.Expected[3]-7400) > 1e-6 {
+		t.Errorf("load not conserved: %v", p.Expected)
+	}
+	if p.Expected[2] < 1000-1e-6 || p.Expected[3] < 1000-1e-6 {
+		t.Errorf("room left unused: %v", p.Expected)
+	}
+	// In the skewed case every receiver stays within its capacity too.
+	sk := skewedInput(t)
+	ps, err := Coarse(sk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, e := range ps.Expected {
+		if e > 150*10+1e-6 {
+			t.Errorf("node %d expected %v, over its capacity", id, e)
+		}
+	}
+}
+
+func TestCoarseWeights(t *testing.T) {
+	in := skewedInput(t)
+	p, err := Coarse(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Partitions) != len(in.Chains) || len(p.HotKeys) != len(in.HotKeys) {
+		t.Fatalf("%d partitions and %d keys weighted", len(p.Partitions), len(p.HotKeys))
+	}
+	for i, w := range p.Partitions {
+		if len(w) != len(in.Chains[i]) || sumWeights(w) != WeightScale {
+			t.Fatalf("partition %d weights %v", i, w)
+		}
+	}
+	for i, w := range p.HotKeys {
+		if len(w) != len(in.HotKeys[i].Locs) || sumWeights(w) != WeightScale {
+			t.Fatalf("hot key %d weights %v", i, w)
+		}
+		// Quantised: the weights are whole buckets, so the data plane's
+		// bucket table realises them exactly.
+		for _, x := range w {
+			if x%(WeightScale/directory.Buckets) != 0 {
+				t.Errorf("hot key %d weights %v are not whole buckets", i, w)
+			}
+		}
+	}
+	// Node 1 heads partition 0 and is overloaded: it keeps less than an
+	// even third there.
+	if w := p.Partitions[0]; w[0] >= WeightScale/3 {
+		t.Errorf("partition 0 (head node 1, overloaded) weights %v", w)
+	}
+	// A hot key's extras take more than the chain members, which carry
+	// their partitions as well.
+	if w := p.HotKeys[0]; w[3] <= w[0] {
+		t.Errorf("hot key weights %v: extras should outweigh the chain", w)
+	}
+}
+
+func TestCoarseDegenerate(t *testing.T) {
+	chains := ring(t, 4, 3, 16)
+	check := func(name string, in CoarseInput) CoarsePlan {
+		t.Helper()
+		p, err := Coarse(in)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for i, w := range p.Partitions {
+			if len(w) != len(in.Chains[i]) || sumWeights(w) != WeightScale {
+				t.Fatalf("%s: partition %d weights %v", name, i, w)
+			}
+		}
+		for i, w := range p.HotKeys {
+			if len(w) != len(in.HotKeys[i].Locs) || sumWeights(w) != WeightScale {
+				t.Fatalf("%s: hot key %d weights %v", name, i, w)
+			}
+		}
+		for id, s := range p.Share {
+			if math.IsNaN(s) || math.IsInf(s, 0) || math.IsNaN(p.Expected[id]) {
+				t.Fatalf("%s: node %d share %v expected %v", name, id, s, p.Expected[id])
+			}
+		}
+		return p
+	}
+	even := func(name string, p CoarsePlan) {
+		t.Helper()
+		for i, w := range p.Partitions {
+			if max(w[0], w[1], w[2])-min(w[0], w[1], w[2]) > 1 {
+				t.Errorf("%s: partition %d weights %v, want even", name, i, w)
+			}
+		}
+	}
+	p := check("no stats", CoarseInput{Chains: chains})
+	even("no stats", p)
+	if p.Share[1] != 0.25 {
+		t.Errorf("no stats: share %v, want 1/4", p.Share)
+	}
+	zero := make([]NodeStats, 4)
+	for i := range zero {
+		zero[i] = NodeStats{Node: wire.NodeID(i + 1), Requests: []uint64{0, 0, 0}}
+	}
+	even("zero latency and no requests", check("zero latency", CoarseInput{Chains: chains, Nodes: zero}))
+	zero[0].Requests = []uint64{100, 0, 7}
+	check("zero latency, some requests", CoarseInput{Chains: chains, Nodes: zero})
+	one := [][]wire.NodeID{{9}, {9}}
+	p = check("one node", CoarseInput{Chains: one, Nodes: []NodeStats{{Node: 9, ReadLatency: time.Millisecond, Requests: []uint64{500}}},
+		HotKeys: []HotKeyLoad{{Hash: wire.HashKey([]byte("k")), Locs: []wire.NodeID{9}, R: 1, Requests: 50}}})
+	if p.Partitions[0][0] != WeightScale || p.Share[9] != 1 {
+		t.Errorf("one node: %v, share %v", p.Partitions, p.Share)
+	}
+	check("cold hot key", CoarseInput{Chains: chains, Nodes: zero,
+		HotKeys: []HotKeyLoad{hotKeyIn(3, 16, []wire.NodeID{4, 1, 2, 3}, 3, 0)}})
+	check("weights of another length", CoarseInput{Chains: chains, Nodes: zero,
+		HotKeys: []HotKeyLoad{func() HotKeyLoad {
+			k := hotKeyIn(3, 16, []wire.NodeID{4, 1, 2, 3}, 3, 100)
+			k.Weights = []uint32{1}
+			return k
+		}()}})
+}
