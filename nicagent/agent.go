@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -61,6 +62,14 @@ type Config struct {
 	// ResolveEvery is how often node addresses are resolved again (routes
 	// and neighbours change); default 5s.
 	ResolveEvery time.Duration
+	// ReportEvery is how often the agent reports its counters to the
+	// controller (each directory key's hits and the miss sketch's growth,
+	// for the hot-key loop); default 500ms (the controller's round);
+	// negative: never.
+	ReportEvery time.Duration
+	// Name names the agent in its reports; default the host name and the
+	// interface ("host/eth0").
+	Name string
 	// DialOptions are added to the controller connection's (the default is
 	// insecure transport credentials).
 	DialOptions []grpc.DialOption
@@ -90,6 +99,7 @@ type Agent struct {
 
 	snapshots, deltas, resubscribes, syncErrors atomic.Uint64
 	resolveKick                                 chan struct{}
+	reporter                                    *reporter
 }
 
 // New loads the programs, attaches them to the interface and installs the
@@ -113,12 +123,19 @@ func New(cfg Config) (a *Agent, err error) {
 	if cfg.ResolveEvery <= 0 {
 		cfg.ResolveEvery = 5 * time.Second
 	}
+	if cfg.ReportEvery == 0 {
+		cfg.ReportEvery = 500 * time.Millisecond
+	}
+	if cfg.Name == "" {
+		host, _ := os.Hostname()
+		cfg.Name = host + "/" + cfg.Iface
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
 	a = &Agent{cfg: cfg, ns: netns.None(), log: cfg.Log.With("iface", cfg.Iface),
 		nodes: map[wire.NodeID]netip.AddrPort{}, resolved: map[wire.NodeID]NodeAddr{},
-		resolveKick: make(chan struct{}, 1)}
+		resolveKick: make(chan struct{}, 1), reporter: newReporter(cfg.Name)}
 	defer func() {
 		if err != nil {
 			a.Close()
@@ -331,8 +348,9 @@ func (a *Agent) Ready() bool {
 
 // Run subscribes to the controller's directory and keeps the maps in step
 // (a snapshot, then deltas; on any error it resubscribes with backoff, and
-// the next snapshot reconciles), and resolves node addresses. It returns
-// when ctx ends.
+// the next snapshot reconciles), resolves node addresses, and reports the
+// maps' counters to the controller every ReportEvery. It returns when ctx
+// ends.
 func (a *Agent) Run(ctx context.Context) error {
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, a.cfg.DialOptions...)
 	conn, err := grpc.NewClient(a.cfg.Controller, opts...)
@@ -347,6 +365,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer wg.Done()
 		a.resolveLoop(ctx)
 	}()
+	if a.cfg.ReportEvery > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.reportLoop(ctx, cl)
+		}()
+	}
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		start := time.Now()

@@ -25,6 +25,7 @@ func Command() *cobra.Command {
 		iface, ctl, service, policy, xdpMode, metrics string
 		router, noRoute, verbose                      bool
 		slots                                         int
+		reportEvery                                   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "agent --iface IF --controller ADDR",
@@ -41,7 +42,9 @@ program rewrites each request to a storage node chosen by the directory and
 the partition table: linearizable reads to chain members, stale-ok reads to
 fresh extras too, writes to the chain head. Node MACs come from the
 neighbour table. Replies and VSBs (send them to this host's address, port
-7420) teach the XDP program node load and latency and key freshness.
+7420) teach the XDP program node load and latency and key freshness. Every
+--report-every the agent reports each directory key's hits and the growth of
+its miss sketch to the controller, whose hot-key loop counts them.
 
 --router runs the contract's ToR mode instead, for a host on the path of all
 of its keys' traffic: XDP routes requests arriving on IF and sends them back
@@ -66,7 +69,7 @@ out, and writes are stamped.`,
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 			a, err := New(Config{
 				Iface: iface, Controller: ctl, Service: svc, NoServiceRoute: noRoute, Policy: pol,
-				Router: router, XDPMode: xdpMode, Options: Options{SlotCap: slots}, Log: log,
+				Router: router, XDPMode: xdpMode, Options: Options{SlotCap: slots}, ReportEvery: reportEvery, Log: log,
 			})
 			if err != nil {
 				return err
@@ -102,6 +105,7 @@ out, and writes are stamped.`,
 	cmd.Flags().StringVar(&xdpMode, "xdp-mode", "auto", "XDP attach mode: auto (native, else generic), native or generic")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus /metrics on this address (off when empty)")
 	cmd.Flags().IntVar(&slots, "slots", 4096, "directory capacity of the maps")
+	cmd.Flags().DurationVar(&reportEvery, "report-every", 500*time.Millisecond, "how often to report slot hits and the miss sketch to the controller (match its round; negative: never)")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "debug logging")
 	return cmd
 }

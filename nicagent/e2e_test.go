@@ -57,6 +57,8 @@ type clusterOptions struct {
 	reach bool
 	// listen makes the controller API's listener (default: loopback here).
 	listen func(tb *testbed) (net.Listener, error)
+	// reportEvery is the agent's counter report interval (default 500ms).
+	reportEvery time.Duration
 }
 
 // nsStorage is the controller's storage reach, dialing from a namespace.
@@ -173,7 +175,8 @@ func (e *e2e) openClient(t *testing.T, staleOK bool) *client.Client {
 func startE2E(t *testing.T, policy directory.Policy, o clusterOptions) *e2e {
 	e, lis := startCluster(t, o)
 	var err error
-	e.agent, err = New(Config{Iface: "eth0", Controller: lis.Addr().String(), Netns: nsPath(e.tb.hosts["c"]), Policy: policy, Log: quietLog()})
+	e.agent, err = New(Config{Iface: "eth0", Controller: lis.Addr().String(), Netns: nsPath(e.tb.hosts["c"]), Policy: policy,
+		ReportEvery: o.reportEvery, Log: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}

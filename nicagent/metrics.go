@@ -17,7 +17,7 @@ type Collector struct {
 
 	packets, switched, drops, other  *prometheus.Desc
 	entries, nodes, resolved, synced *prometheus.Desc
-	sync, latency, load              *prometheus.Desc
+	sync, latency, load, reports     *prometheus.Desc
 }
 
 // NewCollector returns a's collector.
@@ -38,13 +38,14 @@ func NewCollector(a *Agent) *Collector {
 		sync:     d("sync_total", "Directory subscription events.", "event"),
 		latency:  d("node_latency_ns", "EWMA reply latency learnt of a node.", "node"),
 		load:     d("node_load", "Queue depth last reported by a node.", "node"),
+		reports:  d("reports_total", "Counter reports to the controller, by result.", "result"),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.switched, c.drops, c.other, c.entries, c.nodes,
-		c.resolved, c.synced, c.sync, c.latency, c.load} {
+		c.resolved, c.synced, c.sync, c.latency, c.load, c.reports} {
 		ch <- d
 	}
 }
@@ -86,6 +87,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.sync, ss.Deltas, "delta")
 	counter(c.sync, ss.Resubscribes, "resubscribe")
 	counter(c.sync, ss.Errors, "error")
+	rs := c.a.ReportStats()
+	counter(c.reports, rs.Sent, "sent")
+	counter(c.reports, rs.Failed, "failed")
+	counter(c.reports, rs.Duplicates, "duplicate")
 	c.a.mu.Lock()
 	ids := make([]wire.NodeID, 0, len(c.a.nodes))
 	for id := range c.a.nodes {

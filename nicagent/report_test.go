@@ -1,0 +1,276 @@
+package nicagent
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/controller"
+	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/wire"
+)
+
+// TestReportsDrivePromotion runs the agent's report path end to end on BPF
+// maps: GETs through the TC program (BPF_PROG_TEST_RUN) count misses in the
+// sketch, the agent reports them over real gRPC (loopback) to a controller
+// with no switch, and the controller's hot-key round promotes the key a node
+// named with too small a count; the agent's subscription installs it, and
+// its hits, reported, are the key's count in the next round. A report whose
+// answer is lost is sent again and counted once.
+func TestReportsDrivePromotion(t *testing.T) {
+	d := loadTest(t)
+	var cnodes []controller.NodeAddr
+	for n := wire.NodeID(1); n <= 3; n++ {
+		cnodes = append(cnodes, controller.NodeAddr{ID: n, Addr: testNodeAddr(n).Addr.String()})
+	}
+	ctl, err := controller.New(controller.Config{PartitionBits: 10, Replicas: 3, Nodes: cnodes, Round: time.Hour,
+		PromoteMin: 16, Log: quietLog()}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	api.RegisterControllerServer(gs, controller.NewAPI(ctl))
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	// loseAnswer makes the next report's answer fail after the controller
+	// took it, as a lost response would.
+	var loseAnswer atomic.Bool
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			err := invoke(ctx, method, req, reply, cc, opts...)
+			if err == nil && strings.HasSuffix(method, "/ReportAgentStats") && loseAnswer.CompareAndSwap(true, false) {
+				return status.Error(codes.Unavailable, "the answer was lost")
+			}
+			return err
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	cl := api.NewControllerClient(conn)
+
+	// The agent on the test's Dataplane: its subscription and reporter (no
+	// interface, so node addresses are installed by the test).
+	a := &Agent{dp: d, nodes: map[wire.NodeID]netip.AddrPort{}, resolved: map[wire.NodeID]NodeAddr{},
+		resolveKick: make(chan struct{}, 1), ifmac: agentMAC, cfg: Config{Service: service},
+		log: quietLog(), reporter: newReporter("test/agent")}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	watched := make(chan error, 1)
+	go func() { watched <- a.watch(ctx, cl) }()
+	t.Cleanup(func() {
+		cancel()
+		<-watched
+	})
+	waitFor(t, 5*time.Second, "the agent's first snapshot", func() bool { return a.SyncStats().Synced })
+	for n := wire.NodeID(1); n <= 3; n++ {
+		if err := d.SetNodeAddr(n, testNodeAddr(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	const key = "hot-key"
+	h := wire.HashKey([]byte(key))
+	gets := func(n int) {
+		t.Helper()
+		for i := range n {
+			ret, out, err := run(d.TC(), benchPacket(wire.OpGet, key, uint64(i+1), 0))
+			if err != nil || ret != tcOK {
+				t.Fatalf("GET through TC: %d, %v", ret, err)
+			}
+			p, err := parseFrame(out)
+			if err != nil || p.ip.DstIP.To4()[1] != 100 {
+				t.Fatalf("GET not routed to a node: %v %+v", err, p)
+			}
+		}
+	}
+	named := func() {
+		// The head names the key with the count its own top-k kept: too
+		// few to promote it (PromoteMin 16).
+		ctl.Report(&api.NodeStats{Node: 1, HotKeys: []*api.KeyCount{{Key: []byte(key), Count: 1}}})
+	}
+	report := func() {
+		t.Helper()
+		if err := a.reporter.report(ctx, d, cl); err != nil {
+			t.Fatalf("report: %v", err)
+		}
+	}
+
+	// 40 misses, not yet reported: the node's count alone does not promote.
+	gets(40)
+	if est, _ := d.SketchEstimate(h); est != 40 {
+		t.Fatalf("the sketch estimates %d misses of the key, want 40", est)
+	}
+	named()
+	if err := ctl.HotKeyRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(ctl.Entries()); n != 0 {
+		t.Fatalf("promoted before the agent reported: %d entries", n)
+	}
+
+	// Reported, with the answer lost once: sent again, counted once.
+	loseAnswer.Store(true)
+	if err := a.reporter.report(ctx, d, cl); err == nil {
+		t.Fatal("the report with its answer lost did not fail")
+	}
+	if rs := a.ReportStats(); !rs.Pending || rs.Failed != 1 {
+		t.Fatalf("after a lost answer: %+v", rs)
+	}
+	report()
+	if rs := a.ReportStats(); rs.Pending || rs.Sent != 1 || rs.Duplicates != 1 {
+		t.Fatalf("after the report was sent again: %+v", rs)
+	}
+	if tot := ctl.AgentTotals(); tot.Reports != 1 || tot.Duplicates != 1 || tot.Misses != 40 || tot.Hits != 0 {
+		t.Fatalf("the controller took %+v; want one report of 40 misses", tot)
+	}
+
+	// The round promotes the key on the agent's sketch; the agent gets it.
+	named()
+	if err := ctl.HotKeyRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ents := ctl.Entries()
+	if len(ents) != 1 || ents[0].Hash != h {
+		t.Fatalf("after the agent's report the directory is %+v; want the key", ents)
+	}
+	waitFor(t, 5*time.Second, "the promoted key in the agent's maps", func() bool {
+		_, ok, _ := d.Lookup(h)
+		return ok
+	})
+
+	// Its reads are hits now; reported, they are its count for the round.
+	s0, _ := d.Stats()
+	gets(30)
+	if s1, _ := d.Stats(); s1.Hits-s0.Hits != 30 || s1.Misses != s0.Misses {
+		t.Fatalf("30 GETs of the promoted key: %d hits, %d misses", s1.Hits-s0.Hits, s1.Misses-s0.Misses)
+	}
+	report()
+	if tot := ctl.AgentTotals(); tot.Reports != 2 || tot.Hits != 30 || tot.Misses != 40 {
+		t.Fatalf("the controller took %+v; want 30 hits more", tot)
+	}
+	if err := ctl.HotKeyRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ents := ctl.Entries(); len(ents) != 1 || ents[0].Hits != 30 {
+		t.Fatalf("the round after 30 reported hits: %+v", ents)
+	}
+
+	// Nothing counted since: nothing sent.
+	report()
+	if rs := a.ReportStats(); rs.Sent != 2 {
+		t.Errorf("a report with nothing to say was sent: %+v", rs)
+	}
+}
+
+// TestNetnsReportsPromote is the report path in the netns testbed: the
+// agent (Run, reporting every 50 ms) in front of three storage nodes, the
+// controller's API on loopback and no switch. Reads of a key through the
+// agent reach the controller as sketch growth and drive its promotion; the
+// promoted key's reads then split over its replicas, and the hits the agent
+// reports keep it in the directory round after round.
+func TestNetnsReportsPromote(t *testing.T) {
+	e := startE2E(t, directory.PolicyNetdir, clusterOptions{reportEvery: 50 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	hot := []byte("hot-key")
+	h := wire.HashKey(hot)
+	if _, err := e.client.Put(ctx, hot, []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	read := func(n int) map[wire.NodeID]int {
+		by := map[wire.NodeID]int{}
+		for range n {
+			r, err := e.client.GetResult(ctx, hot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(r.Value) != "v1" {
+				t.Fatalf("read %q, want v1", r.Value)
+			}
+			by[r.Node]++
+		}
+		return by
+	}
+	// delivered waits until the controller has taken every miss and hit
+	// the agent's maps counted.
+	delivered := func() {
+		t.Helper()
+		sk, err := e.agent.Dataplane().Sketch()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var misses uint64
+		for _, n := range sk[0] {
+			misses += n
+		}
+		s, _, _ := e.agent.Dataplane().Lookup(h)
+		waitFor(t, 5*time.Second, "the agent's counts at the controller", func() bool {
+			tot := e.ctl.AgentTotals()
+			return tot.Misses == misses && tot.Hits >= s.Hits
+		})
+	}
+
+	read(60)
+	delivered()
+	if est, _ := e.agent.Dataplane().SketchEstimate(h); est < 60 {
+		t.Fatalf("the agent's sketch estimates %d misses of the key, want ≥ 60", est)
+	}
+	// The head names the key with a count below PromoteMin (16): its
+	// top-k lost most of it. The agent's sketch saw every miss.
+	e.ctl.Report(&api.NodeStats{Node: uint32(e.lay.ChainOf(h)[0]), HotKeys: []*api.KeyCount{{Key: hot, Count: 1}}})
+	if err := e.ctl.HotKeyRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ents := e.ctl.Entries(); len(ents) != 1 || ents[0].Hash != h {
+		t.Fatalf("the controller's directory after the agent's report: %+v; want the key", ents)
+	}
+	waitFor(t, 5*time.Second, "the promoted key in the agent's maps", func() bool {
+		_, ok, _ := e.agent.Dataplane().Lookup(h)
+		return ok
+	})
+
+	// Cached: reads hit the slot and split over the replicas; the hits,
+	// reported, keep the key through more rounds than the cold limit (3).
+	total := map[wire.NodeID]int{}
+	for round := range 4 {
+		before := e.ctl.AgentTotals().Hits
+		for n, c := range read(50) {
+			total[n] += c
+		}
+		delivered()
+		if err := e.ctl.HotKeyRound(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ents := e.ctl.Entries()
+		if len(ents) != 1 {
+			t.Fatalf("round %d: the key left the directory while read", round)
+		}
+		if got := e.ctl.AgentTotals().Hits - before; ents[0].Hits != got || got < 50 {
+			t.Fatalf("round %d: the key's count %d, the agent reported %d hits; want the same, ≥ 50", round, ents[0].Hits, got)
+		}
+	}
+	t.Logf("reads of the promoted key by node: %v; reports %+v; controller %+v", total, e.agent.ReportStats(), e.ctl.AgentTotals())
+	for _, n := range e.lay.ChainOf(h) {
+		if total[n] == 0 {
+			t.Errorf("replica %d served none of the promoted key's 200 reads: %v", n, total)
+		}
+	}
+	if rs := e.agent.ReportStats(); rs.Failed != 0 || rs.Sent == 0 {
+		t.Errorf("agent reports: %+v", rs)
+	}
+}
