@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
 
 	p4 "github.com/p4lang/p4runtime/go/p4/v1"
 
@@ -30,12 +31,19 @@ type P4Plane struct {
 	// realised as range entries of score_a and score_b; 0 installs none
 	// (the software data plane computes it exactly).
 	Window uint64
+
+	// hitBase is each slot's slot_hits count when its current key was
+	// installed. A P4 counter cell outlives the key: BMv2 keeps counting
+	// into it across entries, and P4Runtime offers no reset that every
+	// target implements. So a reused slot's hits count from there.
+	mu      sync.Mutex
+	hitBase map[uint32]uint64
 }
 
 // NewP4Plane wraps a connected, primary client whose device runs the
 // pipeline described by schema.
 func NewP4Plane(name string, c *p4rt.Client, schema *p4rt.Schema) *P4Plane {
-	return &P4Plane{name: name, c: c, s: schema}
+	return &P4Plane{name: name, c: c, s: schema, hitBase: map[uint32]uint64{}}
 }
 
 // Name names the device.
@@ -212,7 +220,8 @@ func (p *P4Plane) slotEntry(e *Entry) (*p4.TableEntry, error) {
 }
 
 // InstallEntry writes the slot's tables, then the slots entry that makes
-// the key hit, so no packet meets a half-built slot.
+// the key hit, so no packet meets a half-built slot. Before the key can hit,
+// it notes the slot's hit count, from which the key's own hits count.
 func (p *P4Plane) InstallEntry(ctx context.Context, e *Entry) error {
 	ups, err := p.slotTables(p4.Update_INSERT, e)
 	if err != nil {
@@ -221,6 +230,13 @@ func (p *P4Plane) InstallEntry(ctx context.Context, e *Entry) error {
 	if err := p.write(ctx, ups); err != nil {
 		return err
 	}
+	base, err := p.readHitCell(ctx, e.Slot)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.hitBase[e.Slot] = base
+	p.mu.Unlock()
 	se, err := p.slotEntry(e)
 	if err != nil {
 		return err
@@ -270,7 +286,28 @@ func (p *P4Plane) counterID(name string) (uint32, error) {
 	return c.GetPreamble().GetId(), nil
 }
 
-// ReadHits reads the slot_hits counter.
+// readHitCell reads one slot's slot_hits cell.
+func (p *P4Plane) readHitCell(ctx context.Context, slot uint32) (uint64, error) {
+	id, err := p.counterID("slot_hits")
+	if err != nil {
+		return 0, err
+	}
+	es, err := p.c.Read(ctx, &p4.Entity{Entity: &p4.Entity_CounterEntry{CounterEntry: &p4.CounterEntry{
+		CounterId: id, Index: &p4.Index{Index: int64(slot)},
+	}}})
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range es {
+		if c := e.GetCounterEntry(); c.GetIndex().GetIndex() == int64(slot) {
+			return uint64(c.GetData().GetPacketCount()), nil
+		}
+	}
+	return 0, nil
+}
+
+// ReadHits reads the slot_hits counter: each slot's hits since its key was
+// installed.
 func (p *P4Plane) ReadHits(ctx context.Context, slots []uint32) (map[uint32]uint64, error) {
 	out := map[uint32]uint64{}
 	if len(slots) == 0 {
@@ -288,9 +325,12 @@ func (p *P4Plane) ReadHits(ctx context.Context, slots []uint32) (map[uint32]uint
 	for _, s := range slots {
 		want[s] = true
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, c := range cells {
 		if i := uint32(c.GetIndex().GetIndex()); want[i] {
-			out[i] = uint64(c.GetData().GetPacketCount())
+			n := uint64(c.GetData().GetPacketCount())
+			out[i] = n - min(p.hitBase[i], n)
 		}
 	}
 	return out, nil

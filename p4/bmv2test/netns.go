@@ -119,18 +119,23 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // Do runs f on an OS thread inside the namespace. Sockets f creates stay in
 // the namespace. The thread is discarded afterwards.
-func (n *Netns) Do(f func() error) error {
+func (n *Netns) Do(f func() error) error { return InNetns(n.Name, f) }
+
+// InNetns runs f on an OS thread inside the named namespace (one that `ip
+// netns` made). Sockets f creates stay in the namespace, whichever thread
+// uses them later. The thread is discarded afterwards.
+func InNetns(name string, f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		fd, err := unix.Open("/var/run/netns/"+n.Name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		fd, err := unix.Open("/var/run/netns/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			errc <- err
 			return
 		}
 		defer unix.Close(fd)
 		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", n.Name, err)
+			errc <- fmt.Errorf("setns %s: %w", name, err)
 			return
 		}
 		errc <- f()
@@ -221,10 +226,21 @@ type Switch struct {
 // on a unix socket (reachable from outside the namespace) and Thrift on
 // thriftPort inside it.
 func StartSwitch(ns *Netns, bin string, deviceID uint64, grpcAddr string, thriftPort int, logPath string, verbose bool) (*Switch, error) {
-	args := []string{"netns", "exec", ns.Name, bin, "--device-id", fmt.Sprint(deviceID), "--no-p4",
-		"--thrift-port", fmt.Sprint(thriftPort)}
+	ifaces := map[uint32]string{}
 	for p := range ns.ports {
-		args = append(args, "-i", fmt.Sprintf("%d@sw%d", p, p))
+		ifaces[p] = fmt.Sprintf("sw%d", p)
+	}
+	return startSwitch(ns.Name, ifaces, bin, deviceID, grpcAddr, thriftPort, logPath, verbose)
+}
+
+// startSwitch starts simple_switch_grpc in namespace ns, with BMv2 port p on
+// interface ifaces[p], no program (the controller pushes one), P4Runtime at
+// grpcAddr and Thrift on thriftPort.
+func startSwitch(ns string, ifaces map[uint32]string, bin string, deviceID uint64, grpcAddr string, thriftPort int, logPath string, verbose bool) (*Switch, error) {
+	args := []string{"netns", "exec", ns, bin, "--device-id", fmt.Sprint(deviceID), "--no-p4",
+		"--thrift-port", fmt.Sprint(thriftPort)}
+	for p, ifc := range ifaces {
+		args = append(args, "-i", fmt.Sprintf("%d@%s", p, ifc))
 	}
 	if verbose {
 		args = append(args, "--log-console", "-L", "debug")

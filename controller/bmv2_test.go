@@ -1,0 +1,264 @@
+//go:build linux
+
+package controller_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	p4 "github.com/p4lang/p4runtime/go/p4/v1"
+
+	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/controller"
+	"github.com/netdir/netdir/controller/p4rt"
+	"github.com/netdir/netdir/p4/bmv2test"
+	"github.com/netdir/netdir/storagenode"
+	"github.com/netdir/netdir/storagenode/layout"
+	"github.com/netdir/netdir/wire"
+)
+
+// The BMv2 suite's address plan, inside its own namespaces: one switch,
+// storage node i behind port i, the client behind port 100, all in
+// 10.66.0.0/16; the service address belongs to no host and resolves to the
+// switch's MAC.
+var (
+	bmv2SwitchMAC = net.HardwareAddr{0x02, 0x4e, 0x44, 0xff, 0xff, 0xfe}
+	bmv2Service   = net.IPv4(10, 66, 0, 254)
+)
+
+const (
+	bmv2ClientPort = 100
+	bmv2Nodes      = 6
+	bmv2Window     = 1_000_000 // fine-score window (ns), as the testbed's window_ns
+)
+
+// needBMv2 skips unless simple_switch_grpc is on PATH and the test runs as
+// root with iproute2 and ethtool; it returns the switch binary.
+func needBMv2(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("simple_switch_grpc")
+	if err != nil {
+		t.Skip("simple_switch_grpc not on PATH: build BMv2 with PI (p4/README.md) and put it on PATH to run the controller suite on BMv2")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the BMv2 controller suite needs root (network namespaces and veths)")
+	}
+	for _, b := range []string{"ip", "ethtool"} {
+		if _, err := exec.LookPath(b); err != nil {
+			t.Skipf("the BMv2 controller suite needs %s on PATH", b)
+		}
+	}
+	return bin
+}
+
+// bmv2DeviceConfig is the committed BMv2 JSON (p4/build/netdir.json).
+func bmv2DeviceConfig(t *testing.T) []byte {
+	_, file, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "p4", "build", "netdir.json"))
+	if err != nil {
+		t.Skipf("p4/build/netdir.json missing (make p4 where p4c is installed): %v", err)
+	}
+	return b
+}
+
+// startBMv2 builds the fabric (hosts added by the caller first, through
+// add), starts simple_switch_grpc with no program and waits until its
+// P4Runtime server answers. It returns the gRPC address.
+func startBMv2(t *testing.T, bin string, f *bmv2test.Fabric) string {
+	t.Helper()
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "p4rt.sock")
+	sw, err := f.StartSwitch(bin, 1, "unix:"+sock, 9090, filepath.Join(dir, "bmv2.log"), os.Getenv("NETDIR_BMV2_LOG") != "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("simple_switch_grpc log tail:\n%s", sw.LogTail(30))
+		}
+		sw.Stop()
+	})
+	addr := "unix://" + sock
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if sw.Exited() {
+			t.Fatalf("simple_switch_grpc exited:\n%s", sw.LogTail(20))
+		}
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("simple_switch_grpc opened no P4Runtime socket in 30 s:\n%s", sw.LogTail(20))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return addr
+}
+
+// newFabric creates the namespaces, deleted when the test ends.
+func newFabric(t *testing.T) *bmv2test.Fabric {
+	t.Helper()
+	f, err := bmv2test.NewFabric(fmt.Sprintf("ndc%d", os.Getpid()%100000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	return f
+}
+
+// TestBMv2Arbitration runs the arbitration scenario against BMv2's
+// P4Runtime server (PI), pushing the committed BMv2 JSON.
+func TestBMv2Arbitration(t *testing.T) {
+	bin := needBMv2(t)
+	js := bmv2DeviceConfig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	addr := startBMv2(t, bin, newFabric(t))
+	arbitrationScenario(ctx, t, addr, p4info(t), js)
+}
+
+// TestBMv2EndToEndPromotion runs the promotion scenario through BMv2: every
+// storage node in a namespace of its own behind a switch port, the client
+// in another; the controller pushes the committed P4Info and BMv2 JSON over
+// P4Runtime and programs the switch through its P4Plane, and reaches the
+// chain heads through the switch as well (its hot-key rounds run in the
+// client's namespace).
+func TestBMv2EndToEndPromotion(t *testing.T) {
+	bin := needBMv2(t)
+	js := bmv2DeviceConfig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const bits = 4
+	f := newFabric(t)
+	clientHost, err := f.AddHost("c", bmv2ClientPort, net.IPv4(10, 66, 2, 1), 16, net.HardwareAddr{2, 0x4e, 0x44, 2, 0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lnodes []layout.Node
+	var cnodes []controller.NodeAddr
+	var nodeHosts []*bmv2test.Host
+	for i := 1; i <= bmv2Nodes; i++ {
+		h, err := f.AddHost(fmt.Sprintf("n%d", i), uint32(i), net.IPv4(10, 66, 1, byte(i)), 16, net.HardwareAddr{2, 0x4e, 0x44, 1, 0, byte(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := fmt.Sprintf("%s:%d", h.IP, wire.ServicePort)
+		lnodes = append(lnodes, layout.Node{ID: wire.NodeID(i), Addr: addr})
+		cnodes = append(cnodes, controller.NodeAddr{ID: wire.NodeID(i), Addr: addr, Port: h.Port, MAC: h.MAC})
+		nodeHosts = append(nodeHosts, h)
+	}
+	if err := f.Neighbour(bmv2Service, bmv2SwitchMAC); err != nil {
+		t.Fatal(err)
+	}
+	service := fmt.Sprintf("%s:%d", bmv2Service, wire.ServicePort)
+	addr := startBMv2(t, bin, f)
+
+	// The controller: pipeline push with the BMv2 JSON, then the partition
+	// map, node addresses and storage ports, fine-score ranges and the VSB
+	// group (the client's port, where an agent would sit).
+	schema := p4info(t)
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	pc, err := p4rt.Dial(dctx, p4rt.Config{Addr: addr, DeviceID: 1, Election: 1})
+	dcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	if err := pc.SetPipeline(ctx, schema.Info, js); err != nil {
+		t.Fatal(err)
+	}
+	plane := controller.NewP4Plane("bmv2", pc, schema)
+	plane.Window = bmv2Window
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctl, err := controller.New(controller.Config{PartitionBits: bits, Replicas: 3, Nodes: cnodes, PromoteMin: 20, Capacity: 1,
+		VSBGroup: []uint32{bmv2ClientPort}, Log: quiet},
+		[]controller.DataPlane{plane}, &controller.UDPStorage{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Routes to every host (replies to the client, node-to-node chain
+	// traffic): the operator's part, as bmv2-testbed installs them.
+	var routes []*p4.Update
+	for _, h := range f.Hosts() {
+		e, err := schema.Entry("routes_v4", []p4rt.Match{{Field: "ipv4_dst", Value: h.IP, PrefixLen: 32}}, "route",
+			p4rt.Param{Name: "port", Value: p4rt.Uint(uint64(h.Port))}, p4rt.Param{Name: "smac", Value: bmv2SwitchMAC},
+			p4rt.Param{Name: "dmac", Value: h.MAC})
+		if err != nil {
+			t.Fatal(err)
+		}
+		routes = append(routes, p4rt.Insert(e))
+	}
+	if err := pc.Write(ctx, routes...); err != nil {
+		t.Fatal(err)
+	}
+
+	// The nodes, each in its namespace; they send VSBs to the service
+	// address, that is, into the switch.
+	lay, err := layout.New(layout.Config{Epoch: 1, PartitionBits: bits, Replicas: 3, DataPlane: service, Nodes: lnodes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm := ctl.PartitionMap()
+	for p := range pm.Chains {
+		if got, want := pm.Chains[p], lay.Chain(uint32(p)); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("partition %d: the controller's chain %v, the nodes' %v", p, got, want)
+		}
+	}
+	// Hot-key rounds run in the client's namespace: the controller reaches
+	// the chain heads through the switch.
+	env := &e2eEnv{ctl: ctl, inNet: clientHost.Do}
+	for i, h := range nodeHosts {
+		var n *storagenode.Node
+		dir := t.TempDir()
+		if err := h.Do(func() (err error) {
+			n, err = storagenode.Start(storagenode.Options{ID: wire.NodeID(i + 1), Dir: dir, Layout: lay, Workers: 2, Logger: quiet})
+			return err
+		}); err != nil {
+			t.Fatalf("node %d: %v", i+1, err)
+		}
+		t.Cleanup(func() { n.Close() })
+		env.nodes = append(env.nodes, n)
+	}
+	for _, n := range env.nodes {
+		if !n.WaitReady(30 * time.Second) {
+			t.Fatalf("node %d not ready", n.ID())
+		}
+	}
+	if err := clientHost.Do(func() (err error) {
+		env.client, err = client.New(client.Options{Service: service, Layout: lay})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer env.client.Close()
+
+	slots, err := schema.Table("slots")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.installed = func(h wire.KeyHash) (bool, error) {
+		es, err := pc.ReadTable(ctx, slots.GetPreamble().GetId())
+		if err != nil {
+			return false, err
+		}
+		for _, e := range es {
+			if len(e.GetMatch()) == 1 && bytes.Equal(e.GetMatch()[0].GetExact().GetValue(), p4rt.Canonical(h[:])) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	promotionScenario(ctx, t, env)
+}
