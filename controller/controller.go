@@ -67,7 +67,14 @@ type Config struct {
 	Round             time.Duration // hot-key round; default 500 ms
 	PromoteMin        uint64        // requests per round to be hot; default 16
 	VSBGroup          []uint32      // egress ports of agent hosts
-	Log               *slog.Logger
+	// Epoch is the HATS coarse loop's period L (sched.MinEpoch to
+	// sched.MaxEpoch); default sched.DefaultEpoch.
+	Epoch time.Duration
+	// NodeCapacity bounds each node's rate in requests/s for the coarse
+	// loop where read latency does not (the bench's emulated capacity); 0:
+	// latency alone.
+	NodeCapacity float64
+	Log          *slog.Logger
 }
 
 // Controller runs the control loops.
@@ -86,6 +93,7 @@ type Controller struct {
 	rounds     uint64
 	promotions uint64
 	evictions  uint64
+	coarse     coarseState
 	// Host agents' reports (agents.go).
 	agentSeen   map[string]agentSeen
 	agentTally  agentTallies
@@ -112,6 +120,12 @@ func New(cfg Config, planes []DataPlane, storage Storage) (*Controller, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.Epoch == 0 {
+		cfg.Epoch = sched.DefaultEpoch
+	}
+	if cfg.Epoch < sched.MinEpoch || cfg.Epoch > sched.MaxEpoch {
+		return nil, fmt.Errorf("controller: epoch %v: want %v..%v", cfg.Epoch, sched.MinEpoch, sched.MaxEpoch)
+	}
 	if cfg.Capacity > cfg.DataPlaneCapacity {
 		return nil, fmt.Errorf("controller: capacity %d over the data plane's %d", cfg.Capacity, cfg.DataPlaneCapacity)
 	}
@@ -130,6 +144,7 @@ func New(cfg Config, planes []DataPlane, storage Storage) (*Controller, error) {
 		}),
 		reports:  map[wire.NodeID]*api.NodeStats{},
 		lastHits: map[uint32]uint64{},
+		coarse:   newCoarseState(),
 	}
 	c.st.pmap = pmap
 	for _, n := range cfg.Nodes {
@@ -163,12 +178,15 @@ func (c *Controller) Report(s *api.NodeStats) {
 		return // a reordered, older report
 	}
 	c.reports[wire.NodeID(s.GetNode())] = s
+	c.noteTreesLocked(s)
 }
 
-// Run runs hot-key rounds until ctx ends.
+// Run runs hot-key rounds and coarse epochs until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	t := time.NewTicker(c.cfg.Round)
 	defer t.Stop()
+	epoch := time.NewTicker(c.cfg.Epoch)
+	defer epoch.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -176,6 +194,10 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-t.C:
 			if err := c.HotKeyRound(ctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("hot-key round failed", "err", err)
+			}
+		case <-epoch.C:
+			if _, err := c.CoarseRound(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("coarse epoch failed", "err", err)
 			}
 		}
 	}
@@ -255,6 +277,7 @@ func (c *Controller) HotKeyRound(ctx context.Context) error {
 		d += agents.hits[e.Hash]
 		cachedCounts[e.Hash] = d
 		e.Hits = d
+		c.coarse.keyHits[e.Hash] += d
 		all += d
 	}
 	cands := map[wire.KeyHash]*sched.Candidate{}
@@ -296,7 +319,9 @@ func (c *Controller) HotKeyRound(ctx context.Context) error {
 		}
 		errs = append(errs, c.evict(ctx, e))
 	}
-	load := map[wire.NodeID]float64{}
+	c.mu.Lock()
+	load := c.expectedLoadLocked()
+	c.mu.Unlock()
 	for _, cc := range dec.Promote {
 		share := 0.0
 		if all > 0 {

@@ -53,9 +53,12 @@ type HotKeyLoad struct {
 
 // CoarseInput is one epoch's view of the cluster.
 type CoarseInput struct {
-	Epoch   time.Duration   // L; 0 means DefaultEpoch
-	Nodes   []NodeStats     // nodes without stats count as average capacity and no chain load
-	Chains  [][]wire.NodeID // per partition, the chain (a power-of-two count, as in directory.PartitionMap)
+	Epoch  time.Duration   // L; 0 means DefaultEpoch
+	Nodes  []NodeStats     // nodes without stats count as average capacity and no chain load
+	Chains [][]wire.NodeID // per partition, the chain (a power-of-two count, as in directory.PartitionMap)
+	// Weights is the split installed now per partition, one weight per
+	// chain member; nil (or a nil entry, or a zero total) is even.
+	Weights [][]uint32
 	HotKeys []HotKeyLoad
 }
 
@@ -82,6 +85,7 @@ type CoarsePlan struct {
 type coarseUnit struct {
 	nodes []int     // node indices
 	load  []float64 // requests each node serves for the unit
+	chain int       // nodes[:chain] serve from their trees, the rest from copies
 	fixed bool      // not moved (hot keys after quantisation)
 }
 
@@ -161,6 +165,7 @@ func Coarse(in CoarseInput) (CoarsePlan, error) {
 	type group struct {
 		chain []wire.NodeID
 		parts int
+		split []float64 // the installed weights' fractions, summed over its partitions
 	}
 	var groups []*group
 	groupOf := make([]int, len(in.Chains))
@@ -171,10 +176,17 @@ func Coarse(in CoarseInput) (CoarsePlan, error) {
 		if !ok {
 			g = len(groups)
 			bySig[sig] = g
-			groups = append(groups, &group{chain: c})
+			groups = append(groups, &group{chain: c, split: make([]float64, len(c))})
 		}
 		groups[g].parts++
 		groupOf[p] = g
+		var w []uint32
+		if p < len(in.Weights) {
+			w = in.Weights[p]
+		}
+		for j, f := range fractions(w, len(c)) {
+			groups[g].split[j] += f
+		}
 	}
 	// A node's requests at position j belong to the groups that have it
 	// there, by their partition counts.
@@ -184,54 +196,70 @@ func Coarse(in CoarseInput) (CoarsePlan, error) {
 			held[[2]int{idx[n], j}] += g.parts
 		}
 	}
-	units := make([]*coarseUnit, 0, len(groups)+len(in.HotKeys))
-	for _, g := range groups {
-		u := &coarseUnit{nodes: make([]int, len(g.chain)), load: make([]float64, len(g.chain))}
+	served := make([][]float64, len(groups)) // requests per group and position
+	for gi, g := range groups {
+		served[gi] = make([]float64, len(g.chain))
 		for j, n := range g.chain {
 			i := idx[n]
-			u.nodes[j] = i
 			if s := stats[i]; s != nil && j < len(s.Requests) {
-				u.load[j] = float64(s.Requests[j]) * float64(g.parts) / float64(held[[2]int{i, j}])
+				served[gi][j] = float64(s.Requests[j]) * float64(g.parts) / float64(held[[2]int{i, j}])
 			}
 		}
-		units = append(units, u)
 	}
 	// Hot keys: their chain members' share is inside the trees' counts, so
-	// it leaves the group's load.
-	for _, k := range in.HotKeys {
-		u := &coarseUnit{nodes: make([]int, len(k.Locs)), load: make([]float64, len(k.Locs))}
-		var sum float64
-		for _, w := range k.Weights {
-			sum += float64(w)
+	// it leaves the group's.
+	hot := make([]*coarseUnit, len(in.HotKeys))
+	for h, k := range in.HotKeys {
+		u := &coarseUnit{nodes: make([]int, len(k.Locs)), load: make([]float64, len(k.Locs)), chain: k.R}
+		for l, f := range fractions(k.Weights, len(k.Locs)) {
+			u.nodes[l] = idx[k.Locs[l]]
+			u.load[l] = float64(k.Requests) * f
 		}
-		for l, n := range k.Locs {
-			u.nodes[l] = idx[n]
-			share := 1 / float64(len(k.Locs))
-			if len(k.Weights) == len(k.Locs) && sum > 0 {
-				share = float64(k.Weights[l]) / sum
-			}
-			u.load[l] = float64(k.Requests) * share
-		}
-		g := units[groupOf[k.Hash.Partition(partBits)]]
+		g := groupOf[k.Hash.Partition(partBits)]
 		for l := 0; l < min(k.R, len(k.Locs)); l++ {
-			if j := slices.Index(g.nodes, u.nodes[l]); j >= 0 {
-				g.load[j] = max(0, g.load[j]-u.load[l])
+			if j := slices.Index(groups[g].chain, k.Locs[l]); j >= 0 {
+				served[g][j] = max(0, served[g][j]-u.load[l])
 			}
+		}
+		hot[h] = u
+	}
+	// A group's requests are split by its installed weights: that, not
+	// how the fine score happened to route them, is the state to move from.
+	units := make([]*coarseUnit, 0, len(groups)+len(in.HotKeys))
+	for gi, g := range groups {
+		u := &coarseUnit{nodes: make([]int, len(g.chain)), load: make([]float64, len(g.chain))}
+		var demand float64
+		for j, n := range g.chain {
+			u.nodes[j] = idx[n]
+			demand += served[gi][j]
+		}
+		for j := range g.chain {
+			u.load[j] = demand * g.split[j] / float64(g.parts)
 		}
 		units = append(units, u)
 	}
+	units = append(units, hot...)
 
 	plan := CoarsePlan{
 		Delta:    make(map[wire.NodeID]float64, len(ids)),
 		Expected: make(map[wire.NodeID]float64, len(ids)),
 		Share:    make(map[wire.NodeID]float64, len(ids)),
 	}
-	load := nodeLoads(units, len(ids))
 	for i, id := range ids {
-		plan.Delta[id] = capacity[i] - load[i]
+		plan.Delta[id] = capacity[i]
+		if s := stats[i]; s != nil {
+			for _, c := range s.Requests {
+				plan.Delta[id] -= float64(c)
+			}
+		}
 	}
+	for _, u := range hot {
+		for m := range u.nodes[min(u.chain, len(u.nodes)):] {
+			plan.Delta[ids[u.nodes[u.chain+m]]] -= u.load[u.chain+m]
+		}
+	}
+	load := nodeLoads(units, len(ids))
 	balance(units, load, capacity)
-	hot := units[len(groups):]
 	for _, u := range hot {
 		quantise(u)
 		u.fixed = true
@@ -263,6 +291,23 @@ func Coarse(in CoarseInput) (CoarsePlan, error) {
 		}
 	}
 	return plan, nil
+}
+
+// fractions normalises weights to sum to 1 over n members; weights of
+// another length or a zero total are even.
+func fractions(w []uint32, n int) []float64 {
+	f := make([]float64, n)
+	var sum float64
+	for _, x := range w {
+		sum += float64(x)
+	}
+	for i := range f {
+		f[i] = 1 / float64(n)
+		if len(w) == n && sum > 0 {
+			f[i] = float64(w[i]) / sum
+		}
+	}
+	return f
 }
 
 // nodeCapacities is each node's capacity in requests per epoch: L/T_i,

@@ -135,28 +135,27 @@ func TestCoarseConservesLoadAndBalances(t *testing.T) {
 }
 
 func TestCoarseNeverExceedsCapacity(t *testing.T) {
-	// Overloaded: node 1 serves far past its capacity, its chain fellows
-	// have a little room; they are filled to capacity and no further.
+	// Overloaded: nodes 1 and 2 share a chain whose partitions draw far
+	// more than the two can serve; node 3 has a little room, and is filled
+	// to its capacity and no further.
 	chains := ring(t, 3, 2, 4)
 	in := CoarseInput{Epoch: 10 * time.Second, Chains: chains, Nodes: []NodeStats{
-		{Node: 1, Capacity: 100, Requests: []uint64{3000, 3000}},
-		{Node: 2, Capacity: 100, Requests: []uint64{400, 400}},
+		{Node: 1, Capacity: 100, Requests: []uint64{3000, 300}},
+		{Node: 2, Capacity: 100, Requests: []uint64{300, 3000}},
 		{Node: 3, Capacity: 100, Requests: []uint64{300, 300}},
 	}}
 	p, err := Coarse(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for id, e := range p.Expected {
-		if id != 1 && e > 1000+1e-6 {
-			t.Errorf("node %d expected %v, over its capacity 1000", id, e)
-		}
+	if p.Delta[3] != 1000-600 || p.Delta[1] != 1000-3300 {
+		t.Errorf("Δ %v", p.Delta)
 	}
-	if math.Abs(p.Expected[1]+p.Expected[2]+p.Expected[3]-7400) > 1e-6 {
+	if math.Abs(p.Expected[1]+p.Expected[2]+p.Expected[3]-7200) > 1e-6 {
 		t.Errorf("load not conserved: %v", p.Expected)
 	}
-	if p.Expected[2] < 1000-1e-6 || p.Expected[3] < 1000-1e-6 {
-		t.Errorf("room left unused: %v", p.Expected)
+	if math.Abs(p.Expected[3]-1000) > 1e-6 {
+		t.Errorf("node 3 expected %v, want its capacity 1000 exactly", p.Expected[3])
 	}
 	// In the skewed case every receiver stays within its capacity too.
 	sk := skewedInput(t)

@@ -1,0 +1,183 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/sched"
+	"github.com/netdir/netdir/wire"
+)
+
+// coarseState is what the HATS coarse loop keeps between epochs.
+type coarseState struct {
+	// trees is each node's latest per-tree report (cumulative reads and
+	// mean read latency), and epochReads the reads at the last epoch.
+	trees      map[wire.NodeID][]*api.TreeStats
+	epochReads map[wire.NodeID]map[uint32]uint64
+	keyHits    map[wire.KeyHash]uint64 // directory keys' hits since the last epoch
+	share      map[wire.NodeID]float64 // E's shares from the last epoch
+	epochs     uint64
+}
+
+func newCoarseState() coarseState {
+	return coarseState{
+		trees:      map[wire.NodeID][]*api.TreeStats{},
+		epochReads: map[wire.NodeID]map[uint32]uint64{},
+		keyHits:    map[wire.KeyHash]uint64{},
+	}
+}
+
+// noteTrees keeps a report's tree stats for the next epoch; c.mu held.
+func (c *Controller) noteTreesLocked(s *api.NodeStats) {
+	if len(s.GetTrees()) > 0 {
+		c.coarse.trees[wire.NodeID(s.GetNode())] = s.GetTrees()
+	}
+}
+
+// nodeStatsLocked turns the nodes' reports into the coarse scheduler's
+// input: per tree the reads since the last epoch (C), the mean read latency
+// weighted by reads (T), and the configured capacity. c.mu held.
+func (c *Controller) nodeStatsLocked() []sched.NodeStats {
+	var out []sched.NodeStats
+	for _, n := range c.cfg.Nodes {
+		trees, ok := c.coarse.trees[n.ID]
+		if !ok {
+			continue
+		}
+		s := sched.NodeStats{Node: n.ID, Capacity: c.cfg.NodeCapacity}
+		last := c.coarse.epochReads[n.ID]
+		now := map[uint32]uint64{}
+		var reads, latency float64
+		for _, t := range trees {
+			pos := t.GetPosition()
+			now[pos] = t.GetReads()
+			for int(pos) >= len(s.Requests) {
+				s.Requests = append(s.Requests, 0)
+			}
+			s.Requests[pos] = t.GetReads() - min(last[pos], t.GetReads())
+			reads += float64(t.GetReads())
+			latency += float64(t.GetReads()) * t.GetMeanReadLatencyUs()
+		}
+		if reads > 0 {
+			s.ReadLatency = time.Duration(latency / reads * float64(time.Microsecond))
+		}
+		c.coarse.epochReads[n.ID] = now
+		out = append(out, s)
+	}
+	return out
+}
+
+// bucketWeights is the split a bucket table realises: buckets per location.
+func bucketWeights(buckets []uint8, n int) []uint32 {
+	w := make([]uint32, n)
+	for _, b := range buckets {
+		if int(b) < n {
+			w[b]++
+		}
+	}
+	return w
+}
+
+// CoarseRound is one epoch of the HATS coarse loop (ARCHITECTURE.md,
+// "Control loops"): it gives the nodes' stats and the directory keys' hits
+// of the epoch to sched.Coarse and installs the resulting partition and
+// hot-key bucket tables in every data plane (and so in subscribed agents);
+// the expected shares of E stay for ExpectedShares and for placing the
+// next copies. It returns the plan.
+func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) {
+	m := c.PartitionMap()
+	c.st.mu.Lock()
+	entries := c.st.sortedLocked()
+	installed := maps.Clone(c.st.partBuckets)
+	c.st.mu.Unlock()
+	c.mu.Lock()
+	in := sched.CoarseInput{Epoch: c.cfg.Epoch, Nodes: c.nodeStatsLocked(), Chains: m.Chains,
+		Weights: make([][]uint32, len(m.Chains))}
+	for p, b := range installed {
+		in.Weights[p] = bucketWeights(b, len(m.Chains[p]))
+	}
+	for _, e := range entries {
+		in.HotKeys = append(in.HotKeys, sched.HotKeyLoad{Hash: e.Hash, Locs: e.Locs, R: e.R,
+			Requests: c.coarse.keyHits[e.Hash], Weights: bucketWeights(e.Buckets, len(e.Locs))})
+	}
+	clear(c.coarse.keyHits)
+	c.mu.Unlock()
+	plan, err := sched.Coarse(in)
+	if err != nil {
+		return plan, err
+	}
+	var errs []error
+	changed := map[uint32][]uint8{}
+	for p, w := range plan.Partitions {
+		b := directory.BucketsForWeights(w)
+		old, ok := installed[uint32(p)]
+		if !ok {
+			old = directory.BucketsForWeights(make([]uint32, len(m.Chains[p])))
+		}
+		if !slices.Equal(b, old) {
+			changed[uint32(p)] = b
+		}
+	}
+	for p, b := range changed {
+		for _, pl := range c.planes {
+			if err := pl.SetPartitionBuckets(ctx, p, m.Chains[p], b); err != nil {
+				errs = append(errs, fmt.Errorf("partition %d on %s: %w", p, pl.Name(), err))
+			}
+		}
+	}
+	c.st.mu.Lock()
+	maps.Copy(c.st.partBuckets, changed)
+	if len(changed) > 0 {
+		c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_PARTITIONS, Epoch: m.Epoch,
+			PartitionBits: uint32(m.Bits), Partitions: c.st.partitionsProtoLocked()})
+	}
+	c.st.mu.Unlock()
+	for i, e := range entries {
+		b := directory.BucketsForWeights(plan.HotKeys[i])
+		c.st.mu.Lock()
+		if c.st.entries[e.Hash] != e || slices.Equal(e.Buckets, b) {
+			c.st.mu.Unlock()
+			continue
+		}
+		e.Buckets = b
+		cp := *e
+		c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_UPSERT, Entries: []*api.DirectoryEntry{e.proto()}})
+		c.st.mu.Unlock()
+		for _, pl := range c.planes {
+			if err := pl.SetSlotBuckets(ctx, &cp); err != nil {
+				errs = append(errs, fmt.Errorf("weights of %q on %s: %w", e.Key, pl.Name(), err))
+			}
+		}
+	}
+	c.mu.Lock()
+	c.coarse.share = plan.Share
+	c.coarse.epochs++
+	c.mu.Unlock()
+	c.log.Info("coarse epoch", "partitions changed", len(changed), "keys", len(entries), "shares", plan.Share)
+	return plan, errors.Join(errs...)
+}
+
+// ExpectedShares is each node's share of E from the last epoch (nil before
+// the first): what nodes pace their compactions by.
+func (c *Controller) ExpectedShares() map[wire.NodeID]float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.coarse.share)
+}
+
+// expectedLoadLocked seeds a round's copy placement with E's shares, so
+// that extras go first to the nodes the last epoch expected to be least
+// loaded. c.mu held.
+func (c *Controller) expectedLoadLocked() map[wire.NodeID]float64 {
+	load := maps.Clone(c.coarse.share)
+	if load == nil {
+		load = map[wire.NodeID]float64{}
+	}
+	return load
+}

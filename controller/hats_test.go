@@ -1,0 +1,235 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/controller"
+	"github.com/netdir/netdir/controller/p4rt"
+	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/model"
+	"github.com/netdir/netdir/wire"
+)
+
+// TestCoarseEpochReachesEveryPlane: a hot key is weighted 30:1:1 onto node 1
+// of its chain, so node 1 serves most of the cluster's reads; one epoch of
+// the coarse loop moves load off it, and the partition and hot-key bucket
+// tables that realise E reach both software switches (over P4Runtime) and an
+// agent watching the controller's API.
+func TestCoarseEpochReachesEveryPlane(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const bits = 4
+	schema := p4info(t)
+	var (
+		switches []*model.Switch
+		planes   []controller.DataPlane
+	)
+	for i := range 2 {
+		sw, addr := serveModel(ctx, t, bits)
+		pc, err := p4rt.Dial(ctx, p4rt.Config{Addr: addr, DeviceID: 1, Election: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		if err := pc.SetPipeline(ctx, schema.Info, nil); err != nil {
+			t.Fatal(err)
+		}
+		switches = append(switches, sw)
+		planes = append(planes, controller.NewP4Plane(fmt.Sprintf("model%d", i), pc, schema))
+	}
+	var nodes []controller.NodeAddr
+	for id := range wire.NodeID(4) {
+		nodes = append(nodes, controller.NodeAddr{ID: id + 1, Addr: fmt.Sprintf("127.0.0.1:%d", 9+id)})
+	}
+	ctl, err := controller.New(controller.Config{PartitionBits: bits, Replicas: 3, Nodes: nodes,
+		Epoch: 5 * time.Second, NodeCapacity: 1000}, planes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	updates := watch(ctx, t, ctl)
+
+	// A hot key on node 1's chains, hit through the first switch.
+	var key []byte
+	for i := 0; ; i++ {
+		key = []byte(fmt.Sprintf("hot%d", i))
+		if slices.Contains(ctl.PartitionMap().Chain(wire.HashKey(key)), 1) {
+			break
+		}
+	}
+	if _, err := ctl.Pin(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	chain := ctl.PartitionMap().Chain(wire.HashKey(key))
+	weights := []uint32{1, 1, 1}
+	weights[slices.Index(chain, 1)] = 30
+	if err := ctl.SetKeyWeights(ctx, key, weights); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(switches[0].Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const sent = 1000
+	for i := range sent {
+		b, _ := (&wire.Packet{Header: wire.Header{Op: wire.OpGet, ReqID: uint64(i + 1), KeyHash: wire.HashKey(key)}, Key: key}).AppendEncode(nil)
+		conn.Write(b)
+	}
+	var hits uint64
+	for prev := uint64(1 << 62); hits != prev; time.Sleep(100 * time.Millisecond) { // until loopback loss settles
+		prev = hits
+		s, _ := switches[0].Lookup(wire.HashKey(key))
+		hits = s.Hits
+	}
+	if hits < sent/2 {
+		t.Fatalf("the switch counted %d hits of %d GETs", hits, sent)
+	}
+	if err := ctl.HotKeyRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Each node serves 100 reads per tree, and the chain members serve the
+	// key's reads by its weights (30, 1 and 1 buckets of 32).
+	for _, n := range nodes {
+		s := &api.NodeStats{Node: uint32(n.ID), Version: 1}
+		for j := range 3 {
+			reads := uint64(100)
+			if chain[j] == n.ID {
+				reads += hits * uint64(weights[j]) / 32
+			}
+			s.Trees = append(s.Trees, &api.TreeStats{Position: uint32(j), Reads: reads, MeanReadLatencyUs: 10})
+		}
+		ctl.Report(s)
+	}
+
+	plan, err := ctl.CoarseRound(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ctl.PartitionMap()
+	moved := false
+	for p := range m.Chains {
+		want := directory.BucketsForWeights(plan.Partitions[p])
+		if m.Chains[p][0] == 1 && plan.Partitions[p][0] < 65536/3 {
+			moved = true
+		}
+		// The model rebuilds a chain from the bucket entries' nodes, so
+		// compare the nodes that the buckets name.
+		for i, sw := range switches {
+			got, _ := sw.Partition(uint32(p))
+			for b := range want {
+				if got.Chain[got.Buckets[b]] != m.Chains[p][want[b]] {
+					t.Fatalf("switch %d partition %d bucket %d names node %d, want %d", i, p, b, got.Chain[got.Buckets[b]], m.Chains[p][want[b]])
+				}
+			}
+		}
+	}
+	if !moved {
+		t.Errorf("no partition headed by the overloaded node 1 lost weight: %v", plan.Partitions)
+	}
+	es := ctl.Entries()
+	if len(es) != 1 {
+		t.Fatalf("%d entries", len(es))
+	}
+	wantKey := directory.BucketsForWeights(plan.HotKeys[0])
+	if !slices.Equal(es[0].Buckets, wantKey) {
+		t.Fatalf("controller holds key buckets %v, plan %v", es[0].Buckets, wantKey)
+	}
+	for i, sw := range switches {
+		s, ok := sw.Lookup(wire.HashKey(key))
+		if !ok || !slices.Equal(s.Buckets[:], wantKey) {
+			t.Fatalf("switch %d slot buckets %v, want %v", i, s.Buckets, wantKey)
+		}
+	}
+	if n := slices.Index(es[0].Locs, 1); plan.HotKeys[0][n] >= 65536*30/32 {
+		t.Errorf("the hot key's weights %v over %v keep node 1's 30 of 32 buckets", plan.HotKeys[0], es[0].Locs)
+	}
+
+	// The agent saw the same partitions and key weights.
+	gotParts, gotKey := false, false
+	for !gotParts || !gotKey {
+		var u *api.DirectoryUpdate
+		select {
+		case u = <-updates:
+		case <-ctx.Done():
+			t.Fatalf("agent stream: partitions %v, key %v", gotParts, gotKey)
+		}
+		switch u.GetKind() {
+		case api.DirectoryUpdate_PARTITIONS:
+			gotParts = true
+			for p, ap := range u.GetPartitions() {
+				want := directory.BucketsForWeights(plan.Partitions[p])
+				for b, x := range ap.GetBuckets() {
+					if uint8(x) != want[b] {
+						t.Fatalf("agent partition %d buckets %v, want %v", p, ap.GetBuckets(), want)
+					}
+				}
+			}
+		case api.DirectoryUpdate_UPSERT:
+			for _, e := range u.GetEntries() {
+				got := make([]uint8, len(e.GetBuckets()))
+				for b, x := range e.GetBuckets() {
+					got[b] = uint8(x)
+				}
+				gotKey = gotKey || slices.Equal(got, wantKey)
+			}
+		}
+	}
+
+	shares := ctl.ExpectedShares()
+	var sum float64
+	for _, s := range shares {
+		sum += s
+	}
+	if len(shares) != len(nodes) || math.Abs(sum-1) > 1e-9 {
+		t.Errorf("expected shares %v", shares)
+	}
+}
+
+// watch subscribes to the controller's directory stream as an agent does.
+func watch(ctx context.Context, t *testing.T, ctl *controller.Controller) <-chan *api.DirectoryUpdate {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	api.RegisterControllerServer(gs, controller.NewAPI(ctl))
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	stream, err := api.NewControllerClient(conn).WatchDirectory(ctx, &api.WatchDirectoryRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil { // the snapshot
+		t.Fatal(err)
+	}
+	out := make(chan *api.DirectoryUpdate, 64)
+	go func() {
+		for {
+			u, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			out <- u
+		}
+	}()
+	return out
+}
