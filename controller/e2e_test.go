@@ -256,8 +256,9 @@ func promotionScenario(ctx context.Context, t *testing.T, env *e2eEnv) {
 	if err := env.round(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Resent requests (a client timeout) may add a few hits.
-	if es := env.ctl.Entries(); len(es) != 1 || es[0].Hits < reads || es[0].Hits > reads+10 {
+	// Resent requests (a client timeout) may add some hits; the evicted
+	// key's were hundreds.
+	if es := env.ctl.Entries(); len(es) != 1 || es[0].Hits < reads || es[0].Hits > 2*reads {
 		t.Fatalf("after %d reads of %q in a reused slot: %+v, want about %d hits", reads, next, es, reads)
 	}
 	if err := env.do(func() error { return env.ctl.Unpin(ctx, next) }); err != nil {
