@@ -21,6 +21,7 @@ import (
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/controller/p4rt"
+	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/p4/bmv2test"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/storagenode/layout"
@@ -40,6 +41,7 @@ const (
 	bmv2ClientPort = 100
 	bmv2Nodes      = 6
 	bmv2Window     = 1_000_000 // fine-score window (ns), as the testbed's window_ns
+	bmv2EventVSB   = 3         // the events counter's VSB cell (p4/README.md)
 )
 
 // needBMv2 skips unless simple_switch_grpc is on PATH and the test runs as
@@ -173,11 +175,11 @@ func TestBMv2EndToEndPromotion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pc.Close()
-	if err := pc.SetPipeline(ctx, schema.Info, js); err != nil {
-		t.Fatal(err)
-	}
 	plane := controller.NewP4Plane("bmv2", pc, schema)
 	plane.Window = bmv2Window
+	if err := plane.PushPipeline(ctx, js); err != nil {
+		t.Fatal(err)
+	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctl, err := controller.New(controller.Config{PartitionBits: bits, Replicas: 3, Nodes: cnodes, PromoteMin: 20, Capacity: 1,
 		VSBGroup: []uint32{bmv2ClientPort}, Log: quiet},
@@ -190,19 +192,23 @@ func TestBMv2EndToEndPromotion(t *testing.T) {
 	}
 	// Routes to every host (replies to the client, node-to-node chain
 	// traffic): the operator's part, as bmv2-testbed installs them.
-	var routes []*p4.Update
-	for _, h := range f.Hosts() {
-		e, err := schema.Entry("routes_v4", []p4rt.Match{{Field: "ipv4_dst", Value: h.IP, PrefixLen: 32}}, "route",
-			p4rt.Param{Name: "port", Value: p4rt.Uint(uint64(h.Port))}, p4rt.Param{Name: "smac", Value: bmv2SwitchMAC},
-			p4rt.Param{Name: "dmac", Value: h.MAC})
-		if err != nil {
+	installRoutes := func() {
+		t.Helper()
+		var routes []*p4.Update
+		for _, h := range f.Hosts() {
+			e, err := schema.Entry("routes_v4", []p4rt.Match{{Field: "ipv4_dst", Value: h.IP, PrefixLen: 32}}, "route",
+				p4rt.Param{Name: "port", Value: p4rt.Uint(uint64(h.Port))}, p4rt.Param{Name: "smac", Value: bmv2SwitchMAC},
+				p4rt.Param{Name: "dmac", Value: h.MAC})
+			if err != nil {
+				t.Fatal(err)
+			}
+			routes = append(routes, p4rt.Insert(e))
+		}
+		if err := pc.Write(ctx, routes...); err != nil {
 			t.Fatal(err)
 		}
-		routes = append(routes, p4rt.Insert(e))
 	}
-	if err := pc.Write(ctx, routes...); err != nil {
-		t.Fatal(err)
-	}
+	installRoutes()
 
 	// The nodes, each in its namespace; they send VSBs to the service
 	// address, that is, into the switch.
@@ -261,4 +267,98 @@ func TestBMv2EndToEndPromotion(t *testing.T) {
 		return false, nil
 	}
 	promotionScenario(ctx, t, env)
+
+	// The controller starts again against the running switch, or its
+	// P4Runtime stream broke: it pushes the pipeline again and re-installs
+	// its state (netdir controller, OnPrimary). BMv2 keeps multicast groups
+	// across a push while PI forgets them, so the VSB group must not be
+	// doubled: every accepted VSB reaches the group's port once.
+	vsbs, err := clientHost.Sniff(isVSB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vsbs.Close()
+	if err := plane.PushPipeline(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.Resync(ctx, plane); err != nil {
+		t.Fatal(err)
+	}
+	installRoutes()
+	again := []byte("again-key")
+	if _, err := env.client.Put(ctx, again, []byte("a1")); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range env.nodes {
+		n.HotKeys(8)
+	}
+	for i := 0; i < e2eBurst; i++ {
+		if _, _, err := env.client.Get(ctx, again); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env.reportHotKeys()
+	before, frames := acceptedVSBs(ctx, t, pc, schema), vsbs.Count()
+	if err := env.round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if es := ctl.Entries(); len(es) != 1 || len(es[0].Locs) <= es[0].R {
+		t.Fatalf("directory after the re-push and a skewed round: %+v, want %q with extra copies", es, again)
+	}
+	// Until the VSBs stop (the extras re-send refused ones), bounded.
+	var accepted, got int64
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(500 * time.Millisecond)
+		a, g := acceptedVSBs(ctx, t, pc, schema)-before, vsbs.Count()-frames
+		if a == accepted && g == got && a > 0 {
+			break
+		}
+		accepted, got = a, g
+	}
+	if accepted == 0 || got != accepted {
+		t.Fatalf("after a pipeline re-push: %d VSBs accepted, %d reached the VSB group's port; want the same, nonzero", accepted, got)
+	}
+	t.Logf("after a pipeline re-push: %d VSBs accepted, each multicast once", accepted)
+}
+
+// isVSB reports whether frame is a netdir VSB over IPv4/UDP.
+func isVSB(frame []byte) bool {
+	if len(frame) < 14+20 || frame[12] != 0x08 || frame[13] != 0x00 || frame[14+9] != 17 {
+		return false
+	}
+	udp := 14 + int(frame[14]&0x0f)*4
+	if len(frame) < udp+8 {
+		return false
+	}
+	var h wire.Header
+	return h.DecodeHeader(frame[udp+8:]) == nil && h.Op == wire.OpVSB
+}
+
+// acceptedVSBs is the switch's count of VSBs that passed the filter (and
+// went to the VSB group): all it saw, less those dropped for a VSB reason.
+func acceptedVSBs(ctx context.Context, t *testing.T, pc *p4rt.Client, schema *p4rt.Schema) int64 {
+	t.Helper()
+	cells := func(name string) []*p4.CounterEntry {
+		c, err := schema.Counter(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := pc.ReadCounter(ctx, c.GetPreamble().GetId())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	var n int64
+	for _, c := range cells("events") {
+		if c.GetIndex().GetIndex() == bmv2EventVSB {
+			n += c.GetData().GetPacketCount()
+		}
+	}
+	for _, c := range cells("drops") {
+		if r := directory.Reason(c.GetIndex().GetIndex()); r >= directory.ReasonVSBPort && r <= directory.ReasonVSBVersion {
+			n -= c.GetData().GetPacketCount()
+		}
+	}
+	return n
 }

@@ -49,6 +49,19 @@ func NewP4Plane(name string, c *p4rt.Client, schema *p4rt.Schema) *P4Plane {
 // Name names the device.
 func (p *P4Plane) Name() string { return p.name }
 
+// PushPipeline pushes the P4Info and deviceConfig (the BMv2 JSON, Tofino's
+// binary and context; nil for the software data plane) with the VSB group
+// deleted first. BMv2 keeps PRE multicast groups across a pipeline push
+// while PI forgets them, so the group that Setup inserts again after a push
+// would be a second copy, and every VSB would reach the agents twice. The
+// delete's error is ignored: a device without the group (fresh, restarted,
+// or with no pipeline yet) refuses it, and a controller that may not push
+// hears so from the push.
+func (p *P4Plane) PushPipeline(ctx context.Context, deviceConfig []byte) error {
+	_ = p.c.Write(ctx, p4rt.MulticastGroup(p4.Update_DELETE, VSBGroup, nil))
+	return p.c.SetPipeline(ctx, p.s.Info, deviceConfig)
+}
+
 func u(v uint64) []byte { return p4rt.Uint(v) }
 
 // write sends updates in batches.

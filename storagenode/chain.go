@@ -29,9 +29,6 @@ func (s *shard) handle(b []byte, from netip.AddrPort) {
 			s.send(from, n.replyPacket(&p.Header, wire.OpErr, code, 0, nil))
 			return
 		}
-		if n.limit != nil {
-			n.limit.wait(n.stop)
-		}
 		n.hotMu.Lock()
 		n.hot.Add(p.Key)
 		n.hotMu.Unlock()

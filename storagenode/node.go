@@ -140,7 +140,7 @@ type Node struct {
 
 	shards []*shard
 	outCh  chan []ipv4.Message // shards' reply batches, to sendLoop
-	limit  *tokenBucket
+	admit  *admission          // MaxOps's token bucket; nil if unlimited
 
 	dedup *dedupTable
 
@@ -207,7 +207,7 @@ func Start(o Options) (*Node, error) {
 	}
 	n.dp = o.Layout.DataPlane()
 	if o.MaxOps > 0 {
-		n.limit = newTokenBucket(o.MaxOps, max(1, o.MaxOps/100))
+		n.admit = newAdmission(o.MaxOps, o.QueueLen)
 	}
 	n.cache = pebble.NewCache(o.CacheBytes)
 	n.sched = NewScheduler(o.CompactionBudget, o.CompactionFloor, o.Allocator)
@@ -263,6 +263,13 @@ func Start(o Options) (*Node, error) {
 	for _, s := range n.shards {
 		n.wg.Add(1)
 		go s.run()
+	}
+	if n.admit != nil {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.admit.run(n.stop)
+		}()
 	}
 	n.wg.Add(1)
 	go n.readLoop()
@@ -373,6 +380,9 @@ func (n *Node) load() uint16 {
 	for _, s := range n.shards {
 		t += len(s.ch)
 	}
+	if n.admit != nil {
+		t += n.admit.len()
+	}
 	return uint16(min(t, 65535))
 }
 
@@ -450,41 +460,6 @@ func (d *dedupTable) add(id uint64, e dedupEntry) (dedupEntry, []uint64) {
 		evict = append(evict, old)
 	}
 	return e, evict
-}
-
-// tokenBucket is a small rate limiter for --max-ops.
-type tokenBucket struct {
-	mu     sync.Mutex
-	rate   float64
-	burst  float64
-	tokens float64
-	last   time.Time
-}
-
-func newTokenBucket(rate, burst float64) *tokenBucket {
-	return &tokenBucket{rate: rate, burst: burst, tokens: burst, last: time.Now()}
-}
-
-// wait blocks until a token is available or stop closes.
-func (b *tokenBucket) wait(stop <-chan struct{}) {
-	b.mu.Lock()
-	now := time.Now()
-	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	b.last = now
-	b.tokens--
-	var d time.Duration
-	if b.tokens < 0 {
-		d = time.Duration(-b.tokens / b.rate * float64(time.Second))
-	}
-	b.mu.Unlock()
-	if d > 0 {
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-stop:
-			t.Stop()
-		}
-	}
 }
 
 // hotKeyCounters bounds the node's hot-key counting (sched.TopK): keys with

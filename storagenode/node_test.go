@@ -194,6 +194,41 @@ func TestQueueFull(t *testing.T) {
 	}
 }
 
+// TestAdmissionLimitsClientsOnly: with an emulated capacity (MaxOps), client
+// requests wait for tokens in front of the shards, writes before reads, and
+// node ops (here a controller's promote) are handled at once, not behind
+// the queued reads on the same shard worker.
+func TestAdmissionLimitsClientsOnly(t *testing.T) {
+	c := startCluster(t, cluster.Options{N: 1, R: 1, Node: func(o *storagenode.Options) {
+		o.Workers, o.MaxOps = 1, 2
+	}})
+	p := newPeer(t)
+	key := []byte("k")
+	h := wire.HashKey(key)
+	to := addrOf(c, 1)
+	const gets = 5
+	for i := range gets {
+		p.send(to, raw(wire.Header{Op: wire.OpGet, ReqID: uint64(100 + i), KeyHash: h}, key, nil))
+	}
+	p.send(to, raw(wire.Header{Op: wire.OpPut, ReqID: 200, KeyHash: h}, key, []byte("v")))
+	p.send(to, raw(wire.Header{Op: wire.OpPromote, ReqID: 300, KeyHash: h}, key, nil))
+	var order []uint64
+	for range gets + 2 {
+		r, ok := p.recv(0)
+		if !ok {
+			t.Fatalf("replies so far %v, then none", order)
+		}
+		order = append(order, r.ReqID)
+	}
+	at := func(id uint64) int { return slices.Index(order, id) }
+	if at(300) < 0 || at(300) > 2 {
+		t.Errorf("reply order %v: the promote's answer waited behind rate-limited reads", order)
+	}
+	if at(200) < 0 || at(200) > at(100+gets-1) {
+		t.Errorf("reply order %v: the write was admitted after later reads", order)
+	}
+}
+
 func TestStampsAndDedup(t *testing.T) {
 	dir := t.TempDir()
 	c := startCluster(t, cluster.Options{N: 3, Dir: dir})

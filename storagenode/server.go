@@ -259,18 +259,26 @@ func (n *Node) dispatch(b []byte, from netip.AddrPort) {
 		it.b = make([]byte, len(b))
 	}
 	copy(it.b, b)
-	select {
-	case s.ch <- it:
-	default:
-		if it.pool != nil {
-			smallPool.Put(it.pool)
+	client := op == wire.OpGet || op == wire.OpPut || op == wire.OpDel
+	if client && n.admit != nil {
+		if n.admit.queue(op, it, s) {
+			return
 		}
-		n.ctr.queueFull.Add(1)
-		if op == wire.OpGet || op == wire.OpPut || op == wire.OpDel {
-			n.sendNow(from, n.errPacket(b, wire.CodeQueueFull, 0))
+	} else {
+		select {
+		case s.ch <- it:
+			return
+		default:
 		}
-		// Node ops are dropped: their senders retransmit.
 	}
+	if it.pool != nil {
+		smallPool.Put(it.pool)
+	}
+	n.ctr.queueFull.Add(1)
+	if client {
+		n.sendNow(from, n.errPacket(b, wire.CodeQueueFull, 0))
+	}
+	// Node ops are dropped: their senders retransmit.
 }
 
 // errPacket builds an ERR reply to the request in b (at least a header).

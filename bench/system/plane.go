@@ -20,6 +20,7 @@ import (
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/model"
 	"github.com/netdir/netdir/model/p4rtserver"
+	"github.com/netdir/netdir/sched"
 )
 
 // PolicyC3 is the client-side policy: C3 replica ranking over the chain.
@@ -133,6 +134,7 @@ func (s *System) StartPlane(ctx context.Context, policy string) (_ *Plane, err e
 	p.ctl, err = controller.New(controller.Config{
 		PartitionBits: s.cfg.PartitionBits, Replicas: s.cfg.Replicas, Nodes: nodes,
 		Round: s.cfg.Round, PromoteMin: s.cfg.PromoteMin, Log: s.log.With("component", "controller"),
+		Epoch: coarseEpoch, NodeCapacity: s.cfg.Capacity,
 	}, []controller.DataPlane{plane}, &controller.UDPStorage{})
 	if err != nil {
 		return nil, err
@@ -170,8 +172,13 @@ func (s *System) StartPlane(ctx context.Context, policy string) (_ *Plane, err e
 	return p, nil
 }
 
+// coarseEpoch is the controller's HATS epoch in a run: the shortest valid
+// one, so that a run's warm-up and measurement span several.
+const coarseEpoch = sched.MinEpoch
+
 // report sends each node's hot keys (storagenode.Node.HotKeys: the keys of
-// the client requests it served in the round, Space-Saving top-k) to the
+// the client requests it served in the round, Space-Saving top-k) and its
+// trees' reads and read latencies (the coarse loop's C and T) to the
 // controller once per round, as `netdir node --controller` does over the
 // controller's API.
 func (p *Plane) report(ctx context.Context) {
@@ -191,12 +198,13 @@ func (p *Plane) report(ctx context.Context) {
 				continue
 			}
 			hk := n.HotKeys(reportTopK)
-			if len(hk) == 0 {
-				continue
-			}
 			r := &api.NodeStats{Node: uint32(n.ID()), Version: version, HotKeys: make([]*api.KeyCount, len(hk))}
 			for j, k := range hk {
 				r.HotKeys[j] = &api.KeyCount{Key: k.Key, Count: k.Count}
+			}
+			for _, t := range n.Stats().Trees {
+				r.Trees = append(r.Trees, &api.TreeStats{Position: uint32(t.Position), Reads: t.Reads,
+					MeanReadLatencyUs: float64(t.MeanReadLatency) / float64(time.Microsecond)})
 			}
 			p.ctl.Report(r)
 		}

@@ -161,8 +161,8 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 			Addr: s.Addr, DeviceID: s.DeviceID, Election: s.ElectionID, Log: log,
 			// A device that restarted, or a stream that broke, gets the
 			// pipeline and the whole state again.
-			OnPrimary: func(ctx context.Context, c *p4rt.Client) error {
-				if err := c.SetPipeline(ctx, schema.Info, devCfg); err != nil {
+			OnPrimary: func(ctx context.Context, _ *p4rt.Client) error {
+				if err := pl.PushPipeline(ctx, devCfg); err != nil {
 					return err
 				}
 				return ctl.Resync(ctx, pl)
@@ -173,11 +173,11 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 			return fmt.Errorf("switch %s: %w", s.Name, err)
 		}
 		defer c.Close()
-		if err := c.SetPipeline(ctx, schema.Info, devCfg); err != nil {
-			return fmt.Errorf("switch %s: %w", s.Name, err)
-		}
 		pl = controller.NewP4Plane(s.Name, c, schema)
 		pl.Window = s.WindowNS
+		if err := pl.PushPipeline(ctx, devCfg); err != nil {
+			return fmt.Errorf("switch %s: %w", s.Name, err)
+		}
 		planes = append(planes, pl)
 		clients = append(clients, c)
 		log.Info("switch programmed", "switch", s.Name, "addr", s.Addr, "device_id", s.DeviceID)

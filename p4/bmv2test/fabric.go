@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Fabric is a switch with hosts behind it, each in a network namespace of
@@ -140,4 +144,76 @@ func (f *Fabric) Close() {
 		_ = run("ip", "netns", "del", h.Name)
 	}
 	_ = run("ip", "netns", "del", f.Switch)
+}
+
+// Sniffer counts the frames that reach a host's eth0 from the switch.
+type Sniffer struct {
+	fd    int
+	n     atomic.Int64
+	stop  chan struct{}
+	done  chan struct{}
+	match func([]byte) bool
+}
+
+// Sniff starts counting the frames arriving on the host's eth0 that match.
+func (h *Host) Sniff(match func(frame []byte) bool) (*Sniffer, error) {
+	s := &Sniffer{fd: -1, stop: make(chan struct{}), done: make(chan struct{}), match: match}
+	err := h.Do(func() error {
+		ifc, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+		if err != nil {
+			return err
+		}
+		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifc.Index}); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		tv := unix.NsecToTimeval(int64(50 * time.Millisecond))
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		s.fd = fd
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	go s.run()
+	return s, nil
+}
+
+func (s *Sniffer) run() {
+	defer close(s.done)
+	buf := make([]byte, 65536)
+	for {
+		select {
+		case <-s.stop:
+			return
+		default:
+		}
+		k, from, err := unix.Recvfrom(s.fd, buf, 0)
+		if err != nil {
+			continue // timeout or EINTR: check stop
+		}
+		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+			continue // the host's own frames
+		}
+		if s.match(buf[:k]) {
+			s.n.Add(1)
+		}
+	}
+}
+
+// Count is the number of matching frames so far.
+func (s *Sniffer) Count() int64 { return s.n.Load() }
+
+// Close stops counting.
+func (s *Sniffer) Close() {
+	close(s.stop)
+	<-s.done
+	unix.Close(s.fd)
 }
