@@ -1,22 +1,38 @@
 package storagenode
 
 import (
+	"cmp"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/netdir/netdir/sched"
 )
 
 // Compaction scheduling (HATS §4.4): the R trees of a node run under one
 // node-level scheduler. It grants compactions within each tree's own
 // concurrency limit (Pebble's GetAllowedWithoutPermission) and a node-level
-// cap, and it paces the bytes that granted compactions write so that the
-// node's total stays within Budget bytes/s, split among trees by an
-// Allocator. Flushes never pass through a CompactionScheduler, so they are
-// never throttled; compactions with L0 inputs, and every compaction of a
-// tree whose L0 holds L0Urgent files or more, are never paced either. Each
-// tree gets at least Floor bytes/s so that none starves.
+// cap, and it paces the bytes that granted compactions write (reported
+// through the grant handle's CumulativeStats) so that the node's total stays
+// within Budget bytes/s, split among trees by an Allocator's weights
+// (sched.CompactionRates). The default Allocator is ReadShare: a tree's share
+// is its read share E/Q, the expected load the controller's coarse scheduler
+// gives it (Node.SetExpected) over the node's total, or its observed reads
+// while no E is known.
+//
+// Flushes never pass through a CompactionScheduler, so they are never
+// throttled; compactions with L0 inputs, and every compaction of a tree
+// whose L0 holds L0Urgent files or more, are never paced either, nor charged
+// to the budget. A tree whose share of the budget is below Floor is pooled:
+// the pooled trees share one bucket of at least Floor bytes/s, first come
+// first served (their waiting compactions are granted in the order they
+// started waiting, and one bucket paces them all), so write-heavy trees that
+// few read still progress. The budget bounds the paced bytes: the trees'
+// rates and the pool's sum to it.
 
 // Defaults of the compaction scheduler.
 const (
@@ -26,18 +42,30 @@ const (
 	DefaultL0Urgent         = 8        // L0 files at which a tree is never paced
 )
 
+// Unthrottled as a budget turns pacing off: compactions run as fast as
+// Pebble's own concurrency limits let them (the baseline HATS measures the
+// read-throughput drop against).
+const Unthrottled = -1
+
 // TreeLoad is what an Allocator sees of each tree.
 type TreeLoad struct {
 	Position        int           // chain position the tree serves
 	Reads           uint64        // reads since the node started
+	RecentReads     float64       // reads/s, smoothed over about a second
 	MeanReadLatency time.Duration // mean Pebble read latency since start
 	L0Files         int64
+	CompactionDebt  uint64 // Pebble's estimated compaction debt, bytes
+	// Expected is the load the controller's coarse scheduler expects this
+	// tree to serve (its part of E), valid if HasExpected.
+	Expected    float64
+	HasExpected bool
 }
 
 // Allocator splits the node's compaction budget among its trees. Shares
 // returns one non-negative weight per tree, in the order given; the
-// scheduler normalises them (all zero means equal shares). EqualShares is
-// the default; HATS read shares (E/Q) implement the same interface.
+// scheduler normalises them (all zero means equal shares) and pools trees
+// whose share falls below the floor (sched.CompactionRates). ReadShare is
+// the default; EqualShares ignores load.
 type Allocator interface {
 	Shares(trees []TreeLoad) []float64
 }
@@ -54,6 +82,39 @@ func (EqualShares) Shares(trees []TreeLoad) []float64 {
 	return s
 }
 
+// ReadShare weights each tree by its read share E/Q (HATS §4.4): the
+// expected load E the controller gave the tree, when every tree has one;
+// otherwise the reads it serves now (RecentReads), or, before any recent
+// reads, the reads since start.
+type ReadShare struct{}
+
+// Shares implements Allocator.
+func (ReadShare) Shares(trees []TreeLoad) []float64 {
+	s := make([]float64, len(trees))
+	known := len(trees) > 0
+	for _, t := range trees {
+		known = known && t.HasExpected
+	}
+	if known {
+		for i, t := range trees {
+			s[i] = t.Expected
+		}
+		return s
+	}
+	var recent float64
+	for i, t := range trees {
+		s[i] = t.RecentReads
+		recent += t.RecentReads
+	}
+	if recent > 0 {
+		return s
+	}
+	for i, t := range trees {
+		s[i] = float64(t.Reads)
+	}
+	return s
+}
+
 // AllocatorFunc adapts a function to Allocator.
 type AllocatorFunc func([]TreeLoad) []float64
 
@@ -64,14 +125,18 @@ func (f AllocatorFunc) Shares(t []TreeLoad) []float64 { return f(t) }
 // through its own pebble.CompactionScheduler (forTree), since Pebble calls
 // Register and Unregister once per DB.
 type Scheduler struct {
-	budget, floor int64
-	maxRunning    int
-	l0Urgent      int64
+	floor    int64
+	l0Urgent int64
 
-	mu      sync.Mutex
-	alloc   Allocator
-	trees   []*treeSched
-	running int // paced compactions running, node-wide
+	mu         sync.Mutex
+	budget     int64 // 0: unthrottled
+	maxRunning int
+	alloc    Allocator
+	trees    []*treeSched
+	running  int             // paced compactions running, node-wide
+	waitSeq  uint64          // orders the trees' waits
+	expected map[int]float64 // E per chain position, from the controller
+	pool     bucket          // shared by the pooled trees
 
 	poke chan struct{}
 	stop chan struct{}
@@ -79,19 +144,24 @@ type Scheduler struct {
 }
 
 // NewScheduler makes a scheduler with the given budget and floor in bytes/s
-// (zero takes the defaults) and allocator (nil: EqualShares).
+// (zero takes the defaults; a negative budget, Unthrottled, paces nothing)
+// and allocator (nil: ReadShare).
 func NewScheduler(budget, floor int64, alloc Allocator) *Scheduler {
-	if budget <= 0 {
+	maxRunning := DefaultMaxCompactions
+	switch {
+	case budget < 0:
+		budget, maxRunning = 0, math.MaxInt
+	case budget == 0:
 		budget = DefaultCompactionBudget
 	}
 	if floor <= 0 {
 		floor = DefaultCompactionFloor
 	}
 	if alloc == nil {
-		alloc = EqualShares{}
+		alloc = ReadShare{}
 	}
 	s := &Scheduler{
-		budget: budget, floor: floor, maxRunning: DefaultMaxCompactions, l0Urgent: DefaultL0Urgent,
+		budget: budget, floor: floor, maxRunning: maxRunning, l0Urgent: DefaultL0Urgent,
 		alloc: alloc, poke: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	s.wg.Add(1)
@@ -99,13 +169,57 @@ func NewScheduler(budget, floor int64, alloc Allocator) *Scheduler {
 	return s
 }
 
-// SetAllocator replaces the allocation policy; rates follow within 100 ms.
+// SetAllocator replaces the allocation policy (nil: ReadShare); rates
+// follow within 100 ms.
 func (s *Scheduler) SetAllocator(a Allocator) {
 	if a == nil {
-		a = EqualShares{}
+		a = ReadShare{}
 	}
 	s.mu.Lock()
 	s.alloc = a
+	s.mu.Unlock()
+	s.kick()
+}
+
+// SetBudget changes the node's compaction budget in bytes/s (0: the
+// default; Unthrottled: no pacing, and no node-level cap on concurrent
+// compactions); the rates follow at once.
+func (s *Scheduler) SetBudget(budget int64) {
+	s.mu.Lock()
+	switch {
+	case budget < 0:
+		s.budget, s.maxRunning = 0, math.MaxInt
+	case budget == 0:
+		s.budget, s.maxRunning = DefaultCompactionBudget, DefaultMaxCompactions
+	default:
+		s.budget, s.maxRunning = budget, DefaultMaxCompactions
+	}
+	s.mu.Unlock()
+	s.sample()
+	s.kick()
+}
+
+// Budget is the node's compaction budget in bytes/s (0: unthrottled).
+func (s *Scheduler) Budget() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.budget
+}
+
+// SetExpected sets the load the controller expects each tree to serve (E,
+// indexed by chain position; nil forgets it). ReadShare uses it instead of
+// the observed reads when every tree has one.
+func (s *Scheduler) SetExpected(e []float64) {
+	s.mu.Lock()
+	s.expected = nil
+	if e != nil {
+		s.expected = make(map[int]float64, len(e))
+		for pos, x := range e {
+			if x >= 0 && !math.IsInf(x, 0) {
+				s.expected[pos] = x
+			}
+		}
+	}
 	s.mu.Unlock()
 	s.kick()
 }
@@ -127,13 +241,25 @@ func (s *Scheduler) kick() {
 	}
 }
 
-// Rates returns each registered tree's current paced rate in bytes/s.
+// Rates returns each registered tree's current paced rate in bytes/s: its
+// own, or the pool's for a pooled tree (0: unthrottled).
 func (s *Scheduler) Rates() []int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := make([]int64, len(s.trees))
 	for i, ts := range s.trees {
-		r[i] = int64(ts.rate.Load())
+		r[i] = ts.rate.Load()
+	}
+	return r
+}
+
+// Pooled returns which registered trees share the pool.
+func (s *Scheduler) Pooled() []bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := make([]bool, len(s.trees))
+	for i, ts := range s.trees {
+		r[i] = ts.pooled.Load()
 	}
 	return r
 }
@@ -149,24 +275,29 @@ type treeSched struct {
 	db pebble.DBForCompaction
 
 	l0Files atomic.Int64
-	rate    atomic.Int64
+	debt    atomic.Uint64
+	rate    atomic.Int64 // paced bytes/s: own, or the pool's when pooled
+	pooled  atomic.Bool
 
 	// guarded by s.mu
 	running      int
 	unregistered bool
 	granting     bool
+	waitSeq      uint64 // when first held back, not granted since (0: not waiting): first come, first served
+	lastReads    uint64
+	lastSample   time.Time
+	recentReads  float64
 
-	bmu    sync.Mutex
-	tokens float64
-	last   time.Time
+	bucket bucket
 }
 
 var _ pebble.CompactionScheduler = (*treeSched)(nil)
 
 func (ts *treeSched) Register(_ int, db pebble.DBForCompaction) {
 	ts.db = db
-	ts.rate.Store(ts.s.budget)
 	ts.s.mu.Lock()
+	ts.rate.Store(ts.s.budget)
+	ts.bucket.setRate(float64(ts.s.budget))
 	ts.s.trees = append(ts.s.trees, ts)
 	ts.s.mu.Unlock()
 	ts.s.kick()
@@ -202,14 +333,35 @@ func (ts *treeSched) TrySchedule() (bool, pebble.CompactionGrantHandle) {
 		return false, nil
 	}
 	if ts.running >= ts.db.GetAllowedWithoutPermission() {
-		return false, nil
+		return false, nil // the tree's own limit; the DB asks again
 	}
-	if s.running >= s.maxRunning && !ts.urgent() && ts.running > 0 {
+	if (s.running >= s.maxRunning && !ts.urgent() && ts.running > 0) || s.earlierPooledLocked(ts) {
+		if ts.waitSeq == 0 {
+			s.waitSeq++
+			ts.waitSeq = s.waitSeq
+		}
 		return false, nil
 	}
 	ts.running++
 	s.running++
+	ts.waitSeq = 0
 	return true, &grant{ts: ts}
+}
+
+// earlierPooledLocked reports whether ts is pooled and another pooled tree
+// has waited longer for a compaction the node cap holds back: the pool is
+// served first come, first served.
+func (s *Scheduler) earlierPooledLocked(ts *treeSched) bool {
+	if !ts.pooled.Load() || ts.running == 0 || ts.urgent() {
+		return false // a tree's first compaction is never held back
+	}
+	for _, x := range s.trees {
+		if x != ts && x.pooled.Load() && !x.unregistered && x.waitSeq != 0 &&
+			(ts.waitSeq == 0 || x.waitSeq < ts.waitSeq) {
+			return true
+		}
+	}
+	return false
 }
 
 func (ts *treeSched) UpdateGetAllowedWithoutPermission() { ts.s.kick() }
@@ -231,48 +383,104 @@ func (s *Scheduler) loop() {
 	}
 }
 
+// recentAlpha smooths reads/s over the 100 ms samples (about 1 s).
+const recentAlpha = 0.1
+
+// sample reads each tree's L0, debt and reads, and sets the trees' rates
+// from the allocator's shares (sched.CompactionRates).
 func (s *Scheduler) sample() {
 	s.mu.Lock()
 	trees := append([]*treeSched(nil), s.trees...)
-	alloc := s.alloc
-	s.mu.Unlock()
+	alloc, budget, floor := s.alloc, s.budget, s.floor
+	now := time.Now()
 	loads := make([]TreeLoad, len(trees))
+	for i, ts := range trees {
+		r := ts.t.reads.Load()
+		if !ts.lastSample.IsZero() {
+			if dt := now.Sub(ts.lastSample).Seconds(); dt > 0 {
+				rate := float64(r-min(ts.lastReads, r)) / dt
+				ts.recentReads += recentAlpha * (rate - ts.recentReads)
+			}
+		} else {
+			ts.recentReads = 0
+		}
+		ts.lastReads, ts.lastSample = r, now
+		e, ok := s.expected[ts.t.pos]
+		loads[i] = TreeLoad{Position: ts.t.pos, Reads: r, RecentReads: ts.recentReads, Expected: e, HasExpected: ok}
+	}
+	s.mu.Unlock()
 	for i, ts := range trees {
 		if db, ok := ts.db.(*pebble.DB); ok {
 			m := db.Metrics()
 			ts.l0Files.Store(m.Levels[0].TablesCount)
+			ts.debt.Store(m.Compact.EstimatedDebt)
 		}
-		r := ts.t.reads.Load()
 		var mean time.Duration
-		if r > 0 {
-			mean = time.Duration(ts.t.readNanos.Load() / r)
+		if loads[i].Reads > 0 {
+			mean = time.Duration(ts.t.readNanos.Load() / loads[i].Reads)
 		}
-		loads[i] = TreeLoad{Position: ts.t.pos, Reads: r, MeanReadLatency: mean, L0Files: ts.l0Files.Load()}
+		loads[i].MeanReadLatency = mean
+		loads[i].L0Files = ts.l0Files.Load()
+		loads[i].CompactionDebt = ts.debt.Load()
 	}
-	shares := alloc.Shares(loads)
-	var sum float64
-	for i := range trees {
-		if i < len(shares) && shares[i] > 0 {
-			sum += shares[i]
+	if budget == 0 { // unthrottled
+		for _, ts := range trees {
+			ts.pooled.Store(false)
+			ts.rate.Store(0)
+			ts.bucket.setRate(0)
 		}
+		return
 	}
+	plan := sched.CompactionRates(float64(budget), float64(floor), alloc.Shares(loads))
+	s.mu.Lock()
+	s.pool.setRate(plan.Pool)
+	s.mu.Unlock()
 	for i, ts := range trees {
-		share := 1 / float64(len(trees))
-		if sum > 0 {
-			share = 0
-			if i < len(shares) && shares[i] > 0 {
-				share = shares[i] / sum
-			}
+		ts.pooled.Store(plan.Pooled[i])
+		if plan.Pooled[i] {
+			ts.rate.Store(int64(plan.Pool))
+		} else {
+			ts.rate.Store(int64(plan.Rates[i]))
+			ts.bucket.setRate(plan.Rates[i])
 		}
-		ts.rate.Store(max(s.floor, int64(share*float64(s.budget))))
 	}
 }
 
+// grantWaiting offers waiting compactions grants: unpooled trees first
+// (their read share entitles them to their rate), then pooled trees in the
+// order they started waiting.
 func (s *Scheduler) grantWaiting() {
 	s.mu.Lock()
 	trees := append([]*treeSched(nil), s.trees...)
+	since := make([]uint64, len(trees))
+	for i, ts := range trees {
+		since[i] = ts.waitSeq
+	}
 	s.mu.Unlock()
-	for _, ts := range trees {
+	order := make([]int, len(trees))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		pa, pb := trees[a].pooled.Load(), trees[b].pooled.Load()
+		switch {
+		case pa != pb:
+			if pa {
+				return 1
+			}
+			return -1
+		case !pa:
+			return 0
+		case (since[a] == 0) != (since[b] == 0):
+			if since[a] == 0 {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Compare(since[a], since[b])
+	})
+	for _, i := range order {
+		ts := trees[i]
 		for range 4 {
 			s.mu.Lock()
 			if ts.unregistered || ts.granting || ts.db == nil {
@@ -287,7 +495,8 @@ func (s *Scheduler) grantWaiting() {
 			ts.granting = true
 			s.mu.Unlock()
 			ok := false
-			if waiting, _ := ts.db.GetWaitingCompaction(); waiting {
+			waiting, _ := ts.db.GetWaitingCompaction()
+			if waiting {
 				g := &grant{ts: ts}
 				s.mu.Lock()
 				ts.running++
@@ -302,6 +511,9 @@ func (s *Scheduler) grantWaiting() {
 			}
 			s.mu.Lock()
 			ts.granting = false
+			if ok || !waiting {
+				ts.waitSeq = 0
+			}
 			s.mu.Unlock()
 			if !ok {
 				break
@@ -310,30 +522,59 @@ func (s *Scheduler) grantWaiting() {
 	}
 }
 
-// pace charges n written bytes to the tree's bucket, sleeping while it is
-// in debt. The bucket holds at most 100 ms of rate.
+// bucket is a token bucket of paced bytes that holds at most 100 ms of its
+// rate. charge takes n bytes at now and returns how long the caller must
+// wait to stay within the rate; waiters queue in the order they charge.
+type bucket struct {
+	mu     sync.Mutex
+	rate   float64
+	tokens float64
+	last   time.Time
+}
+
+func (b *bucket) setRate(r float64) {
+	b.mu.Lock()
+	b.rate = r
+	b.mu.Unlock()
+}
+
+func (b *bucket) charge(n uint64, now time.Time) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rate <= 0 {
+		return 0
+	}
+	if !b.last.IsZero() && now.After(b.last) {
+		b.tokens = min(b.tokens+now.Sub(b.last).Seconds()*b.rate, b.rate/10)
+	}
+	if now.After(b.last) {
+		b.last = now
+	}
+	b.tokens -= float64(n)
+	if b.tokens >= 0 {
+		return 0
+	}
+	return time.Duration(-b.tokens / b.rate * float64(time.Second))
+}
+
+// pace charges n written bytes to the tree's bucket, or the pool's, and
+// sleeps while it is in debt (at most a second per charge).
 func (ts *treeSched) pace(n uint64) {
-	rate := float64(ts.rate.Load())
-	if rate <= 0 {
-		return
+	if ts.rate.Load() <= 0 {
+		return // unthrottled
 	}
-	ts.bmu.Lock()
-	now := time.Now()
-	if !ts.last.IsZero() {
-		ts.tokens = min(ts.tokens+now.Sub(ts.last).Seconds()*rate, rate/10)
+	b := &ts.bucket
+	if ts.pooled.Load() {
+		b = &ts.s.pool
 	}
-	ts.last = now
-	ts.tokens -= float64(n)
-	var wait time.Duration
-	if ts.tokens < 0 {
-		wait = time.Duration(-ts.tokens / rate * float64(time.Second))
-	}
-	ts.bmu.Unlock()
+	wait := b.charge(n, time.Now())
 	if wait > 0 {
 		wait = min(wait, time.Second)
 		ts.t.throttledNanos.Add(uint64(wait))
+		t := time.NewTimer(wait)
+		defer t.Stop()
 		select {
-		case <-time.After(wait):
+		case <-t.C:
 		case <-ts.s.stop:
 		}
 	}
@@ -358,6 +599,9 @@ func (g *grant) Started() {
 
 func (g *grant) MeasureCPU(pebble.CompactionGoroutineKind) {}
 
+// CumulativeStats is Pebble's report of the bytes the compaction wrote so
+// far: the growth since the last report is counted, and paced unless the
+// compaction reads L0 or the tree's L0 is deep.
 func (g *grant) CumulativeStats(st pebble.CompactionGrantHandleStats) {
 	if st.CumWriteBytes <= g.last {
 		return
@@ -366,6 +610,7 @@ func (g *grant) CumulativeStats(st pebble.CompactionGrantHandleStats) {
 	g.last = st.CumWriteBytes
 	g.ts.t.compactBytes.Add(d)
 	if g.l0.Load() || g.ts.urgent() {
+		g.ts.t.unpacedBytes.Add(d)
 		return
 	}
 	g.ts.pace(d)

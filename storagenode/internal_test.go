@@ -115,14 +115,19 @@ func TestSchedulerShares(t *testing.T) {
 		ts = append(ts, x)
 	}
 	s.sample()
+	// The zero share is pooled at the floor; the rest of the budget is
+	// split 3:1.
 	rates := s.Rates()
-	want := []int64{75 << 20, 25 << 20, 1 << 20} // budget by share, the floor for the zero share
+	want := []int64{(99 << 20) * 3 / 4, (99 << 20) / 4, 1 << 20}
 	for i := range want {
 		if rates[i] != want[i] {
 			t.Fatalf("rates %v, want %v", rates, want)
 		}
 	}
-	s.SetAllocator(nil) // equal shares
+	if p := s.Pooled(); p[0] || p[1] || !p[2] {
+		t.Fatalf("pooled %v, want the third tree only", p)
+	}
+	s.SetAllocator(EqualShares{})
 	s.sample()
 	for _, r := range s.Rates() {
 		if r != (100<<20)/3 {

@@ -19,7 +19,10 @@ type TreeStats struct {
 	L0Sublevels       int32         `json:"l0_sublevels"`
 	Compactions       uint64        `json:"compactions"`
 	CompactionBytes   uint64        `json:"compaction_bytes"`
-	CompactionRate    int64         `json:"compaction_rate"` // paced bytes/s granted now
+	CompactionRate    int64         `json:"compaction_rate"`          // paced bytes/s granted now (the pool's if pooled; 0: unthrottled)
+	CompactionPooled  bool          `json:"compaction_pooled"`        // below the floor: paced by the shared pool, first come first served
+	CompactionDebt    uint64        `json:"compaction_debt_bytes"`    // Pebble's estimated compaction debt
+	UnpacedBytes      uint64        `json:"unpaced_compaction_bytes"` // compaction bytes exempt from pacing (L0)
 	ThrottledTime     time.Duration `json:"throttled_ns"`
 	FlushBytes        uint64        `json:"flush_bytes"`
 	DiskBytes         uint64        `json:"disk_bytes"`
@@ -93,6 +96,7 @@ func (n *Node) Stats() Stats {
 			ts.FlushBytes = uint64(max(0, m.Flush.WriteThroughput.Bytes))
 			ts.DiskBytes = m.DiskSpaceUsage()
 			ts.MemTableBytes = m.MemTable.Size
+			ts.CompactionDebt = m.Compact.EstimatedDebt
 		}
 		s.Trees = append(s.Trees, ts)
 	}
@@ -114,6 +118,8 @@ var (
 	descL0          = prometheus.NewDesc("netdir_node_tree_l0_files", "L0 files per tree.", []string{"node", "tree"}, nil)
 	descCompBytes   = prometheus.NewDesc("netdir_node_tree_compaction_bytes_total", "Bytes written by compactions per tree.", []string{"node", "tree"}, nil)
 	descCompRate    = prometheus.NewDesc("netdir_node_tree_compaction_rate_bytes", "Paced compaction rate granted per tree (bytes/s).", []string{"node", "tree"}, nil)
+	descCompDebt    = prometheus.NewDesc("netdir_node_tree_compaction_debt_bytes", "Pebble's estimated compaction debt per tree (bytes).", []string{"node", "tree"}, nil)
+	descThrottled   = prometheus.NewDesc("netdir_node_tree_compaction_throttled_seconds_total", "Time compactions waited for the paced rate per tree.", []string{"node", "tree"}, nil)
 	descLoad        = prometheus.NewDesc("netdir_node_queue_depth", "Requests queued at the node.", []string{"node"}, nil)
 	descOps         = prometheus.NewDesc("netdir_node_requests_total", "Client requests by op.", []string{"node", "op"}, nil)
 	descPending     = prometheus.NewDesc("netdir_node_pending_writes", "Uncommitted writes at this head.", []string{"node"}, nil)
@@ -121,7 +127,7 @@ var (
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descLoad, descOps, descPending, descRetransmits} {
+	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descRetransmits} {
 		ch <- d
 	}
 }
@@ -136,6 +142,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descL0, prometheus.GaugeValue, float64(t.L0Files), id, tr)
 		ch <- prometheus.MustNewConstMetric(descCompBytes, prometheus.CounterValue, float64(t.CompactionBytes), id, tr)
 		ch <- prometheus.MustNewConstMetric(descCompRate, prometheus.GaugeValue, float64(t.CompactionRate), id, tr)
+		ch <- prometheus.MustNewConstMetric(descCompDebt, prometheus.GaugeValue, float64(t.CompactionDebt), id, tr)
+		ch <- prometheus.MustNewConstMetric(descThrottled, prometheus.CounterValue, t.ThrottledTime.Seconds(), id, tr)
 	}
 	ch <- prometheus.MustNewConstMetric(descLoad, prometheus.GaugeValue, float64(s.Load), id)
 	ch <- prometheus.MustNewConstMetric(descOps, prometheus.CounterValue, float64(s.Gets), id, "get")

@@ -29,6 +29,7 @@ type tree struct {
 	compactions    atomic.Uint64
 	l0Compactions  atomic.Int64 // running compactions with L0 inputs
 	throttledNanos atomic.Uint64
+	unpacedBytes   atomic.Uint64 // compaction bytes exempt from pacing (L0 inputs, deep L0)
 
 	mu      sync.Mutex
 	started []*grant // grants started but not yet matched to a CompactionBegin

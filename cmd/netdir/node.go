@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/gossip"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
@@ -39,6 +41,9 @@ func nodeCmd() *cobra.Command {
 		verbose  bool
 		ctlAddr  string
 		every    time.Duration
+		gBind    string
+		gSeeds   string
+		gEvery   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "node",
@@ -56,7 +61,13 @@ func nodeCmd() *cobra.Command {
 
 --max-ops is an emulation knob for one-machine experiments: it caps client
 requests per second with a token bucket so that a loopback node behaves like a
-node of that capacity. Leave it 0 in production.`,
+node of that capacity. Leave it 0 in production.
+
+With --gossip-seeds (the controller's --gossip address, e.g. 127.0.0.1:7946)
+the node gossips its stats with hashicorp/memberlist every --gossip-every: per
+tree (chain position) the reads, writes and mean read latency (HATS T and C)
+and Pebble's compaction debt, versioned; and it paces its compactions by the
+expected load per tree that the controller gossips back.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if config == "" || data == "" || id == 0 {
@@ -97,6 +108,16 @@ node of that capacity. Leave it 0 in production.`,
 			if ctlAddr != "" {
 				go reportHotKeys(ctx, n, ctlAddr, every, log)
 			}
+			if seeds := parseList(gSeeds); len(seeds) > 0 {
+				g, err := gossip.Start(gossip.Config{Name: fmt.Sprintf("node-%d", id), Bind: gBind, Seeds: seeds, Log: log})
+				if err != nil {
+					n.Close()
+					return err
+				}
+				defer g.Close()
+				fmt.Fprintf(cmd.OutOrStdout(), "node %d gossiping on %s (seeds %s)\n", id, g.Addr(), strings.Join(seeds, ","))
+				go n.RunGossip(ctx, g, gEvery)
+			}
 			<-ctx.Done()
 			return n.Close()
 		},
@@ -116,6 +137,9 @@ node of that capacity. Leave it 0 in production.`,
 	f.BoolVar(&verbose, "v", false, "log at info level")
 	f.StringVar(&ctlAddr, "controller", "", "controller API address to report hot keys to (empty: don't)")
 	f.DurationVar(&every, "report-every", 500*time.Millisecond, "hot-key report interval (match the controller's round)")
+	f.StringVar(&gBind, "gossip", gossip.DefaultNodeBind, "gossip (memberlist) bind address; port 0 picks a free one")
+	f.StringVar(&gSeeds, "gossip-seeds", "", "comma list of gossip members to join, e.g. the controller's "+gossip.DefaultControllerBind+" (empty: no gossip)")
+	f.DurationVar(&gEvery, "gossip-every", gossip.DefaultInterval, "how often the node gossips a new version of its stats")
 	return cmd
 }
 

@@ -1,0 +1,339 @@
+package gossip
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/netdir/netdir/wire"
+)
+
+// Defaults of the command-line flags.
+const (
+	// DefaultControllerBind is where `netdir controller` gossips, and what
+	// nodes name as their seed.
+	DefaultControllerBind = "127.0.0.1:7946"
+	// DefaultNodeBind lets a node pick a free loopback port: nodes are found
+	// through the seeds, so their own port needs no configuration.
+	DefaultNodeBind = "127.0.0.1:0"
+	// DefaultInterval is how often a node publishes a new version.
+	DefaultInterval = time.Second
+)
+
+// Config configures a gossip member.
+type Config struct {
+	// Name is the member's name, unique in the cluster ("node-3",
+	// "controller").
+	Name string
+	// Bind is the host:port for memberlist's UDP and TCP; port 0 picks a
+	// free one. A loopback host gets memberlist's local-network timings,
+	// any other its LAN ones.
+	Bind string
+	// Advertise is the host:port others reach this member at, if not Bind.
+	Advertise string
+	// Seeds are members to join (host:port). Joining is retried in the
+	// background while a seed is not a live member, so members may start in
+	// any order.
+	Seeds []string
+	// OnStats and OnExpected, if set, are called for every version newer
+	// than the member held, its own included, from memberlist's goroutines:
+	// they must not block.
+	OnStats    func(NodeStats)
+	OnExpected func(Expected)
+	Log        *slog.Logger
+}
+
+// Gossip is a running member.
+type Gossip struct {
+	cfg Config
+	ml  *memberlist.Memberlist
+	q   *memberlist.TransmitLimitedQueue
+	tab table
+	log *slog.Logger
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+// Start creates the member, binds it, and joins the seeds (in the
+// background if none answers yet).
+func Start(cfg Config) (*Gossip, error) {
+	if cfg.Name == "" {
+		return nil, errors.New("gossip: no member name")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	host, port, err := splitHostPort(cfg.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: bind %q: %w", cfg.Bind, err)
+	}
+	mc := memberlist.DefaultLANConfig()
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		mc = memberlist.DefaultLocalConfig()
+		mc.PushPullInterval = 5 * time.Second // the table is small: catch up fast
+	}
+	mc.Name = cfg.Name
+	mc.BindAddr, mc.BindPort = host, port
+	mc.AdvertisePort = port
+	if cfg.Advertise != "" {
+		ah, ap, err := splitHostPort(cfg.Advertise)
+		if err != nil {
+			return nil, fmt.Errorf("gossip: advertise %q: %w", cfg.Advertise, err)
+		}
+		mc.AdvertiseAddr, mc.AdvertisePort = ah, ap
+	}
+	g := &Gossip{cfg: cfg, log: cfg.Log.With("component", "gossip", "member", cfg.Name), stop: make(chan struct{})}
+	mc.Delegate = (*delegate)(g)
+	mc.Logger = log.New(slogWriter{g.log}, "", 0)
+	// Every entry is sent to more members than memberlist's own messages:
+	// a piggybacked entry is lost with its packet, and the push-pull that
+	// repairs it comes only every PushPullInterval.
+	g.q = &memberlist.TransmitLimitedQueue{RetransmitMult: max(mc.RetransmitMult, 4), NumNodes: func() int {
+		if g.ml == nil {
+			return 1
+		}
+		return g.ml.NumMembers()
+	}}
+	if g.ml, err = memberlist.Create(mc); err != nil {
+		return nil, fmt.Errorf("gossip: %w", err)
+	}
+	if len(cfg.Seeds) > 0 {
+		g.join()
+		g.wg.Add(1)
+		go g.rejoin()
+	}
+	return g, nil
+}
+
+func splitHostPort(s string) (string, int, error) {
+	h, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("port %q", p)
+	}
+	if h == "" {
+		h = "0.0.0.0"
+	}
+	return h, port, nil
+}
+
+// join joins the seeds that are not live members.
+func (g *Gossip) join() {
+	live := map[string]bool{}
+	for _, m := range g.ml.Members() {
+		live[m.Address()] = true
+	}
+	var todo []string
+	for _, s := range g.cfg.Seeds {
+		if a, err := net.ResolveUDPAddr("udp", s); err == nil && live[a.String()] {
+			continue
+		}
+		todo = append(todo, s)
+	}
+	if len(todo) == 0 {
+		return
+	}
+	if n, err := g.ml.Join(todo); err != nil {
+		g.log.Debug("join", "seeds", todo, "joined", n, "err", err)
+	} else {
+		g.log.Info("joined", "seeds", todo, "members", g.ml.NumMembers())
+	}
+}
+
+// rejoin retries the seeds that are not live members: a controller that
+// restarted, or started after its nodes, is found again.
+func (g *Gossip) rejoin() {
+	defer g.wg.Done()
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+			g.join()
+		}
+	}
+}
+
+// Addr is the host:port others reach this member at.
+func (g *Gossip) Addr() string { return g.ml.LocalNode().Address() }
+
+// Members is the number of live members, this one included.
+func (g *Gossip) Members() int { return g.ml.NumMembers() }
+
+// Close leaves the cluster and stops.
+func (g *Gossip) Close() error {
+	var err error
+	g.once.Do(func() {
+		close(g.stop)
+		g.wg.Wait()
+		err = errors.Join(g.ml.Leave(time.Second), g.ml.Shutdown())
+	})
+	return err
+}
+
+// PublishStats makes s the node's newest stats and gossips it. s.Version
+// must be above every earlier version of the node (NextVersion).
+func (g *Gossip) PublishStats(s NodeStats) error {
+	return g.publish(statsKey(s.Node), s.Version, s)
+}
+
+// PublishExpected gossips the controller's expected load for a node.
+func (g *Gossip) PublishExpected(e Expected) error {
+	return g.publish(expectedKey(e.Node), e.Version, e)
+}
+
+func (g *Gossip) publish(key string, version uint64, v any) error {
+	if version == 0 {
+		return errors.New("gossip: version 0")
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	e := entry{Key: key, Version: version, Data: b}
+	if !g.tab.put(e) {
+		old, _ := g.tab.get(key)
+		return fmt.Errorf("gossip: %s version %d is not above %d", key, version, old.Version)
+	}
+	g.deliver(e)
+	return g.queue(e)
+}
+
+func (g *Gossip) queue(e entry) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	g.q.QueueBroadcast(&broadcast{name: e.Key, msg: b})
+	return nil
+}
+
+// deliver calls the callbacks for a newer entry.
+func (g *Gossip) deliver(e entry) {
+	switch {
+	case len(e.Key) > len(statsPrefix) && e.Key[:len(statsPrefix)] == statsPrefix:
+		if g.cfg.OnStats != nil {
+			var s NodeStats
+			if json.Unmarshal(e.Data, &s) == nil {
+				g.cfg.OnStats(s)
+			}
+		}
+	case len(e.Key) > len(expectedPrefix) && e.Key[:len(expectedPrefix)] == expectedPrefix:
+		if g.cfg.OnExpected != nil {
+			var x Expected
+			if json.Unmarshal(e.Data, &x) == nil {
+				g.cfg.OnExpected(x)
+			}
+		}
+	}
+}
+
+// Stats returns the newest stats of every node the member heard of.
+func (g *Gossip) Stats() map[wire.NodeID]NodeStats {
+	out := map[wire.NodeID]NodeStats{}
+	for _, e := range g.tab.entries(statsPrefix) {
+		var s NodeStats
+		if json.Unmarshal(e.Data, &s) == nil {
+			out[s.Node] = s
+		}
+	}
+	return out
+}
+
+// Expected returns the newest expected load for node id.
+func (g *Gossip) Expected(id wire.NodeID) (Expected, bool) {
+	e, ok := g.tab.get(expectedKey(id))
+	if !ok {
+		return Expected{}, false
+	}
+	var x Expected
+	if err := json.Unmarshal(e.Data, &x); err != nil {
+		return Expected{}, false
+	}
+	return x, true
+}
+
+// delegate is memberlist's view of the member.
+type delegate Gossip
+
+func (d *delegate) NodeMeta(int) []byte { return nil }
+
+// NotifyMsg takes a gossiped entry; a newer one is kept and gossiped on.
+func (d *delegate) NotifyMsg(b []byte) {
+	g := (*Gossip)(d)
+	var e entry
+	if err := json.Unmarshal(b, &e); err != nil {
+		g.log.Debug("bad message", "err", err)
+		return
+	}
+	if g.tab.put(e) {
+		g.deliver(e)
+		_ = g.queue(e)
+	}
+}
+
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return d.q.GetBroadcasts(overhead, limit)
+}
+
+func (d *delegate) LocalState(bool) []byte { return d.tab.encode() }
+
+func (d *delegate) MergeRemoteState(b []byte, _ bool) {
+	g := (*Gossip)(d)
+	newer, err := g.tab.merge(b)
+	if err != nil {
+		g.log.Debug("bad remote state", "err", err)
+		return
+	}
+	for _, e := range newer {
+		g.deliver(e)
+	}
+}
+
+// broadcast is one entry in memberlist's queue; a newer version of the same
+// key replaces an older one still queued.
+type broadcast struct {
+	name string
+	msg  []byte
+}
+
+func (b *broadcast) Invalidates(o memberlist.Broadcast) bool {
+	nb, ok := o.(memberlist.NamedBroadcast)
+	return ok && nb.Name() == b.name
+}
+func (b *broadcast) Name() string    { return b.name }
+func (b *broadcast) Message() []byte { return b.msg }
+func (b *broadcast) Finished()       {}
+
+// slogWriter turns memberlist's log lines ("[WARN] memberlist: ...") into
+// slog records: errors and warnings as such, the rest at debug.
+type slogWriter struct{ log *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	line := string(bytes.TrimSpace(p))
+	switch {
+	case bytes.Contains(p, []byte("[ERR]")):
+		w.log.Error(line)
+	case bytes.Contains(p, []byte("[WARN]")):
+		w.log.Warn(line)
+	default:
+		w.log.Debug(line)
+	}
+	return len(p), nil
+}

@@ -1,0 +1,81 @@
+package storagenode
+
+import (
+	"context"
+	"time"
+
+	"github.com/netdir/netdir/gossip"
+)
+
+// GossipStats returns the node's stats as it gossips them (HATS T and C per
+// tree, and compaction debt), versioned with gossip.NextVersion. prev is the
+// previous version this node published (zero for the first): the window
+// figures cover the time since it.
+func (n *Node) GossipStats(prev gossip.NodeStats) gossip.NodeStats {
+	st := n.Stats()
+	now := time.Now()
+	s := gossip.NodeStats{Node: n.id, Version: gossip.NextVersion(), At: now, QueueDepth: st.Load, Capacity: n.opts.MaxOps}
+	if !prev.At.IsZero() {
+		s.Window = now.Sub(prev.At)
+	}
+	before := map[int]gossip.TreeStats{}
+	for _, t := range prev.Trees {
+		before[t.Position] = t
+	}
+	for i, t := range n.trees {
+		ts := st.Trees[i]
+		g := gossip.TreeStats{
+			Position: t.pos, Reads: ts.Reads, Writes: ts.Writes, ReadNanos: t.readNanos.Load(),
+			CompactionDebt: ts.CompactionDebt, L0Files: ts.L0Files, CompactionRate: ts.CompactionRate,
+		}
+		b := before[t.pos]
+		if g.Reads >= b.Reads && g.ReadNanos >= b.ReadNanos {
+			g.WindowReads = g.Reads - b.Reads
+			if g.WindowReads > 0 {
+				g.MeanReadLatency = time.Duration((g.ReadNanos - b.ReadNanos) / g.WindowReads)
+			}
+		}
+		s.Trees = append(s.Trees, g)
+	}
+	return s
+}
+
+// SetExpected sets the load the controller expects each of the node's trees
+// to serve (E by chain position, from the coarse scheduler); the compaction
+// scheduler's ReadShare paces by it. nil forgets it.
+func (n *Node) SetExpected(e []float64) { n.sched.SetExpected(e) }
+
+// RunGossip publishes the node's stats through g every interval (default
+// gossip.DefaultInterval), and hands the controller's newest expected load
+// for this node to the compaction scheduler, until ctx ends.
+func (n *Node) RunGossip(ctx context.Context, g *gossip.Gossip, every time.Duration) {
+	if every <= 0 {
+		every = gossip.DefaultInterval
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var prev gossip.NodeStats
+	var applied uint64
+	for {
+		if n.closing.Load() {
+			return
+		}
+		s := n.GossipStats(prev)
+		if err := g.PublishStats(s); err != nil {
+			n.log.Warn("gossip stats", "err", err)
+		} else {
+			prev = s
+		}
+		if e, ok := g.Expected(n.id); ok && e.Version > applied {
+			applied = e.Version
+			n.SetExpected(e.Trees)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
