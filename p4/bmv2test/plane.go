@@ -9,8 +9,9 @@
 //   - tables, the clock, multicast: P4Runtime writes;
 //   - hit/miss/reply/VSB/pass/switched counts, drop reasons, slot hits and the
 //     miss sketch: P4Runtime counter reads (the controller's way);
-//   - ver_next, ver_done, fresh, node latency and load: BMv2's Thrift
-//     register API, since BMv2/PI implements no P4Runtime register access;
+//   - ver_next, ver_done, fresh, the stamp floor, node latency and load:
+//     BMv2's Thrift register API, since BMv2/PI implements no P4Runtime
+//     register access;
 //   - verdicts: where the packet left. A Forward leaves on NodePort with node
 //     n's addresses; ToClient and Pass leave on UplinkPort by plain routing
 //     and are told apart by the events counter; a Multicast leaves on both
@@ -95,6 +96,7 @@ const (
 	rVerDone        = pfx + "coherence.ver_done"
 	rFresh          = pfx + "coherence.fresh"
 	rGen            = pfx + "coherence.gen"
+	rFloor          = pfx + "coherence.stamp_floor"
 	rLatency        = pfx + "node_stats.latency"
 	rLoad           = pfx + "node_stats.load"
 	vsbGroup        = 1
@@ -269,7 +271,7 @@ func registerNames(js []byte) (map[string]string, error) {
 		return nil, err
 	}
 	m := map[string]string{}
-	for _, want := range []string{rVerNext, rVerDone, rFresh, rGen, rLatency, rLoad} {
+	for _, want := range []string{rVerNext, rVerDone, rFresh, rGen, rFloor, rLatency, rLoad} {
 		for _, r := range doc.RegisterArrays {
 			if r.Name == want {
 				m[want] = r.Name
@@ -616,8 +618,9 @@ func (p *Plane) Node(n wire.NodeID) (directory.NodeStats, error) {
 // state (the shadow); fresh, ver_next and ver_done come from the switch's
 // registers, hits from its slot_hits counter. A slot whose gen register
 // does not hold its entry's generation has seen no packet since the insert:
-// its state is the seed (the chain fresh, both versions = the insert's),
-// exactly what the data plane will use for its next packet.
+// its state is the seed (the chain fresh, both versions the larger of the
+// insert's and the key's stamp floor register), exactly what the data plane
+// will use for its next packet.
 func (p *Plane) Lookup(h wire.KeyHash) (directory.Slot, bool, error) {
 	s, ok := p.shadow.Lookup(h)
 	if !ok {
@@ -640,7 +643,17 @@ func (p *Plane) Lookup(h wire.KeyHash) (directory.Slot, bool, error) {
 			return s, true, err
 		}
 		s.Fresh = uint32(f)
-	} // else the shadow's seed: VerNext = VerDone = ver, Fresh = the chain
+	} else {
+		// The seed the next packet applies: the chain fresh, both versions
+		// max(ver, the key's stamp floor). The shadow never stamps, so its
+		// floors stay 0 and its versions are the insert's ver; the floor is
+		// the switch's.
+		fl, err := p.thrift.RegisterRead(p.regName[rFloor], int(directory.FloorIndex(&h)))
+		if err != nil {
+			return s, true, err
+		}
+		s.VerNext, s.VerDone = max(s.VerNext, fl), max(s.VerDone, fl)
+	}
 	hits, err := p.counterCells(cSlotHits, []int64{int64(idx)})
 	if err != nil {
 		return s, true, err

@@ -6,22 +6,32 @@
 //   ver_done  the last version seen complete at the tail (bit<64>)
 //   fresh     bit i: LocationList member i may serve reads of ver_done
 //   gen       the promotion generation the three above belong to
+// and one indexed by the key's FloorIndex, the low 14 bits of the KeyHash
+// (hash bytes 14 and 15, directory.FloorIndex), not by slot:
+//   stamp_floor  the highest stamp issued to any key of that index
+//                (bit<64>, NETDIR_FLOORS entries); it outlives the slot
 //
 // Promotion through table writes only: the directory entry carries a
 // generation and a seed version. The first packet of a slot whose gen
-// register differs re-seeds it: ver_next = ver_done = seed, fresh = the
-// chain (directory.Insert), then runs its command. Until then the slot's
-// registers still show the previous key; its effective state is the seed.
+// register differs re-seeds it: ver_next = ver_done = max(seed,
+// stamp_floor[FloorIndex]), fresh = the chain (directory.Insert), then runs
+// its command. Until then the slot's registers still show the previous key;
+// its effective state is that seed. The floor keeps a key that was evicted
+// with a stamped write in flight, and promoted again, from being seeded
+// below that write (spec/coherence.pml, flaw B).
 //
 // One command per packet (meta.coh_cmd), as directory/process.go does:
 //   COH_READ      GET hit: read fresh.
-//   COH_STAMP     PUT/DEL hit: ver_next += 1 (the stamp), fresh = the chain.
+//   COH_STAMP     PUT/DEL hit: ver_next += 1 (the stamp), fresh = the chain,
+//                 stamp_floor = max(stamp_floor, ver_next).
 //   COH_COMPLETE  PUT/DEL reply with code OK, or a VSB from the tail:
 //                 if v > ver_done: ver_done = v, ver_next = max(ver_next, v),
 //                 fresh = the chain.
 //   COH_EXTRA     VSB from an extra copy: set its fresh bit only if
 //                 ver_next == ver_done (no write pending) and v == ver_done;
 //                 otherwise report REASON_VSB_PENDING or REASON_VSB_VERSION.
+// stamp_floor is read at most once and written at most once per packet (a
+// re-seed and a stamp share the read), as on Tofino.
 //
 // P4Runtime cannot read or write registers on BMv2/PI: the controller never
 // needs to (promotion seeds them through gen, above); tests read them over
@@ -36,6 +46,7 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
     register<version_t>(NETDIR_SLOTS) ver_done;
     register<bit<32>>(NETDIR_SLOTS) fresh;
     register<bit<32>>(NETDIR_SLOTS) gen;
+    register<version_t>(NETDIR_FLOORS) stamp_floor;
 
     apply {
         bit<32> s = (bit<32>)meta.slot;
@@ -43,12 +54,22 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
         version_t vd;
         bit<32> f;
         bit<32> g;
+        bit<32> fi = (bit<32>)hdr.netdir.keyhash[NETDIR_FLOOR_BITS-1:0]; // directory.FloorIndex
+        version_t fl = 0;
         meta.coh_reason = REASON_NONE;
         gen.read(g, s);
-        if (g != meta.slot_gen) {
+        bool reseed = g != meta.slot_gen;
+        if (reseed || meta.coh_cmd == COH_STAMP) {
+            stamp_floor.read(fl, fi);
+        }
+        if (reseed) {
+            version_t seed = meta.slot_ver;
+            if (fl > seed) {
+                seed = fl;
+            }
             gen.write(s, meta.slot_gen);
-            ver_next.write(s, meta.slot_ver);
-            ver_done.write(s, meta.slot_ver);
+            ver_next.write(s, seed);
+            ver_done.write(s, seed);
             fresh.write(s, meta.chain_mask);
         }
         if (meta.coh_cmd == COH_READ) {
@@ -59,6 +80,9 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
             vn = vn + 1;
             ver_next.write(s, vn);
             fresh.write(s, meta.chain_mask);
+            if (vn > fl) {
+                stamp_floor.write(fi, vn);
+            }
             meta.coh_version = vn;
         } else if (meta.coh_cmd == COH_COMPLETE) {
             ver_done.read(vd, s);

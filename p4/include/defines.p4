@@ -21,6 +21,8 @@
 #define NETDIR_ROUTES 1024
 #define NETDIR_L2 1024
 #define NETDIR_PORTS 512
+#define NETDIR_FLOOR_BITS 14        // directory.StampFloors = 1 << 14, indexed by directory.FloorIndex
+#define NETDIR_FLOORS 16384         // stamp floors: 1 << NETDIR_FLOOR_BITS
 
 // Table sizes derived from the capacities.
 #define NETDIR_PART_BUCKETS (NETDIR_PARTITIONS * NETDIR_BUCKETS)
@@ -79,6 +81,9 @@ const bit<8> REASON_VSB_VERSION    = 10;
 // P4-only reason, past the contract's list: a forward target with no
 // node_addr entry (the controller did not install the node's address).
 const bit<8> REASON_NO_NODE_ADDR   = 11;
+// TNA only: a promotion's re-seed found the key promoted again between its
+// two passes (p4/tna/coherence.p4); the packet is dropped, not mis-seeded.
+const bit<8> REASON_RESEED_RACE    = 12;
 #define NETDIR_NUM_REASONS 16
 
 // ---- Index of the `events` counter (directory.Counters) ----

@@ -132,6 +132,12 @@ struct local_meta_t {
     bit<32>     lat_new;
     bool        reinit;
     bit<32>     seed32;
+    bit<32>     vn32;           // the stamp, raising the stamp floor
+    // TNA only: a slot's re-seed takes two passes (p4/tna/coherence.p4)
+    bool        resubmit;       // pass 1: resubmit with floor32 and slot_gen
+    bool        resubmitted;    // pass 2: floor32 and resub_gen come from pass 1
+    bit<32>     floor32;        // the key's stamp floor, read in pass 1
+    bit<32>     resub_gen;      // the directory entry's gen in pass 1
 }
 
 #endif

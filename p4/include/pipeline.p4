@@ -12,6 +12,7 @@
 //   events    index EVENT_HIT, EVENT_MISS, EVENT_REPLY, EVENT_VSB, EVENT_PASS
 //   switched  index 0: the fine score (or freshness) picked candidate b
 //   drops     index directory.Reason (1..10), plus REASON_NO_NODE_ADDR (11)
+//             and, on TNA, REASON_RESEED_RACE (12)
 #ifndef NETDIR_PIPELINE_P4
 #define NETDIR_PIPELINE_P4
 
@@ -53,6 +54,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         meta.coh_cmd = COH_NONE;
         meta.coh_reason = REASON_NONE;
         meta.coh_version = 0;
+        meta.resubmit = false;
         meta.fresh = 0;
         meta.slot_hit = false;
         meta.part_hit = false;
@@ -143,6 +145,11 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             if (meta.coh_reason != REASON_NONE) {
                 meta.reason = meta.coh_reason;
             }
+        }
+        if (meta.resubmit) {
+            // TNA: the first pass of a slot's re-seed (p4/tna/coherence.p4).
+            // The packet comes back unchanged; it is counted and sent then.
+            return;
         }
 
         // 4. The verdict.

@@ -10,7 +10,8 @@
 // checksum residual), Coherence and NodeStats written with RegisterActions
 // (p4/tna/coherence.p4, p4/tna/node_stats.p4), the MAC timestamp as the
 // clock, and the deparser checksums. Everything happens in ingress; egress
-// is bypassed.
+// is bypassed. A slot's re-seed after a promotion resubmits its first
+// packets once, carrying the key's stamp floor (p4/tna/coherence.p4).
 #include <core.p4>
 #include <tna.p4>
 
@@ -22,20 +23,34 @@
 #include "node_stats.p4"
 #include "../include/pipeline.p4"
 
+// The resubmit data of a re-seed's first pass (64 bits, Tofino 1's
+// PORT_METADATA_SIZE): the key's stamp floor and the directory entry's gen.
+header resubmit_h {
+    bit<32> floor;
+    bit<32> gen;
+}
+
+const ResubmitType_t RESUBMIT_RESEED = 1;
+
+// Ingress metadata: the shared local_meta_t and the resubmit data.
+struct ingress_meta_t {
+    local_meta_t nd;
+    resubmit_h   resub;
+}
+
 struct egress_headers_t {
 }
 
 struct egress_meta_t {
 }
 
-parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out local_meta_t meta,
+parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out ingress_meta_t meta,
                            out ingress_intrinsic_metadata_t ig_intr_md) {
     NetdirParser() netdir_parser;
 
     state start {
         pkt.extract(ig_intr_md);
-        pkt.advance(PORT_METADATA_SIZE);
-        meta = {
+        meta.nd = {
             is_netdir = false, short_pkt = false, now = 0, op_class = 0,
             part_hit = false, partition = 0, part_r = 0, part_head = 0,
             pa_idx = 0, pa_node = 0, pb_idx = 0, pb_node = 0,
@@ -49,14 +64,35 @@ parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out local_meta_t me
             verdict = 0, reason = 0, target = 0, fallback_idx = 0, egress_port = 0,
             mcast_grp = 0, drop = false, rewritten = false,
             udp_residual = 0, udp_csum_update = false, stamp32 = 0, sample32 = 0, lat_new = 0,
-            reinit = false, seed32 = 0
+            reinit = false, seed32 = 0, vn32 = 0,
+            resubmit = false, resubmitted = false, floor32 = 0, resub_gen = 0
         };
-        netdir_parser.apply(pkt, hdr, meta);
+        transition select(ig_intr_md.resubmit_flag) {
+            1: parse_resubmit;
+            default: parse_port_metadata;
+        }
+    }
+
+    state parse_resubmit {
+        pkt.extract(meta.resub);
+        meta.nd.resubmitted = true;
+        meta.nd.floor32 = meta.resub.floor;
+        meta.nd.resub_gen = meta.resub.gen;
+        transition parse_netdir;
+    }
+
+    state parse_port_metadata {
+        pkt.advance(PORT_METADATA_SIZE);
+        transition parse_netdir;
+    }
+
+    state parse_netdir {
+        netdir_parser.apply(pkt, hdr, meta.nd);
         transition accept;
     }
 }
 
-control NetdirIngress(inout headers_t hdr, inout local_meta_t meta,
+control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
                       in ingress_intrinsic_metadata_t ig_intr_md,
                       in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
                       inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
@@ -64,26 +100,36 @@ control NetdirIngress(inout headers_t hdr, inout local_meta_t meta,
     NetdirPipe() netdir;
 
     apply {
-        meta.now = (bit<64>)ig_intr_md.ingress_mac_tstamp; // ns
-        netdir.apply(hdr, meta, ig_intr_md.ingress_port);
-        meta.udp_csum_update = meta.rewritten && hdr.udp.checksum != 0;
-        if (meta.drop) {
+        meta.nd.now = (bit<64>)ig_intr_md.ingress_mac_tstamp; // ns
+        netdir.apply(hdr, meta.nd, ig_intr_md.ingress_port);
+        meta.nd.udp_csum_update = meta.nd.rewritten && hdr.udp.checksum != 0;
+        if (meta.nd.resubmit) {
+            // Pass 1 of a re-seed: back to ingress with the floor and gen.
+            ig_dprsr_md.resubmit_type = RESUBMIT_RESEED;
+            meta.resub.setValid();
+            meta.resub.floor = meta.nd.floor32;
+            meta.resub.gen = meta.nd.slot_gen;
+        } else if (meta.nd.drop) {
             ig_dprsr_md.drop_ctl = 1;
-        } else if (meta.mcast_grp != 0) {
-            ig_tm_md.mcast_grp_a = meta.mcast_grp;
+        } else if (meta.nd.mcast_grp != 0) {
+            ig_tm_md.mcast_grp_a = meta.nd.mcast_grp;
         } else {
-            ig_tm_md.ucast_egress_port = meta.egress_port;
+            ig_tm_md.ucast_egress_port = meta.nd.egress_port;
         }
         ig_tm_md.bypass_egress = 1;
     }
 }
 
-control NetdirIngressDeparser(packet_out pkt, inout headers_t hdr, in local_meta_t meta,
+control NetdirIngressDeparser(packet_out pkt, inout headers_t hdr, in ingress_meta_t meta,
                               in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {
     Checksum() ipv4_csum;
     Checksum() udp_csum;
+    Resubmit(RESUBMIT_RESEED) resubmit;
 
     apply {
+        if (ig_dprsr_md.resubmit_type == RESUBMIT_RESEED) {
+            resubmit.emit(meta.resub);
+        }
         if (hdr.ipv4.isValid()) {
             hdr.ipv4.hdr_checksum = ipv4_csum.update({
                 hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn,
@@ -91,13 +137,13 @@ control NetdirIngressDeparser(packet_out pkt, inout headers_t hdr, in local_meta
                 hdr.ipv4.frag_offset, hdr.ipv4.ttl, hdr.ipv4.protocol,
                 hdr.ipv4.src_addr, hdr.ipv4.dst_addr });
         }
-        if (meta.udp_csum_update) {
+        if (meta.nd.udp_csum_update) {
             // Add back the rewritten fields to the residual from the parser.
             hdr.udp.checksum = udp_csum.update({
                 hdr.ipv4.dst_addr, hdr.udp.dport,
                 hdr.netdir.flags, hdr.netdir.code, hdr.netdir.stamp,
                 hdr.netdir.node, hdr.netdir.timestamp,
-                meta.udp_residual });
+                meta.nd.udp_residual });
         }
         pkt.emit(hdr);
     }
