@@ -6,10 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os/exec"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 	"google.golang.org/grpc"
 
 	"github.com/netdir/netdir/api"
@@ -59,6 +64,69 @@ type clusterOptions struct {
 	listen func(tb *testbed) (net.Listener, error)
 	// reportEvery is the agent's counter report interval (default 500ms).
 	reportEvery time.Duration
+	// router builds the router (ToR-like) topology: the agent runs in
+	// router mode on host r (10.77.0.1 on the nodes' subnet, 10.88.0.1 on
+	// the client's), the client host c is 10.88.0.2 and reaches the service
+	// address and the nodes through r, the nodes reach the client through
+	// r, and r forwards (so it sees every request and reply); VSBs go to r,
+	// and the controller reaches the heads from r, promoting with stamps.
+	router bool
+}
+
+const (
+	routerAddr       = "10.77.0.1"
+	routerClientAddr = "10.88.0.2"
+)
+
+// attachXDPPass attaches an XDP program that passes every frame to
+// interface ifname of namespace ns, until the test ends.
+func attachXDPPass(t *testing.T, ns, ifname string) error {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.LoadImm(asm.R0, xdpPass, asm.DWord), asm.Return()}})
+	if err != nil {
+		return err
+	}
+	t.Cleanup(func() { prog.Close() })
+	return inNS(ns, func() error {
+		l, err := netlink.LinkByName(ifname)
+		if err != nil {
+			return err
+		}
+		xl, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: l.Attrs().Index, Flags: link.XDPDriverMode})
+		if err != nil {
+			return fmt.Errorf("XDP pass on %s: %w", ifname, err)
+		}
+		t.Cleanup(func() { xl.Close() })
+		return nil
+	})
+}
+
+// routerTopology adds host r and routes the client and nodes through it.
+func routerTopology(tb *testbed, nodes int) {
+	r := tb.addHost("r", routerAddr+"/24")
+	tb.ip("-n", r, "addr", "add", "10.88.0.1/24", "dev", "eth0")
+	for _, sysctl := range []string{"net.ipv4.ip_forward=1", "net.ipv4.conf.all.send_redirects=0", "net.ipv4.conf.eth0.send_redirects=0"} {
+		if out, err := exec.Command("ip", "netns", "exec", r, "sysctl", "-qw", sysctl).CombinedOutput(); err != nil {
+			tb.t.Fatalf("sysctl %s in %s: %v: %s", sysctl, r, err, out)
+		}
+	}
+	tb.ip("-n", tb.hosts["c"], "route", "add", "default", "via", "10.88.0.1")
+	// r's native XDP_TX hands frames to its veth's peer, the bridge port
+	// vr, which takes them only with an XDP program of its own (GRO on is
+	// not enough on kernel 6.18): one that passes everything. A NIC needs
+	// nothing of the kind.
+	if err := attachXDPPass(tb.t, tb.bridge, "vr"); err != nil {
+		tb.t.Fatal(err)
+	}
+	// XDP updates the client's checksums incrementally, so they must be
+	// whole: a veth's offloaded (partial) checksum is not, and an XDP_TX
+	// frame loses the offload state. Frames off a wire are whole.
+	if err := setTxChecksum(tb.hosts["c"], "eth0", false); err != nil {
+		tb.t.Fatal(err)
+	}
+	for i := 1; i <= nodes; i++ {
+		tb.ip("-n", tb.hosts[fmt.Sprintf("n%d", i)], "route", "add", "10.88.0.0/24", "via", routerAddr)
+	}
 }
 
 // nsStorage is the controller's storage reach, dialing from a namespace.
@@ -87,7 +155,13 @@ func startCluster(t *testing.T, o clusterOptions) (*e2e, net.Listener) {
 	needBPF(t)
 	tb := newTestbed(t)
 	e := &e2e{tb: tb}
-	tb.addHost("c", clientAddr+"/24")
+	dataplane, reachFrom := clientAddr, "c"
+	if o.router {
+		tb.addHost("c", routerClientAddr+"/24")
+		dataplane, reachFrom = routerAddr, "r"
+	} else {
+		tb.addHost("c", clientAddr+"/24")
+	}
 	var lnodes []layout.Node
 	var cnodes []controller.NodeAddr
 	for i := 1; i <= o.nodes; i++ {
@@ -101,9 +175,12 @@ func startCluster(t *testing.T, o clusterOptions) (*e2e, net.Listener) {
 			t.Fatal(err)
 		}
 	}
+	if o.router {
+		routerTopology(tb, o.nodes)
+	}
 	var err error
 	e.lay, err = layout.New(layout.Config{Epoch: 1, PartitionBits: 10, Replicas: 3,
-		DataPlane: clientAddr + ":7420", Nodes: lnodes})
+		DataPlane: dataplane + ":7420", Nodes: lnodes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +207,7 @@ func startCluster(t *testing.T, o clusterOptions) (*e2e, net.Listener) {
 	// calls it. Without reach, chain heads are never told of promotions.
 	var st controller.Storage
 	if o.reach {
-		st = &nsStorage{ns: tb.hosts["c"], u: controller.UDPStorage{NoStamp: true}}
+		st = &nsStorage{ns: tb.hosts[reachFrom], u: controller.UDPStorage{NoStamp: !o.router}}
 	}
 	e.ctl, err = controller.New(controller.Config{PartitionBits: 10, Replicas: 3, Nodes: cnodes, Round: testRounds, Log: quiet}, nil, st)
 	if err != nil {
@@ -175,8 +252,12 @@ func (e *e2e) openClient(t *testing.T, staleOK bool) *client.Client {
 func startE2E(t *testing.T, policy directory.Policy, o clusterOptions) *e2e {
 	e, lis := startCluster(t, o)
 	var err error
-	e.agent, err = New(Config{Iface: "eth0", Controller: lis.Addr().String(), Netns: nsPath(e.tb.hosts["c"]), Policy: policy,
-		ReportEvery: o.reportEvery, Log: quietLog()})
+	host := "c"
+	if o.router {
+		host = "r"
+	}
+	e.agent, err = New(Config{Iface: "eth0", Controller: lis.Addr().String(), Netns: nsPath(e.tb.hosts[host]), Policy: policy,
+		ReportEvery: o.reportEvery, Router: o.router, Log: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,19 +298,11 @@ func (e *e2e) stats(t *testing.T) Stats {
 	return s
 }
 
-// TestNetnsEndToEnd runs the agent on a client host's veth in front of three
-// real storage nodes: GET/PUT/DEL correctness on the miss path and for a hot
-// key, fragmented values, the split of a hot key's reads over its replicas
-// and its weights, learning, and checksums verified by the nodes.
-func TestNetnsEndToEnd(t *testing.T) {
-	e := startE2E(t, directory.PolicyNetdir, clusterOptions{})
-	if m := e.agent.XDPMode(); m != "native" {
-		t.Errorf("XDP attached in %s mode on a veth; want native", m)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-
-	// Miss path: every key routed by the partition table.
+// missPath puts and gets 20 keys (key-0 … key-19), checking values and
+// versions, then deletes key-3 and checks it is gone: 42 requests on the
+// partition table's path.
+func (e *e2e) missPath(ctx context.Context, t *testing.T) {
+	t.Helper()
 	for i := range 20 {
 		k, v := fmt.Appendf(nil, "key-%d", i), fmt.Appendf(nil, "value-%d", i)
 		octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
@@ -249,6 +322,22 @@ func TestNetnsEndToEnd(t *testing.T) {
 	if _, _, err := e.client.Get(ctx, []byte("key-3")); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("get of a deleted key: %v, want not found", err)
 	}
+}
+
+// TestNetnsEndToEnd runs the agent on a client host's veth in front of three
+// real storage nodes: GET/PUT/DEL correctness on the miss path and for a hot
+// key, fragmented values, the split of a hot key's reads over its replicas
+// and its weights, learning, and checksums verified by the nodes.
+func TestNetnsEndToEnd(t *testing.T) {
+	e := startE2E(t, directory.PolicyNetdir, clusterOptions{})
+	if m := e.agent.XDPMode(); m != "native" {
+		t.Errorf("XDP attached in %s mode on a veth; want native", m)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// Miss path: every key routed by the partition table.
+	e.missPath(ctx, t)
 	// A value larger than the MTU leaves in IP fragments: every fragment
 	// must follow the first to the node.
 	big := bytes.Repeat([]byte("0123456789abcdef"), 400) // 6400 bytes

@@ -1,0 +1,140 @@
+package nicagent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/wire"
+)
+
+// TestNetnsRouter runs the agent in router mode (--router, the contract's
+// ToR mode) on a host r that is the client's gateway and the nodes' way
+// back to the client, so it sees every request and reply: the client sends
+// to the service address via r, XDP on r routes each request and sends it
+// back out (XDP_TX) to the chosen node, and the node's reply passes r on
+// its way to the client. GET/PUT/DEL correctness on the miss path; a key
+// promoted by the hot-key round with an extra copy; writes stamped by r's
+// XDP (the head applies the stamp as the version, the reply completes it);
+// and, unlike a host agent, linearizable reads split over the whole
+// LocationList, the fresh extra included.
+func TestNetnsRouter(t *testing.T) {
+	e := startE2E(t, directory.PolicyNetdir, clusterOptions{nodes: 4, reach: true, router: true})
+	if m := e.agent.XDPMode(); m != "native" {
+		t.Errorf("XDP attached in %s mode on a veth; want native", m)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	// Miss path: every request routed by r's XDP, every reply through r.
+	e.missPath(ctx, t)
+	s := e.stats(t)
+	if s.Misses < 42 || s.Hits != 0 || s.XDPTx < 42 || s.TCFwd != 0 || s.Replies < 42 {
+		t.Fatalf("after 42 requests on the miss path: %+v; want each routed by XDP and its reply seen", s)
+	}
+
+	// A hot key: a node reports it, the round promotes it with one extra
+	// (four nodes, chains of three), and r gets the slot.
+	hot := []byte("hot-key")
+	h := wire.HashKey(hot)
+	if _, err := e.client.Put(ctx, hot, []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	e.ctl.Report(&api.NodeStats{Node: 1, Version: 1, HotKeys: []*api.KeyCount{{Key: hot, Count: 1000}}})
+	if err := e.ctl.HotKeyRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ents := e.ctl.Entries()
+	if len(ents) != 1 || len(ents[0].Locs) != 4 || ents[0].R != 3 {
+		t.Fatalf("the controller's directory: %+v; want the key with one extra", ents)
+	}
+	locs, extra := ents[0].Locs, ents[0].Locs[3]
+	waitFor(t, 5*time.Second, "the promoted key in the router's directory", func() bool {
+		sl, ok, _ := e.agent.Dataplane().Lookup(h)
+		return ok && sl.N == 4
+	})
+
+	// Writes are stamped by r: the version the client gets back is the
+	// slot's ver_next, and the reply (or the tail's VSB) completes it. The
+	// head then copies the committed version to the extra, whose VSB sets
+	// its fresh bit. Reads after each write see it.
+	fresh := func(ver uint64) bool {
+		sl, _, _ := e.agent.Dataplane().Lookup(h)
+		return sl.VerDone == ver && sl.VerNext == ver && sl.Fresh&(1<<3) != 0
+	}
+	var ver uint64
+	for i := range 5 {
+		v := fmt.Appendf(nil, "v%d", i+2)
+		var err error
+		if ver, err = e.client.Put(ctx, hot, v); err != nil {
+			t.Fatalf("put of the hot key: %v (%s)", err, e.diag())
+		}
+		if sl, _, _ := e.agent.Dataplane().Lookup(h); sl.VerNext != ver {
+			t.Fatalf("put of the hot key got version %d; the router stamped up to %d", ver, sl.VerNext)
+		}
+		if got, gver, err := e.client.Get(ctx, hot); err != nil || !bytes.Equal(got, v) || gver != ver {
+			t.Fatalf("get of the hot key = %q@%d, %v; want %q@%d", got, gver, err, v, ver)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !fresh(ver) {
+		if time.Now().After(deadline) {
+			sl, _, _ := e.agent.Dataplane().Lookup(h)
+			t.Fatalf("the extra %d not fresh for version %d in 10s: slot %+v; %s", extra, ver, sl, e.diag())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// Linearizable reads split over all four locations, the extra too.
+	const reads = 400
+	s0 := e.stats(t)
+	by := map[wire.NodeID]int{}
+	for range reads {
+		r, err := e.client.GetResult(ctx, hot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(r.Value) != "v6" || r.Version != ver {
+			t.Fatalf("read %q@%d from node %d, want v6@%d", r.Value, r.Version, r.Node, ver)
+		}
+		by[r.Node]++
+	}
+	t.Logf("linearizable reads of the hot key by node: %v (locations %v, extra %d)", by, locs, extra)
+	for _, n := range locs {
+		// Each location is taken at least when both candidates are it:
+		// 1/16 of the reads, 25 ± 5 of 400.
+		if by[n] < reads/40 {
+			t.Errorf("location %d served %d of %d linearizable reads: %v", n, by[n], reads, by)
+		}
+	}
+	s1 := e.stats(t)
+	if got := s1.Hits - s0.Hits; got < reads || s1.XDPTx-s0.XDPTx < reads || s1.TCFwd != 0 {
+		t.Errorf("the hot key's reads: %d hits, %d routed by XDP, %d by TC", got, s1.XDPTx-s0.XDPTx, s1.TCFwd)
+	}
+
+	// The VSB rule refuses, as it must, VSBs that come too early: the
+	// tail's announcement of the promotion racing the slot's arrival
+	// (vsb-not-cached), an extra's copy of a version while r's next stamped
+	// write is pending (vsb-pending) or before the tail's announcement of
+	// it (vsb-version); the next commit is announced and copied again.
+	// Nothing else is dropped.
+	s = e.stats(t)
+	vsbLate := s.Drops[directory.ReasonVSBNotCached] + s.Drops[directory.ReasonVSBPending] + s.Drops[directory.ReasonVSBVersion]
+	if s.DropTotal != vsbLate || s.NoAddr != 0 {
+		t.Errorf("drops: %+v", s)
+	}
+	for name, ns := range e.tb.hosts {
+		n, err := udpCsumErrors(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Errorf("%s: %d UDP checksum errors", name, n)
+		}
+	}
+	t.Logf("router counters: %+v", e.stats(t))
+}
