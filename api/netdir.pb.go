@@ -789,14 +789,17 @@ func (x *Partition) GetBuckets() []uint32 {
 
 // DirectoryEntry is one hot key's slot as the controller installed it.
 type DirectoryEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	KeyHash       []byte                 `protobuf:"bytes,1,opt,name=key_hash,json=keyHash,proto3" json:"key_hash,omitempty"` // 16 bytes
-	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Locations     []uint32               `protobuf:"varint,3,rep,packed,name=locations,proto3" json:"locations,omitempty"` // the chain first, then extras
-	ChainLength   uint32                 `protobuf:"varint,4,opt,name=chain_length,json=chainLength,proto3" json:"chain_length,omitempty"`
-	Buckets       []uint32               `protobuf:"varint,5,rep,packed,name=buckets,proto3" json:"buckets,omitempty"`
-	Pinned        bool                   `protobuf:"varint,6,opt,name=pinned,proto3" json:"pinned,omitempty"`
-	Hits          uint64                 `protobuf:"varint,7,opt,name=hits,proto3" json:"hits,omitempty"` // last round's hit count
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	KeyHash     []byte                 `protobuf:"bytes,1,opt,name=key_hash,json=keyHash,proto3" json:"key_hash,omitempty"` // 16 bytes
+	Key         []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Locations   []uint32               `protobuf:"varint,3,rep,packed,name=locations,proto3" json:"locations,omitempty"` // the chain first, then extras
+	ChainLength uint32                 `protobuf:"varint,4,opt,name=chain_length,json=chainLength,proto3" json:"chain_length,omitempty"`
+	Buckets     []uint32               `protobuf:"varint,5,rep,packed,name=buckets,proto3" json:"buckets,omitempty"`
+	Pinned      bool                   `protobuf:"varint,6,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	Hits        uint64                 `protobuf:"varint,7,opt,name=hits,proto3" json:"hits,omitempty"` // last round's hit count
+	// The head's latest version when the key was promoted: planes seed the
+	// slot's ver_next and ver_done with it (0 when the head was not told).
+	Version       uint64 `protobuf:"varint,8,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -876,6 +879,13 @@ func (x *DirectoryEntry) GetPinned() bool {
 func (x *DirectoryEntry) GetHits() uint64 {
 	if x != nil {
 		return x.Hits
+	}
+	return 0
+}
+
+func (x *DirectoryEntry) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
 	}
 	return 0
 }
@@ -1566,7 +1576,7 @@ const file_netdir_proto_rawDesc = "" +
 	"\tPartition\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x14\n" +
 	"\x05chain\x18\x02 \x03(\rR\x05chain\x12\x18\n" +
-	"\abuckets\x18\x03 \x03(\rR\abuckets\"\xc4\x01\n" +
+	"\abuckets\x18\x03 \x03(\rR\abuckets\"\xde\x01\n" +
 	"\x0eDirectoryEntry\x12\x19\n" +
 	"\bkey_hash\x18\x01 \x01(\fR\akeyHash\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x1c\n" +
@@ -1574,7 +1584,8 @@ const file_netdir_proto_rawDesc = "" +
 	"\fchain_length\x18\x04 \x01(\rR\vchainLength\x12\x18\n" +
 	"\abuckets\x18\x05 \x03(\rR\abuckets\x12\x16\n" +
 	"\x06pinned\x18\x06 \x01(\bR\x06pinned\x12\x12\n" +
-	"\x04hits\x18\a \x01(\x04R\x04hits\"\x17\n" +
+	"\x04hits\x18\a \x01(\x04R\x04hits\x12\x18\n" +
+	"\aversion\x18\b \x01(\x04R\aversion\"\x17\n" +
 	"\x15WatchDirectoryRequest\"\x85\x03\n" +
 	"\x0fDirectoryUpdate\x123\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1f.netdir.v1.DirectoryUpdate.KindR\x04kind\x12\x1a\n" +

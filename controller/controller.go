@@ -51,7 +51,8 @@ type NodeAddr struct {
 
 // Storage reaches the chain heads to create and drop extra copies.
 type Storage interface {
-	Promote(ctx context.Context, head NodeAddr, key []byte, extras []NodeAddr) error
+	// Promote returns the head's latest version of key (clean or dirty).
+	Promote(ctx context.Context, head NodeAddr, key []byte, extras []NodeAddr) (uint64, error)
 	Demote(ctx context.Context, head NodeAddr, key []byte, extras []NodeAddr) error
 }
 
@@ -377,27 +378,43 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 		c.st.free = append(c.st.free, slot)
 		c.st.mu.Unlock()
 	}
+	// The head first: from then on it refuses unstamped writes, and its
+	// latest version (clean or dirty) seeds the slot. Installing the slot
+	// first, unseeded, let an extra's copy of an older version pass for the
+	// newest, and a lost tail announcement leave the slot behind forever
+	// (spec/README.md, flaws A and E). Copies' VSBs that arrive before the
+	// slot does are refused and re-sent by the extras.
+	if c.storage != nil && len(extras) > 0 {
+		ver, err := c.storage.Promote(ctx, c.node(chain[0]), key, c.nodes(extras))
+		if err != nil {
+			// The head may have promoted and its answer been lost: undo,
+			// or it would refuse the key's unstamped writes for good.
+			if derr := c.storage.Demote(ctx, c.node(chain[0]), key, c.nodes(extras)); derr != nil {
+				c.log.Warn("demote after a failed promote failed", "key", string(key), "err", derr)
+			}
+			release()
+			return fmt.Errorf("promote %q at its head: %w", key, err)
+		}
+		e.Ver = ver
+	}
 	for i, p := range c.planes {
 		if err := p.InstallEntry(ctx, e); err != nil {
 			for _, q := range c.planes[:i] {
 				q.RemoveEntry(ctx, e)
 			}
+			if c.storage != nil && len(extras) > 0 {
+				if derr := c.storage.Demote(ctx, c.node(chain[0]), key, c.nodes(extras)); derr != nil {
+					c.log.Warn("demote after a failed install failed", "key", string(key), "err", derr)
+				}
+			}
 			release()
 			return fmt.Errorf("install %q on %s: %w", key, p.Name(), err)
 		}
 	}
-	// The slot exists in every plane, and subscribed agents are told, before
-	// the head starts copying, so that the tail's and the copies' VSBs find
-	// it; refused copies' VSBs are retried by the extras.
 	c.st.mu.Lock()
 	c.st.entries[h] = e
 	c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_UPSERT, Entries: []*api.DirectoryEntry{e.proto()}})
 	c.st.mu.Unlock()
-	if c.storage != nil && len(extras) > 0 {
-		if err := c.storage.Promote(ctx, c.node(chain[0]), key, c.nodes(extras)); err != nil {
-			c.log.Warn("promote at head failed; the key stays on its chain", "key", string(key), "err", err)
-		}
-	}
 	c.mu.Lock()
 	c.promotions++
 	c.mu.Unlock()

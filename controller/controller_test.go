@@ -100,7 +100,7 @@ type recStorage struct {
 	demoted  []string
 }
 
-func (s *recStorage) Promote(_ context.Context, head NodeAddr, key []byte, extras []NodeAddr) error {
+func (s *recStorage) Promote(_ context.Context, head NodeAddr, key []byte, extras []NodeAddr) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ids := []wire.NodeID{head.ID}
@@ -108,7 +108,7 @@ func (s *recStorage) Promote(_ context.Context, head NodeAddr, key []byte, extra
 		ids = append(ids, e.ID)
 	}
 	s.promoted[string(key)] = ids
-	return nil
+	return 0, nil
 }
 func (s *recStorage) Demote(_ context.Context, _ NodeAddr, key []byte, _ []NodeAddr) error {
 	s.mu.Lock()

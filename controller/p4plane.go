@@ -228,8 +228,7 @@ func (p *P4Plane) slotEntry(e *Entry) (*p4.TableEntry, error) {
 	return p.entry("slots", []p4rt.Match{{Field: "keyhash", Value: e.Hash[:]}}, "hit",
 		p4rt.Param{Name: "slot", Value: u(uint64(e.Slot))}, p4rt.Param{Name: "n", Value: u(uint64(len(e.Locs)))},
 		p4rt.Param{Name: "r", Value: u(uint64(e.R))}, p4rt.Param{Name: "head", Value: u(uint64(e.Locs[0]))},
-		// ver 0: the version is unknown until the tail's VSB announces it.
-		p4rt.Param{Name: "gen", Value: u(uint64(e.Gen))}, p4rt.Param{Name: "ver", Value: u(0)})
+		p4rt.Param{Name: "gen", Value: u(uint64(e.Gen))}, p4rt.Param{Name: "ver", Value: u(e.Ver)})
 }
 
 // InstallEntry writes the slot's tables, then the slots entry that makes

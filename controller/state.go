@@ -23,12 +23,15 @@ type Entry struct {
 	// re-seeds its registers when it sees a new one, so a reused slot does
 	// not inherit the evicted key's versions and fresh bits.
 	Gen uint32
+	// Ver is the head's latest version when the key was promoted (0 with no
+	// extras: the head is not told). Every plane seeds the slot with it.
+	Ver uint64
 }
 
 func (e *Entry) proto() *api.DirectoryEntry {
 	pe := &api.DirectoryEntry{
 		KeyHash: append([]byte(nil), e.Hash[:]...), Key: e.Key, ChainLength: uint32(e.R),
-		Pinned: e.Pinned, Hits: e.Hits,
+		Pinned: e.Pinned, Hits: e.Hits, Version: e.Ver,
 	}
 	for _, n := range e.Locs {
 		pe.Locations = append(pe.Locations, uint32(n))

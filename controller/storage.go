@@ -24,16 +24,18 @@ type UDPStorage struct {
 }
 
 // Promote asks head to copy key to extras and announce them by VSB.
-func (u *UDPStorage) Promote(ctx context.Context, head NodeAddr, key []byte, extras []NodeAddr) error {
+func (u *UDPStorage) Promote(ctx context.Context, head NodeAddr, key []byte, extras []NodeAddr) (uint64, error) {
 	return u.call(ctx, wire.OpPromote, head, key, extras)
 }
 
 // Demote asks head to drop the copies.
 func (u *UDPStorage) Demote(ctx context.Context, head NodeAddr, key []byte, extras []NodeAddr) error {
-	return u.call(ctx, wire.OpDemote, head, key, extras)
+	_, err := u.call(ctx, wire.OpDemote, head, key, extras)
+	return err
 }
 
-func (u *UDPStorage) call(ctx context.Context, op wire.Op, head NodeAddr, key []byte, extras []NodeAddr) error {
+// call returns the answer's stamp: for a promotion, the head's latest version.
+func (u *UDPStorage) call(ctx context.Context, op wire.Op, head NodeAddr, key []byte, extras []NodeAddr) (uint64, error) {
 	timeout, tries := u.Timeout, u.Tries
 	if timeout == 0 {
 		timeout = 200 * time.Millisecond
@@ -53,24 +55,24 @@ func (u *UDPStorage) call(ctx context.Context, op wire.Op, head NodeAddr, key []
 	}
 	b, err := req.AppendEncode(nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	raddr, err := net.ResolveUDPAddr("udp", head.Addr)
 	if err != nil {
-		return fmt.Errorf("%s to node %d: %w", op, head.ID, err)
+		return 0, fmt.Errorf("%s to node %d: %w", op, head.ID, err)
 	}
 	conn, err := net.DialUDP("udp", nil, raddr)
 	if err != nil {
-		return fmt.Errorf("%s to node %d: %w", op, head.ID, err)
+		return 0, fmt.Errorf("%s to node %d: %w", op, head.ID, err)
 	}
 	defer conn.Close()
 	buf := make([]byte, wire.MaxPacket)
 	for try := 0; try < tries; try++ {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return 0, ctx.Err()
 		}
 		if _, err := conn.Write(b); err != nil {
-			return fmt.Errorf("%s to node %d: %w", op, head.ID, err)
+			return 0, fmt.Errorf("%s to node %d: %w", op, head.ID, err)
 		}
 		deadline := time.Now().Add(timeout)
 		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -87,10 +89,10 @@ func (u *UDPStorage) call(ctx context.Context, op wire.Op, head NodeAddr, key []
 				continue
 			}
 			if h.Code != wire.CodeOK {
-				return fmt.Errorf("%s %q at node %d: %w", op, key, head.ID, h.Code)
+				return 0, fmt.Errorf("%s %q at node %d: %w", op, key, head.ID, h.Code)
 			}
-			return nil
+			return h.Stamp, nil
 		}
 	}
-	return fmt.Errorf("%s %q at node %d: no answer after %d tries", op, key, head.ID, tries)
+	return 0, fmt.Errorf("%s %q at node %d: no answer after %d tries", op, key, head.ID, tries)
 }

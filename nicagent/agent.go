@@ -580,7 +580,7 @@ func (a *Agent) upsertLocked(e *api.DirectoryEntry) error {
 			return err
 		}
 	}
-	if err := a.dp.Insert(h, locs, r, 0, b); err != nil {
+	if err := a.dp.Insert(h, locs, r, e.GetVersion(), b); err != nil {
 		return fmt.Errorf("nicagent: install %x: %w", h[:4], err)
 	}
 	return nil

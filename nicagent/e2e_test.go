@@ -135,8 +135,12 @@ type nsStorage struct {
 	u  controller.UDPStorage
 }
 
-func (s *nsStorage) Promote(ctx context.Context, head controller.NodeAddr, key []byte, extras []controller.NodeAddr) error {
-	return inNS(s.ns, func() error { return s.u.Promote(ctx, head, key, extras) })
+func (s *nsStorage) Promote(ctx context.Context, head controller.NodeAddr, key []byte, extras []controller.NodeAddr) (ver uint64, err error) {
+	err = inNS(s.ns, func() (err error) {
+		ver, err = s.u.Promote(ctx, head, key, extras)
+		return err
+	})
+	return ver, err
 }
 
 func (s *nsStorage) Demote(ctx context.Context, head controller.NodeAddr, key []byte, extras []controller.NodeAddr) error {

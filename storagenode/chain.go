@@ -132,7 +132,7 @@ func (s *shard) get(p *nodePacket, from netip.AddrPort) {
 		n.extraMu.RLock()
 		c := n.extras[p.KeyHash]
 		var v version
-		ok := c != nil && string(c.key) == string(p.Key)
+		ok := c.held(p.Key)
 		if ok {
 			v = c.v
 		}
@@ -196,14 +196,6 @@ func (s *shard) verQuery(p *nodePacket, from netip.AddrPort) {
 		return
 	}
 	v := rec.Latest()
-	if p.Flags&verQueryAnnounce != 0 {
-		// The head promoted the key: tell the data plane which version is
-		// committed, so its new slot's ver_done is known and the extras'
-		// VSBs for that version are accepted (a P4 switch cannot be told
-		// by its controller: registers are not writable over P4Runtime).
-		s.announce(p.KeyHash, p.Key, v, nil)
-		return
-	}
 	a := wire.Header{Op: wire.OpVerAnswer, Code: readCode(v), ReqID: p.ReqID, KeyHash: p.KeyHash, Stamp: v.Ver, Node: n.id, Load: n.load(), Epoch: n.lay.Epoch()}
 	s.send(from, encodeNode(nil, &a, p.Key, v.Val, nil))
 }

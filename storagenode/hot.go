@@ -18,8 +18,10 @@ func sortFunc[T any](s []T, f func(a, b T) int) { slices.SortFunc(s, f) }
 
 // promote: the controller tells the head that a key is hot. The head
 // persists the promotion (so that after a restart it still refuses
-// unstamped writes), and copies the clean version to the extras now if the
-// key has no write in flight, else when the tail's ack comes back.
+// unstamped writes), answers with its latest version (clean or dirty), which
+// the controller seeds the data planes' slot with, and copies the clean
+// version to the extras now if the key has no write in flight, else when the
+// tail's ack comes back.
 func (s *shard) promote(p *nodePacket, from netip.AddrPort) {
 	n := s.n
 	if p.Node != 0 {
@@ -72,15 +74,6 @@ func (s *shard) promote(p *nodePacket, from netip.AddrPort) {
 		}
 	}
 	s.send(from, n.replyPacket(&p.Header, wire.OpPromote, wire.CodeOK, rec.Latest().Ver, nil))
-	// The tail announces the committed version (the data plane's slot starts
-	// with ver_done unknown); writes in flight announce themselves when their
-	// reply passes the data plane.
-	if tail := ch[len(ch)-1]; tail == n.id {
-		s.announce(p.KeyHash, p.Key, &rec.Clean, nil)
-	} else {
-		q := wire.Header{Op: wire.OpVerQuery, Flags: verQueryAnnounce, KeyHash: p.KeyHash, Node: n.id, Epoch: n.lay.Epoch()}
-		s.send(n.peers[tail], encodeNode(nil, &q, p.Key, nil, nil))
-	}
 	if len(rec.Dirty) == 0 {
 		for _, id := range ids {
 			s.send(n.peers[id], n.copyPacket(p.KeyHash, p.Key, &rec.Clean))
@@ -89,14 +82,16 @@ func (s *shard) promote(p *nodePacket, from netip.AddrPort) {
 }
 
 // demote: at the head, forget the promotion and tell the extras to drop
-// their copies; at an extra, drop the copy.
+// their copies; at an extra, drop the copy, keeping its version as a
+// tombstone.
 func (s *shard) demote(p *nodePacket, from netip.AddrPort) {
 	n := s.n
 	_, _, pos := n.where(p.KeyHash)
 	if pos < 0 {
 		n.extraMu.Lock()
-		if c := n.extras[p.KeyHash]; c != nil && string(c.key) == string(p.Key) {
-			delete(n.extras, p.KeyHash)
+		if c := n.extras[p.KeyHash]; c.held(p.Key) {
+			c.v.Val = nil
+			c.dropped = time.Now()
 		}
 		n.extraMu.Unlock()
 		if p.Node == 0 {
@@ -128,7 +123,8 @@ func (s *shard) demote(p *nodePacket, from netip.AddrPort) {
 }
 
 // copyIn: an extra stores a pushed version (newer only), acks, and
-// announces it by VSB.
+// announces it by VSB. What it holds never goes back: a copy older than the
+// version it holds, or held before a demote, is ignored.
 func (s *shard) copyIn(p *nodePacket, from netip.AddrPort) {
 	n := s.n
 	if _, _, pos := n.where(p.KeyHash); pos >= 0 || len(p.Value) > wire.MaxValue {
@@ -140,11 +136,15 @@ func (s *shard) copyIn(p *nodePacket, from netip.AddrPort) {
 	}
 	n.extraMu.Lock()
 	c := n.extras[p.KeyHash]
-	if c == nil || string(c.key) != string(p.Key) {
+	switch {
+	case c == nil || string(c.key) != string(p.Key):
 		c = &extraCopy{key: slices.Clone(p.Key), v: v}
 		n.extras[p.KeyHash] = c
-	} else if v.Ver > c.v.Ver {
-		c.v = v
+	case !c.dropped.IsZero() && v.Ver < c.v.Ver:
+		n.extraMu.Unlock()
+		return // from before the demote: the tombstone is newer
+	case !c.dropped.IsZero() || v.Ver > c.v.Ver:
+		c.v, c.dropped = v, time.Time{}
 	}
 	held := c.v.Ver
 	n.extraMu.Unlock()
@@ -177,19 +177,25 @@ func (n *Node) reannounce() {
 			return
 		case <-tick.C:
 		}
-		n.extraMu.RLock()
+		n.extraMu.Lock()
 		type hv struct {
 			h wire.KeyHash
 			v uint64
 		}
 		var all []hv
+		now := time.Now()
 		for h, c := range n.extras {
-			all = append(all, hv{h, c.v.Ver})
-			if len(all) >= 4096 {
-				break
+			if !c.dropped.IsZero() {
+				if now.Sub(c.dropped) > tombstoneTTL {
+					delete(n.extras, h)
+				}
+				continue
+			}
+			if len(all) < 4096 {
+				all = append(all, hv{h, c.v.Ver})
 			}
 		}
-		n.extraMu.RUnlock()
+		n.extraMu.Unlock()
 		for _, x := range all {
 			vsb := wire.Header{Op: wire.OpVSB, KeyHash: x.h, Stamp: x.v, Node: n.id, Load: n.load(), Epoch: n.lay.Epoch()}
 			n.sendNow(n.dp, encodeNode(nil, &vsb, nil, nil, nil))
@@ -203,7 +209,9 @@ func (n *Node) Copies() map[wire.KeyHash]uint64 {
 	defer n.extraMu.RUnlock()
 	m := make(map[wire.KeyHash]uint64, len(n.extras))
 	for h, c := range n.extras {
-		m[h] = c.v.Ver
+		if c.dropped.IsZero() {
+			m[h] = c.v.Ver
+		}
 	}
 	return m
 }

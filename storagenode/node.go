@@ -177,6 +177,21 @@ type counters struct {
 type extraCopy struct {
 	key []byte
 	v   version
+	// dropped is when a demote dropped the copy (zero while it is held).
+	// The entry stays as a tombstone keeping v.Ver, so that a copy older
+	// than it, still in flight from an earlier promotion, is refused rather
+	// than served (spec/README.md, flaw C); tombstones expire after
+	// tombstoneTTL.
+	dropped time.Time
+}
+
+// tombstoneTTL bounds how long a dropped copy's version is remembered: far
+// longer than any packet stays in flight between two nodes of a rack.
+const tombstoneTTL = time.Minute
+
+// held reports whether c is a copy of key that can be served.
+func (c *extraCopy) held(key []byte) bool {
+	return c != nil && c.dropped.IsZero() && string(c.key) == string(key)
 }
 
 // Start opens the trees, binds the UDP socket, recovers (catches up with the

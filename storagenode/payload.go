@@ -44,11 +44,6 @@ import (
 // the promotion's extras, followed by the byte promoNoStampMark when so.
 const promoNoStampMark = 0xff
 
-// A ver-query with header flag verQueryAnnounce asks the tail to announce
-// its committed version by VSB instead of answering (the head sends it on
-// promotion).
-const verQueryAnnounce = 1 << 7
-
 // Chain-write flags: bit 0 — the key is promoted; the tail announces the
 // commit by VSB and pushes the version to the extras listed.
 const chainFlagPromoted = 1

@@ -67,7 +67,11 @@ func (n *Node) Stats() Stats {
 	s.Promoted = len(n.promo)
 	n.promoMu.RUnlock()
 	n.extraMu.RLock()
-	s.Copies = len(n.extras)
+	for _, c := range n.extras {
+		if c.dropped.IsZero() {
+			s.Copies++
+		}
+	}
 	n.extraMu.RUnlock()
 	rates := map[*tree]int64{}
 	n.sched.mu.Lock()

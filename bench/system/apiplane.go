@@ -50,7 +50,7 @@ func (p *apiPlane) Setup(_ context.Context, m *directory.PartitionMap, nodes []c
 }
 
 func (p *apiPlane) InstallEntry(_ context.Context, e *controller.Entry) error {
-	if _, err := p.sw.Insert(e.Hash, e.Locs, e.R, 0, e.Buckets); err != nil {
+	if _, err := p.sw.Insert(e.Hash, e.Locs, e.R, e.Ver, e.Buckets); err != nil {
 		return err
 	}
 	p.mu.Lock()
