@@ -21,7 +21,6 @@ import (
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/controller/p4rt"
-	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/p4/bmv2test"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/storagenode/layout"
@@ -268,11 +267,50 @@ func TestBMv2EndToEndPromotion(t *testing.T) {
 	}
 	promotionScenario(ctx, t, env)
 
+	// Another hot key, promoted, read through the switch and counted.
+	again := []byte("again-key")
+	if _, err := env.client.Put(ctx, again, []byte("a1")); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range env.nodes {
+		n.HotKeys(8)
+	}
+	burst := func(want string) {
+		t.Helper()
+		for i := 0; i < e2eBurst; i++ {
+			if v, _, err := env.client.Get(ctx, again); err != nil || string(v) != want {
+				t.Fatalf("read %q, %v: want %s", v, err, want)
+			}
+		}
+	}
+	hits := func(what string) {
+		t.Helper()
+		if err := env.round(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Resent requests (a client timeout) may add some hits.
+		if es := ctl.Entries(); len(es) != 1 || es[0].Hits < e2eBurst || es[0].Hits > 2*e2eBurst {
+			t.Fatalf("%s: %+v, want %q with about %d hits", what, es, again, e2eBurst)
+		}
+	}
+	burst("a1")
+	env.reportHotKeys()
+	if err := env.round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if es := ctl.Entries(); len(es) != 1 || len(es[0].Locs) <= es[0].R {
+		t.Fatalf("directory after a skewed round: %+v, want %q with extra copies", es, again)
+	}
+	burst("a1")
+	hits("a round of reads of the promoted key")
+
 	// The controller starts again against the running switch, or its
 	// P4Runtime stream broke: it pushes the pipeline again and re-installs
-	// its state (netdir controller, OnPrimary). BMv2 keeps multicast groups
-	// across a push while PI forgets them, so the VSB group must not be
-	// doubled: every accepted VSB reaches the group's port once.
+	// its state (netdir controller, OnPrimary). The push zeroes the
+	// switch's counters: the key's hits go on from the count before. And
+	// BMv2 keeps multicast groups across a push while PI forgets them: the
+	// VSB group must not be doubled, every accepted VSB reaching the group's
+	// port once.
 	vsbs, err := clientHost.Sniff(isVSB)
 	if err != nil {
 		t.Fatal(err)
@@ -285,40 +323,30 @@ func TestBMv2EndToEndPromotion(t *testing.T) {
 		t.Fatal(err)
 	}
 	installRoutes()
-	again := []byte("again-key")
-	if _, err := env.client.Put(ctx, again, []byte("a1")); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range env.nodes {
-		n.HotKeys(8)
-	}
-	for i := 0; i < e2eBurst; i++ {
-		if _, _, err := env.client.Get(ctx, again); err != nil {
-			t.Fatal(err)
-		}
-	}
-	env.reportHotKeys()
 	before, frames := acceptedVSBs(ctx, t, pc, schema), vsbs.Count()
-	if err := env.round(ctx); err != nil {
+	// A write: stamped, completed at the tail, copied to the extras, which
+	// announce it by VSB.
+	if _, err := env.client.Put(ctx, again, []byte("a2")); err != nil {
 		t.Fatal(err)
 	}
-	if es := ctl.Entries(); len(es) != 1 || len(es[0].Locs) <= es[0].R {
-		t.Fatalf("directory after the re-push and a skewed round: %+v, want %q with extra copies", es, again)
+	burst("a2")
+	hits("a round of reads after the re-push")
+	// The extras re-announce their copies every 500 ms, so VSBs never stop:
+	// wait (bounded) for a few to have passed, then compare the switch's
+	// count with the frames the VSB group's port got, allowing for the few
+	// in flight between the two readings. Doubled, they would differ by the
+	// count.
+	var accepted int64
+	for deadline := time.Now().Add(20 * time.Second); accepted < 8 && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		accepted = acceptedVSBs(ctx, t, pc, schema) - before
 	}
-	// Until the VSBs stop (the extras re-send refused ones), bounded.
-	var accepted, got int64
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		time.Sleep(500 * time.Millisecond)
-		a, g := acceptedVSBs(ctx, t, pc, schema)-before, vsbs.Count()-frames
-		if a == accepted && g == got && a > 0 {
-			break
-		}
-		accepted, got = a, g
+	time.Sleep(100 * time.Millisecond) // the last counted ones reach the port
+	got := vsbs.Count() - frames
+	if accepted < 8 || got < accepted-2 || got > accepted+4 {
+		t.Fatalf("after a pipeline re-push: %d VSBs accepted, %d reached the VSB group's port; want as many (give or take those in flight), at least 8", accepted, got)
 	}
-	if accepted == 0 || got != accepted {
-		t.Fatalf("after a pipeline re-push: %d VSBs accepted, %d reached the VSB group's port; want the same, nonzero", accepted, got)
-	}
-	t.Logf("after a pipeline re-push: %d VSBs accepted, each multicast once", accepted)
+	t.Logf("after a pipeline re-push: %d VSBs accepted, %d reached the VSB group's port", accepted, got)
 }
 
 // isVSB reports whether frame is a netdir VSB over IPv4/UDP.
@@ -334,31 +362,24 @@ func isVSB(frame []byte) bool {
 	return h.DecodeHeader(frame[udp+8:]) == nil && h.Op == wire.OpVSB
 }
 
-// acceptedVSBs is the switch's count of VSBs that passed the filter (and
-// went to the VSB group): all it saw, less those dropped for a VSB reason.
+// acceptedVSBs is the switch's count of VSBs that passed the filter and
+// went to the VSB group: the events counter's VSB cell (dropped VSBs count
+// only under their drop reason).
 func acceptedVSBs(ctx context.Context, t *testing.T, pc *p4rt.Client, schema *p4rt.Schema) int64 {
 	t.Helper()
-	cells := func(name string) []*p4.CounterEntry {
-		c, err := schema.Counter(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cs, err := pc.ReadCounter(ctx, c.GetPreamble().GetId())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cs
+	c, err := schema.Counter("events")
+	if err != nil {
+		t.Fatal(err)
 	}
-	var n int64
-	for _, c := range cells("events") {
+	cs, err := pc.ReadCounter(ctx, c.GetPreamble().GetId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
 		if c.GetIndex().GetIndex() == bmv2EventVSB {
-			n += c.GetData().GetPacketCount()
+			return c.GetData().GetPacketCount()
 		}
 	}
-	for _, c := range cells("drops") {
-		if r := directory.Reason(c.GetIndex().GetIndex()); r >= directory.ReasonVSBPort && r <= directory.ReasonVSBVersion {
-			n -= c.GetData().GetPacketCount()
-		}
-	}
-	return n
+	t.Fatal("no VSB cell in the events counter")
+	return 0
 }

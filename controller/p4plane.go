@@ -32,18 +32,26 @@ type P4Plane struct {
 	// (the software data plane computes it exactly).
 	Window uint64
 
-	// hitBase is each slot's slot_hits count when its current key was
-	// installed. A P4 counter cell outlives the key: BMv2 keeps counting
-	// into it across entries, and P4Runtime offers no reset that every
-	// target implements. So a reused slot's hits count from there.
-	mu      sync.Mutex
-	hitBase map[uint32]uint64
+	// hits is each slot's hit count as ReadHits reports it. A P4 counter
+	// cell outlives its key (BMv2 keeps counting into it across entries, and
+	// P4Runtime offers no reset that every target implements), and a
+	// pipeline push zeroes every cell while the controller keeps its keys.
+	mu   sync.Mutex
+	hits map[uint32]*slotHits
+}
+
+// slotHits counts one slot's hits for its entry: carry plus what the cell
+// gained since base.
+type slotHits struct {
+	gen         uint32 // the entry's generation
+	base, carry uint64
+	last        uint64 // the last count reported
 }
 
 // NewP4Plane wraps a connected, primary client whose device runs the
 // pipeline described by schema.
 func NewP4Plane(name string, c *p4rt.Client, schema *p4rt.Schema) *P4Plane {
-	return &P4Plane{name: name, c: c, s: schema, hitBase: map[uint32]uint64{}}
+	return &P4Plane{name: name, c: c, s: schema, hits: map[uint32]*slotHits{}}
 }
 
 // Name names the device.
@@ -233,7 +241,9 @@ func (p *P4Plane) slotEntry(e *Entry) (*p4.TableEntry, error) {
 
 // InstallEntry writes the slot's tables, then the slots entry that makes
 // the key hit, so no packet meets a half-built slot. Before the key can hit,
-// it notes the slot's hit count, from which the key's own hits count.
+// it notes the slot's hit count, from which the key's own hits count; the
+// same entry installed again (a re-sync after a pipeline push) goes on from
+// the count reported before.
 func (p *P4Plane) InstallEntry(ctx context.Context, e *Entry) error {
 	ups, err := p.slotTables(p4.Update_INSERT, e)
 	if err != nil {
@@ -247,7 +257,11 @@ func (p *P4Plane) InstallEntry(ctx context.Context, e *Entry) error {
 		return err
 	}
 	p.mu.Lock()
-	p.hitBase[e.Slot] = base
+	h := &slotHits{gen: e.Gen, base: base}
+	if old := p.hits[e.Slot]; old != nil && old.gen == e.Gen {
+		h.carry, h.last = old.last, old.last
+	}
+	p.hits[e.Slot] = h
 	p.mu.Unlock()
 	se, err := p.slotEntry(e)
 	if err != nil {
@@ -318,8 +332,8 @@ func (p *P4Plane) readHitCell(ctx context.Context, slot uint32) (uint64, error) 
 	return 0, nil
 }
 
-// ReadHits reads the slot_hits counter: each slot's hits since its key was
-// installed.
+// ReadHits reads the slot_hits counter: each slot's hits since its entry
+// was first installed.
 func (p *P4Plane) ReadHits(ctx context.Context, slots []uint32) (map[uint32]uint64, error) {
 	out := map[uint32]uint64{}
 	if len(slots) == 0 {
@@ -342,7 +356,11 @@ func (p *P4Plane) ReadHits(ctx context.Context, slots []uint32) (map[uint32]uint
 	for _, c := range cells {
 		if i := uint32(c.GetIndex().GetIndex()); want[i] {
 			n := uint64(c.GetData().GetPacketCount())
-			out[i] = n - min(p.hitBase[i], n)
+			if h := p.hits[i]; h != nil {
+				h.last = h.carry + n - min(h.base, n)
+				n = h.last
+			}
+			out[i] = n
 		}
 	}
 	return out, nil
