@@ -86,6 +86,7 @@ type Controller struct {
 	st      *state
 	hot     *sched.HotKeys
 	log     *slog.Logger
+	gossip  gossipState // gossiped node stats and expected loads (gossip.go)
 
 	mu         sync.Mutex
 	reports    map[wire.NodeID]*api.NodeStats

@@ -131,12 +131,12 @@ type Scheduler struct {
 	mu         sync.Mutex
 	budget     int64 // 0: unthrottled
 	maxRunning int
-	alloc    Allocator
-	trees    []*treeSched
-	running  int             // paced compactions running, node-wide
-	waitSeq  uint64          // orders the trees' waits
-	expected map[int]float64 // E per chain position, from the controller
-	pool     bucket          // shared by the pooled trees
+	alloc      Allocator
+	trees      []*treeSched
+	running    int             // paced compactions running, node-wide
+	waitSeq    uint64          // orders the trees' waits
+	expected   map[int]float64 // E per chain position, from the controller
+	pool       bucket          // shared by the pooled trees
 
 	poke chan struct{}
 	stop chan struct{}

@@ -74,6 +74,11 @@ type Options struct {
 
 	CacheBytes    int64  // Pebble block cache shared by the trees
 	MemTableBytes uint64 // per tree
+	// LBaseMaxBytes is Pebble's target size of each tree's base level (0:
+	// Pebble's 64 MiB). Smaller values give a small data set the levels,
+	// and so the non-L0 compactions, of a large one (one-machine
+	// experiments).
+	LBaseMaxBytes int64
 
 	CompactionBudget int64     // bytes/s for the node; default 64 MiB/s
 	CompactionFloor  int64     // bytes/s per tree; default 4 MiB/s

@@ -74,16 +74,19 @@ func (n *Node) Stats() Stats {
 	}
 	n.extraMu.RUnlock()
 	rates := map[*tree]int64{}
+	pooled := map[*tree]bool{}
 	n.sched.mu.Lock()
 	for _, ts := range n.sched.trees {
 		rates[ts.t] = ts.rate.Load()
+		pooled[ts.t] = ts.pooled.Load()
 	}
 	n.sched.mu.Unlock()
 	for _, t := range n.trees {
 		ts := TreeStats{
 			Position: t.pos, Reads: t.reads.Load(), Writes: t.writes.Load(),
 			Compactions: t.compactions.Load(), CompactionBytes: t.compactBytes.Load(),
-			CompactionRate: rates[t], ThrottledTime: time.Duration(t.throttledNanos.Load()),
+			CompactionRate: rates[t], CompactionPooled: pooled[t], ThrottledTime: time.Duration(t.throttledNanos.Load()),
+			UnpacedBytes:      t.unpacedBytes.Load(),
 			RunningL0Compacts: t.l0Compactions.Load(),
 		}
 		if ts.Reads > 0 {

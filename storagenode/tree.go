@@ -49,9 +49,10 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 func openTree(dir string, pos int, cache *pebble.Cache, o *Options, sched *Scheduler, log *slog.Logger) (*tree, error) {
 	t := &tree{pos: pos, lat: newLatencyRing(4096)}
 	opts := &pebble.Options{
-		Cache:        cache,
-		MemTableSize: o.MemTableBytes,
-		Logger:       pebbleLogger{log},
+		Cache:         cache,
+		MemTableSize:  o.MemTableBytes,
+		LBaseMaxBytes: o.LBaseMaxBytes,
+		Logger:        pebbleLogger{log},
 	}
 	opts.Experimental.CompactionScheduler = sched.forTree(t)
 	el := pebble.EventListener{

@@ -159,7 +159,7 @@ func (s *System) StartPlane(ctx context.Context, policy string) (_ *Plane, err e
 				n.HotKeys(0)
 			}
 		}
-		p.wg.Add(2)
+		p.wg.Add(3)
 		go func() {
 			defer p.wg.Done()
 			p.ctl.Run(rctx)
@@ -167,6 +167,10 @@ func (s *System) StartPlane(ctx context.Context, policy string) (_ *Plane, err e
 		go func() {
 			defer p.wg.Done()
 			p.report(rctx)
+		}()
+		go func() {
+			defer p.wg.Done()
+			p.feedStats(rctx)
 		}()
 	}
 	return p, nil

@@ -114,6 +114,9 @@ type Config struct {
 	Log *slog.Logger
 	// Progress, if set, receives one human-readable line per setup step.
 	Progress func(string)
+	// NodeOptions, if set, adjusts every node's options last (experiments:
+	// compaction budget, LSM level sizes).
+	NodeOptions func(*storagenode.Options)
 }
 
 // System is a running in-process netdir.
@@ -236,6 +239,9 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 			Node: func(o *storagenode.Options) {
 				o.MaxOps = cfg.Capacity
 				o.Logger = cfg.Log.With("component", "node")
+				if cfg.NodeOptions != nil {
+					cfg.NodeOptions(o)
+				}
 			},
 		})
 		ch <- res{cl, err}

@@ -223,6 +223,7 @@ func benchCmd() *cobra.Command {
 		zipfs      string
 		writeRatio string
 		keys       int64
+		exp        experimentFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -245,6 +246,9 @@ p50/p99/p999, per-node load max/mean and CoV, node latency CoV, directory hit
 rate, the Hill tail index (beside α−1 with --pareto), CPU and RSS.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if exp.name != "" {
+				return runExperiment(cmd, f, exp, workloads, zipfs, keys)
+			}
 			out := cmd.OutOrStdout()
 			nodeCounts, err := parseInts("nodes", f.nodes)
 			if err != nil {
@@ -394,6 +398,7 @@ rate, the Hill tail index (beside α−1 with --pareto), CPU and RSS.`,
 	fl.StringVar(&f.policies, "policies", strings.Join(bench.Policies, ","), "policies to run, in order")
 	fl.DurationVar(&f.duration, "duration", 10*time.Second, "measured time per run")
 	fl.DurationVar(&f.warmup, "warmup", 5*time.Second, "unmeasured time before each run (the controller promotes hot keys)")
+	exp.register(cmd)
 	return cmd
 }
 

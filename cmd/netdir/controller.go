@@ -23,6 +23,7 @@ import (
 	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/controller/p4rt"
+	"github.com/netdir/netdir/gossip"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -51,6 +52,9 @@ type controllerConfig struct {
 		MAC  string      `yaml:"mac"`
 	} `yaml:"nodes"`
 	VSBPorts []uint32 `yaml:"vsb_ports"`
+
+	gossipBind  string   // --gossip
+	gossipSeeds []string // --gossip-seeds
 }
 
 func loadControllerConfig(path string) (*controllerConfig, error) {
@@ -82,7 +86,7 @@ func loadControllerConfig(path string) (*controllerConfig, error) {
 }
 
 func controllerCmd() *cobra.Command {
-	var cfgPath string
+	var cfgPath, gBind, gSeeds string
 	cmd := &cobra.Command{
 		Use:   "controller --config FILE",
 		Short: "Run the controller: program switches over P4Runtime and promote hot keys",
@@ -105,7 +109,13 @@ FILE is YAML:
   nodes:
     - {id: 1, addr: 127.0.0.1:7501}
     - {id: 2, addr: 127.0.0.1:7502}
-    - {id: 3, addr: 127.0.0.1:7503}`,
+    - {id: 3, addr: 127.0.0.1:7503}
+
+The controller gossips (hashicorp/memberlist) on --gossip: nodes started with
+--gossip-seeds at that address send it their stats per tree (read latency,
+request counts, compaction debt; exported as netdir_controller_node_* metrics
+and read by the coarse loop), and it sends each node its expected load per
+tree after every coarse epoch.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadControllerConfig(cfgPath)
@@ -115,10 +125,13 @@ FILE is YAML:
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			cfg.gossipBind, cfg.gossipSeeds = gBind, parseList(gSeeds)
 			return runController(ctx, cfg, log)
 		},
 	}
 	cmd.Flags().StringVar(&cfgPath, "config", "", "controller YAML (required)")
+	cmd.Flags().StringVar(&gBind, "gossip", gossip.DefaultControllerBind, "gossip (memberlist) bind address, the nodes' --gossip-seeds (empty: no gossip)")
+	cmd.Flags().StringVar(&gSeeds, "gossip-seeds", "", "comma list of gossip members to join (nodes find the controller; it needs none)")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
@@ -192,6 +205,17 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 	if err := ctl.Setup(ctx); err != nil {
 		return err
 	}
+	if cfg.gossipBind != "" {
+		g, err := gossip.Start(gossip.Config{Name: "controller", Bind: cfg.gossipBind, Seeds: cfg.gossipSeeds, Log: log,
+			OnStats: func(s gossip.NodeStats) { ctl.ObserveNodeStats(s) }})
+		if err != nil {
+			return err
+		}
+		defer g.Close()
+		ctl.AttachGossip(g)
+		go ctl.RunGossip(ctx)
+		log.Info("gossip serving", "addr", g.Addr())
+	}
 	log.Info("partitions installed", "partitions", 1<<cfg.PartitionBits, "nodes", len(nodes))
 
 	lis, err := net.Listen("tcp", cfg.API)
@@ -206,7 +230,7 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 
 	if cfg.Metrics != "" {
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), controller.NewCollector(ctl))
+		reg.MustRegister(collectors.NewGoCollector(), controller.NewCollector(ctl), controller.NewStatsCollector(ctl))
 		srv := &http.Server{Addr: cfg.Metrics, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {

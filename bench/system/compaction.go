@@ -1,0 +1,233 @@
+package system
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/netdir/netdir/bench"
+	"github.com/netdir/netdir/gossip"
+	"github.com/netdir/netdir/storagenode"
+)
+
+// CompactionPhase is one phase of a compaction experiment (HATS §2 and
+// §4.4): some nodes write in the background (storagenode.Node.Fill, a
+// write-heavy emulation knob) so that their flushes and compactions run
+// while the workload reads, under a compaction budget.
+type CompactionPhase struct {
+	Name     string
+	Fill     []int   // node indices (0-based) that write in the background
+	FillRate float64 // bytes/s per filling node
+	// FillTrees are the chain positions the filling nodes write (default
+	// every tree).
+	FillTrees []int
+	// Budget is every node's compaction budget in bytes/s for the phase
+	// (storagenode.Unthrottled: no pacing; 0: the default).
+	Budget int64
+	// Lead is how long the background writes run before the workload
+	// starts, so that compactions are under way (default 0).
+	Lead time.Duration
+}
+
+// PhaseResult is what a phase measured beside its bench.Run. Spreads over
+// nodes are max/min: RequestSpread − 1 is the request imbalance HATS quotes
+// as a percentage (18.9%), LatencySpread the latency ratio it quotes as a
+// factor (4.24×).
+type PhaseResult struct {
+	Phase  string `json:"phase"`
+	Policy string `json:"policy"`
+	// Per node, over the phase (warm-up included for the nodes' own
+	// figures): requests served, mean read latency as the clients saw it,
+	// the nodes' own mean Pebble read latency (HATS's T), bytes written by
+	// compactions, time compactions waited for the budget, and the largest
+	// compaction debt sampled.
+	NodeRequests       []float64 `json:"node_requests"`
+	NodeLatencyUs      []float64 `json:"node_latency_us"`
+	NodePebbleReadUs   []float64 `json:"node_pebble_read_us"`
+	NodeCompactionMiB  []float64 `json:"node_compaction_mib"`
+	NodeUnpacedMiB     []float64 `json:"node_unpaced_mib"` // of those, L0 and deep-L0 compactions (never paced)
+	NodeThrottledS     []float64 `json:"node_throttled_s"`
+	NodeMaxDebtMiB     []float64 `json:"node_max_debt_mib"`
+	RequestSpread      float64   `json:"request_spread"`        // max/min requests
+	LatencySpread      float64   `json:"latency_spread"`        // max/min client latency
+	PebbleLatSpread    float64   `json:"pebble_latency_spread"` // max/min Pebble read latency
+	ThroughputOps      float64   `json:"throughput_ops"`
+	P99us              float64   `json:"p99_us"`
+	FillMiB            float64   `json:"fill_mib"` // background bytes written
+	CompactionBudgetMB float64   `json:"compaction_budget_mib_s"`
+}
+
+// SetCompactionBudget sets every node's compaction budget (bytes/s;
+// storagenode.Unthrottled for none; 0 the default).
+func (s *System) SetCompactionBudget(b int64) {
+	for i := range s.N() {
+		if n := s.Node(i); n != nil {
+			n.Scheduler().SetBudget(b)
+		}
+	}
+}
+
+// nodeSnapshot is the nodes' counters for a phase's deltas.
+type nodeSnapshot struct {
+	stats []gossip.NodeStats
+	trees [][]storagenode.TreeStats
+}
+
+func (s *System) snapshot() nodeSnapshot {
+	var ns nodeSnapshot
+	for i := range s.N() {
+		n := s.Node(i)
+		if n == nil {
+			ns.stats = append(ns.stats, gossip.NodeStats{})
+			ns.trees = append(ns.trees, nil)
+			continue
+		}
+		ns.stats = append(ns.stats, n.GossipStats(gossip.NodeStats{}))
+		ns.trees = append(ns.trees, n.Stats().Trees)
+	}
+	return ns
+}
+
+// RunCompactionPhase runs one phase: the budget, the background writes
+// (started Lead before the workload and stopped after it), then the policy's
+// run (System.Run).
+func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOptions, ph CompactionPhase) (bench.Run, PhaseResult, error) {
+	res := PhaseResult{Phase: ph.Name, Policy: policy, CompactionBudgetMB: float64(ph.Budget) / (1 << 20)}
+	s.SetCompactionBudget(ph.Budget)
+	defer s.SetCompactionBudget(0)
+	fctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		filled  int64
+		fillErr error
+		maxDebt = make([]uint64, s.N())
+	)
+	for _, i := range ph.Fill {
+		n := s.Node(i)
+		if n == nil {
+			return bench.Run{}, res, fmt.Errorf("system: no node %d to fill", i)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := n.Fill(fctx, storagenode.FillOptions{Rate: ph.FillRate, Trees: ph.FillTrees, Seed: uint64(i + 1)})
+			mu.Lock()
+			filled += b
+			if err != nil && fillErr == nil {
+				fillErr = err
+			}
+			mu.Unlock()
+		}()
+	}
+	// The largest debt each node reaches, sampled each 250 ms.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-fctx.Done():
+				return
+			case <-t.C:
+			}
+			for i := range s.N() {
+				if n := s.Node(i); n != nil {
+					var d uint64
+					for _, tr := range n.Stats().Trees {
+						d += tr.CompactionDebt
+					}
+					maxDebt[i] = max(maxDebt[i], d)
+				}
+			}
+		}
+	}()
+	if ph.Lead > 0 {
+		select {
+		case <-time.After(ph.Lead):
+		case <-ctx.Done():
+		}
+	}
+	before := s.snapshot()
+	run, err := s.Run(ctx, policy, o)
+	after := s.snapshot()
+	stop()
+	wg.Wait()
+	if err == nil {
+		err = fillErr
+	}
+	if err != nil {
+		return run, res, err
+	}
+	res.FillMiB = float64(filled) / (1 << 20)
+	res.ThroughputOps, res.P99us = run.ThroughputOps, run.P99us
+	res.NodeRequests = slices.Clone(run.NodeLoads)
+	res.NodeLatencyUs = slices.Clone(run.NodeLatencyUs)
+	for i := range after.stats {
+		ep := gossip.Epoch(before.stats[i], after.stats[i])
+		res.NodePebbleReadUs = append(res.NodePebbleReadUs, float64(ep.ReadLatency)/1e3)
+		var cb, unp, thr float64
+		for j, t := range after.trees[i] {
+			var b storagenode.TreeStats
+			if j < len(before.trees[i]) {
+				b = before.trees[i][j]
+			}
+			cb += float64(t.CompactionBytes - min(b.CompactionBytes, t.CompactionBytes))
+			unp += float64(t.UnpacedBytes - min(b.UnpacedBytes, t.UnpacedBytes))
+			thr += (t.ThrottledTime - min(b.ThrottledTime, t.ThrottledTime)).Seconds()
+		}
+		res.NodeCompactionMiB = append(res.NodeCompactionMiB, cb/(1<<20))
+		res.NodeUnpacedMiB = append(res.NodeUnpacedMiB, unp/(1<<20))
+		res.NodeThrottledS = append(res.NodeThrottledS, thr)
+		res.NodeMaxDebtMiB = append(res.NodeMaxDebtMiB, float64(maxDebt[i])/(1<<20))
+	}
+	res.RequestSpread = Spread(res.NodeRequests)
+	res.LatencySpread = Spread(res.NodeLatencyUs)
+	res.PebbleLatSpread = Spread(res.NodePebbleReadUs)
+	if run.Note != "" {
+		run.Note += "; "
+	}
+	run.Note += fmt.Sprintf("compaction phase %q: fill %.0f MiB on nodes %v, budget %s", ph.Name, res.FillMiB, oneBased(ph.Fill), BudgetName(ph.Budget))
+	return run, res, nil
+}
+
+// Spread is max/min of the positive values (0 if there are none).
+func Spread(xs []float64) float64 {
+	lo, hi := 0.0, 0.0
+	for _, x := range xs {
+		if x <= 0 {
+			continue
+		}
+		if lo == 0 || x < lo {
+			lo = x
+		}
+		hi = max(hi, x)
+	}
+	if lo == 0 {
+		return 0
+	}
+	return hi / lo
+}
+
+func oneBased(idx []int) []int {
+	out := make([]int, len(idx))
+	for i, x := range idx {
+		out[i] = x + 1
+	}
+	return out
+}
+
+// BudgetName describes a compaction budget for notes and progress lines.
+func BudgetName(b int64) string {
+	switch {
+	case b < 0:
+		return "unthrottled"
+	case b == 0:
+		return fmt.Sprintf("%d MiB/s (default)", storagenode.DefaultCompactionBudget>>20)
+	}
+	return fmt.Sprintf("%g MiB/s", float64(b)/(1<<20))
+}

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/netdir/netdir/bench"
+	"github.com/netdir/netdir/bench/system"
+	"github.com/netdir/netdir/storagenode"
+)
+
+// The named experiments of `netdir bench --experiment` (issue 8, HATS).
+const (
+	// ExpCompactionBalance: request balance against latency balance while
+	// one node compacts (HATS: 4.24× latency spread at 18.9% request
+	// spread).
+	ExpCompactionBalance = "compaction-balance"
+	// ExpCompactionPacing: read throughput with compaction unthrottled
+	// against paced by read share (HATS: 3.6× drop when unchecked).
+	ExpCompactionPacing = "compaction-pacing"
+)
+
+// experimentFlags are the flags of the compaction experiments.
+type experimentFlags struct {
+	name       string
+	fillMiB    float64
+	budgetMiB  float64
+	lead       time.Duration
+	fillTrees  string
+	compactors int
+	lbaseMiB   float64
+}
+
+func (e *experimentFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&e.name, "experiment", "", "run a named experiment instead of the policy sweep: "+
+		ExpCompactionBalance+" (request vs latency balance while node 1 compacts) or "+
+		ExpCompactionPacing+" (read throughput, compaction unthrottled vs paced); "+
+		"they take the first --nodes, --workload and --zipf, and --policies (default replicas)")
+	fl.Float64Var(&e.fillMiB, "fill-mib", 16, "experiments: background writes per compacting node (MiB/s), which keep its compactions busy")
+	fl.Float64Var(&e.budgetMiB, "compaction-mib", float64(storagenode.DefaultCompactionBudget>>20),
+		"experiments: the nodes' compaction budget in the paced phase (MiB/s)")
+	fl.DurationVar(&e.lead, "fill-lead", 3*time.Second, "experiments: background writes start this long before the workload")
+	fl.StringVar(&e.fillTrees, "fill-trees", "", "experiments: chain positions the background writes go to (comma list; default every tree)")
+	fl.Float64Var(&e.lbaseMiB, "lbase-mib", 2, "experiments: Pebble's base level size per tree (MiB; Pebble's default is 64): "+
+		"a small data set gets the levels, and so the non-L0 compactions that pacing acts on, of a large one")
+	fl.IntVar(&e.compactors, "compacting-nodes", 0, "experiments: how many nodes write in the background (default 1 for "+
+		ExpCompactionBalance+", every node for "+ExpCompactionPacing+")")
+}
+
+// experimentResults is the JSON of an experiment: the runs as `netdir
+// bench` writes them, and each phase's per-node figures.
+type experimentResults struct {
+	Experiment string               `json:"experiment"`
+	Command    string               `json:"command"`
+	Runs       []bench.Run          `json:"runs"`
+	Phases     []system.PhaseResult `json:"phases"`
+	Summary    map[string]float64   `json:"summary"`
+}
+
+func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload, zipf string, keys int64) error {
+	out := cmd.OutOrStdout()
+	nodes, err := parseInts("nodes", f.nodes)
+	if err != nil {
+		return err
+	}
+	n := nodes[0]
+	policy := "replicas"
+	if cmd.Flags().Changed("policies") {
+		ps, err := parsePolicies(f.policies)
+		if err != nil {
+			return err
+		}
+		policy = ps[0]
+	}
+	mix, err := bench.YCSB(parseList(workload)[0])
+	if err != nil {
+		return fmt.Errorf("--workload: %w", err)
+	}
+	w := bench.Workload{Name: strings.ToUpper(parseList(workload)[0]), Mix: mix, Keys: keys, ValueSize: f.valueSize, Seed: f.seed}
+	switch z := parseList(zipf)[0]; z {
+	case "uniform":
+		w.Dist = bench.DistUniform
+	default:
+		var th float64
+		if _, err := fmt.Sscan(z, &th); err != nil || th <= 0 || th > 3 {
+			return fmt.Errorf("--zipf %q", z)
+		}
+		w.Dist, w.Zipf = bench.DistZipf, th
+	}
+	var trees []int
+	for _, x := range parseList(e.fillTrees) {
+		var t int
+		if _, err := fmt.Sscan(x, &t); err != nil || t < 0 || t >= f.replicas {
+			return fmt.Errorf("--fill-trees %q: want chain positions 0..%d", x, f.replicas-1)
+		}
+		trees = append(trees, t)
+	}
+	fill := e.fillMiB * (1 << 20)
+	budget := int64(e.budgetMiB * (1 << 20))
+	compactors := e.compactors
+	var phases []system.CompactionPhase
+	switch e.name {
+	case ExpCompactionBalance:
+		if compactors == 0 {
+			compactors = 1
+		}
+		phases = []system.CompactionPhase{
+			{Name: "idle", Budget: storagenode.Unthrottled},
+			{Name: "compacting", Fill: firstNodes(compactors, n), FillRate: fill, FillTrees: trees, Budget: storagenode.Unthrottled, Lead: e.lead},
+		}
+	case ExpCompactionPacing:
+		if compactors == 0 {
+			compactors = n
+		}
+		phases = []system.CompactionPhase{
+			{Name: "idle", Budget: budget},
+			{Name: "unthrottled", Fill: firstNodes(compactors, n), FillRate: fill, FillTrees: trees, Budget: storagenode.Unthrottled, Lead: e.lead},
+			{Name: "paced", Fill: firstNodes(compactors, n), FillRate: fill, FillTrees: trees, Budget: budget, Lead: e.lead},
+		}
+	default:
+		return fmt.Errorf("--experiment %q: want %s or %s", e.name, ExpCompactionBalance, ExpCompactionPacing)
+	}
+	live, err := liveFunc(out, f.live)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	capacity := f.capacity
+	if capacity == 0 {
+		capacity = -1
+	}
+	sys, err := system.Start(ctx, system.Config{
+		Nodes: n, Replicas: min(f.replicas, n), Capacity: capacity, Dir: nodeDir(f.dataDir, n),
+		P4Info: f.p4info, Log: componentLog(cmd.ErrOrStderr(), f.verbose),
+		Progress: func(s string) { fmt.Fprintln(out, "==>", s) },
+		NodeOptions: func(o *storagenode.Options) {
+			o.LBaseMaxBytes = int64(e.lbaseMiB * (1 << 20))
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer sys.Close()
+	src, err := bench.Workload{Name: "load", Mix: bench.WriteMix(1), Keys: keys, ValueSize: f.valueSize, Seed: f.seed}.Build()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "==> preloading %d keys\n", keys)
+	if err := sys.Preload(ctx, src, 64, nil); err != nil {
+		return err
+	}
+	res := experimentResults{Experiment: e.name, Command: strings.Join(os.Args, " "), Summary: map[string]float64{}}
+	for _, ph := range phases {
+		fmt.Fprintf(out, "==> %s, phase %s: %s, %s, %d nodes, %s; background writes %.0f MiB/s on nodes %v, compaction budget %s\n",
+			e.name, ph.Name, policy, distName(w.Dist, w.Zipf), n, loopName(f), ph.FillRate/(1<<20), oneBasedList(ph.Fill), system.BudgetName(ph.Budget))
+		run, pr, err := sys.RunCompactionPhase(ctx, policy, system.RunOptions{
+			Workload: w, Workers: f.concurrency, Rate: f.rate, Warmup: f.warmup, Duration: f.duration, Live: live,
+		}, ph)
+		if err != nil {
+			return err
+		}
+		res.Runs = append(res.Runs, run)
+		res.Phases = append(res.Phases, pr)
+		if err := bench.WriteSummary(out, []bench.Run{run}); err != nil {
+			return err
+		}
+		writePhase(out, pr)
+	}
+	summarise(&res)
+	fmt.Fprintln(out, "\nsummary")
+	for _, k := range slices.Sorted(maps.Keys(res.Summary)) {
+		fmt.Fprintf(out, "  %-40s %.3f\n", k, res.Summary[k])
+	}
+	if f.jsonPath != "" {
+		if err := writeJSONFile(f.jsonPath, res); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, "wrote", f.jsonPath)
+	}
+	if f.htmlPath != "" {
+		if err := writeOutputs(bench.Results{Runs: res.Runs}, "", f.htmlPath, "netdir bench --experiment "+e.name); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, "wrote", f.htmlPath)
+	}
+	return nil
+}
+
+func firstNodes(k, n int) []int {
+	out := make([]int, min(k, n))
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+func oneBasedList(idx []int) string {
+	if len(idx) == 0 {
+		return "none"
+	}
+	var s []string
+	for _, i := range idx {
+		s = append(s, fmt.Sprint(i+1))
+	}
+	return strings.Join(s, ",")
+}
+
+func writePhase(w io.Writer, p system.PhaseResult) {
+	row := func(name string, xs []float64, format string) {
+		fmt.Fprintf(w, "    %-22s", name)
+		for _, x := range xs {
+			fmt.Fprintf(w, " "+format, x)
+		}
+		fmt.Fprintln(w)
+	}
+	row("node requests", p.NodeRequests, "%8.0f")
+	row("node latency (µs)", p.NodeLatencyUs, "%8.0f")
+	row("node Pebble read (µs)", p.NodePebbleReadUs, "%8.1f")
+	row("node compaction (MiB)", p.NodeCompactionMiB, "%8.1f")
+	row("  of which unpaced (MiB)", p.NodeUnpacedMiB, "%8.1f")
+	row("node throttled (s)", p.NodeThrottledS, "%8.2f")
+	row("node max debt (MiB)", p.NodeMaxDebtMiB, "%8.1f")
+	fmt.Fprintf(w, "    request spread %.1f%%, latency spread %.2f×, Pebble read latency spread %.2f×\n",
+		(p.RequestSpread-1)*100, p.LatencySpread, p.PebbleLatSpread)
+}
+
+// summarise puts the headline figures of the experiment in res.Summary.
+func summarise(res *experimentResults) {
+	ph := map[string]system.PhaseResult{}
+	for _, p := range res.Phases {
+		ph[p.Phase] = p
+	}
+	s := res.Summary
+	switch res.Experiment {
+	case ExpCompactionBalance:
+		for _, name := range []string{"idle", "compacting"} {
+			p := ph[name]
+			s[name+" request spread %"] = (p.RequestSpread - 1) * 100
+			s[name+" latency spread x"] = p.LatencySpread
+			s[name+" Pebble read latency spread x"] = p.PebbleLatSpread
+		}
+	case ExpCompactionPacing:
+		idle, un, paced := ph["idle"], ph["unthrottled"], ph["paced"]
+		s["idle throughput ops/s"] = idle.ThroughputOps
+		s["unthrottled throughput ops/s"] = un.ThroughputOps
+		s["paced throughput ops/s"] = paced.ThroughputOps
+		if un.ThroughputOps > 0 {
+			s["drop idle/unthrottled x"] = idle.ThroughputOps / un.ThroughputOps
+			s["gain paced/unthrottled x"] = paced.ThroughputOps / un.ThroughputOps
+		}
+		if paced.ThroughputOps > 0 {
+			s["drop idle/paced x"] = idle.ThroughputOps / paced.ThroughputOps
+		}
+		s["unthrottled p99 us"] = un.P99us
+		s["paced p99 us"] = paced.P99us
+		var cu, cp float64
+		for i := range un.NodeCompactionMiB {
+			cu += un.NodeCompactionMiB[i]
+		}
+		for i := range paced.NodeCompactionMiB {
+			cp += paced.NodeCompactionMiB[i]
+		}
+		s["unthrottled compaction MiB"] = cu
+		s["paced compaction MiB"] = cp
+	}
+}
+
+func writeJSONFile(path string, v any) error {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
