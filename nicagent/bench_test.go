@@ -1,12 +1,16 @@
 package nicagent
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/wire"
 )
@@ -225,5 +229,65 @@ func BenchmarkSync(b *testing.B) {
 			}
 		}
 		b.ReportMetric(2*float64(b.N)/b.Elapsed().Seconds(), "updates/s")
+	})
+}
+
+// BenchmarkReport measures the agent's counter report at full size: 4096
+// directory keys each hit and 4096 cold keys each missed once through the
+// TC program, so every slot's per-CPU hit counter and most sketch cells
+// have grown. "take" reads the maps and builds the report (Agent side
+// only); "grpc" also sends it over loopback gRPC to a controller, which
+// validates and adds it (ReportAgentStats).
+func BenchmarkReport(b *testing.B) {
+	d := benchSetup(b, false, directory.ModeHost)
+	for i := range 4096 {
+		key := fmt.Sprintf("other-%d", i)
+		if i == 0 {
+			key = "hot-key"
+		}
+		if ret, _, err := run(d.TC(), benchPacket(wire.OpGet, key, uint64(i+1), 0)); err != nil || ret != tcOK {
+			b.Fatalf("hit %s: %d, %v", key, ret, err)
+		}
+		if ret, _, err := run(d.TC(), benchPacket(wire.OpGet, fmt.Sprintf("cold-%d", i), uint64(i+1), 0)); err != nil || ret != tcOK {
+			b.Fatalf("miss: %d, %v", ret, err)
+		}
+	}
+	r := newReporter("bench/agent")
+	fresh := func() { // every counter counts as grown again
+		r.hits = map[wire.KeyHash]uint64{}
+		r.sketch = [directory.SketchRows][directory.SketchCols]uint64{}
+	}
+	b.Run("take-4096-keys", func(b *testing.B) {
+		var s *api.AgentStats
+		for b.Loop() {
+			fresh()
+			var err error
+			if s, err = r.takeLocked(d); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if len(s.Hits) != 4096 {
+			b.Fatalf("a report of %d keys, want 4096", len(s.Hits))
+		}
+		b.ReportMetric(float64(len(s.Sketch)), "cells")
+		b.ReportMetric(float64(proto.Size(s)), "bytes")
+	})
+	b.Run("grpc-4096-keys", func(b *testing.B) {
+		ctl, err := controller.New(controller.Config{PartitionBits: 10, Replicas: 3, Round: time.Hour, Log: quietLog(),
+			Nodes: []controller.NodeAddr{{ID: 1, Addr: "10.100.0.1:7420"}, {ID: 2, Addr: "10.100.0.2:7420"}, {ID: 3, Addr: "10.100.0.3:7420"}}}, nil, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cl := serveController(b, ctl)
+		for b.Loop() {
+			fresh()
+			if err := r.report(context.Background(), d, cl); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if tot := ctl.AgentTotals(); tot.Reports != uint64(b.N) || tot.Hits != uint64(4096*b.N) {
+			b.Fatalf("the controller took %+v from %d reports", tot, b.N)
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reports/s")
 	})
 }

@@ -20,6 +20,26 @@ import (
 	"github.com/netdir/netdir/wire"
 )
 
+// serveController serves ctl's API on loopback until the test ends and
+// returns a client of it.
+func serveController(tb testing.TB, ctl *controller.Controller, opts ...grpc.DialOption) api.ControllerClient {
+	tb.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	api.RegisterControllerServer(gs, controller.NewAPI(ctl))
+	go gs.Serve(lis)
+	tb.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { conn.Close() })
+	return api.NewControllerClient(conn)
+}
+
 // TestReportsDrivePromotion runs the agent's report path end to end on BPF
 // maps: GETs through the TC program (BPF_PROG_TEST_RUN) count misses in the
 // sketch, the agent reports them over real gRPC (loopback) to a controller
@@ -38,30 +58,16 @@ func TestReportsDrivePromotion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	api.RegisterControllerServer(gs, controller.NewAPI(ctl))
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
 	// loseAnswer makes the next report's answer fail after the controller
 	// took it, as a lost response would.
 	var loseAnswer atomic.Bool
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			err := invoke(ctx, method, req, reply, cc, opts...)
-			if err == nil && strings.HasSuffix(method, "/ReportAgentStats") && loseAnswer.CompareAndSwap(true, false) {
-				return status.Error(codes.Unavailable, "the answer was lost")
-			}
-			return err
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	cl := api.NewControllerClient(conn)
+	cl := serveController(t, ctl, grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoke(ctx, method, req, reply, cc, opts...)
+		if err == nil && strings.HasSuffix(method, "/ReportAgentStats") && loseAnswer.CompareAndSwap(true, false) {
+			return status.Error(codes.Unavailable, "the answer was lost")
+		}
+		return err
+	}))
 
 	// The agent on the test's Dataplane: its subscription and reporter (no
 	// interface, so node addresses are installed by the test).
