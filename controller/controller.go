@@ -187,7 +187,9 @@ func (c *Controller) Report(s *api.NodeStats) {
 func (c *Controller) Run(ctx context.Context) error {
 	t := time.NewTicker(c.cfg.Round)
 	defer t.Stop()
-	epoch := time.NewTicker(c.cfg.Epoch)
+	// The next epoch starts a whole epoch after the last one ended, however
+	// long installing its weights took.
+	epoch := time.NewTimer(c.cfg.Epoch)
 	defer epoch.Stop()
 	for {
 		select {
@@ -201,6 +203,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			if _, err := c.CoarseRound(ctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("coarse epoch failed", "err", err)
 			}
+			epoch.Reset(c.cfg.Epoch)
 		}
 	}
 }
@@ -321,9 +324,7 @@ func (c *Controller) HotKeyRound(ctx context.Context) error {
 		}
 		errs = append(errs, c.evict(ctx, e))
 	}
-	c.mu.Lock()
-	load := c.expectedLoadLocked()
-	c.mu.Unlock()
+	load := copyLoad(entries, dec.Evict, all)
 	for _, cc := range dec.Promote {
 		share := 0.0
 		if all > 0 {

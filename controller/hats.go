@@ -51,7 +51,7 @@ func (c *Controller) nodeStatsLocked() []sched.NodeStats {
 			continue
 		}
 		s := sched.NodeStats{Node: n.ID, Capacity: c.cfg.NodeCapacity}
-		last := c.coarse.epochReads[n.ID]
+		last, baseline := c.coarse.epochReads[n.ID]
 		now := map[uint32]uint64{}
 		var reads, latency float64
 		for _, t := range trees {
@@ -68,9 +68,24 @@ func (c *Controller) nodeStatsLocked() []sched.NodeStats {
 			s.ReadLatency = time.Duration(latency / reads * float64(time.Microsecond))
 		}
 		c.coarse.epochReads[n.ID] = now
-		out = append(out, s)
+		if baseline { // a node's first report counts since it started
+			out = append(out, s)
+		}
 	}
 	return out
+}
+
+// bucketsMoved reports whether new moves a member's share from old by more
+// than one bucket, or to or from none: smaller changes are the epoch's noise,
+// not worth a partition's 64 table writes on a P4 switch.
+func bucketsMoved(old, new []uint8, n int) bool {
+	a, b := bucketWeights(old, n), bucketWeights(new, n)
+	for i := range a {
+		if a[i] != b[i] && (a[i] == 0 || b[i] == 0 || max(a[i], b[i])-min(a[i], b[i]) > 1) {
+			return true
+		}
+	}
+	return false
 }
 
 // bucketWeights is the split a bucket table realises: buckets per location.
@@ -120,7 +135,7 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 		if !ok {
 			old = directory.BucketsForWeights(make([]uint32, len(m.Chains[p])))
 		}
-		if !slices.Equal(b, old) {
+		if bucketsMoved(old, b, len(w)) {
 			changed[uint32(p)] = b
 		}
 	}
@@ -171,13 +186,23 @@ func (c *Controller) ExpectedShares() map[wire.NodeID]float64 {
 	return maps.Clone(c.coarse.share)
 }
 
-// expectedLoadLocked seeds a round's copy placement with E's shares, so
-// that extras go first to the nodes the last epoch expected to be least
-// loaded. c.mu held.
-func (c *Controller) expectedLoadLocked() map[wire.NodeID]float64 {
-	load := maps.Clone(c.coarse.share)
-	if load == nil {
-		load = map[wire.NodeID]float64{}
+// copyLoad is each node's share of all requests for the directory keys it
+// holds, on its chain or as a copy, by the keys' last round, evenly over
+// their locations: the load that sched.PlaceExtras places the next copies
+// against, so that copies spread over the nodes rather than go to the lowest
+// ids of a directory's first keys.
+func copyLoad(entries []*Entry, evicted []wire.KeyHash, all uint64) map[wire.NodeID]float64 {
+	load := map[wire.NodeID]float64{}
+	if all == 0 {
+		return load
+	}
+	for _, e := range entries {
+		if slices.Contains(evicted, e.Hash) {
+			continue
+		}
+		for _, n := range e.Locs {
+			load[n] += float64(e.Hits) / float64(all) / float64(len(e.Locs))
+		}
 	}
 	return load
 }

@@ -60,6 +60,20 @@ func TestCoarseEpochReachesEveryPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	updates := watch(ctx, t, ctl)
+	// The nodes' first reports are the baseline that later epochs count from.
+	report := func(version uint64, reads func(n wire.NodeID, pos int) uint64) {
+		for _, n := range nodes {
+			s := &api.NodeStats{Node: uint32(n.ID), Version: version}
+			for j := range 3 {
+				s.Trees = append(s.Trees, &api.TreeStats{Position: uint32(j), Reads: reads(n.ID, j), MeanReadLatencyUs: 10})
+			}
+			ctl.Report(s)
+		}
+	}
+	report(1, func(wire.NodeID, int) uint64 { return 0 })
+	if _, err := ctl.CoarseRound(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	// A hot key on node 1's chains, hit through the first switch.
 	var key []byte
@@ -102,17 +116,12 @@ func TestCoarseEpochReachesEveryPlane(t *testing.T) {
 	}
 	// Each node serves 100 reads per tree, and the chain members serve the
 	// key's reads by its weights (30, 1 and 1 buckets of 32).
-	for _, n := range nodes {
-		s := &api.NodeStats{Node: uint32(n.ID), Version: 1}
-		for j := range 3 {
-			reads := uint64(100)
-			if chain[j] == n.ID {
-				reads += hits * uint64(weights[j]) / 32
-			}
-			s.Trees = append(s.Trees, &api.TreeStats{Position: uint32(j), Reads: reads, MeanReadLatencyUs: 10})
+	report(2, func(n wire.NodeID, j int) uint64 {
+		if chain[j] == n {
+			return 100 + hits*uint64(weights[j])/32
 		}
-		ctl.Report(s)
-	}
+		return 100
+	})
 
 	plan, err := ctl.CoarseRound(ctx)
 	if err != nil {

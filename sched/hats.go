@@ -1,7 +1,6 @@
 package sched
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"math/bits"
@@ -121,10 +120,9 @@ func (u *coarseUnit) weights() []uint32 {
 
 // Coarse is the HATS coarse scheduler: from each node's capacity in the
 // epoch (L/T_i, bounded by its Capacity) and the requests it served, it
-// finds high-load nodes (utilisation above the cluster's) and low-load ones,
-// and moves expected load greedily from the most utilised node to the least
-// utilised one that shares a partition chain or a hot key's LocationList
-// with it, never past the receiver's capacity. Hot keys are then fixed at
+// ranks nodes from high to low utilisation and moves expected load
+// greedily from higher- to lower-utilised nodes that share a partition
+// chain or a hot key's LocationList, never past the receiver's capacity. Hot keys are then fixed at
 // the split their 32 buckets can realise and the chains absorb the rounding.
 func Coarse(in CoarseInput) (CoarsePlan, error) {
 	if in.Epoch == 0 {
@@ -357,15 +355,26 @@ func nodeLoads(units []*coarseUnit, n int) []float64 {
 }
 
 // maxMoves bounds balance's work; it converges long before on real inputs.
-const maxMoves = 100_000
+const maxMoves = 20_000
 
-// balance moves load within units, updating load in place: repeatedly the
-// most utilised node above the cluster's utilisation hands requests of a
-// unit it serves to the least utilised fellow member, until the two are
-// equally utilised, it is down to the cluster's utilisation, the receiver
-// is full, or its share of the unit is gone. Each move lowers Σ load²/cap,
-// so it ends; moves under a thousandth of the mean load are not made.
+// balance moves load within units, updating load in place. The most
+// utilised node (high-load) that can still give load sends it to the least
+// utilised node (low-load) it reaches through units: directly when they
+// share one, else along a path of nodes each of which takes over the
+// previous one's requests in one unit and hands as many of its own on in
+// another, so nodes in between keep their load. It moves as much as the
+// path carries, up to equal utilisation of the two ends and never past the
+// receiver's capacity. Every move lowers Σ load²/capacity, so it ends; it
+// stops when no move reaches a thousandth of the mean load.
 func balance(units []*coarseUnit, load, capacity []float64) {
+	var total float64
+	for _, x := range load {
+		total += x
+	}
+	if total <= 0 || len(load) < 2 {
+		return
+	}
+	minMove := total / float64(len(load)) / 1000
 	type member struct{ unit, pos int }
 	byNode := make([][]member, len(load))
 	for u, un := range units {
@@ -376,60 +385,68 @@ func balance(units []*coarseUnit, load, capacity []float64) {
 			byNode[i] = append(byNode[i], member{u, m})
 		}
 	}
-	var totalLoad, totalCap float64
-	for i := range load {
-		totalLoad += load[i]
-		totalCap += capacity[i]
-	}
-	if totalLoad <= 0 || len(load) < 2 {
-		return
-	}
-	target := totalLoad / totalCap
-	minMove := totalLoad / float64(len(load)) / 1000
+	// step is how a path reached a node: from node prev, which gives its
+	// requests in unit to the node at position to.
+	type step struct{ prev, unit, from, to int }
+	reached := make([]step, len(load))
+	seen := make([]bool, len(load))
+	done := make([]bool, len(load)) // no move from it for now
 	util := func(i int) float64 { return load[i] / capacity[i] }
-	stuck := make([]bool, len(load))
 	for range maxMoves {
 		h := -1
 		for i := range load {
-			if !stuck[i] && load[i]-target*capacity[i] > minMove && (h < 0 || util(i) > util(h)) {
+			if !done[i] && (h < 0 || util(i) > util(h)) {
 				h = i
 			}
 		}
 		if h < 0 {
 			return
 		}
-		best, bestUnit, bestPos, bestFrom := -1, 0, 0, 0
-		for _, mb := range byNode[h] {
-			un := units[mb.unit]
-			if un.load[mb.pos] <= minMove {
-				continue
-			}
-			for m, l := range un.nodes {
-				if l == h || load[l] >= capacity[l] {
+		clear(seen)
+		seen[h] = true
+		queue := []int{h}
+		l := -1
+		for len(queue) > 0 {
+			a := queue[0]
+			queue = queue[1:]
+			for _, mb := range byNode[a] {
+				un := units[mb.unit]
+				if un.load[mb.pos] < minMove {
 					continue
 				}
-				if best < 0 || cmp.Or(cmp.Compare(util(l), util(best)), cmp.Compare(l, best)) < 0 {
-					best, bestUnit, bestPos, bestFrom = l, mb.unit, m, mb.pos
+				for m, b := range un.nodes {
+					if seen[b] {
+						continue
+					}
+					seen[b] = true
+					reached[b] = step{a, mb.unit, mb.pos, m}
+					queue = append(queue, b)
+					if load[b] < capacity[b] && (l < 0 || util(b) < util(l)) {
+						l = b
+					}
 				}
 			}
 		}
-		if best < 0 || util(best) >= util(h) {
-			stuck[h] = true
-			continue
+		move := 0.0
+		if l >= 0 {
+			move = min((load[h]*capacity[l]-load[l]*capacity[h])/(capacity[h]+capacity[l]), capacity[l]-load[l])
+			for n := l; n != h; n = reached[n].prev {
+				st := reached[n]
+				move = min(move, units[st.unit].load[st.from])
+			}
 		}
-		un := units[bestUnit]
-		move := min(un.load[bestFrom],
-			load[h]-target*capacity[h],
-			(load[h]*capacity[best]-load[best]*capacity[h])/(capacity[h]+capacity[best]),
-			capacity[best]-load[best])
 		if move < minMove {
-			stuck[h] = true
+			done[h] = true
 			continue
 		}
-		un.load[bestFrom] -= move
-		un.load[bestPos] += move
+		for n := l; n != h; n = reached[n].prev {
+			st := reached[n]
+			units[st.unit].load[st.from] -= move
+			units[st.unit].load[st.to] += move
+		}
 		load[h] -= move
-		load[best] += move
+		load[l] += move
+		clear(done)
 	}
 }
 
