@@ -71,6 +71,9 @@ type Dataplane struct {
 	parts  map[uint32]bool      // partitions set since the last reset
 	addrs  map[wire.NodeID]bool // node addresses set since the last reset
 	loaded bool
+	// floorsDirty: ToR mode (the only one that stamps, and so raises stamp
+	// floors) was in force since the floors were last zeroed.
+	floorsDirty bool
 }
 
 type slotInfo struct {
@@ -100,6 +103,9 @@ func Load(o Options) (*Dataplane, error) {
 	spec.Maps[netdirMapParts].MaxEntries = uint32(o.PartitionCap)
 	for _, m := range []string{netdirMapDir, netdirMapSlotBuckets, netdirMapSlotHits} {
 		spec.Maps[m].MaxEntries = uint32(o.SlotCap)
+	}
+	if n := spec.Maps[netdirMapFloors].MaxEntries; n != directory.StampFloors {
+		return nil, fmt.Errorf("nicagent: the programs have %d stamp floors, the directory contract %d", n, directory.StampFloors)
 	}
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
@@ -211,6 +217,13 @@ func (d *Dataplane) Reset(cfg directory.Config) error {
 	if err := d.resetSketchLocked(); err != nil {
 		return err
 	}
+	// A fresh directory has no stamp floors (directory.New).
+	if d.floorsDirty {
+		if err := zeroArray(d.objs.Floors, directory.StampFloors, netdirNdFloor{}); err != nil {
+			return err
+		}
+	}
+	d.floorsDirty = cfg.Mode == directory.ModeToR
 	var src netdirNdSrc
 	var srcs []netdirNdSrc
 	var kind uint32
@@ -434,7 +447,8 @@ func (d *Dataplane) Partition(p uint32) (directory.Partition, bool, error) {
 }
 
 // Insert promotes a key: locs is its LocationList (the chain's r nodes
-// first), ver seeds ver_next and ver_done; only the chain starts fresh.
+// first), ver seeds ver_next and ver_done (raised to the key's stamp floor,
+// as directory.Insert does); only the chain starts fresh.
 func (d *Dataplane) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64, buckets []uint8) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -451,6 +465,12 @@ func (d *Dataplane) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64
 	if err := fillBuckets(&b.B, buckets, len(locs)); err != nil {
 		return err
 	}
+	// Never below a stamp this plane issued to a key of the same floor.
+	var fl netdirNdFloor
+	if err := d.objs.Floors.Lookup(directory.FloorIndex(&h), &fl); err != nil {
+		return err
+	}
+	ver = max(ver, fl.V)
 	idx := d.free[len(d.free)-1]
 	if err := d.objs.SlotBuckets.Put(idx, &b); err != nil {
 		return err

@@ -61,6 +61,16 @@ type netdirNdCounters struct {
 	TcFwd     uint64
 }
 
+type netdirNdFloor struct {
+	_    structs.HostLayout
+	Lock struct {
+		_   structs.HostLayout
+		Val uint32
+	}
+	Pad uint32
+	V   uint64
+}
+
 type netdirNdFragKey struct {
 	_     structs.HostLayout
 	Saddr uint32
@@ -130,6 +140,7 @@ type netdirNdSrc struct {
 const (
 	netdirMapCounters    = "counters"
 	netdirMapDir         = "dir"
+	netdirMapFloors      = "floors"
 	netdirMapFrags       = "frags"
 	netdirMapNodeAddrs   = "node_addrs"
 	netdirMapNodes       = "nodes"
@@ -195,6 +206,7 @@ type netdirProgramSpecs struct {
 type netdirMapSpecs struct {
 	Counters    *ebpf.MapSpec `ebpf:"counters"`
 	Dir         *ebpf.MapSpec `ebpf:"dir"`
+	Floors      *ebpf.MapSpec `ebpf:"floors"`
 	Frags       *ebpf.MapSpec `ebpf:"frags"`
 	NodeAddrs   *ebpf.MapSpec `ebpf:"node_addrs"`
 	Nodes       *ebpf.MapSpec `ebpf:"nodes"`
@@ -234,6 +246,7 @@ func (o *netdirObjects) Close() error {
 type netdirMaps struct {
 	Counters    *ebpf.Map `ebpf:"counters"`
 	Dir         *ebpf.Map `ebpf:"dir"`
+	Floors      *ebpf.Map `ebpf:"floors"`
 	Frags       *ebpf.Map `ebpf:"frags"`
 	NodeAddrs   *ebpf.Map `ebpf:"node_addrs"`
 	Nodes       *ebpf.Map `ebpf:"nodes"`
@@ -248,6 +261,7 @@ func (m *netdirMaps) Close() error {
 	return _NetdirClose(
 		m.Counters,
 		m.Dir,
+		m.Floors,
 		m.Frags,
 		m.NodeAddrs,
 		m.Nodes,

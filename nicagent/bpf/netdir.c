@@ -46,6 +46,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define BUCKETS 32
 #define SKETCH_ROWS 4
 #define SKETCH_COLS 1024
+#define STAMP_FLOORS 16384 // directory.StampFloors
 #define MAX_NODES 65536
 
 // Ops (package wire).
@@ -212,6 +213,15 @@ struct nd_sketch {
 	__u32 cell[SKETCH_ROWS * SKETCH_COLS];
 };
 
+// nd_floor is a stamp floor (directory.FloorIndex): the highest stamp this
+// plane issued to any key of that index, kept across evictions, so that a
+// key promoted again never stamps below a version it stamped before.
+struct nd_floor {
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	__u64 v;
+};
+
 // nd_frag_key names one IP datagram (RFC 791 reassembly key, less the
 // protocol, which is UDP).
 struct nd_frag_key {
@@ -292,6 +302,13 @@ struct {
 	__type(key, __u32);
 	__type(value, struct nd_sketch);
 } sketch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, STAMP_FLOORS);
+	__type(key, __u32);
+	__type(value, struct nd_floor);
+} floors SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -529,8 +546,19 @@ static __always_inline int nd_write(struct nd_pkt *p)
 			stamp = s->ver_next;
 		}
 		bpf_spin_unlock(&s->lock);
-		if (tor)
+		if (tor) {
 			flags |= FLAG_STAMPED;
+			// Raise the key's stamp floor (its own lock: a floor is
+			// shared by every key of its index).
+			__u32 fi = (((__u32)h->hash[14] << 8) | h->hash[15]) & (STAMP_FLOORS - 1);
+			struct nd_floor *f = bpf_map_lookup_elem(&floors, &fi);
+			if (f) {
+				bpf_spin_lock(&f->lock);
+				if (f->v < stamp)
+					f->v = stamp;
+				bpf_spin_unlock(&f->lock);
+			}
+		}
 		// A host agent does not stamp: the head assigns the version.
 		h->stamp = bpf_cpu_to_be64(stamp);
 		h->flags = flags | FLAG_HIT;
