@@ -485,6 +485,28 @@ func (c *Controller) Resync(ctx context.Context, p DataPlane) error {
 		}
 	}
 	for _, e := range c.Entries() {
+		// A device that lost its state (a restart, a pipeline push) seeds
+		// the slot from the entry's version, the head's latest when the key
+		// was promoted: stale once the key has been written since, and a
+		// stale seed lets an extra whose copy lags at that version pass for
+		// fresh (flaw A again) and has every write refused as stale until
+		// the stamps catch up. So the head is asked again, as a promotion
+		// does; no write commits until the slot is back, since the head
+		// refuses unstamped writes of a promoted key and this plane stamps
+		// none without the slot (another plane that kept it may, between
+		// the two: the same window as a promotion's with several planes).
+		if c.storage != nil && len(e.Locs) > e.R {
+			ver, err := c.storage.Promote(ctx, c.node(e.Locs[0]), e.Key, c.nodes(e.Locs[e.R:]))
+			if err != nil {
+				return fmt.Errorf("re-sync %q at its head: %w", e.Key, err)
+			}
+			e.Ver = max(e.Ver, ver)
+			c.st.mu.Lock()
+			if cur := c.st.entries[e.Hash]; cur != nil && cur.Gen == e.Gen {
+				cur.Ver = e.Ver
+			}
+			c.st.mu.Unlock()
+		}
 		if err := p.InstallEntry(ctx, &e); err != nil {
 			return err
 		}
