@@ -87,6 +87,9 @@ type Controller struct {
 	hot     *sched.HotKeys
 	log     *slog.Logger
 	gossip  gossipState // gossiped node stats and expected loads (gossip.go)
+	// keysMu serialises changes to directory entries: a hot-key round's
+	// promotions and evictions, and a coarse epoch's key weights.
+	keysMu sync.Mutex
 
 	mu         sync.Mutex
 	reports    map[wire.NodeID]*api.NodeStats
@@ -183,14 +186,18 @@ func (c *Controller) Report(s *api.NodeStats) {
 	c.noteTreesLocked(s)
 }
 
-// Run runs hot-key rounds and coarse epochs until ctx ends.
+// Run runs hot-key rounds and, beside them, coarse epochs until ctx ends:
+// an epoch's partition tables can take seconds to write to a switch, and
+// promotions should not wait for them.
 func (c *Controller) Run(ctx context.Context) error {
+	epochs := make(chan struct{})
+	go func() {
+		defer close(epochs)
+		c.runEpochs(ctx)
+	}()
+	defer func() { <-epochs }()
 	t := time.NewTicker(c.cfg.Round)
 	defer t.Stop()
-	// The next epoch starts a whole epoch after the last one ended, however
-	// long installing its weights took.
-	epoch := time.NewTimer(c.cfg.Epoch)
-	defer epoch.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -199,11 +206,6 @@ func (c *Controller) Run(ctx context.Context) error {
 			if err := c.HotKeyRound(ctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("hot-key round failed", "err", err)
 			}
-		case <-epoch.C:
-			if _, err := c.CoarseRound(ctx); err != nil && ctx.Err() == nil {
-				c.log.Warn("coarse epoch failed", "err", err)
-			}
-			epoch.Reset(c.cfg.Epoch)
 		}
 	}
 }
@@ -228,6 +230,8 @@ func (c *Controller) nodes(ids []wire.NodeID) []NodeAddr {
 // HotKeyRound is one round of the hot-key loop: read hit counters and node
 // reports, decide, evict, then promote.
 func (c *Controller) HotKeyRound(ctx context.Context) error {
+	c.keysMu.Lock()
+	defer c.keysMu.Unlock()
 	c.st.mu.Lock()
 	entries := c.st.sortedLocked()
 	c.st.mu.Unlock()

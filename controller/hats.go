@@ -23,6 +23,7 @@ type coarseState struct {
 	keyHits    map[wire.KeyHash]uint64 // directory keys' hits since the last epoch
 	share      map[wire.NodeID]float64 // E's shares from the last epoch
 	epochs     uint64
+	last       time.Time // when the last epoch read its counts
 }
 
 func newCoarseState() coarseState {
@@ -41,9 +42,10 @@ func (c *Controller) noteTreesLocked(s *api.NodeStats) {
 }
 
 // nodeStatsLocked turns the nodes' reports into the coarse scheduler's
-// input: per tree the reads since the last epoch (C), the mean read latency
-// weighted by reads (T), and the configured capacity. c.mu held.
-func (c *Controller) nodeStatsLocked() []sched.NodeStats {
+// input: per tree the reads since the last epoch, times scale (C), the mean
+// read latency weighted by reads (T), and the configured capacity. c.mu
+// held.
+func (c *Controller) nodeStatsLocked(scale float64) []sched.NodeStats {
 	var out []sched.NodeStats
 	for _, n := range c.cfg.Nodes {
 		trees, ok := c.coarse.trees[n.ID]
@@ -60,7 +62,7 @@ func (c *Controller) nodeStatsLocked() []sched.NodeStats {
 			for int(pos) >= len(s.Requests) {
 				s.Requests = append(s.Requests, 0)
 			}
-			s.Requests[pos] = t.GetReads() - min(last[pos], t.GetReads())
+			s.Requests[pos] = uint64(scale * float64(t.GetReads()-min(last[pos], t.GetReads())))
 			reads += float64(t.GetReads())
 			latency += float64(t.GetReads()) * t.GetMeanReadLatencyUs()
 		}
@@ -99,6 +101,25 @@ func bucketWeights(buckets []uint8, n int) []uint32 {
 	return w
 }
 
+// runEpochs runs CoarseRound every epoch until ctx ends; the next epoch
+// starts a whole epoch after the last one ended, however long installing its
+// weights took.
+func (c *Controller) runEpochs(ctx context.Context) {
+	t := time.NewTimer(c.cfg.Epoch)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := c.CoarseRound(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("coarse epoch failed", "err", err)
+		}
+		t.Reset(c.cfg.Epoch)
+	}
+}
+
 // CoarseRound is one epoch of the HATS coarse loop (ARCHITECTURE.md,
 // "Control loops"): it gives the nodes' stats and the directory keys' hits
 // of the epoch to sched.Coarse and installs the resulting partition and
@@ -112,14 +133,23 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 	installed := maps.Clone(c.st.partBuckets)
 	c.st.mu.Unlock()
 	c.mu.Lock()
-	in := sched.CoarseInput{Epoch: c.cfg.Epoch, Nodes: c.nodeStatsLocked(), Chains: m.Chains,
+	// Counts cover the time since the last epoch read them, which may be
+	// longer than L (an epoch waits for the last one's writes): scaled to L,
+	// they compare with the capacity of an epoch.
+	now := time.Now()
+	scale := 1.0
+	if !c.coarse.last.IsZero() {
+		scale = c.cfg.Epoch.Seconds() / max(now.Sub(c.coarse.last).Seconds(), 1e-3)
+	}
+	c.coarse.last = now
+	in := sched.CoarseInput{Epoch: c.cfg.Epoch, Nodes: c.nodeStatsLocked(scale), Chains: m.Chains,
 		Weights: make([][]uint32, len(m.Chains))}
 	for p, b := range installed {
 		in.Weights[p] = bucketWeights(b, len(m.Chains[p]))
 	}
 	for _, e := range entries {
 		in.HotKeys = append(in.HotKeys, sched.HotKeyLoad{Hash: e.Hash, Locs: e.Locs, R: e.R,
-			Requests: c.coarse.keyHits[e.Hash], Weights: bucketWeights(e.Buckets, len(e.Locs))})
+			Requests: uint64(scale * float64(c.coarse.keyHits[e.Hash])), Weights: bucketWeights(e.Buckets, len(e.Locs))})
 	}
 	clear(c.coarse.keyHits)
 	c.mu.Unlock()
@@ -153,6 +183,8 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 			PartitionBits: uint32(m.Bits), Partitions: c.st.partitionsProtoLocked()})
 	}
 	c.st.mu.Unlock()
+	c.keysMu.Lock()
+	defer c.keysMu.Unlock()
 	for i, e := range entries {
 		b := directory.BucketsForWeights(plan.HotKeys[i])
 		c.st.mu.Lock()
