@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os/exec"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -105,9 +105,11 @@ func attachXDPPass(t *testing.T, ns, ifname string) error {
 func routerTopology(tb *testbed, nodes int) {
 	r := tb.addHost("r", routerAddr+"/24")
 	tb.ip("-n", r, "addr", "add", "10.88.0.1/24", "dev", "eth0")
-	for _, sysctl := range []string{"net.ipv4.ip_forward=1", "net.ipv4.conf.all.send_redirects=0", "net.ipv4.conf.eth0.send_redirects=0"} {
-		if out, err := exec.Command("ip", "netns", "exec", r, "sysctl", "-qw", sysctl).CombinedOutput(); err != nil {
-			tb.t.Fatalf("sysctl %s in %s: %v: %s", sysctl, r, err, out)
+	// Forward, without ICMP redirects (the client and the nodes share the
+	// link); /proc/sys/net is the writing thread's namespace's.
+	for k, v := range map[string]string{"ipv4/ip_forward": "1", "ipv4/conf/all/send_redirects": "0", "ipv4/conf/eth0/send_redirects": "0"} {
+		if err := inNS(r, func() error { return os.WriteFile("/proc/sys/net/"+k, []byte(v), 0) }); err != nil {
+			tb.t.Fatalf("net.%s=%s in %s: %v", k, v, r, err)
 		}
 	}
 	tb.ip("-n", tb.hosts["c"], "route", "add", "default", "via", "10.88.0.1")

@@ -154,8 +154,23 @@ func CopyCount(share float64, n, chain int) int {
 }
 
 // PlaceExtras chooses k extra nodes outside chain, least expected load
-// first (ties by id), and adds per to each chosen node's load.
+// first, and adds per to each chosen node's load. Among equally loaded
+// nodes it takes those farthest on the ring (nodes sorted by id) from the
+// chain: with ring placement a chain's neighbours already carry its
+// partitions, and the coarse scheduler can only move load between nodes
+// that share a chain or a LocationList. Remaining ties go by id.
 func PlaceExtras(chain []wire.NodeID, nodes []wire.NodeID, load map[wire.NodeID]float64, k int, per float64) []wire.NodeID {
+	ring := slices.Sorted(slices.Values(nodes))
+	away := func(n wire.NodeID) int { // ring distance to the nearest chain member
+		i, d := slices.Index(ring, n), len(ring)
+		for _, c := range chain {
+			if j := slices.Index(ring, c); j >= 0 {
+				x := (i - j + len(ring)) % len(ring)
+				d = min(d, x, len(ring)-x)
+			}
+		}
+		return d
+	}
 	var free []wire.NodeID
 	for _, n := range nodes {
 		if !slices.Contains(chain, n) {
@@ -163,10 +178,7 @@ func PlaceExtras(chain []wire.NodeID, nodes []wire.NodeID, load map[wire.NodeID]
 		}
 	}
 	slices.SortFunc(free, func(a, b wire.NodeID) int {
-		if c := cmp.Compare(load[a], load[b]); c != 0 {
-			return c
-		}
-		return cmp.Compare(a, b)
+		return cmp.Or(cmp.Compare(load[a], load[b]), cmp.Compare(away(b), away(a)), cmp.Compare(a, b))
 	})
 	free = free[:min(k, len(free))]
 	for _, n := range free {

@@ -100,4 +100,14 @@ func TestCopiesAndPlacement(t *testing.T) {
 	if load[6] != 0.25 || load[5] != 0.35 {
 		t.Fatalf("loads not charged: %v", load)
 	}
+	// Equally loaded, the nodes farthest on the ring from the chain go
+	// first: 13 for the chain 4, 5, 6 of 16 nodes (7 away), then 12 and 14, then 11.
+	var ring []wire.NodeID
+	for i := range wire.NodeID(16) {
+		ring = append(ring, i+1)
+	}
+	got = PlaceExtras([]wire.NodeID{4, 5, 6}, ring, map[wire.NodeID]float64{}, 4, 0.1)
+	if fmt.Sprint(got) != "[13 12 14 11]" {
+		t.Fatalf("extras %v, want [13 12 14 11] (farthest from the chain first)", got)
+	}
 }
