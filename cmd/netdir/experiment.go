@@ -40,6 +40,7 @@ type experimentFlags struct {
 	fillTrees  string
 	compactors int
 	lbaseMiB   float64
+	repeat     int
 }
 
 func (e *experimentFlags) register(cmd *cobra.Command) {
@@ -55,6 +56,8 @@ func (e *experimentFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&e.fillTrees, "fill-trees", "", "experiments: chain positions the background writes go to (comma list; default every tree)")
 	fl.Float64Var(&e.lbaseMiB, "lbase-mib", 2, "experiments: Pebble's base level size per tree (MiB; Pebble's default is 64): "+
 		"a small data set gets the levels, and so the non-L0 compactions that pacing acts on, of a large one")
+	fl.IntVar(&e.repeat, "repeat", 1, "experiments: run the compared phases this many times, in ABBA order "+
+		"(A B, B A, A B, …), so that a drift of the shared machine's load cancels; the summary averages them")
 	fl.IntVar(&e.compactors, "compacting-nodes", 0, "experiments: how many nodes write in the background (default 1 for "+
 		ExpCompactionBalance+", every node for "+ExpCompactionPacing+")")
 }
@@ -116,19 +119,16 @@ func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload
 		if compactors == 0 {
 			compactors = 1
 		}
-		phases = []system.CompactionPhase{
-			{Name: "idle", Budget: storagenode.Unthrottled},
-			{Name: "compacting", Fill: firstNodes(compactors, n), FillRate: fill, FillTrees: trees, Budget: storagenode.Unthrottled, Lead: e.lead},
-		}
+		phases = abba(e.repeat,
+			system.CompactionPhase{Name: "idle", Budget: storagenode.Unthrottled},
+			system.CompactionPhase{Name: "compacting", Fill: firstNodes(compactors, n), FillRate: fill, FillTrees: trees, Budget: storagenode.Unthrottled, Lead: e.lead})
 	case ExpCompactionPacing:
 		if compactors == 0 {
 			compactors = n
 		}
-		phases = []system.CompactionPhase{
-			{Name: "idle", Budget: budget},
-			{Name: "unthrottled", Fill: firstNodes(compactors, n), FillRate: fill, FillTrees: trees, Budget: storagenode.Unthrottled, Lead: e.lead},
-			{Name: "paced", Fill: firstNodes(compactors, n), FillRate: fill, FillTrees: trees, Budget: budget, Lead: e.lead},
-		}
+		phases = append([]system.CompactionPhase{{Name: "idle", Budget: budget}}, abba(e.repeat,
+			system.CompactionPhase{Name: "unthrottled", Fill: firstNodes(compactors, n), FillRate: fill, FillTrees: trees, Budget: storagenode.Unthrottled, Lead: e.lead},
+			system.CompactionPhase{Name: "paced", Fill: firstNodes(compactors, n), FillRate: fill, FillTrees: trees, Budget: budget, Lead: e.lead})...)
 	default:
 		return fmt.Errorf("--experiment %q: want %s or %s", e.name, ExpCompactionBalance, ExpCompactionPacing)
 	}
@@ -237,44 +237,70 @@ func writePhase(w io.Writer, p system.PhaseResult) {
 		(p.RequestSpread-1)*100, p.LatencySpread, p.PebbleLatSpread)
 }
 
-// summarise puts the headline figures of the experiment in res.Summary.
+// abba repeats phases a and b n times in ABBA order.
+func abba(n int, a, b system.CompactionPhase) []system.CompactionPhase {
+	var out []system.CompactionPhase
+	for i := range max(n, 1) {
+		if i%2 == 0 {
+			out = append(out, a, b)
+		} else {
+			out = append(out, b, a)
+		}
+	}
+	return out
+}
+
+// phaseMeans averages the headline figures of the phases of each name.
+type phaseMeans struct {
+	n                                      float64
+	throughput, p99, reqSpread, latSpread  float64
+	pebbleSpread, compactionMiB, throttled float64
+}
+
+// summarise puts the headline figures of the experiment, averaged over the
+// phases of each name, in res.Summary.
 func summarise(res *experimentResults) {
-	ph := map[string]system.PhaseResult{}
+	ph := map[string]*phaseMeans{}
 	for _, p := range res.Phases {
-		ph[p.Phase] = p
+		m := ph[p.Phase]
+		if m == nil {
+			m = &phaseMeans{}
+			ph[p.Phase] = m
+		}
+		m.n++
+		m.throughput += p.ThroughputOps
+		m.p99 += p.P99us
+		m.reqSpread += p.RequestSpread
+		m.latSpread += p.LatencySpread
+		m.pebbleSpread += p.PebbleLatSpread
+		for i := range p.NodeCompactionMiB {
+			m.compactionMiB += p.NodeCompactionMiB[i]
+			m.throttled += p.NodeThrottledS[i]
+		}
+	}
+	for _, m := range ph {
+		for _, x := range []*float64{&m.throughput, &m.p99, &m.reqSpread, &m.latSpread, &m.pebbleSpread, &m.compactionMiB, &m.throttled} {
+			*x /= m.n
+		}
 	}
 	s := res.Summary
-	switch res.Experiment {
-	case ExpCompactionBalance:
-		for _, name := range []string{"idle", "compacting"} {
-			p := ph[name]
-			s[name+" request spread %"] = (p.RequestSpread - 1) * 100
-			s[name+" latency spread x"] = p.LatencySpread
-			s[name+" Pebble read latency spread x"] = p.PebbleLatSpread
+	for name, m := range ph {
+		s[name+" throughput ops/s"] = m.throughput
+		s[name+" p99 us"] = m.p99
+		s[name+" request spread %"] = (m.reqSpread - 1) * 100
+		s[name+" latency spread x"] = m.latSpread
+		s[name+" Pebble read latency spread x"] = m.pebbleSpread
+		s[name+" compaction MiB"] = m.compactionMiB
+		s[name+" throttled s"] = m.throttled
+	}
+	if idle, un, paced := ph["idle"], ph["unthrottled"], ph["paced"]; idle != nil && un != nil && paced != nil {
+		if un.throughput > 0 {
+			s["drop idle/unthrottled x"] = idle.throughput / un.throughput
+			s["gain paced/unthrottled x"] = paced.throughput / un.throughput
 		}
-	case ExpCompactionPacing:
-		idle, un, paced := ph["idle"], ph["unthrottled"], ph["paced"]
-		s["idle throughput ops/s"] = idle.ThroughputOps
-		s["unthrottled throughput ops/s"] = un.ThroughputOps
-		s["paced throughput ops/s"] = paced.ThroughputOps
-		if un.ThroughputOps > 0 {
-			s["drop idle/unthrottled x"] = idle.ThroughputOps / un.ThroughputOps
-			s["gain paced/unthrottled x"] = paced.ThroughputOps / un.ThroughputOps
+		if paced.throughput > 0 {
+			s["drop idle/paced x"] = idle.throughput / paced.throughput
 		}
-		if paced.ThroughputOps > 0 {
-			s["drop idle/paced x"] = idle.ThroughputOps / paced.ThroughputOps
-		}
-		s["unthrottled p99 us"] = un.P99us
-		s["paced p99 us"] = paced.P99us
-		var cu, cp float64
-		for i := range un.NodeCompactionMiB {
-			cu += un.NodeCompactionMiB[i]
-		}
-		for i := range paced.NodeCompactionMiB {
-			cp += paced.NodeCompactionMiB[i]
-		}
-		s["unthrottled compaction MiB"] = cu
-		s["paced compaction MiB"] = cp
 	}
 }
 
