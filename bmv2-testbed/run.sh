@@ -3,17 +3,16 @@
 #
 #   sudo bmv2-testbed/run.sh [--storage N] [--clients K] [--no-cli] [--smoke]
 #
-# Needs root, Debian's mininet package, simple_switch_grpc and simple_switch_CLI
-# (BMv2 built with PI and Thrift; see p4/README.md), python3-thrift for the CLI,
-# ethtool (hosts' checksum offload must be off: BMv2 forwards veth frames
+# Needs root, Debian's mininet package, simple_switch_grpc (BMv2 built with PI;
+# see p4/README.md), ethtool (hosts' checksum offload must be off: BMv2 forwards veth frames
 # with the partial checksums offload leaves), and Go to build netdir. It builds the topology (topo.py), then starts:
 #   - `netdir node` on every storage host (Pebble under /tmp/netdir-testbed),
 #     reporting the keys it serves to the controller (hot-key promotion),
 #   - `netdir controller` in the root namespace (management address
 #     10.100.0.254, API :7400), which pushes p4/build/netdir.{json,p4info.txtpb}
-#     to the switch over P4Runtime and installs partitions, node addresses and
-#     the VSB multicast group,
-#   - static /32 routes to every host (Thrift),
+#     to the switch over P4Runtime and installs partitions, node addresses,
+#     static /32 routes to every host and the VSB multicast group (all again
+#     after a reconnect),
 # and opens the Mininet CLI. Clients send to the service address
 # 10.0.0.254:7420, e.g. from the CLI:
 #   mininet> c1 /tmp/netdir-testbed/netdir bench --target 10.0.0.254:7420
@@ -38,7 +37,7 @@ done
 # Debian's mininet package installs into the system Python.
 PY=${PYTHON:-/usr/bin/python3}
 "$PY" -c 'import mininet.net' 2>/dev/null || { echo "run.sh: apt-get install mininet (for $PY)" >&2; exit 1; }
-for b in simple_switch_grpc simple_switch_CLI nsenter ethtool; do
+for b in simple_switch_grpc nsenter ethtool; do
 	command -v $b >/dev/null || { echo "run.sh: $b not on PATH (p4/README.md: building BMv2)" >&2; exit 1; }
 done
 for f in netdir.json netdir.p4info.txtpb; do
@@ -84,14 +83,17 @@ done
 	echo "p4info: $NETDIR_ROOT/p4/build/netdir.p4info.txtpb"
 	echo "switches:"
 	echo "  - {name: s1, addr: $(py 'print(p["switch"]["grpc"])'), device_id: 1, election_id: 1,"
-	echo "     device_config: $NETDIR_ROOT/p4/build/netdir.json, window_ns: 1000000}"
+	echo "     device_config: $NETDIR_ROOT/p4/build/netdir.json, window_ns: 1000000,"
+	echo "     routes: ["
+	py 'print(",\n".join("       {prefix: %s/32, port: %d, smac: \"%s\", dmac: \"%s\"}" % (h["ip"], h["port"], p["switch"]["mac"], h["mac"]) for h in p["nodes"] + p["clients"]))'
+	echo "     ]}"
 	echo "nodes:"
 	py 'print("\n".join("  - {id: %d, addr: \"%s:7420\", port: %d, mac: \"%s\"}" % (n["id"], n["ip"], n["port"], n["mac"]) for n in p["nodes"]))'
 	echo "vsb_ports: [$(py 'print(", ".join(str(c["port"]) for c in p["clients"]))')]"
 } >"$work/controller.yaml"
 "$work/netdir" controller --config "$work/controller.yaml" >"$work/controller.log" 2>&1 &
 echo $! >>"$work/pids"
-# Wait for the controller's pipeline push before the routes go in.
+# Wait until the controller has programmed the switch.
 for _ in $(seq 100); do
 	"$work/netdir" ctl --controller "$(py 'print(p["controller"])'):7400" status >/dev/null 2>&1 && break
 	sleep 0.2

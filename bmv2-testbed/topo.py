@@ -11,12 +11,11 @@
       every host  10.100.0.x on its eth1
 
 The switch runs p4/build/netdir.json; the netdir controller pushes it again
-with the P4Info over P4Runtime and installs partitions, node addresses and
-the VSB group (the client ports: agents sit on client hosts). The static
-routes to hosts (routes_v4 /32 entries) are installed here over Thrift
-(simple_switch_CLI) after the controller's pipeline push, so P4Runtime reads
-do not list them. There is no ARP through the switch: every host gets static
-ARP entries (the service address resolves to the switch's MAC).
+with the P4Info over P4Runtime and installs partitions, node addresses, the
+static routes to hosts (routes_v4 /32 entries, from the plan written here)
+and the VSB group (the client ports: agents sit on client hosts). There is
+no ARP through the switch: every host gets static ARP entries (the service
+address resolves to the switch's MAC).
 
 Run it as root through run.sh, which starts the netdir processes; this file
 only builds the network. Uses Debian's `mininet` package (Python 3 API).
@@ -165,19 +164,6 @@ def plan(hosts):
     return out
 
 
-def install_routes(p, cli="simple_switch_CLI"):
-    """routes_v4 /32 per host over Thrift (route(port, smac, dmac))."""
-    lines = []
-    for h in p["nodes"] + p["clients"]:
-        lines.append("table_add NetdirIngress.netdir.forwarding.routes_v4 "
-                     "NetdirIngress.netdir.forwarding.route %s/32 => %d %s %s"
-                     % (h["ip"], h["port"], SWITCH_MAC, h["mac"]))
-    # simple_switch_CLI needs the thrift module: run it with this (system)
-    # Python, where Debian's python3-thrift lives.
-    subprocess.run([sys.executable, shutil.which(cli) or cli, "--thrift-port", str(p["switch"]["thrift"])],
-                   input="\n".join(lines) + "\n", text=True, check=True, stdout=subprocess.DEVNULL)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--storage", type=int, default=3, help="storage hosts (n)")
@@ -190,7 +176,7 @@ def main():
                     help="shell script run in the root namespace once the network is up; "
                          "it gets the plan path as $1 and can use mx HOST CMD (see run.sh)")
     ap.add_argument("--then", dest="then", default="",
-                    help="shell script run after the routes are in (same arguments as --exec)")
+                    help="shell script run after --exec's (same arguments)")
     ap.add_argument("--no-cli", action="store_true", help="do not open the Mininet CLI")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -209,7 +195,6 @@ def main():
         status = 0
         if args.script:
             status = subprocess.run(["bash", args.script, args.plan], env=env, check=False).returncode
-            install_routes(p)
         if args.then and status == 0:
             status = subprocess.run(["bash", args.then, args.plan], env=env, check=False).returncode
         if not args.no_cli:

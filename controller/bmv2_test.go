@@ -9,14 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
-
-	p4 "github.com/p4lang/p4runtime/go/p4/v1"
 
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/controller"
@@ -164,8 +163,8 @@ func TestBMv2EndToEndPromotion(t *testing.T) {
 	addr := startBMv2(t, bin, f)
 
 	// The controller: pipeline push with the BMv2 JSON, then the partition
-	// map, node addresses and storage ports, fine-score ranges and the VSB
-	// group (the client's port, where an agent would sit).
+	// map, node addresses and storage ports, fine-score ranges, routes and
+	// the VSB group (the client's port, where an agent would sit).
 	schema := p4info(t)
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 	pc, err := p4rt.Dial(dctx, p4rt.Config{Addr: addr, DeviceID: 1, Election: 1})
@@ -176,6 +175,12 @@ func TestBMv2EndToEndPromotion(t *testing.T) {
 	defer pc.Close()
 	plane := controller.NewP4Plane("bmv2", pc, schema)
 	plane.Window = bmv2Window
+	// A route to every host: replies to the client, node-to-node chain
+	// traffic.
+	for _, h := range f.Hosts() {
+		plane.Routes = append(plane.Routes, controller.Route{Prefix: netip.PrefixFrom(netip.AddrFrom4([4]byte(h.IP)), 32),
+			Port: h.Port, SrcMAC: bmv2SwitchMAC, DstMAC: h.MAC})
+	}
 	if err := plane.PushPipeline(ctx, js); err != nil {
 		t.Fatal(err)
 	}
@@ -189,25 +194,6 @@ func TestBMv2EndToEndPromotion(t *testing.T) {
 	if err := ctl.Setup(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Routes to every host (replies to the client, node-to-node chain
-	// traffic): the operator's part, as bmv2-testbed installs them.
-	installRoutes := func() {
-		t.Helper()
-		var routes []*p4.Update
-		for _, h := range f.Hosts() {
-			e, err := schema.Entry("routes_v4", []p4rt.Match{{Field: "ipv4_dst", Value: h.IP, PrefixLen: 32}}, "route",
-				p4rt.Param{Name: "port", Value: p4rt.Uint(uint64(h.Port))}, p4rt.Param{Name: "smac", Value: bmv2SwitchMAC},
-				p4rt.Param{Name: "dmac", Value: h.MAC})
-			if err != nil {
-				t.Fatal(err)
-			}
-			routes = append(routes, p4rt.Insert(e))
-		}
-		if err := pc.Write(ctx, routes...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	installRoutes()
 
 	// The nodes, each in its namespace; they send VSBs to the service
 	// address, that is, into the switch.
@@ -330,7 +316,7 @@ func TestBMv2EndToEndPromotion(t *testing.T) {
 	if err := plane.PushPipeline(ctx, js); err != nil {
 		t.Fatal(err)
 	}
-	installRoutes() // the re-sync asks the chain heads, through the switch
+	// The re-sync (routes first) asks the chain heads, through the switch.
 	if err := env.do(func() error { return ctl.Resync(ctx, plane) }); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
 
@@ -31,6 +32,10 @@ type P4Plane struct {
 	// realised as range entries of score_a and score_b; 0 installs none
 	// (the software data plane computes it exactly).
 	Window uint64
+	// Routes are the switch's static IPv4 routes (routes_v4): how replies
+	// reach clients and nodes reach each other through it. Setup installs
+	// them, so a re-sync after a pipeline push brings them back.
+	Routes []Route
 
 	// hits is each slot's hit count as ReadHits reports it. A P4 counter
 	// cell outlives its key (BMv2 keeps counting into it across entries, and
@@ -46,6 +51,15 @@ type slotHits struct {
 	gen         uint32 // the entry's generation
 	base, carry uint64
 	last        uint64 // the last count reported
+}
+
+// Route is one routes_v4 entry: packets to Prefix leave on Port with the
+// given source and destination MACs.
+type Route struct {
+	Prefix netip.Prefix
+	Port   uint32
+	SrcMAC net.HardwareAddr
+	DstMAC net.HardwareAddr
 }
 
 // NewP4Plane wraps a connected, primary client whose device runs the
@@ -90,7 +104,7 @@ func (p *P4Plane) entry(table string, m []p4rt.Match, action string, params ...p
 }
 
 // Setup installs node addresses, storage ports, every partition with even
-// buckets, the fine-score ranges and the VSB multicast group.
+// buckets, the fine-score ranges, the routes and the VSB multicast group.
 func (p *P4Plane) Setup(ctx context.Context, m *directory.PartitionMap, nodes []NodeAddr, vsbGroup []uint32) error {
 	p.bits = m.Bits
 	var ups []*p4.Update
@@ -151,6 +165,23 @@ func (p *P4Plane) Setup(ctx context.Context, m *directory.PartitionMap, nodes []
 			return err
 		}
 		ups = append(ups, su...)
+	}
+	for _, r := range p.Routes {
+		if !r.Prefix.Addr().Is4() || len(r.SrcMAC) != 6 || len(r.DstMAC) != 6 {
+			return fmt.Errorf("route %v: want an IPv4 prefix and 6-byte MACs", r.Prefix)
+		}
+		ip := r.Prefix.Masked().Addr().As4()
+		var m []p4rt.Match // a default route omits the field (P4Runtime 9.1.1; PI refuses prefix length 0)
+		if r.Prefix.Bits() > 0 {
+			m = []p4rt.Match{{Field: "ipv4_dst", Value: ip[:], PrefixLen: int32(r.Prefix.Bits())}}
+		}
+		e, err := p.entry("routes_v4", m, "route",
+			p4rt.Param{Name: "port", Value: u(uint64(r.Port))}, p4rt.Param{Name: "smac", Value: r.SrcMAC},
+			p4rt.Param{Name: "dmac", Value: r.DstMAC})
+		if err != nil {
+			return err
+		}
+		ups = append(ups, p4rt.Insert(e))
 	}
 	if err := p.write(ctx, ups); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -44,6 +45,14 @@ type controllerConfig struct {
 		ElectionID   uint64 `yaml:"election_id"`
 		DeviceConfig string `yaml:"device_config"` // BMv2 JSON or Tofino binary; empty: keep the device's pipeline config
 		WindowNS     uint64 `yaml:"window_ns"`     // fine-score ranges to install; 0 for the software data plane
+		// Routes are the switch's static IPv4 routes (replies to clients,
+		// node-to-node traffic), installed with the rest of its state.
+		Routes []struct {
+			Prefix string `yaml:"prefix"` // e.g. 10.0.1.1/32
+			Port   uint32 `yaml:"port"`
+			SMAC   string `yaml:"smac"`
+			DMAC   string `yaml:"dmac"`
+		} `yaml:"routes"`
 	} `yaml:"switches"`
 	Nodes []struct {
 		ID   wire.NodeID `yaml:"id"`
@@ -110,6 +119,12 @@ FILE is YAML:
     - {id: 1, addr: 127.0.0.1:7501}
     - {id: 2, addr: 127.0.0.1:7502}
     - {id: 3, addr: 127.0.0.1:7503}
+
+A BMv2 or Tofino switch also takes device_config (the BMv2 JSON,
+p4/build/netdir.json), window_ns (fine-score ranges, e.g. 1000000) and its
+static routes, installed with the rest of its state (so again after a
+reconnect): routes: [{prefix: 10.0.1.1/32, port: 1, smac: 02:4e:44:ff:ff:fe,
+dmac: 02:4e:44:01:00:01}]. Nodes behind a switch give its port and their mac.
 
 The controller gossips (hashicorp/memberlist) on --gossip: nodes started with
 --gossip-seeds at that address send it their stats per tree (read latency,
@@ -188,6 +203,13 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 		defer c.Close()
 		pl = controller.NewP4Plane(s.Name, c, schema)
 		pl.Window = s.WindowNS
+		for _, r := range s.Routes {
+			rt, err := parseRoute(r.Prefix, r.Port, r.SMAC, r.DMAC)
+			if err != nil {
+				return fmt.Errorf("switch %s: %w", s.Name, err)
+			}
+			pl.Routes = append(pl.Routes, rt)
+		}
 		if err := pl.PushPipeline(ctx, devCfg); err != nil {
 			return fmt.Errorf("switch %s: %w", s.Name, err)
 		}
@@ -248,4 +270,21 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 		return nil
 	}
 	return err
+}
+
+// parseRoute reads one switches[].routes entry.
+func parseRoute(prefix string, port uint32, smac, dmac string) (controller.Route, error) {
+	p, err := netip.ParsePrefix(prefix)
+	if err != nil || !p.Addr().Is4() {
+		return controller.Route{}, fmt.Errorf("route %q: want an IPv4 prefix", prefix)
+	}
+	src, err := net.ParseMAC(smac)
+	if err != nil {
+		return controller.Route{}, fmt.Errorf("route %s: smac: %w", prefix, err)
+	}
+	dst, err := net.ParseMAC(dmac)
+	if err != nil {
+		return controller.Route{}, fmt.Errorf("route %s: dmac: %w", prefix, err)
+	}
+	return controller.Route{Prefix: p, Port: port, SrcMAC: src, DstMAC: dst}, nil
 }
