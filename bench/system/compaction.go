@@ -43,20 +43,26 @@ type PhaseResult struct {
 	// the nodes' own mean Pebble read latency (HATS's T), bytes written by
 	// compactions, time compactions waited for the budget, and the largest
 	// compaction debt sampled.
-	NodeRequests       []float64 `json:"node_requests"`
-	NodeLatencyUs      []float64 `json:"node_latency_us"`
-	NodePebbleReadUs   []float64 `json:"node_pebble_read_us"`
-	NodeCompactionMiB  []float64 `json:"node_compaction_mib"`
-	NodeUnpacedMiB     []float64 `json:"node_unpaced_mib"` // of those, L0 and deep-L0 compactions (never paced)
-	NodeThrottledS     []float64 `json:"node_throttled_s"`
-	NodeMaxDebtMiB     []float64 `json:"node_max_debt_mib"`
-	RequestSpread      float64   `json:"request_spread"`        // max/min requests
-	LatencySpread      float64   `json:"latency_spread"`        // max/min client latency
-	PebbleLatSpread    float64   `json:"pebble_latency_spread"` // max/min Pebble read latency
-	ThroughputOps      float64   `json:"throughput_ops"`
-	P99us              float64   `json:"p99_us"`
-	FillMiB            float64   `json:"fill_mib"` // background bytes written
-	CompactionBudgetMB float64   `json:"compaction_budget_mib_s"`
+	NodeRequests      []float64 `json:"node_requests"`
+	NodeLatencyUs     []float64 `json:"node_latency_us"`
+	NodePebbleReadUs  []float64 `json:"node_pebble_read_us"`
+	NodeCompactionMiB []float64 `json:"node_compaction_mib"`
+	NodeUnpacedMiB    []float64 `json:"node_unpaced_mib"` // of those, L0 and deep-L0 compactions (never paced)
+	NodeThrottledS    []float64 `json:"node_throttled_s"`
+	NodeMaxDebtMiB    []float64 `json:"node_max_debt_mib"`
+	RequestSpread     float64   `json:"request_spread"`        // max/min requests
+	LatencySpread     float64   `json:"latency_spread"`        // max/min client latency
+	PebbleLatSpread   float64   `json:"pebble_latency_spread"` // max/min Pebble read latency
+	ThroughputOps     float64   `json:"throughput_ops"`
+	P99us             float64   `json:"p99_us"`
+	FillMiB           float64   `json:"fill_mib"` // background bytes written
+	// Seconds is the wall time the per-node figures cover: the policy's
+	// whole run (plane start, warm-up, measurement, plane stop), which the
+	// shared machine's load stretches; CompactionMiBps is all nodes'
+	// compaction bytes over it.
+	Seconds            float64 `json:"seconds"`
+	CompactionMiBps    float64 `json:"compaction_mib_s"`
+	CompactionBudgetMB float64 `json:"compaction_budget_mib_s"`
 }
 
 // SetCompactionBudget sets every node's compaction budget (bytes/s;
@@ -152,9 +158,10 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 		case <-ctx.Done():
 		}
 	}
-	before := s.snapshot()
+	before, t0 := s.snapshot(), time.Now()
 	run, err := s.Run(ctx, policy, o)
 	after := s.snapshot()
+	res.Seconds = time.Since(t0).Seconds()
 	stop()
 	wg.Wait()
 	if err == nil {
@@ -184,6 +191,9 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 		res.NodeUnpacedMiB = append(res.NodeUnpacedMiB, unp/(1<<20))
 		res.NodeThrottledS = append(res.NodeThrottledS, thr)
 		res.NodeMaxDebtMiB = append(res.NodeMaxDebtMiB, float64(maxDebt[i])/(1<<20))
+	}
+	for _, x := range res.NodeCompactionMiB {
+		res.CompactionMiBps += x / res.Seconds
 	}
 	res.RequestSpread = Spread(res.NodeRequests)
 	res.LatencySpread = Spread(res.NodeLatencyUs)

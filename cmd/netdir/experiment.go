@@ -233,6 +233,7 @@ func writePhase(w io.Writer, p system.PhaseResult) {
 	row("  of which unpaced (MiB)", p.NodeUnpacedMiB, "%8.1f")
 	row("node throttled (s)", p.NodeThrottledS, "%8.2f")
 	row("node max debt (MiB)", p.NodeMaxDebtMiB, "%8.1f")
+	fmt.Fprintf(w, "    %.0f s, compaction %.1f MiB/s over all nodes\n", p.Seconds, p.CompactionMiBps)
 	fmt.Fprintf(w, "    request spread %.1f%%, latency spread %.2f×, Pebble read latency spread %.2f×\n",
 		(p.RequestSpread-1)*100, p.LatencySpread, p.PebbleLatSpread)
 }
@@ -255,6 +256,7 @@ type phaseMeans struct {
 	n                                      float64
 	throughput, p99, reqSpread, latSpread  float64
 	pebbleSpread, compactionMiB, throttled float64
+	compactionRate                         float64
 }
 
 // summarise puts the headline figures of the experiment, averaged over the
@@ -273,13 +275,14 @@ func summarise(res *experimentResults) {
 		m.reqSpread += p.RequestSpread
 		m.latSpread += p.LatencySpread
 		m.pebbleSpread += p.PebbleLatSpread
+		m.compactionRate += p.CompactionMiBps
 		for i := range p.NodeCompactionMiB {
 			m.compactionMiB += p.NodeCompactionMiB[i]
 			m.throttled += p.NodeThrottledS[i]
 		}
 	}
 	for _, m := range ph {
-		for _, x := range []*float64{&m.throughput, &m.p99, &m.reqSpread, &m.latSpread, &m.pebbleSpread, &m.compactionMiB, &m.throttled} {
+		for _, x := range []*float64{&m.throughput, &m.p99, &m.reqSpread, &m.latSpread, &m.pebbleSpread, &m.compactionMiB, &m.throttled, &m.compactionRate} {
 			*x /= m.n
 		}
 	}
@@ -292,6 +295,7 @@ func summarise(res *experimentResults) {
 		s[name+" Pebble read latency spread x"] = m.pebbleSpread
 		s[name+" compaction MiB"] = m.compactionMiB
 		s[name+" throttled s"] = m.throttled
+		s[name+" compaction MiB/s"] = m.compactionRate
 	}
 	if idle, un, paced := ph["idle"], ph["unthrottled"], ph["paced"]; idle != nil && un != nil && paced != nil {
 		if un.throughput > 0 {
