@@ -83,11 +83,14 @@ func (env *e2eEnv) round(ctx context.Context) error {
 	return env.do(func() error { return env.ctl.HotKeyRound(ctx) })
 }
 
-// Bounds of the scenario's load loops: requests per burst, and the time
-// that reads may take to reach every copy.
+// Bounds of the scenario's load loops: requests per burst, and the reads
+// and time that reads may take to reach every copy. The copies' first VSBs
+// reach the data plane before its slot exists (the head is promoted first)
+// and are refused; the extras re-send them every 500 ms, so 100-read rounds
+// must cover a few such periods on a fast machine.
 const (
 	e2eBurst      = 200
-	e2eSpreadIter = 40
+	e2eSpreadIter = 400
 	e2eSpreadTime = 30 * time.Second
 )
 
