@@ -364,7 +364,7 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 	locs := append(slices.Clone(chain), extras...)
 	weights := make([]uint32, len(locs))
 	for i := range weights {
-		weights[i] = 1 // uniform until HATS
+		weights[i] = 1 // even until the next coarse epoch weighs the key
 	}
 	// Oldest-freed first: a P4 slot's registers keep the evicted key's
 	// versions and fresh bits (P4Runtime cannot clear them), so reusing a
