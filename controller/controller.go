@@ -1,9 +1,11 @@
 // Package controller is netdir's control plane: it owns the partition map,
 // the node address table and the VSB group, programs every data plane over
 // P4Runtime (the software data plane, BMv2 and Tofino alike), and runs the
-// hot-key loop that promotes and evicts directory entries.
+// hot-key loop that promotes and evicts directory entries and the HATS
+// coarse loop that sets split weights every epoch (hats.go).
 //
-// Decisions are pure (directory.RingMap, sched.HotKeys, sched.PlaceExtras);
+// Decisions are pure (directory.RingMap, sched.HotKeys, sched.PlaceExtras,
+// sched.Coarse);
 // this package is the shell that gathers counters and reports, applies the
 // decisions to the data planes and storage nodes, and serves the API.
 package controller
