@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/wire"
@@ -142,6 +144,19 @@ func TestAgentReportsSequence(t *testing.T) {
 	}
 	if tot := c.AgentTotals(); tot.Reports != 2 || tot.Misses != 2 {
 		t.Errorf("totals %+v", tot)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(c))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = mf.GetMetric()[0].GetCounter().GetValue()
+	}
+	if got["netdir_controller_agent_reports_total"] != 2 || got["netdir_controller_agent_misses_total"] != 2 {
+		t.Errorf("metrics: %v", got)
 	}
 }
 
