@@ -212,15 +212,39 @@ func (g *Gossip) publish(key string, version uint64, v any) error {
 		return fmt.Errorf("gossip: %s version %d is not above %d", key, version, old.Version)
 	}
 	g.deliver(e)
-	return g.queue(e)
+	return g.queue(e, true)
 }
 
-func (g *Gossip) queue(e entry) error {
+// maxBroadcast is the largest entry gossiped in UDP packets: memberlist's
+// 1400-byte packets less its headers. Larger ones (a node with many trees)
+// go over TCP.
+const maxBroadcast = 1200
+
+// queue gossips an entry this member just took: in memberlist's broadcast
+// queue, or, if it is too large for a packet and this member made it,
+// reliably to every live member (which do not pass it on).
+func (g *Gossip) queue(e entry, own bool) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return err
 	}
-	g.q.QueueBroadcast(&broadcast{name: e.Key, msg: b})
+	if len(b) <= maxBroadcast {
+		g.q.QueueBroadcast(&broadcast{name: e.Key, msg: b})
+		return nil
+	}
+	if !own {
+		return nil
+	}
+	self := g.ml.LocalNode().Name
+	for _, m := range g.ml.Members() {
+		if m.Name != self {
+			go func() {
+				if err := g.ml.SendReliable(m, b); err != nil {
+					g.log.Debug("send", "to", m.Name, "err", err)
+				}
+			}()
+		}
+	}
 	return nil
 }
 
@@ -284,7 +308,7 @@ func (d *delegate) NotifyMsg(b []byte) {
 	}
 	if g.tab.put(e) {
 		g.deliver(e)
-		_ = g.queue(e)
+		_ = g.queue(e, false)
 	}
 }
 

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -189,5 +190,37 @@ func TestGossipLateSeed(t *testing.T) {
 	defer ctl.Close()
 	if !waitFor(20*time.Second, func() bool { _, ok := ctl.Stats()[1]; return ok }) {
 		t.Fatal("the late seed never learnt the node's stats")
+	}
+}
+
+// TestGossipLargeEntry: stats too large for a gossip packet (eight trees
+// of large counters) still reach the other members.
+func TestGossipLargeEntry(t *testing.T) {
+	ctl, err := Start(Config{Name: "controller", Bind: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	n, err := Start(Config{Name: "node-9", Bind: "127.0.0.1:0", Seeds: []string{ctl.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if !waitFor(10*time.Second, func() bool { return n.Members() == 2 }) {
+		t.Fatal("not joined")
+	}
+	s := NodeStats{Node: 9, Version: NextVersion(), At: time.Now()}
+	for j := range 8 {
+		s.Trees = append(s.Trees, TreeStats{Position: j, Reads: 1 << 60, Writes: 1 << 60, ReadNanos: 1 << 62,
+			MeanReadLatency: time.Second, WindowReads: 1 << 40, CompactionDebt: 1 << 50, L0Files: 1000, CompactionRate: 1 << 30})
+	}
+	if b, _ := json.Marshal(s); len(b) <= maxBroadcast {
+		t.Fatalf("%d bytes: not larger than a packet's entry", len(b))
+	}
+	if err := n.PublishStats(s); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(20*time.Second, func() bool { return len(ctl.Stats()[9].Trees) == 8 }) {
+		t.Fatal("the large entry never arrived")
 	}
 }
