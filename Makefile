@@ -2,7 +2,7 @@
 GO ?= go
 BPF_CFLAGS ?= -I/usr/include/x86_64-linux-gnu
 
-.PHONY: test vet bench generate p4 fuzz
+.PHONY: test vet bench generate p4 fuzz spec spec-mutants spec-flaws
 
 # test: vet, then every test. Tests that need root, clang or BMv2 skip with a
 # message naming what is missing when those are absent.
@@ -30,3 +30,15 @@ generate:
 # p4: compile the P4 programs when p4c is on PATH (outputs committed under p4/build).
 p4:
 	./scripts/p4-build.sh
+
+# spec: Spin checks the coherence protocol exhaustively (spec/README.md);
+# spec-mutants: each weakened rule must give a counterexample; spec-flaws: the
+# counterexamples of the code before the fixes. Need spin and gcc.
+spec:
+	spec/check.sh verify
+
+spec-mutants:
+	spec/check.sh mutants
+
+spec-flaws:
+	spec/check.sh flaws

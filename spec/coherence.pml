@@ -41,11 +41,11 @@
  */
 
 /* ---------------------------------------------------------------- fixes */
-/* -DFIXED: the two changes that spec/README.md proposes (see there): the
- * head is promoted first and the slot seeded from its latest version and
- * the plane's stamp floor (FIX_SEED), and an extra never goes back to an
- * older copy (FIX_MONO). Without them the model is the code as it is. */
-#ifdef FIXED
+/* The fixes of spec/README.md, which the code has: the head is promoted
+ * first and the slot seeded from its latest version and the plane's stamp
+ * floor (FIX_SEED), and an extra never goes back to an older copy
+ * (FIX_MONO). -DBEFORE_FIX models the code before them (make spec-flaws). */
+#ifndef BEFORE_FIX
 #define FIX_SEED
 #define FIX_MONO
 #endif
