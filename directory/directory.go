@@ -56,9 +56,19 @@ const (
 	PolicyPegasus                // directory, least-loaded fresh member
 	PolicyReplicas               // no directory routing: partition buckets only
 	PolicyStatic                 // no directory routing: chain head only
+	// PolicyCoarse is netdir without the fine score: directory, weighted
+	// buckets, the first candidate only (the ablation's coarse step; the
+	// software planes only).
+	PolicyCoarse
 )
 
-var policyNames = [...]string{"netdir", "pegasus", "replicas", "static"}
+var policyNames = [...]string{"netdir", "pegasus", "replicas", "static", "coarse"}
+
+// routesHotKeys reports whether the policy routes directory keys by their
+// slots.
+func (p Policy) routesHotKeys() bool {
+	return p == PolicyNetdir || p == PolicyPegasus || p == PolicyCoarse
+}
 
 func (p Policy) String() string { return policyNames[p] }
 
@@ -69,7 +79,7 @@ func ParsePolicy(s string) (Policy, error) {
 			return Policy(i), nil
 		}
 	}
-	return 0, fmt.Errorf("directory: unknown policy %q (want netdir, pegasus, replicas or static)", s)
+	return 0, fmt.Errorf("directory: unknown policy %q (want netdir, pegasus, replicas, static or coarse)", s)
 }
 
 // Config sizes a directory.
@@ -108,7 +118,7 @@ func (c *Config) Fill() error {
 	if c.MaxNodes < 1 || c.MaxNodes > 1<<16 {
 		return fmt.Errorf("directory: %d max nodes: want 1..65536", c.MaxNodes)
 	}
-	if c.Mode > ModeHost || c.Policy > PolicyStatic {
+	if c.Mode > ModeHost || c.Policy > PolicyCoarse {
 		return errors.New("directory: unknown mode or policy")
 	}
 	return nil

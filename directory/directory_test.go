@@ -113,14 +113,14 @@ func TestConfig(t *testing.T) {
 		{MaxNodes: -1},
 		{MaxNodes: 1<<16 + 1},
 		{Mode: directory.ModeHost + 1},
-		{Policy: directory.PolicyStatic + 1},
+		{Policy: directory.PolicyCoarse + 1},
 	}
 	for _, cfg := range bad {
 		if _, err := directory.New(cfg); err == nil {
 			t.Errorf("New(%+v) did not fail", cfg)
 		}
 	}
-	for _, p := range []directory.Policy{directory.PolicyNetdir, directory.PolicyPegasus, directory.PolicyReplicas, directory.PolicyStatic} {
+	for _, p := range []directory.Policy{directory.PolicyNetdir, directory.PolicyPegasus, directory.PolicyReplicas, directory.PolicyStatic, directory.PolicyCoarse} {
 		if got, err := directory.ParsePolicy(p.String()); err != nil || got != p {
 			t.Errorf("ParsePolicy(%q) = %v, %v", p, got, err)
 		}

@@ -149,7 +149,7 @@ func (d *Directory) get(pkt []byte, h *wire.KeyHash, now uint64) Verdict {
 	reqid := binary.BigEndian.Uint64(pkt[wire.OffReqID:])
 	flags := pkt[wire.OffFlags] &^ (wire.FlagStamped | wire.FlagHit)
 	p := &d.parts[h.Partition(d.cfg.PartitionBits)]
-	if s := d.slot(h); s != nil && d.cfg.Policy <= PolicyPegasus {
+	if s := d.slot(h); s != nil && d.cfg.Policy.routesHotKeys() {
 		eligible := s.Fresh
 		if d.cfg.Mode == ModeHost && flags&wire.FlagStaleOK == 0 {
 			eligible &= s.chainMask()
@@ -184,6 +184,9 @@ func (d *Directory) pickSlot(s *Slot, eligible uint32, reqid uint64) (int, bool)
 		return best, best >= 0
 	}
 	a := int(s.Buckets[reqid&(Buckets-1)])
+	if d.cfg.Policy == PolicyCoarse {
+		return a, eligible&(1<<a) != 0
+	}
 	b := int(s.Buckets[(reqid>>8)&(Buckets-1)])
 	aOK, bOK := eligible&(1<<a) != 0, eligible&(1<<b) != 0
 	switch {
@@ -207,10 +210,10 @@ func (d *Directory) pickChain(p *Partition, reqid uint64) int {
 		return int(p.Buckets[reqid&(Buckets-1)])
 	}
 	a := int(p.Buckets[reqid&(Buckets-1)])
-	b := int(p.Buckets[(reqid>>8)&(Buckets-1)])
-	if d.cfg.Policy == PolicyPegasus {
+	if d.cfg.Policy == PolicyPegasus || d.cfg.Policy == PolicyCoarse {
 		return a
 	}
+	b := int(p.Buckets[(reqid>>8)&(Buckets-1)])
 	return d.finer(p.Chain[a], p.Chain[b], a, b)
 }
 

@@ -26,7 +26,7 @@ func TestVectorSuiteShape(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no vector files: %v", err)
 	}
-	known := map[string]bool{"clock": true, "host": true, "policy": true, "sketch": true}
+	known := map[string]bool{"clock": true, "coarse": true, "host": true, "policy": true, "sketch": true}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {

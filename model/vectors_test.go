@@ -129,7 +129,7 @@ func (f *fake) String() string {
 
 func (p *udpPlane) Supports(feature string) bool {
 	switch feature {
-	case "clock", "host", "policy", "sketch":
+	case "clock", "coarse", "host", "policy", "sketch":
 		return true
 	}
 	return false

@@ -150,6 +150,9 @@ func (d *Dataplane) Reset(cfg directory.Config) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Policy == directory.PolicyCoarse {
+		return errors.New("nicagent: policy coarse (the bench's ablation step) is not in the eBPF programs")
+	}
 	if 1<<cfg.PartitionBits > d.partCap {
 		return fmt.Errorf("nicagent: %d partitions: the maps were sized for %d", 1<<cfg.PartitionBits, d.partCap)
 	}

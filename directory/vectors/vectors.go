@@ -11,6 +11,7 @@
 //	clock   the plane takes the test's `now` as its clock (latency learning)
 //	host    the plane can run in host-agent mode
 //	policy  the plane runs the baseline policies (pegasus, replicas, static)
+//	coarse  the plane runs policy coarse (netdir without the fine score)
 //	sketch  the plane exposes the miss sketch for reading
 //
 // Commands:
