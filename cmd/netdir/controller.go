@@ -35,6 +35,7 @@ type controllerConfig struct {
 	PartitionBits uint          `yaml:"partition_bits"`
 	Replicas      int           `yaml:"replicas"`
 	Round         time.Duration `yaml:"round"`
+	Epoch         time.Duration `yaml:"epoch"` // HATS coarse loop; 0: 60s
 	PromoteMin    uint64        `yaml:"promote_min"`
 	Capacity      int           `yaml:"capacity"`
 	P4Info        string        `yaml:"p4info"`
@@ -102,7 +103,8 @@ func controllerCmd() *cobra.Command {
 		Long: `Run the controller. It pushes the netdir pipeline to every switch over
 P4Runtime (the software data plane of ` + "`netdir switch`" + `, BMv2 or Tofino alike),
 installs the partition map, node addresses and the VSB group, and promotes and
-evicts hot keys every round. It serves its gRPC API (netdir ctl, node reports,
+evicts hot keys every round, and sets the split weights of partitions and
+hot keys every epoch (HATS coarse scheduling, 5s to 120s). It serves its gRPC API (netdir ctl, node reports,
 agent subscriptions) and Prometheus metrics.
 
 FILE is YAML:
@@ -112,6 +114,7 @@ FILE is YAML:
   partition_bits: 10
   replicas: 3
   round: 500ms
+  epoch: 60s
   p4info: p4/build/netdir.p4info.txtpb
   switches:
     - {name: tor1, addr: 127.0.0.1:9559, device_id: 1, election_id: 1}
@@ -219,7 +222,7 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 	}
 	ctl, err = controller.New(controller.Config{
 		PartitionBits: cfg.PartitionBits, Replicas: cfg.Replicas, Nodes: nodes, Capacity: cfg.Capacity,
-		Round: cfg.Round, PromoteMin: cfg.PromoteMin, VSBGroup: cfg.VSBPorts, Log: log,
+		Round: cfg.Round, Epoch: cfg.Epoch, PromoteMin: cfg.PromoteMin, VSBGroup: cfg.VSBPorts, Log: log,
 	}, planes, &controller.UDPStorage{NoStamp: len(planes) == 0})
 	if err != nil {
 		return err
