@@ -102,10 +102,10 @@ func controllerCmd() *cobra.Command {
 		Short: "Run the controller: program switches over P4Runtime and promote hot keys",
 		Long: `Run the controller. It pushes the netdir pipeline to every switch over
 P4Runtime (the software data plane of ` + "`netdir switch`" + `, BMv2 or Tofino alike),
-installs the partition map, node addresses and the VSB group, and promotes and
-evicts hot keys every round, and sets the split weights of partitions and
-hot keys every epoch (HATS coarse scheduling, 5s to 120s). It serves its gRPC API (netdir ctl, node reports,
-agent subscriptions) and Prometheus metrics.
+installs the partition map, node addresses and the VSB group, promotes and
+evicts hot keys every round, and sets the split weights of partitions and hot
+keys every epoch (HATS coarse scheduling, 5s to 120s). It serves its gRPC API
+(netdir ctl, node reports, agent subscriptions) and Prometheus metrics.
 
 FILE is YAML:
 
