@@ -341,6 +341,11 @@ type Run struct {
 	// client-side policies).
 	CapacityOps float64 `json:"capacity_ops,omitempty"`
 	Control     string  `json:"control,omitempty"`
+
+	// SwitchedFraction is the fraction of the requests the data plane
+	// routed that the fine score sent to its second candidate (HATS §4.3):
+	// requests that left the first weighted choice.
+	SwitchedFraction float64 `json:"switched_fraction"`
 }
 
 // QuantilePoint is one point of a latency CDF: the fraction Q of operations
@@ -371,6 +376,8 @@ type RunInfo struct {
 	DirSize    int
 	CPU        ProcStats // resource use during the run: after.Since(before)
 	Note       string
+
+	SwitchedFraction float64 // Run.SwitchedFraction
 }
 
 // Summarize turns a driver result and the caller's node stats into a Run.
@@ -388,6 +395,7 @@ func Summarize(info RunInfo, res *Result) Run {
 		RSSBytes:   info.CPU.RSSBytes,
 		Note:       info.Note,
 	}
+	run.SwitchedFraction = info.SwitchedFraction
 	if w.Dist == DistUniform {
 		run.Zipf = 0
 	}

@@ -63,6 +63,9 @@ type PhaseResult struct {
 	Seconds            float64 `json:"seconds"`
 	CompactionMiBps    float64 `json:"compaction_mib_s"`
 	CompactionBudgetMB float64 `json:"compaction_budget_mib_s"`
+	// Paced is whether every node's compaction scheduler paced by read
+	// share during the run (read back from the nodes; false: unthrottled).
+	Paced bool `json:"paced"`
 }
 
 // SetCompactionBudget sets every node's compaction budget (bytes/s;
@@ -73,6 +76,17 @@ func (s *System) SetCompactionBudget(b int64) {
 			n.Scheduler().SetBudget(b)
 		}
 	}
+}
+
+// compactionPaced reports whether every node paces its compactions (a
+// budget in force; storagenode.Scheduler.Budget is 0 when unthrottled).
+func (s *System) compactionPaced() bool {
+	for i := range s.N() {
+		if n := s.Node(i); n == nil || n.Scheduler().Budget() <= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // nodeSnapshot is the nodes' counters for a phase's deltas.
@@ -161,6 +175,7 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 	before, t0 := s.snapshot(), time.Now()
 	run, err := s.Run(ctx, policy, o)
 	after := s.snapshot()
+	res.Paced = s.compactionPaced()
 	res.Seconds = time.Since(t0).Seconds()
 	stop()
 	wg.Wait()

@@ -55,7 +55,7 @@ type Plane struct {
 // dirPolicy reports whether the policy routes hot keys by the directory, so
 // the controller's hot-key loop runs.
 func dirPolicy(p directory.Policy) bool {
-	return p == directory.PolicyNetdir || p == directory.PolicyPegasus
+	return p == directory.PolicyNetdir || p == directory.PolicyPegasus || p == directory.PolicyCoarse
 }
 
 // StartPlane starts policy's data path. Close it before starting another:
@@ -134,7 +134,7 @@ func (s *System) StartPlane(ctx context.Context, policy string) (_ *Plane, err e
 	p.ctl, err = controller.New(controller.Config{
 		PartitionBits: s.cfg.PartitionBits, Replicas: s.cfg.Replicas, Nodes: nodes,
 		Round: s.cfg.Round, PromoteMin: s.cfg.PromoteMin, Log: s.log.With("component", "controller"),
-		Epoch: coarseEpoch, NodeCapacity: s.cfg.Capacity,
+		Epoch: CoarseEpoch, NodeCapacity: s.cfg.Capacity,
 	}, []controller.DataPlane{plane}, &controller.UDPStorage{})
 	if err != nil {
 		return nil, err
@@ -176,9 +176,12 @@ func (s *System) StartPlane(ctx context.Context, policy string) (_ *Plane, err e
 	return p, nil
 }
 
-// coarseEpoch is the controller's HATS epoch in a run: the shortest valid
-// one, so that a run's warm-up and measurement span several.
-const coarseEpoch = sched.MinEpoch
+// CoarseEpoch is the controller's HATS epoch in a run: the shortest valid
+// one, so that a run's warm-up and measurement span several. The first
+// epoch after a plane starts only takes the nodes' read counts as a
+// baseline, so partition weights from measured load are installed from the
+// second, 2 × CoarseEpoch after the start.
+const CoarseEpoch = sched.MinEpoch
 
 // report sends each node's hot keys (storagenode.Node.HotKeys: the keys of
 // the client requests it served in the round, Space-Saving top-k) and its
@@ -232,6 +235,7 @@ type Sample struct {
 	LatSum   []uint64 // per node: the response times of those reads, ns
 	Hits     uint64   // switch: requests routed from the directory
 	Misses   uint64   // switch: requests routed by the partition table
+	Switched uint64   // switch: requests the fine score sent to its second candidate
 	DirSize  int      // keys in the directory
 	VSBs     uint64   // switch: VSBs accepted
 	VSBDrops map[string]uint64
@@ -243,7 +247,7 @@ func (p *Plane) Sample() Sample {
 	s.Reads, s.LatSum = p.acct.latency()
 	if p.sw != nil {
 		c, _ := p.sw.Counters()
-		s.Hits, s.Misses, s.VSBs = c.Hits, c.Misses, c.VSBs
+		s.Hits, s.Misses, s.Switched, s.VSBs = c.Hits, c.Misses, c.Switched, c.VSBs
 		s.VSBDrops = map[string]uint64{}
 		for _, r := range directory.Reasons() {
 			if strings.HasPrefix(r.String(), "vsb") && c.Drops[r] > 0 {

@@ -138,6 +138,7 @@ func (s *System) Run(ctx context.Context, policy string, o RunOptions) (bench.Ru
 	}
 	if h, m := after.Hits-before.Hits, after.Misses-before.Misses; h+m > 0 {
 		info.DirHitRate = float64(h) / float64(h+m)
+		info.SwitchedFraction = float64(after.Switched-before.Switched) / float64(h+m)
 	}
 	if la := loadAvg(); la != "" {
 		if info.Note != "" {

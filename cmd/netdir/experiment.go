@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -29,9 +30,42 @@ const (
 	// ExpCompactionPacing: read throughput with compaction unthrottled
 	// against paced by read share (HATS: 3.6× drop when unchecked).
 	ExpCompactionPacing = "compaction-pacing"
+	// ExpAblation: static → coarse → +fine → +compaction on each workload,
+	// beside c3 and replicas, with compaction live (HATS: P99 −59% against
+	// C3 on YCSB-B with compaction).
+	ExpAblation = "ablation"
 )
 
-// experimentFlags are the flags of the compaction experiments.
+// ablationSteps are the runs of the ablation per workload, in order: the
+// steps that add one HATS scheduler each, then the baselines. Each names
+// its data path's policy (system.StartPlane) and whether the nodes pace
+// compaction by read share at --compaction-mib (else unthrottled).
+var ablationSteps = []struct {
+	name, policy string
+	paced        bool
+}{
+	{"static", "static", false},                // the chain head only
+	{"coarse", "coarse", false},                // directory and coarse epoch weights, the first weighted choice
+	{"coarse+fine", "netdir", false},           // and the fine score
+	{"coarse+fine+compaction", "netdir", true}, // and compaction paced by read share
+	{"c3", system.PolicyC3, false},             // C3 on the client, over the chain
+	{"replicas", "replicas", false},            // uniform over the chain
+}
+
+// ablationFull is the step with every scheduler, set against c3 in the
+// summary.
+const ablationFull = "coarse+fine+compaction"
+
+// experimentStep is one policy run of an experiment: a compaction phase of a
+// policy on a workload.
+type experimentStep struct {
+	name     string // the run's policy in the results: the policy, or the ablation's step
+	policy   string
+	workload bench.Workload
+	phase    system.CompactionPhase
+}
+
+// experimentFlags are the flags of the named experiments.
 type experimentFlags struct {
 	name       string
 	fillMiB    float64
@@ -46,9 +80,11 @@ type experimentFlags struct {
 func (e *experimentFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&e.name, "experiment", "", "run a named experiment instead of the policy sweep: "+
-		ExpCompactionBalance+" (request vs latency balance while node 1 compacts) or "+
-		ExpCompactionPacing+" (read throughput, compaction unthrottled vs paced); "+
-		"they take the first --nodes, --workload and --zipf, and --policies (default replicas)")
+		ExpCompactionBalance+" (request vs latency balance while node 1 compacts), "+
+		ExpCompactionPacing+" (read throughput, compaction unthrottled vs paced), "+
+		"both on the first --nodes, --workload and --zipf and the first of --policies (default replicas); or "+
+		ExpAblation+" (static, coarse, coarse+fine, coarse+fine+compaction, c3 and replicas on every --workload "+
+		"(default A,B,C), the first --nodes and --zipf, compaction live)")
 	fl.Float64Var(&e.fillMiB, "fill-mib", 16, "experiments: background writes per compacting node (MiB/s), which keep its compactions busy")
 	fl.Float64Var(&e.budgetMiB, "compaction-mib", float64(storagenode.DefaultCompactionBudget>>20),
 		"experiments: the nodes' compaction budget in the paced phase (MiB/s)")
@@ -59,7 +95,7 @@ func (e *experimentFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&e.repeat, "repeat", 1, "experiments: run the compared phases this many times, in ABBA order "+
 		"(A B, B A, A B, …), so that a drift of the shared machine's load cancels; the summary averages them")
 	fl.IntVar(&e.compactors, "compacting-nodes", 0, "experiments: how many nodes write in the background (default 1 for "+
-		ExpCompactionBalance+", every node for "+ExpCompactionPacing+")")
+		ExpCompactionBalance+", every node for "+ExpCompactionPacing+", half of them for "+ExpAblation+")")
 }
 
 // experimentResults is the JSON of an experiment: the runs as `netdir
@@ -79,28 +115,35 @@ func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload
 		return err
 	}
 	n := nodes[0]
-	policy := "replicas"
-	if cmd.Flags().Changed("policies") {
-		ps, err := parsePolicies(f.policies)
-		if err != nil {
-			return err
-		}
-		policy = ps[0]
-	}
-	mix, err := bench.YCSB(parseList(workload)[0])
-	if err != nil {
-		return fmt.Errorf("--workload: %w", err)
-	}
-	w := bench.Workload{Name: strings.ToUpper(parseList(workload)[0]), Mix: mix, Keys: keys, ValueSize: f.valueSize, Seed: f.seed}
+	var dist string
+	var theta float64
 	switch z := parseList(zipf)[0]; z {
 	case "uniform":
-		w.Dist = bench.DistUniform
+		dist = bench.DistUniform
 	default:
-		var th float64
-		if _, err := fmt.Sscan(z, &th); err != nil || th <= 0 || th > 3 {
+		if _, err := fmt.Sscan(z, &theta); err != nil || theta <= 0 || theta > 3 {
 			return fmt.Errorf("--zipf %q", z)
 		}
-		w.Dist, w.Zipf = bench.DistZipf, th
+		dist = bench.DistZipf
+	}
+	workloads := parseList(workload)
+	if len(workloads) == 0 {
+		return errors.New("--workload: empty")
+	}
+	if e.name == ExpAblation {
+		if !cmd.Flags().Changed("workload") {
+			workloads = []string{"A", "B", "C"}
+		}
+	} else {
+		workloads = workloads[:1]
+	}
+	var ws []bench.Workload
+	for _, x := range workloads {
+		mix, err := bench.YCSB(x)
+		if err != nil {
+			return fmt.Errorf("--workload: %w", err)
+		}
+		ws = append(ws, bench.Workload{Name: strings.ToUpper(x), Mix: mix, Keys: keys, ValueSize: f.valueSize, Seed: f.seed, Dist: dist, Zipf: theta})
 	}
 	var trees []int
 	for _, x := range parseList(e.fillTrees) {
@@ -113,24 +156,59 @@ func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload
 	fill := e.fillMiB * (1 << 20)
 	budget := int64(e.budgetMiB * (1 << 20))
 	compactors := e.compactors
-	var phases []system.CompactionPhase
+	var steps []experimentStep
 	switch e.name {
-	case ExpCompactionBalance:
-		if compactors == 0 {
-			compactors = 1
+	case ExpCompactionBalance, ExpCompactionPacing:
+		policy := "replicas"
+		if cmd.Flags().Changed("policies") {
+			ps, err := parsePolicies(f.policies)
+			if err != nil {
+				return err
+			}
+			policy = ps[0]
 		}
-		phases = abba(e.repeat,
-			system.CompactionPhase{Name: "idle", Budget: storagenode.Unthrottled},
-			system.CompactionPhase{Name: "compacting", Fill: firstNodes(compactors, n), FillRate: fill, FillTrees: trees, Budget: storagenode.Unthrottled, Lead: e.lead})
-	case ExpCompactionPacing:
-		if compactors == 0 {
-			compactors = n
+		var phases []system.CompactionPhase
+		if e.name == ExpCompactionBalance {
+			if compactors == 0 {
+				compactors = 1
+			}
+			phases = abba(e.repeat,
+				system.CompactionPhase{Name: "idle", Budget: storagenode.Unthrottled},
+				system.CompactionPhase{Name: "compacting", Fill: firstNodes(compactors, n), FillRate: fill, FillTrees: trees, Budget: storagenode.Unthrottled, Lead: e.lead})
+		} else {
+			if compactors == 0 {
+				compactors = n
+			}
+			phases = append([]system.CompactionPhase{{Name: "idle", Budget: budget}}, abba(e.repeat,
+				system.CompactionPhase{Name: "unthrottled", Fill: firstNodes(compactors, n), FillRate: fill, FillTrees: trees, Budget: storagenode.Unthrottled, Lead: e.lead},
+				system.CompactionPhase{Name: "paced", Fill: firstNodes(compactors, n), FillRate: fill, FillTrees: trees, Budget: budget, Lead: e.lead})...)
 		}
-		phases = append([]system.CompactionPhase{{Name: "idle", Budget: budget}}, abba(e.repeat,
-			system.CompactionPhase{Name: "unthrottled", Fill: firstNodes(compactors, n), FillRate: fill, FillTrees: trees, Budget: storagenode.Unthrottled, Lead: e.lead},
-			system.CompactionPhase{Name: "paced", Fill: firstNodes(compactors, n), FillRate: fill, FillTrees: trees, Budget: budget, Lead: e.lead})...)
+		for _, ph := range phases {
+			steps = append(steps, experimentStep{name: policy, policy: policy, workload: ws[0], phase: ph})
+		}
+	case ExpAblation:
+		if cmd.Flags().Changed("policies") || e.repeat > 1 {
+			return errors.New("--experiment " + ExpAblation + ": runs its own steps (no --policies or --repeat)")
+		}
+		if compactors == 0 {
+			compactors = (n + 1) / 2
+		}
+		for _, w := range ws {
+			for _, st := range ablationSteps {
+				ph := system.CompactionPhase{Name: st.name, Fill: firstNodes(compactors, n), FillRate: fill, FillTrees: trees,
+					Budget: storagenode.Unthrottled, Lead: e.lead}
+				if st.paced {
+					ph.Budget = budget
+				}
+				steps = append(steps, experimentStep{name: st.name, policy: st.policy, workload: w, phase: ph})
+			}
+		}
+		if f.warmup < 2*system.CoarseEpoch {
+			fmt.Fprintf(out, "==> note: coarse weights from measured load are installed %s after a plane starts; with --warmup %s the measurement starts before them\n",
+				2*system.CoarseEpoch, f.warmup)
+		}
 	default:
-		return fmt.Errorf("--experiment %q: want %s or %s", e.name, ExpCompactionBalance, ExpCompactionPacing)
+		return fmt.Errorf("--experiment %q: want %s, %s or %s", e.name, ExpCompactionBalance, ExpCompactionPacing, ExpAblation)
 	}
 	live, err := liveFunc(out, f.live)
 	if err != nil {
@@ -163,14 +241,19 @@ func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload
 		return err
 	}
 	res := experimentResults{Experiment: e.name, Command: strings.Join(os.Args, " "), Summary: map[string]float64{}}
-	for _, ph := range phases {
-		fmt.Fprintf(out, "==> %s, phase %s: %s, %s, %d nodes, %s; background writes %.0f MiB/s on nodes %v, compaction budget %s\n",
-			e.name, ph.Name, policy, distName(w.Dist, w.Zipf), n, loopName(f), ph.FillRate/(1<<20), oneBasedList(ph.Fill), system.BudgetName(ph.Budget))
-		run, pr, err := sys.RunCompactionPhase(ctx, policy, system.RunOptions{
-			Workload: w, Workers: f.concurrency, Rate: f.rate, Warmup: f.warmup, Duration: f.duration, Live: live,
+	for _, st := range steps {
+		ph := st.phase
+		fmt.Fprintf(out, "==> %s, phase %s: %s on %s, %s, %d nodes, %s; background writes %.0f MiB/s on nodes %v, compaction budget %s\n",
+			e.name, ph.Name, st.policy, st.workload.Name, distName(dist, theta), n, loopName(f), ph.FillRate/(1<<20), oneBasedList(ph.Fill), system.BudgetName(ph.Budget))
+		run, pr, err := sys.RunCompactionPhase(ctx, st.policy, system.RunOptions{
+			Workload: st.workload, Workers: f.concurrency, Rate: f.rate, Warmup: f.warmup, Duration: f.duration, Live: live,
 		}, ph)
 		if err != nil {
 			return err
+		}
+		if st.name != st.policy {
+			run.Note = fmt.Sprintf("data path %s; %s", st.policy, run.Note)
+			run.Policy = st.name
 		}
 		res.Runs = append(res.Runs, run)
 		res.Phases = append(res.Phases, pr)
@@ -178,11 +261,20 @@ func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload
 			return err
 		}
 		writePhase(out, pr)
+		fmt.Fprintf(out, "    fine score switched %.1f%% of routed requests; compaction %s\n", run.SwitchedFraction*100, pacedName(pr.Paced))
 	}
-	summarise(&res)
+	if e.name == ExpAblation {
+		summariseAblation(&res)
+		fmt.Fprintln(out)
+		if err := bench.WriteSummary(out, res.Runs); err != nil {
+			return err
+		}
+	} else {
+		summarise(&res)
+	}
 	fmt.Fprintln(out, "\nsummary")
 	for _, k := range slices.Sorted(maps.Keys(res.Summary)) {
-		fmt.Fprintf(out, "  %-40s %.3f\n", k, res.Summary[k])
+		fmt.Fprintf(out, "  %-50s %.3f\n", k, res.Summary[k])
 	}
 	if f.jsonPath != "" {
 		if err := writeJSONFile(f.jsonPath, res); err != nil {
@@ -197,6 +289,35 @@ func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload
 		fmt.Fprintln(out, "wrote", f.htmlPath)
 	}
 	return nil
+}
+
+func pacedName(paced bool) string {
+	if paced {
+		return "paced by read share"
+	}
+	return "unthrottled"
+}
+
+// summariseAblation puts, per workload, each step's p99, throughput and
+// node latency CoV in res.Summary, and the full system's p99 over c3's (the
+// goal: at most 0.40 on YCSB-B).
+func summariseAblation(res *experimentResults) {
+	s := res.Summary
+	p99 := map[[2]string]float64{}
+	for _, r := range res.Runs {
+		s[r.Workload+" "+r.Policy+" p99 us"] = r.P99us
+		s[r.Workload+" "+r.Policy+" throughput ops/s"] = r.ThroughputOps
+		s[r.Workload+" "+r.Policy+" node latency CoV"] = r.NodeLatencyCoV
+		p99[[2]string{r.Workload, r.Policy}] = r.P99us
+	}
+	for _, r := range res.Runs {
+		if r.Policy != ablationFull {
+			continue
+		}
+		if c3 := p99[[2]string{r.Workload, system.PolicyC3}]; c3 > 0 {
+			s[r.Workload+" p99 "+ablationFull+"/c3 x"] = r.P99us / c3
+		}
+	}
 }
 
 func firstNodes(k, n int) []int {

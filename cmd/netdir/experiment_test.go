@@ -11,18 +11,9 @@ import (
 // TestExperimentShort: a compaction experiment runs its phases in ABBA
 // order and writes the runs, the phases' per-node figures and the summary.
 func TestExperimentShort(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "e.json")
-	runCmd(t, "bench", "--experiment", "compaction-pacing", "--nodes", "3", "--keys", "200", "--duration", "300ms",
+	doc := runExperimentJSON(t, "--experiment", "compaction-pacing", "--nodes", "3", "--keys", "200", "--duration", "300ms",
 		"--warmup", "0s", "--concurrency", "4", "--capacity", "0", "--workload", "C", "--zipf", "uniform",
-		"--fill-mib", "2", "--fill-lead", "0s", "--repeat", "2", "--live", "off", "--p4info", "none", "--json", path)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc experimentResults
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
+		"--fill-mib", "2", "--fill-lead", "0s", "--repeat", "2", "--live", "off", "--p4info", "none")
 	var order []string
 	for _, p := range doc.Phases {
 		order = append(order, p.Phase)
@@ -47,6 +38,22 @@ func TestExperimentShort(t *testing.T) {
 	}
 }
 
+// runExperimentJSON runs netdir bench with args and reads the JSON it wrote.
+func runExperimentJSON(t *testing.T, args ...string) experimentResults {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "e.json")
+	runCmd(t, append(append([]string{"bench"}, args...), "--json", path)...)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc experimentResults
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
 func TestExperimentUnknown(t *testing.T) {
 	cmd := benchCmd()
 	cmd.SetArgs([]string{"--experiment", "bogus", "--nodes", "3"})
@@ -55,5 +62,41 @@ func TestExperimentUnknown(t *testing.T) {
 	cmd.SetErr(&out)
 	if err := cmd.Execute(); err == nil {
 		t.Fatal("an unknown experiment ran")
+	}
+}
+
+// TestAblationSteps: the ablation runs its steps in order on the same
+// cluster, each what it claims: the fine score moves requests only where it
+// is on (coarse+fine and coarse+fine+compaction; none under coarse, which has
+// the directory and weights but the first choice only), compaction is paced
+// only in the last step, and background writes keep compaction live in
+// every step. Tiny sizes, no timings.
+func TestAblationSteps(t *testing.T) {
+	doc := runExperimentJSON(t, "--experiment", "ablation", "--nodes", "3", "--keys", "200", "--duration", "700ms",
+		"--warmup", "300ms", "--concurrency", "8", "--capacity", "0", "--workload", "B", "--zipf", "1.2",
+		"--fill-mib", "1", "--fill-lead", "0s", "--live", "off", "--p4info", "none")
+	if len(doc.Runs) != len(ablationSteps) || len(doc.Phases) != len(ablationSteps) {
+		t.Fatalf("%d runs and %d phases, want %d", len(doc.Runs), len(doc.Phases), len(ablationSteps))
+	}
+	for i, st := range ablationSteps {
+		r, p := doc.Runs[i], doc.Phases[i]
+		if r.Policy != st.name || p.Phase != st.name || p.Policy != st.policy || r.Workload != "B" {
+			t.Fatalf("run %d: %s/%s on %s (phase policy %s), want %s/%s on B", i, r.Policy, p.Phase, r.Workload, p.Policy, st.name, st.policy)
+		}
+		if r.Ops == 0 {
+			t.Errorf("%s: no operations", st.name)
+		}
+		if fine := st.policy == "netdir"; fine != (r.SwitchedFraction > 0) {
+			t.Errorf("%s: fine score switched %.3f of requests", st.name, r.SwitchedFraction)
+		}
+		if p.Paced != st.paced {
+			t.Errorf("%s: compaction paced %v, want %v", st.name, p.Paced, st.paced)
+		}
+		if p.FillMiB <= 0 {
+			t.Errorf("%s: no background writes", st.name)
+		}
+	}
+	if _, ok := doc.Summary["B p99 "+ablationFull+"/c3 x"]; !ok {
+		t.Fatalf("summary %v", doc.Summary)
 	}
 }
