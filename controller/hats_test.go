@@ -104,8 +104,11 @@ func TestCoarseEpochReachesEveryPlane(t *testing.T) {
 		b, _ := (&wire.Packet{Header: wire.Header{Op: wire.OpGet, ReqID: uint64(i + 1), KeyHash: wire.HashKey(key)}, Key: key}).AppendEncode(nil)
 		conn.Write(b)
 	}
+	// Until the count stops growing (the switch has taken what loopback
+	// did not drop), bounded in time.
 	var hits uint64
-	for prev := uint64(1 << 62); hits != prev; time.Sleep(100 * time.Millisecond) { // until loopback loss settles
+	for prev, deadline := uint64(1<<62), time.Now().Add(10*time.Second); (hits == 0 || hits != prev) && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
 		prev = hits
 		s, _ := switches[0].Lookup(wire.HashKey(key))
 		hits = s.Hits
