@@ -248,17 +248,19 @@ func (s *shard) write(p *nodePacket, from netip.AddrPort) {
 	}
 	if e, ok := n.dedup.get(p.ReqID, p.KeyHash); ok {
 		n.ctr.dupWrites.Add(1)
-		if wire.Code(e.Code) != wire.CodeOK {
+		switch pw := s.pending[pendKey{p.KeyHash, e.Ver}]; {
+		case wire.Code(e.Code) != wire.CodeOK:
 			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.Code(e.Code), e.Ver, nil))
-			return
-		}
-		if pw := s.pending[pendKey{p.KeyHash, e.Ver}]; pw != nil {
+		case pw != nil:
 			// Still in flight: send it down again, replying to the retry.
 			pw.v.Addr, pw.v.TS = from, p.Timestamp
 			s.forward(pw, ch)
-			return
+		default:
+			s.send(from, n.replyPacket(&p.Header, wire.Op(e.Op).Reply(), wire.CodeOK, e.Ver, nil))
 		}
-		s.send(from, n.replyPacket(&p.Header, wire.Op(e.Op).Reply(), wire.CodeOK, e.Ver, nil))
+		if p.Flags&wire.FlagStamped != 0 {
+			s.noop(p, part, ch)
+		}
 		return
 	}
 	if !n.ready.Load() || len(s.pending) >= max(1, n.opts.MaxPending/len(n.shards)) {
@@ -294,11 +296,7 @@ func (s *shard) write(p *nodePacket, from netip.AddrPort) {
 		nv.Val = slices.Clone(p.Value)
 	}
 	alone := len(ch) == 1
-	if alone {
-		rec.setClean(nv)
-	} else {
-		rec.addDirty(nv)
-	}
+	rec.place(nv, alone)
 	entry := dedupEntry{KeyHash: p.KeyHash, Ver: v, Code: uint8(wire.CodeOK), Op: uint8(p.Op)}
 	b := t.db.NewBatch()
 	b.Set(recordKey(part, p.Key), rec.encode(), nil)
@@ -325,8 +323,65 @@ func (s *shard) write(p *nodePacket, from netip.AddrPort) {
 		}
 		return
 	}
-	pw := &pendingWrite{key: slices.Clone(p.Key), v: nv}
-	s.pending[pendKey{p.KeyHash, v}] = pw
+	s.launch(p.Key, p.KeyHash, nv, ch)
+}
+
+// noop makes the stamp of a stamped duplicate a version of its own. The data
+// plane stamped the resend (ver_next += 1) like any write that hits the
+// directory, and the write it repeats keeps its first version, so no write
+// of that stamp exists. Left so, nothing would complete it at the data plane
+// until the key's next write: ver_next stays above ver_done, every extra's
+// VSB is refused as vsb-pending, and a hot key's extras serve no reads. So
+// when the stamp is above the key's latest version, the head makes it a
+// no-op version: the latest value (or tombstone) again, under the stamp. It
+// goes down the chain like any write, but with no requester (no address, no
+// request id), so the tail sends no reply; for a promoted key the tail
+// announces its commit by VSB, which completes the stamp at the data plane,
+// and the extras get the copy as for any commit. It has no dedup entry: the
+// request's entry keeps the write's own version, which its answers carry.
+// A no-op version changes no value, so reads stay linearizable; in the
+// record it is an ordinary version (retransmitted until acked, synced,
+// recovered). A stamp at or below the latest version is covered already.
+// (spec/README.md, flaw F.)
+func (s *shard) noop(p *nodePacket, part uint32, ch []wire.NodeID) {
+	n := s.n
+	if !n.ready.Load() || len(s.pending) >= max(1, n.opts.MaxPending/len(n.shards)) {
+		return // the key's next write completes past the stamp
+	}
+	t := n.trees[0]
+	rec, err := t.getRecord(part, p.Key)
+	if err != nil {
+		return
+	}
+	cur := rec.Latest()
+	if p.Stamp <= cur.Ver {
+		return
+	}
+	nv := version{Ver: p.Stamp, Del: cur.Del || cur.Ver == 0, Tenant: p.Tenant, Op: uint8(wire.OpPut)}
+	if nv.Del {
+		nv.Op = uint8(wire.OpDel)
+	} else {
+		nv.Val = slices.Clone(cur.Val)
+	}
+	alone := len(ch) == 1
+	rec.place(nv, alone)
+	if err := t.putRecord(part, p.Key, &rec, true); err != nil {
+		return
+	}
+	n.ctr.noops.Add(1)
+	if alone {
+		if extras, promoted := n.promoted(p.KeyHash); promoted {
+			s.announce(p.KeyHash, p.Key, &rec.Clean, extras)
+		}
+		return
+	}
+	s.launch(p.Key, p.KeyHash, nv, ch)
+}
+
+// launch makes a version the head stored dirty pending and forwards it.
+func (s *shard) launch(key []byte, h wire.KeyHash, v version, ch []wire.NodeID) {
+	pw := &pendingWrite{key: slices.Clone(key), v: v}
+	s.pending[pendKey{h, v.Ver}] = pw
 	s.forward(pw, ch)
 }
 
@@ -385,8 +440,10 @@ func (s *shard) chainWrite(p *nodePacket) {
 			return
 		}
 	}
-	req := wire.Header{Op: ext.Op, Tenant: p.Tenant, ReqID: p.ReqID, KeyHash: p.KeyHash, Timestamp: p.Timestamp}
-	s.send(ext.Addr, n.replyPacket(&req, ext.Op.Reply(), wire.CodeOK, nv.Ver, nil))
+	if ext.Addr.IsValid() { // a no-op version (noop) has no requester: no reply
+		req := wire.Header{Op: ext.Op, Tenant: p.Tenant, ReqID: p.ReqID, KeyHash: p.KeyHash, Timestamp: p.Timestamp}
+		s.send(ext.Addr, n.replyPacket(&req, ext.Op.Reply(), wire.CodeOK, nv.Ver, nil))
+	}
 	if ext.Promoted {
 		s.announce(p.KeyHash, p.Key, &rec.Clean, ext.Extras)
 	}

@@ -177,6 +177,7 @@ type counters struct {
 	dupWrites, retransmits, verQueries atomic.Uint64
 	rxPackets, txPackets               atomic.Uint64
 	syncKeys                           atomic.Uint64
+	noops                              atomic.Uint64 // no-op versions made for stamped duplicates
 }
 
 type extraCopy struct {

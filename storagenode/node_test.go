@@ -58,8 +58,13 @@ func (p *peer) send(to netip.AddrPort, b []byte) {
 
 // recv waits for a packet whose request id is reqid (any, if 0).
 func (p *peer) recv(reqid uint64) (wire.Packet, bool) {
+	return p.recvWithin(reqid, 5*time.Second)
+}
+
+// recvWithin is recv waiting at most d.
+func (p *peer) recvWithin(reqid uint64, d time.Duration) (wire.Packet, bool) {
 	buf := make([]byte, 70000)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(d)
 	for {
 		p.conn.SetReadDeadline(deadline)
 		n, _, err := p.conn.ReadFromUDPAddrPort(buf)
@@ -249,22 +254,40 @@ func TestStampsAndDedup(t *testing.T) {
 	if r := put(3, wire.FlagStamped, 10, "c"); r.Op != wire.OpErr || r.Code != wire.CodeStaleVersion || r.Stamp != 10 {
 		t.Fatalf("stale stamp: %s %s v%d", r.Op, r.Code, r.Stamp)
 	}
-	// The refusal is remembered under its id.
+	// The refusal is remembered under its id. Its resend's stamp 11 is
+	// above the latest version: it becomes a no-op version (the latest
+	// value, "b", again), so the data plane's ver_next is not left behind.
 	if r := put(3, wire.FlagStamped, 11, "c"); r.Op != wire.OpErr || r.Code != wire.CodeStaleVersion {
 		t.Fatalf("refused id retried: %s %s", r.Op, r.Code)
 	}
-	if r := put(4, 0, 0, "d"); r.Stamp != 11 {
+	if r := put(4, 0, 0, "d"); r.Stamp != 12 {
 		t.Fatalf("next unstamped: v%d", r.Stamp)
 	}
-	// A duplicate is answered with the original outcome, not applied again.
+	// A duplicate is answered with the original outcome, not applied again;
+	// its stamp 20 is made a no-op version of "d".
 	if r := put(2, wire.FlagStamped, 20, "zzz"); r.Op != wire.OpPutReply || r.Stamp != 10 {
 		t.Fatalf("duplicate: %s v%d", r.Op, r.Stamp)
 	}
 	cl, _ := c.Client(client.Options{})
 	defer cl.Close()
 	ctx := context.Background()
-	if v, ver, err := cl.Get(ctx, key); err != nil || string(v) != "d" || ver != 11 {
-		t.Fatalf("get: %q v%d %v", v, ver, err)
+	waitGet := func(what, val string, ver uint64) { // val "": not found
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			v, got, err := cl.Get(ctx, key)
+			if got == ver && (err == nil && string(v) == val || val == "" && errors.Is(err, client.ErrNotFound)) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %q v%d %v, want %q v%d", what, v, got, err, val, ver)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitGet("get", "d", 20)
+	if n := c.Node(int(ch[0]) - 1).Stats().Noops; n != 2 {
+		t.Fatalf("%d no-op versions, want 2", n)
 	}
 	// The dedup table survives a restart of the head.
 	hi := int(ch[0]) - 1
@@ -274,26 +297,213 @@ func TestStampsAndDedup(t *testing.T) {
 	if err := c.Restart(hi); err != nil {
 		t.Fatal(err)
 	}
-	if r := put(4, 0, 0, "again"); r.Op != wire.OpPutReply || r.Stamp != 11 {
+	if r := put(4, 0, 0, "again"); r.Op != wire.OpPutReply || r.Stamp != 12 {
 		t.Fatalf("duplicate after restart: %s v%d", r.Op, r.Stamp)
 	}
-	if v, ver, err := cl.Get(ctx, key); err != nil || string(v) != "d" || ver != 11 {
-		t.Fatalf("get after restart: %q v%d %v", v, ver, err)
-	}
+	waitGet("get after restart", "d", 20)
 	// Delete, then get not-found with the delete's version.
-	if r := p.call(head, raw(wire.Header{Op: wire.OpDel, ReqID: 5, KeyHash: h}, key, nil)); r.Op != wire.OpDelReply || r.Stamp != 12 {
+	if r := p.call(head, raw(wire.Header{Op: wire.OpDel, ReqID: 5, KeyHash: h}, key, nil)); r.Op != wire.OpDelReply || r.Stamp != 21 {
 		t.Fatalf("del: %s v%d", r.Op, r.Stamp)
 	}
-	if _, ver, err := cl.Get(ctx, key); !errors.Is(err, client.ErrNotFound) || ver != 12 {
+	if _, ver, err := cl.Get(ctx, key); !errors.Is(err, client.ErrNotFound) || ver != 21 {
 		t.Fatalf("get deleted: v%d %v", ver, err)
+	}
+	// A stamped duplicate of the delete: its no-op version is a tombstone.
+	if r := p.call(head, raw(wire.Header{Op: wire.OpDel, Flags: wire.FlagStamped, Stamp: 22, ReqID: 5, KeyHash: h}, key, nil)); r.Op != wire.OpDelReply || r.Stamp != 21 {
+		t.Fatalf("duplicate del: %s v%d", r.Op, r.Stamp)
+	}
+	waitGet("get after a duplicate del", "", 22)
+}
+
+// TestStampedDuplicateNoop: a client's write that timed out is resent with
+// the same request id; the data plane stamps the resend again. The head
+// answers it from its dedup table with the write's first version and makes
+// the second stamp a no-op version: the latest value under that stamp,
+// committed down the chain with no client reply and announced by the tail's
+// VSB, which completes the stamp at the data plane (spec/README.md, flaw F).
+func TestStampedDuplicateNoop(t *testing.T) {
+	c, dp, extra, key := hotKeyCluster(t)
+	h := wire.HashKey(key)
+	ch := c.Layout.ChainOf(h)
+	head := addrOf(c, ch[0])
+	cl, _ := c.Client(client.Options{})
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := cl.Put(ctx, key, []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Promote(ctx, key, []wire.NodeID{extra}); err != nil {
+		t.Fatal(err)
+	}
+	waitVSB := vsbWatcher(t, dp, h)
+	waitVSB(extra, 1)
+	p := newPeer(t)
+	put := func(reqid, stamp uint64, val string) wire.Packet {
+		return p.call(head, raw(wire.Header{Op: wire.OpPut, Flags: wire.FlagStamped, Stamp: stamp, ReqID: reqid, KeyHash: h, Timestamp: 777}, key, []byte(val)))
+	}
+	get := func(id wire.NodeID, reqid uint64) wire.Packet {
+		return p.call(addrOf(c, id), raw(wire.Header{Op: wire.OpGet, ReqID: reqid, KeyHash: h}, key, nil))
+	}
+	if r := put(10, 2, "v2"); r.Op != wire.OpPutReply || r.Code != wire.CodeOK || r.Stamp != 2 {
+		t.Fatalf("stamped write: %s %s v%d", r.Op, r.Code, r.Stamp)
+	}
+	waitVSB(ch[2], 2)
+	// The resend, stamped 3: answered with the first version, not applied.
+	if r := put(10, 3, "resent"); r.Op != wire.OpPutReply || r.Code != wire.CodeOK || r.Stamp != 2 {
+		t.Fatalf("stamped duplicate: %s %s v%d, want the first version 2", r.Op, r.Code, r.Stamp)
+	}
+	// Version 3 commits with the latest value, the tail announces it, and
+	// the extra gets it.
+	waitVSB(ch[2], 3)
+	waitVSB(extra, 3)
+	for i, id := range []wire.NodeID{ch[2], ch[1], ch[0], extra} {
+		if r := get(id, uint64(100+i)); r.Op != wire.OpGetReply || string(r.Value) != "v2" || r.Stamp != 3 {
+			t.Fatalf("read at node %d: %s %s %q v%d, want \"v2\" v3", id, r.Op, r.Code, r.Value, r.Stamp)
+		}
+	}
+	// Nothing answers a client for version 3 (a repeat of v2's reply may
+	// come, from a retransmission of v2 that the resend caught in flight).
+	for {
+		r, ok := p.recvWithin(10, 300*time.Millisecond)
+		if !ok {
+			break
+		}
+		if r.Stamp != 2 {
+			t.Fatalf("a reply for the no-op version: %s %s v%d", r.Op, r.Code, r.Stamp)
+		}
+	}
+	// A resend stamped at or below the latest version makes nothing.
+	if r := put(10, 3, "again"); r.Op != wire.OpPutReply || r.Stamp != 2 {
+		t.Fatalf("duplicate at the latest stamp: %s v%d", r.Op, r.Stamp)
+	}
+	// A refused write's resend with a higher stamp: the refusal again, and
+	// a no-op version of the stamp.
+	if r := put(11, 3, "x"); r.Op != wire.OpErr || r.Code != wire.CodeStaleVersion || r.Stamp != 3 {
+		t.Fatalf("stale stamp: %s %s v%d", r.Op, r.Code, r.Stamp)
+	}
+	if r := put(11, 4, "x"); r.Op != wire.OpErr || r.Code != wire.CodeStaleVersion {
+		t.Fatalf("refused write resent: %s %s v%d", r.Op, r.Code, r.Stamp)
+	}
+	waitVSB(ch[2], 4)
+	waitVSB(extra, 4)
+	if r := get(extra, 200); string(r.Value) != "v2" || r.Stamp != 4 {
+		t.Fatalf("extra after the second no-op: %s %q v%d", r.Op, r.Value, r.Stamp)
+	}
+	if n := c.Node(int(ch[0]) - 1).Stats().Noops; n != 2 {
+		t.Fatalf("%d no-op versions, want 2", n)
+	}
+	// The next write follows the no-op versions.
+	if r := put(12, 5, "v5"); r.Op != wire.OpPutReply || r.Stamp != 5 {
+		t.Fatalf("write after no-ops: %s %s v%d", r.Op, r.Code, r.Stamp)
+	}
+}
+
+// TestStampedDuplicateSwitch: the same through the software data plane.
+// Without the no-op version the slot kept ver_next = 3 > ver_done = 2 after
+// the resend, every VSB of the extra was refused as vsb-pending, and the hot
+// key's extra served no reads until the key's next write.
+func TestStampedDuplicateSwitch(t *testing.T) {
+	c := startCluster(t, cluster.Options{N: 4, R: 3, Switch: true})
+	sw := c.Switch()
+	extra := wire.NodeID(4)
+	key := keyNotOn(c, extra)
+	h := wire.HashKey(key)
+	cl, _ := c.Client(client.Options{}) // to the nodes: Put before promotion, Promote
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := cl.Put(ctx, key, []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Promote(ctx, cl, key, []wire.NodeID{extra}); err != nil {
+		t.Fatal(err)
+	}
+	// Every read bucket names the extra (LocationList index 3): a read is
+	// served there while it is fresh, else by the chain.
+	buckets := make([]uint8, 32)
+	for i := range buckets {
+		buckets[i] = 3
+	}
+	if err := sw.SetSlotBuckets(h, buckets); err != nil {
+		t.Fatal(err)
+	}
+	waitSlot := func(what string, next, done uint64) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			s, ok := sw.Lookup(h)
+			if ok && s.VerNext == next && s.VerDone == done && s.Fresh&(1<<3) != 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: slot ver_next %d ver_done %d fresh %b (cached %v), want %d/%d with the extra fresh",
+					what, s.VerNext, s.VerDone, s.Fresh, ok, next, done)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitSlot("after promotion", 1, 1)
+	p := newPeer(t)
+	svc := sw.Addr()
+	put := func(val string) wire.Packet {
+		return p.call(svc, raw(wire.Header{Op: wire.OpPut, ReqID: 20, KeyHash: h}, key, []byte(val)))
+	}
+	if r := put("v2"); r.Op != wire.OpPutReply || r.Code != wire.CodeOK || r.Stamp != 2 {
+		t.Fatalf("write: %s %s v%d", r.Op, r.Code, r.Stamp)
+	}
+	// The client "times out" and resends request 20: the switch stamps it 3.
+	if r := put("v2"); r.Op != wire.OpPutReply || r.Code != wire.CodeOK || r.Stamp != 2 {
+		t.Fatalf("resend: %s %s v%d, want the first version 2", r.Op, r.Code, r.Stamp)
+	}
+	waitSlot("after the resend", 3, 3)
+	// Reads reach the extra again.
+	deadline := time.Now().Add(5 * time.Second)
+	for i := uint64(0); ; i++ {
+		r := p.call(svc, raw(wire.Header{Op: wire.OpGet, ReqID: 1000 + i, KeyHash: h}, key, nil))
+		if r.Op != wire.OpGetReply || string(r.Value) != "v2" || r.Stamp != 3 {
+			t.Fatalf("read: %s %s %q v%d, want \"v2\" v3", r.Op, r.Code, r.Value, r.Stamp)
+		}
+		if r.Node == extra {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no read reached the extra (last from node %d)", r.Node)
+		}
+	}
+}
+
+// hotKeyCluster starts four nodes whose data plane is dp, a stand-in that
+// receives VSBs, and picks a key whose chain leaves out node 4, the extra.
+func hotKeyCluster(t *testing.T) (c *cluster.Cluster, dp *peer, extra wire.NodeID, key []byte) {
+	dp = newPeer(t)
+	c = startCluster(t, cluster.Options{N: 4, R: 3, DataPlane: dp.addr().String()})
+	extra = wire.NodeID(4)
+	return c, dp, extra, keyNotOn(c, extra)
+}
+
+// vsbWatcher returns a wait for VSB(node, v) of h at the stand-in data plane
+// dp; VSBs seen on the way are remembered. Extras re-send theirs, so it waits
+// up to a deadline rather than for silence.
+func vsbWatcher(t *testing.T, dp *peer, h wire.KeyHash) func(node wire.NodeID, ver uint64) {
+	vsbs := map[[2]uint64]bool{} // (node, version)
+	return func(node wire.NodeID, ver uint64) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !vsbs[[2]uint64{uint64(node), ver}] {
+			r, ok := dp.recvWithin(0, time.Until(deadline))
+			if !ok {
+				t.Fatalf("no VSB(node %d, v%d); got %v", node, ver, vsbs)
+			}
+			if r.Op == wire.OpVSB && r.KeyHash == h {
+				vsbs[[2]uint64{uint64(r.Node), r.Stamp}] = true
+			}
+		}
 	}
 }
 
 func TestHotKeyCopies(t *testing.T) {
-	dp := newPeer(t) // stands in for the data plane: receives VSBs
-	c := startCluster(t, cluster.Options{N: 4, R: 3, DataPlane: dp.addr().String()})
-	extra := wire.NodeID(4)
-	key := keyNotOn(c, extra)
+	c, dp, extra, key := hotKeyCluster(t)
 	h := wire.HashKey(key)
 	ch := c.Layout.ChainOf(h)
 	cl, _ := c.Client(client.Options{})
@@ -316,19 +526,7 @@ func TestHotKeyCopies(t *testing.T) {
 	if _, err := cl.Promote(ctx, key, []wire.NodeID{ch[1]}); !errors.Is(err, wire.CodeMalformed) {
 		t.Fatalf("promoting onto a chain member: %v", err)
 	}
-	vsbs := map[[2]uint64]bool{} // (node, version)
-	waitVSB := func(node wire.NodeID, ver uint64) {
-		t.Helper()
-		for !vsbs[[2]uint64{uint64(node), ver}] {
-			r, ok := dp.recv(0)
-			if !ok {
-				t.Fatalf("no VSB(node %d, v%d); got %v", node, ver, vsbs)
-			}
-			if r.Op == wire.OpVSB && r.KeyHash == h {
-				vsbs[[2]uint64{uint64(r.Node), r.Stamp}] = true
-			}
-		}
-	}
+	waitVSB := vsbWatcher(t, dp, h)
 	waitVSB(extra, 1)
 	if r := get(extra, 2); r.Op != wire.OpGetReply || string(r.Value) != "v1" || r.Stamp != 1 || r.Node != extra {
 		t.Fatalf("extra serves: %s %q v%d", r.Op, r.Value, r.Stamp)

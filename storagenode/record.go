@@ -105,6 +105,16 @@ func (r *record) addDirty(v version) bool {
 	return true
 }
 
+// place puts a version new at the head in the record: clean at once for a
+// chain of one (the head is the tail), else dirty until the tail's ack.
+func (r *record) place(v version, alone bool) {
+	if alone {
+		r.setClean(v)
+		return
+	}
+	r.addDirty(v)
+}
+
 // commit makes version v clean, if it is held dirty, and drops older dirty
 // versions. It reports whether anything changed.
 func (r *record) commit(v uint64) bool {

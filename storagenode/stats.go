@@ -41,6 +41,7 @@ type Stats struct {
 	Errors      uint64      `json:"errors"`
 	QueueFull   uint64      `json:"queue_full"`
 	DupWrites   uint64      `json:"dup_writes"`
+	Noops       uint64      `json:"noops"` // no-op versions made for stamped duplicates
 	Retransmits uint64      `json:"retransmits"`
 	VerQueries  uint64      `json:"ver_queries"`
 	RxPackets   uint64      `json:"rx_packets"`
@@ -59,6 +60,7 @@ func (n *Node) Stats() Stats {
 		ID: n.id, Ready: n.ready.Load(), Load: n.load(),
 		Gets: n.ctr.gets.Load(), Puts: n.ctr.puts.Load(), Dels: n.ctr.dels.Load(),
 		Errors: n.ctr.errs.Load(), QueueFull: n.ctr.queueFull.Load(), DupWrites: n.ctr.dupWrites.Load(),
+		Noops:       n.ctr.noops.Load(),
 		Retransmits: n.ctr.retransmits.Load(), VerQueries: n.ctr.verQueries.Load(),
 		RxPackets: n.ctr.rxPackets.Load(), TxPackets: n.ctr.txPackets.Load(), SyncedKeys: n.ctr.syncKeys.Load(),
 		CacheBytes: n.opts.CacheBytes,
