@@ -30,6 +30,7 @@ VERIFY=(
   "evict-1x|-DNE=1 -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W"
   "evict-2x|-DNE=2 -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W -DFAULTS=0"
   "progress-1x|-DNE=1 -DLOSS_REPLY -DTMO=0 -DRETX=0"
+  "progress-resend-1x|-DNE=1 -DTMO=1 -DRETX=0 -DWMAX=1 -DPROG3=PR_R"
 )
 
 # Mutants of the fixed protocol: name | flags. Each must be caught.
@@ -44,6 +45,7 @@ MUTANTS=(
   "copy-dirty|-DMUT_COPY_DIRTY"
   "dirty-read-clean|-DMUT_DIRTY_READ_CLEAN"
   "no-stamp-floor|-DMUT_NO_FLOOR -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W"
+  "no-noop-version|-DMUT_NO_NOOP_VERSION -DNE=1 -DTMO=1 -DRETX=0 -DWMAX=1 -DPROG3=PR_R"
 )
 
 # Weakenings that Spin shows to be redundant in the fixed protocol (within
@@ -73,6 +75,7 @@ property() {
     *'>cfloor'*) echo "P1 write ordered before an observed version" ;;
     *cfloor*) echo "P1 read older than an observed version" ;;
     *'vdone>=tclean'*) echo "P4 ver_done behind the tail at quiescence" ;;
+    *'vnext==vdone'*) echo "P4 ver_next ahead of ver_done at quiescence (a stamp never completes)" ;;
     *) echo "$1" ;;
   esac
 }

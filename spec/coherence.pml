@@ -29,6 +29,9 @@
  *   P3 no acknowledged write lost: the version a write is acknowledged with
  *      was assigned to that write and to no other (ghost vop[]); with P1 this
  *      also says no later read returns anything older.
+ *   P4 progress: once nothing is in flight (QUIET), the data plane has
+ *      caught up with the tail (ver_done >= the tail's committed version) and
+ *      no stamp is left pending (ver_next == ver_done), so extras can serve.
  *
  * Abstractions, stated once: a client's request passes the data plane in the
  * same step that the client sends it (loss or delay before the DP is the same
@@ -134,6 +137,7 @@
 #define F4(m) ((m)&15)
 
 #define RID(op,att) (((op)-1)*MAXATT+(att))
+#define NORID 15        /* a no-op version's request id: no requester, no reply */
 #define RIDOP(r) ((r)/MAXATT+1)
 #define BIT(v) (1<<(v))
 #define UPTO(v) ((2<<(v))-1)    /* bits 0..v */
@@ -352,6 +356,23 @@ inline announce(v) {
 #define MUT_UNSTAMPED 0
 #endif
 
+/* storagenode (*shard).noop: a stamped duplicate's stamp v, above the
+ * head's latest version, becomes a no-op version: the latest value again
+ * under v (values are versions here, so nothing records which), forwarded
+ * like any write but with no requester (NORID: the tail sends no put-reply)
+ * and no dedup entry. The tail announces it if promoted (chain_write), which
+ * completes v at the data plane. */
+inline noop(v) {
+	printf("  head makes the stamp %d a no-op version\n", v);
+	hdirty = hdirty | BIT(v);       /* v > latest >= hclean */
+	hpend = hpend | BIT(v);
+	prid[v] = NORID;
+#ifdef FIX_FORWARD
+	if :: promoted -> pprom = pprom | BIT(v) :: else -> pprom = pprom & ~BIT(v) fi;
+#endif
+	send(MK(CW, M, v, promoted, NORID))
+}
+
 /* storagenode (*shard).write at the head. */
 inline head_write(msg) {
 	j = RID(F1(msg), F2(msg));
@@ -363,7 +384,16 @@ inline head_write(msg) {
 		:: (dd[j] >> 4) == 1 && (hpend & BIT(dd[j] & 15)) ->
 			send(MK(CW, M, dd[j] & 15, REFWD(dd[j] & 15), prid[dd[j] & 15]))
 		:: else -> send(MK(PR, j, dd[j] & 15, 0, 0))
+		fi;
+#ifndef MUT_NO_NOOP_VERSION
+		latest(hdirty, hclean);
+		if                          /* the DP stamped the resend: make the stamp real */
+		:: F3(msg) && F4(msg) > lt && F4(msg) <= MAXV -> noop(F4(msg))
+		:: else
 		fi
+#else
+		skip
+#endif
 	:: else ->
 #endif
 		latest(hdirty, hclean);
@@ -414,7 +444,7 @@ inline chain_write(msg) {
 		send(MK(CW, T, v0, F3(msg), F4(msg)))
 	:: else ->                      /* tail: commit, reply, announce, ack */
 		max2(tclean, v0);
-		send(MK(PR, F4(msg), v0, 0, 0));
+		if :: F4(msg) != NORID -> send(MK(PR, F4(msg), v0, 0, 0)) :: else fi;   /* a no-op: no requester */
 		if :: F3(msg) -> announce(tclean) :: else fi;
 		send(MK(ACK, M, v0, 0, 0))
 	fi
@@ -631,25 +661,34 @@ inline dp_only(msg) {
  * while the key is cached, so some
  * messages in flight can no longer change anything: a tail VSB or an extra's
  * VSB below ver_done, a put-reply below ver_done whose write is no longer
- * awaited. Removing them merges states that differ only in dead messages. */
+ * awaited. Removing them merges states that differ only in dead messages.
+ * With FIX_MONO a copy older than the newest its extra ever held is ignored
+ * wherever it arrives: dead too. And in the last promotion (no demote can
+ * follow) a copy of the very version the extra holds only makes the extra
+ * send its VSB again, which REANNOUNCE does at any time: removing it loses
+ * only a second identical VSB in the bag (and overflow). These two merge the
+ * many copies that the tail's and the head's announcements send, of no-op
+ * versions too. */
 #define FINAL (promos == PROMOS)
 #define DEADPR(x) (F2(x) <= vdone && (cpc[(RIDOP(F1(x))-1)/OPS] != 2 || cop[(RIDOP(F1(x))-1)/OPS] != RIDOP(F1(x)) || catt[(RIDOP(F1(x))-1)/OPS] != F1(x) % MAXATT))
+#ifdef FIX_MONO
+#define DEADCP(x) (TY(x) == CP && (F2(x) < exmax[F1(x)] || (FINAL && F2(x)+1 == ex[F1(x)])))
+#else
+#define DEADCP(x) 0
+#endif
 inline gc() {
-	if
-	:: cached && FINAL ->
-		k2 = 0;
-		do
-		:: k2 < NET ->
-			if
-			:: (TY(net[k2]) == VT && F1(net[k2]) <= vdone) ||
-			   (TY(net[k2]) == VE && F2(net[k2]) < vdone) ||
-			   (TY(net[k2]) == PR && DEADPR(net[k2])) -> rm(k2)
-			:: else -> k2++
-			fi
-		:: else -> break
-		od
-	:: else
-	fi
+	k2 = 0;
+	do
+	:: k2 < NET ->
+		if
+		:: (cached && FINAL &&
+		    ((TY(net[k2]) == VT && F1(net[k2]) <= vdone) ||
+		     (TY(net[k2]) == VE && F2(net[k2]) < vdone) ||
+		     (TY(net[k2]) == PR && DEADPR(net[k2])))) || DEADCP(net[k2]) -> rm(k2)
+		:: else -> k2++
+		fi
+	:: else -> break
+	od
 }
 
 /* Runs end (are cut) when the bag overflows: the channels are bounded.
@@ -758,18 +797,20 @@ inline head_promote() {
 }
 
 /* P4, progress at quiescence: once nothing is in flight, the data plane has
- * caught up with the tail (ver_done >= the tail's committed version), so
- * extras can come back. Checked in the last promotion, with the slot
- * installed and the head promoted. */
+ * caught up with the tail (ver_done >= the tail's committed version) and no
+ * stamp is pending (ver_next == ver_done: an extra's VSB is refused while
+ * ver_next > ver_done), so extras can come back. Checked in the last
+ * promotion, with the slot installed and the head promoted. */
 #define QUIET (!ovf && net[0] == 0 && cached && promoted && FINAL && ctl == 2)
 
 active proctype world() {
 end:
 	do
 #ifndef NO_P4
-	:: atomic { QUIET && vdone < tclean ->
-		printf("quiescent: ver_done %d, tail committed %d\n", vdone, tclean);
-		assert(vdone >= tclean) }
+	:: atomic { QUIET && (vdone < tclean || vnext != vdone) ->
+		printf("quiescent: ver_next %d, ver_done %d, tail committed %d\n", vnext, vdone, tclean);
+		assert(vdone >= tclean);
+		assert(vnext == vdone) }
 #endif
 	SLOT(0)
 #if NET > 1
