@@ -228,10 +228,11 @@ func TestBMv2EndToEndPromotion(t *testing.T) {
 		}
 	}
 	if err := clientHost.Do(func() (err error) {
-		// BMv2 on shared cores can take longer than the default 50 ms;
-		// a resent write is stamped again, and the slot then waits for the
-		// key's next write (ver_next past ver_done) before extras serve.
-		env.client, err = client.New(client.Options{Service: service, Layout: lay, Timeout: 500 * time.Millisecond, MaxTimeout: 2 * time.Second})
+		// The client's default timeouts: on BMv2 a write may be resent;
+		// the switch stamps the resend again and the head commits that
+		// stamp as a no-op version, so extras serve again without waiting
+		// for the key's next write (spec/README.md, flaw F).
+		env.client, err = client.New(client.Options{Service: service, Layout: lay})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -336,14 +337,17 @@ func TestBMv2EndToEndPromotion(t *testing.T) {
 	}
 	th := bmv2test.NewThrift(conn)
 	defer th.Close()
-	for _, r := range []string{"ver_done", "ver_next"} {
-		v, err := th.RegisterRead("NetdirIngress.netdir.coherence."+r, int(slot))
-		if err != nil {
+	// The head's latest is the last write's version, or above it if that
+	// write was re-sent (a client timeout): the head commits the resend's
+	// stamp as a no-op version (spec/README.md, flaw F).
+	var regs [2]uint64
+	for i, r := range []string{"ver_done", "ver_next"} {
+		if regs[i], err = th.RegisterRead("NetdirIngress.netdir.coherence."+r, int(slot)); err != nil {
 			t.Fatal(err)
 		}
-		if v != latest {
-			t.Fatalf("after the re-push the slot's %s is %d, want the head's latest, %d", r, v, latest)
-		}
+	}
+	if regs[0] != regs[1] || regs[0] < latest {
+		t.Fatalf("after the re-push the slot's ver_done is %d and ver_next %d, want both the head's latest, %d or above", regs[0], regs[1], latest)
 	}
 	before, frames := acceptedVSBs(ctx, t, pc, schema), vsbs.Count()
 	// A write: stamped, completed at the tail, copied to the extras, which
