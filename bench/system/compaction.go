@@ -56,6 +56,10 @@ type PhaseResult struct {
 	ThroughputOps     float64   `json:"throughput_ops"`
 	P99us             float64   `json:"p99_us"`
 	FillMiB           float64   `json:"fill_mib"` // background bytes written
+	// Writes (PUT and DEL) each node admitted and ERR replies it sent, over
+	// the phase: a write refused and retried is admitted again.
+	NodeWrites []float64 `json:"node_writes"`
+	NodeErrors []float64 `json:"node_errors"`
 	// Seconds is the wall time the per-node figures cover: the policy's
 	// whole run (plane start, warm-up, measurement, plane stop), which the
 	// shared machine's load stretches; CompactionMiBps is all nodes'
@@ -92,7 +96,7 @@ func (s *System) compactionPaced() bool {
 // nodeSnapshot is the nodes' counters for a phase's deltas.
 type nodeSnapshot struct {
 	stats []gossip.NodeStats
-	trees [][]storagenode.TreeStats
+	nodes []storagenode.Stats
 }
 
 func (s *System) snapshot() nodeSnapshot {
@@ -101,11 +105,11 @@ func (s *System) snapshot() nodeSnapshot {
 		n := s.Node(i)
 		if n == nil {
 			ns.stats = append(ns.stats, gossip.NodeStats{})
-			ns.trees = append(ns.trees, nil)
+			ns.nodes = append(ns.nodes, storagenode.Stats{})
 			continue
 		}
 		ns.stats = append(ns.stats, n.GossipStats(gossip.NodeStats{}))
-		ns.trees = append(ns.trees, n.Stats().Trees)
+		ns.nodes = append(ns.nodes, n.Stats())
 	}
 	return ns
 }
@@ -193,10 +197,11 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 		ep := gossip.Epoch(before.stats[i], after.stats[i])
 		res.NodePebbleReadUs = append(res.NodePebbleReadUs, float64(ep.ReadLatency)/1e3)
 		var cb, unp, thr float64
-		for j, t := range after.trees[i] {
+		a, bn := after.nodes[i], before.nodes[i]
+		for j, t := range a.Trees {
 			var b storagenode.TreeStats
-			if j < len(before.trees[i]) {
-				b = before.trees[i][j]
+			if j < len(bn.Trees) {
+				b = bn.Trees[j]
 			}
 			cb += float64(t.CompactionBytes - min(b.CompactionBytes, t.CompactionBytes))
 			unp += float64(t.UnpacedBytes - min(b.UnpacedBytes, t.UnpacedBytes))
@@ -206,6 +211,8 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 		res.NodeUnpacedMiB = append(res.NodeUnpacedMiB, unp/(1<<20))
 		res.NodeThrottledS = append(res.NodeThrottledS, thr)
 		res.NodeMaxDebtMiB = append(res.NodeMaxDebtMiB, float64(maxDebt[i])/(1<<20))
+		res.NodeWrites = append(res.NodeWrites, float64(a.Puts+a.Dels-min(bn.Puts+bn.Dels, a.Puts+a.Dels)))
+		res.NodeErrors = append(res.NodeErrors, float64(a.Errors-min(bn.Errors, a.Errors)))
 	}
 	for _, x := range res.NodeCompactionMiB {
 		res.CompactionMiBps += x / res.Seconds
