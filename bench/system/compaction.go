@@ -56,10 +56,15 @@ type PhaseResult struct {
 	ThroughputOps     float64   `json:"throughput_ops"`
 	P99us             float64   `json:"p99_us"`
 	FillMiB           float64   `json:"fill_mib"` // background bytes written
-	// Writes (PUT and DEL) each node admitted and ERR replies it sent, over
-	// the phase: a write refused and retried is admitted again.
-	NodeWrites []float64 `json:"node_writes"`
-	NodeErrors []float64 `json:"node_errors"`
+	// Client writes (PUT and DEL) each node admitted and ERR replies it
+	// counted (storagenode.Stats.Errors), over the phase: a write refused
+	// and retried is admitted again. Of the writes, duplicates answered from
+	// the dedup table and no-op versions made for stamped duplicates
+	// (resends).
+	NodeWrites    []float64 `json:"node_writes"`
+	NodeErrors    []float64 `json:"node_errors"`
+	NodeDupWrites []float64 `json:"node_dup_writes"`
+	NodeNoops     []float64 `json:"node_noops"`
 	// Seconds is the wall time the per-node figures cover: the policy's
 	// whole run (plane start, warm-up, measurement, plane stop), which the
 	// shared machine's load stretches; CompactionMiBps is all nodes'
@@ -213,6 +218,8 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 		res.NodeMaxDebtMiB = append(res.NodeMaxDebtMiB, float64(maxDebt[i])/(1<<20))
 		res.NodeWrites = append(res.NodeWrites, float64(a.Puts+a.Dels-min(bn.Puts+bn.Dels, a.Puts+a.Dels)))
 		res.NodeErrors = append(res.NodeErrors, float64(a.Errors-min(bn.Errors, a.Errors)))
+		res.NodeDupWrites = append(res.NodeDupWrites, float64(a.DupWrites-min(bn.DupWrites, a.DupWrites)))
+		res.NodeNoops = append(res.NodeNoops, float64(a.Noops-min(bn.Noops, a.Noops)))
 	}
 	for _, x := range res.NodeCompactionMiB {
 		res.CompactionMiBps += x / res.Seconds

@@ -356,6 +356,8 @@ func writePhase(w io.Writer, p system.PhaseResult) {
 	row("node max debt (MiB)", p.NodeMaxDebtMiB, "%8.1f")
 	row("node writes", p.NodeWrites, "%8.0f")
 	row("node ERR replies", p.NodeErrors, "%8.0f")
+	row("  duplicate writes", p.NodeDupWrites, "%8.0f")
+	row("  no-op versions", p.NodeNoops, "%8.0f")
 	fmt.Fprintf(w, "    %.0f s, compaction %.1f MiB/s over all nodes\n", p.Seconds, p.CompactionMiBps)
 	fmt.Fprintf(w, "    request spread %.1f%%, latency spread %.2f×, Pebble read latency spread %.2f×\n",
 		(p.RequestSpread-1)*100, p.LatencySpread, p.PebbleLatSpread)
