@@ -798,7 +798,7 @@ type DirectoryEntry struct {
 	Pinned      bool                   `protobuf:"varint,6,opt,name=pinned,proto3" json:"pinned,omitempty"`
 	Hits        uint64                 `protobuf:"varint,7,opt,name=hits,proto3" json:"hits,omitempty"` // last round's hit count
 	// The head's latest version when the key was promoted: planes seed the
-	// slot's ver_next and ver_done with it (0 when the head was not told).
+	// slot's ver_next and ver_done with it.
 	Version       uint64 `protobuf:"varint,8,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

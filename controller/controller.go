@@ -391,13 +391,16 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 	// first, unseeded, let an extra's copy of an older version pass for the
 	// newest, and a lost tail announcement leave the slot behind forever
 	// (spec/README.md, flaws A and E). Copies' VSBs that arrive before the
-	// slot does are refused and re-sent by the extras.
-	if c.storage != nil && len(extras) > 0 {
+	// slot does are refused and re-sent by the extras. A key without extras
+	// is promoted too: seeded at 0, every write to a key the nodes had
+	// already written far was refused as stale and retried once per
+	// version until the stamps caught up (a write storm).
+	if c.storage != nil {
 		ver, err := c.storage.Promote(ctx, c.node(chain[0]), key, c.nodes(extras))
 		if err != nil {
 			// The head may have promoted and its answer been lost: undo,
 			// or it would refuse the key's unstamped writes for good.
-			if derr := c.storage.Demote(ctx, c.node(chain[0]), key, c.nodes(extras)); derr != nil {
+			if derr := c.undoPromote(ctx, chain[0], key, extras); derr != nil {
 				c.log.Warn("demote after a failed promote failed", "key", string(key), "err", derr)
 			}
 			release()
@@ -410,8 +413,8 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 			for _, q := range c.planes[:i] {
 				q.RemoveEntry(ctx, e)
 			}
-			if c.storage != nil && len(extras) > 0 {
-				if derr := c.storage.Demote(ctx, c.node(chain[0]), key, c.nodes(extras)); derr != nil {
+			if c.storage != nil {
+				if derr := c.undoPromote(ctx, chain[0], key, extras); derr != nil {
 					c.log.Warn("demote after a failed install failed", "key", string(key), "err", derr)
 				}
 			}
@@ -430,6 +433,15 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 	return nil
 }
 
+// undoPromote demotes key at its head after a promotion that did not
+// complete, also when ctx was cancelled midway (a controller stopping):
+// left promoted, the head would refuse the key's unstamped writes for good.
+func (c *Controller) undoPromote(ctx context.Context, head wire.NodeID, key []byte, extras []wire.NodeID) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return c.storage.Demote(ctx, c.node(head), key, c.nodes(extras))
+}
+
 func (c *Controller) evict(ctx context.Context, e *Entry) error {
 	var errs []error
 	for _, p := range c.planes {
@@ -437,7 +449,7 @@ func (c *Controller) evict(ctx context.Context, e *Entry) error {
 			errs = append(errs, fmt.Errorf("evict %q from %s: %w", e.Key, p.Name(), err))
 		}
 	}
-	if c.storage != nil && len(e.Locs) > e.R {
+	if c.storage != nil {
 		if err := c.storage.Demote(ctx, c.node(e.Locs[0]), e.Key, c.nodes(e.Locs[e.R:])); err != nil {
 			c.log.Warn("demote at head failed", "key", string(e.Key), "err", err)
 		}
@@ -501,7 +513,7 @@ func (c *Controller) Resync(ctx context.Context, p DataPlane) error {
 		// refuses unstamped writes of a promoted key and this plane stamps
 		// none without the slot (another plane that kept it may, between
 		// the two: the same window as a promotion's with several planes).
-		if c.storage != nil && len(e.Locs) > e.R {
+		if c.storage != nil {
 			ver, err := c.storage.Promote(ctx, c.node(e.Locs[0]), e.Key, c.nodes(e.Locs[e.R:]))
 			if err != nil {
 				return fmt.Errorf("re-sync %q at its head: %w", e.Key, err)

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -37,7 +38,7 @@ func (p *corePlane) InstallEntry(_ context.Context, e *Entry) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.slots[e.Slot] = e.Hash
-	_, err := p.d.Insert(e.Hash, e.Locs, e.R, 0, e.Buckets)
+	_, err := p.d.Insert(e.Hash, e.Locs, e.R, e.Ver, e.Buckets)
 	return err
 }
 func (p *corePlane) RemoveEntry(_ context.Context, e *Entry) error {
@@ -98,6 +99,7 @@ type recStorage struct {
 	mu       sync.Mutex
 	promoted map[string][]wire.NodeID
 	demoted  []string
+	latest   uint64 // the heads' latest version, as Promote answers
 }
 
 func (s *recStorage) Promote(_ context.Context, head NodeAddr, key []byte, extras []NodeAddr) (uint64, error) {
@@ -108,7 +110,7 @@ func (s *recStorage) Promote(_ context.Context, head NodeAddr, key []byte, extra
 		ids = append(ids, e.ID)
 	}
 	s.promoted[string(key)] = ids
-	return 0, nil
+	return s.latest, nil
 }
 func (s *recStorage) Demote(_ context.Context, _ NodeAddr, key []byte, _ []NodeAddr) error {
 	s.mu.Lock()
@@ -235,6 +237,36 @@ func TestPinSurvivesColdRounds(t *testing.T) {
 	}
 	if err := c.Unpin(ctx, []byte("pinned")); err == nil {
 		t.Fatal("unpinning an absent key succeeded")
+	}
+}
+
+// TestPromoteSeedsFromHead: a key is promoted at its head before any plane
+// has it, also without extras, and the plane's slot starts at the head's
+// latest version: seeded lower, each write to a key the nodes had already
+// written would be refused as stale once per version behind.
+func TestPromoteSeedsFromHead(t *testing.T) {
+	ctx := context.Background()
+	c, p, st := testController(t)
+	st.latest = 41
+	e, err := c.Pin(ctx, []byte("written-before"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.promoted["written-before"]; len(got) != 1+len(e.Locs)-e.R || got[0] != e.Locs[0] {
+		t.Fatalf("head promotion %v for locations %v (chain %d)", got, e.Locs, e.R)
+	}
+	if e.Ver != 41 {
+		t.Fatalf("entry version %d, want the head's 41", e.Ver)
+	}
+	s, ok := p.d.Lookup(e.Hash)
+	if !ok || s.VerNext != 41 || s.VerDone != 41 {
+		t.Fatalf("slot %+v, want ver_next = ver_done = 41", s)
+	}
+	if err := c.Unpin(ctx, []byte("written-before")); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(st.demoted, "written-before") {
+		t.Fatalf("evicted key not demoted at its head: %v", st.demoted)
 	}
 }
 

@@ -23,8 +23,8 @@ type Entry struct {
 	// re-seeds its registers when it sees a new one, so a reused slot does
 	// not inherit the evicted key's versions and fresh bits.
 	Gen uint32
-	// Ver is the head's latest version when the key was promoted (0 with no
-	// extras: the head is not told). Every plane seeds the slot with it.
+	// Ver is the head's latest version when the key was promoted. Every
+	// plane seeds the slot with it.
 	Ver uint64
 }
 
