@@ -7,7 +7,6 @@ import (
 	"net"
 	"sort"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -159,25 +158,9 @@ type Sniffer struct {
 func (h *Host) Sniff(match func(frame []byte) bool) (*Sniffer, error) {
 	s := &Sniffer{fd: -1, stop: make(chan struct{}), done: make(chan struct{}), match: match}
 	err := h.Do(func() error {
-		ifc, err := net.InterfaceByName("eth0")
-		if err != nil {
-			return err
-		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
-		if err != nil {
-			return err
-		}
-		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifc.Index}); err != nil {
-			unix.Close(fd)
-			return err
-		}
-		tv := unix.NsecToTimeval(int64(50 * time.Millisecond))
-		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-			unix.Close(fd)
-			return err
-		}
+		fd, _, err := packetSocket("eth0")
 		s.fd = fd
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, err

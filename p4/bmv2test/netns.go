@@ -83,24 +83,11 @@ func NewNetns(name string, ports []uint32) (*Netns, error) {
 	}
 	err := n.Do(func() error {
 		for _, p := range ports {
-			ifc, err := net.InterfaceByName(fmt.Sprintf("h%d", p))
+			fd, ifindex, err := packetSocket(fmt.Sprintf("h%d", p))
 			if err != nil {
 				return err
 			}
-			fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
-			if err != nil {
-				return err
-			}
-			if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifc.Index}); err != nil {
-				unix.Close(fd)
-				return err
-			}
-			tv := unix.NsecToTimeval(int64(50 * time.Millisecond))
-			if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-				unix.Close(fd)
-				return err
-			}
-			n.ports[p] = &hostPort{fd: fd, ifindex: ifc.Index}
+			n.ports[p] = &hostPort{fd: fd, ifindex: ifindex}
 		}
 		return nil
 	})
@@ -113,6 +100,30 @@ func NewNetns(name string, ports []uint32) (*Netns, error) {
 	}
 	ok = true
 	return n, nil
+}
+
+// packetSocket opens an AF_PACKET socket bound to interface name (in the
+// calling thread's namespace) that reads every frame, with a 50 ms read
+// timeout so its reader can notice a stop.
+func packetSocket(name string) (fd, ifindex int, err error) {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return -1, 0, err
+	}
+	fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+	if err != nil {
+		return -1, 0, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifc.Index}); err != nil {
+		unix.Close(fd)
+		return -1, 0, err
+	}
+	tv := unix.NsecToTimeval(int64(50 * time.Millisecond))
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		unix.Close(fd)
+		return -1, 0, err
+	}
+	return fd, ifc.Index, nil
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
