@@ -160,17 +160,7 @@ func TestNetnsCommand(t *testing.T) {
 		return metric("netdir_agent_directory_entries") == 1
 	})
 	const reads = 150
-	by := map[wire.NodeID]int{}
-	for range reads {
-		r, err := e.client.GetResult(ctx, hot)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(r.Value) != "v1" {
-			t.Fatalf("read %q, want v1", r.Value)
-		}
-		by[r.Node]++
-	}
+	by := e.readsByNode(ctx, t, hot, "v1", reads)
 	t.Logf("reads of the hot key by node: %v", by)
 	for _, n := range e.lay.ChainOf(wire.HashKey(hot)) {
 		// Every replica gets a share: at least 1/9 of the reads (both

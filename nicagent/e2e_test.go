@@ -457,15 +457,7 @@ func TestNetnsEndToEnd(t *testing.T) {
 	if s.DropTotal != 0 || s.NoAddr != 0 || s.FragMiss != 0 {
 		t.Errorf("drops: %+v", s)
 	}
-	for name, ns := range e.tb.hosts {
-		n, err := udpCsumErrors(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n != 0 {
-			t.Errorf("%s: %d UDP checksum errors", name, n)
-		}
-	}
+	e.noChecksumErrors(t)
 	ss := e.agent.SyncStats()
 	if ss.Snapshots != 1 || ss.Deltas < 3 || ss.Errors != 0 {
 		t.Errorf("sync: %+v", ss)
@@ -476,6 +468,57 @@ func TestNetnsEndToEnd(t *testing.T) {
 
 // diag describes the testbed's state for a failure message: the agent's
 // counters and the nodes' UDP checksum errors.
+// promoteWithExtra writes hot (v1), has a node report it hot and runs one
+// hot-key round, which must promote it with one extra (four nodes, chains
+// of three); it returns the entry.
+func (e *e2e) promoteWithExtra(ctx context.Context, t *testing.T, hot []byte) controller.Entry {
+	t.Helper()
+	if _, err := e.client.Put(ctx, hot, []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	e.ctl.Report(&api.NodeStats{Node: 1, Version: 1, HotKeys: []*api.KeyCount{{Key: hot, Count: 1000}}})
+	if err := e.ctl.HotKeyRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ents := e.ctl.Entries()
+	if len(ents) != 1 || len(ents[0].Locs) != 4 || ents[0].R != 3 {
+		t.Fatalf("the controller's directory: %+v; want the key with one extra", ents)
+	}
+	return ents[0]
+}
+
+// readsByNode reads key n times through the client, checks every value is
+// want, and counts the replies by the node that served them.
+func (e *e2e) readsByNode(ctx context.Context, t *testing.T, key []byte, want string, n int) map[wire.NodeID]int {
+	t.Helper()
+	by := map[wire.NodeID]int{}
+	for range n {
+		r, err := e.client.GetResult(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(r.Value) != want {
+			t.Fatalf("read %q, want %s", r.Value, want)
+		}
+		by[r.Node]++
+	}
+	return by
+}
+
+// noChecksumErrors checks every host's UDP checksum error count.
+func (e *e2e) noChecksumErrors(t *testing.T) {
+	t.Helper()
+	for name, ns := range e.tb.hosts {
+		n, err := udpCsumErrors(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Errorf("%s: %d UDP checksum errors", name, n)
+		}
+	}
+}
+
 func (e *e2e) diag() string {
 	s, _ := e.agent.Dataplane().Stats()
 	out := fmt.Sprintf("agent: %+v; checksum errors:", s)
@@ -497,25 +540,14 @@ func TestNetnsExtras(t *testing.T) {
 	defer cancel()
 	hot := []byte("hot-key")
 	h := wire.HashKey(hot)
-	if _, err := e.client.Put(ctx, hot, []byte("v1")); err != nil {
-		t.Fatal(err)
-	}
 	// The controller promotes at the head first and publishes the slot
 	// seeded with the head's latest version (v1), so the extra's VSB of v1
 	// is accepted as soon as the slot is there (one that comes earlier is
 	// refused and re-sent by the extra).
-	// A node reports the key hot; one round promotes it with one extra.
-	e.ctl.Report(&api.NodeStats{Node: 1, Version: 1, HotKeys: []*api.KeyCount{{Key: hot, Count: 1000}}})
-	if err := e.ctl.HotKeyRound(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ents := e.ctl.Entries()
-	if len(ents) != 1 || len(ents[0].Locs) != 4 || ents[0].R != 3 {
-		t.Fatalf("the controller's directory: %+v; want the key with one extra", ents)
-	}
-	extra := ents[0].Locs[3]
-	if !slices.Equal(ents[0].Locs[:3], e.lay.ChainOf(h)) || slices.Contains(ents[0].Locs[:3], extra) {
-		t.Fatalf("the controller placed %v; want the chain %v, then another node", ents[0].Locs, e.lay.ChainOf(h))
+	locs := e.promoteWithExtra(ctx, t, hot).Locs
+	extra := locs[3]
+	if !slices.Equal(locs[:3], e.lay.ChainOf(h)) || slices.Contains(locs[:3], extra) {
+		t.Fatalf("the controller placed %v; want the chain %v, then another node", locs, e.lay.ChainOf(h))
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {

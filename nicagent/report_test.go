@@ -198,20 +198,7 @@ func TestNetnsReportsPromote(t *testing.T) {
 	if _, err := e.client.Put(ctx, hot, []byte("v1")); err != nil {
 		t.Fatal(err)
 	}
-	read := func(n int) map[wire.NodeID]int {
-		by := map[wire.NodeID]int{}
-		for range n {
-			r, err := e.client.GetResult(ctx, hot)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(r.Value) != "v1" {
-				t.Fatalf("read %q, want v1", r.Value)
-			}
-			by[r.Node]++
-		}
-		return by
-	}
+	read := func(n int) map[wire.NodeID]int { return e.readsByNode(ctx, t, hot, "v1", n) }
 	// delivered waits until the controller has taken every miss and hit
 	// the agent's maps counted.
 	delivered := func() {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/wire"
 )
@@ -41,18 +40,8 @@ func TestNetnsRouter(t *testing.T) {
 	// (four nodes, chains of three), and r gets the slot.
 	hot := []byte("hot-key")
 	h := wire.HashKey(hot)
-	if _, err := e.client.Put(ctx, hot, []byte("v1")); err != nil {
-		t.Fatal(err)
-	}
-	e.ctl.Report(&api.NodeStats{Node: 1, Version: 1, HotKeys: []*api.KeyCount{{Key: hot, Count: 1000}}})
-	if err := e.ctl.HotKeyRound(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ents := e.ctl.Entries()
-	if len(ents) != 1 || len(ents[0].Locs) != 4 || ents[0].R != 3 {
-		t.Fatalf("the controller's directory: %+v; want the key with one extra", ents)
-	}
-	locs, extra := ents[0].Locs, ents[0].Locs[3]
+	locs := e.promoteWithExtra(ctx, t, hot).Locs
+	extra := locs[3]
 	waitFor(t, 5*time.Second, "the promoted key in the router's directory", func() bool {
 		sl, ok, _ := e.agent.Dataplane().Lookup(h)
 		return ok && sl.N == 4
@@ -141,14 +130,6 @@ func TestNetnsRouter(t *testing.T) {
 	if s.DropTotal != vsbLate || s.NoAddr != 0 {
 		t.Errorf("drops: %+v", s)
 	}
-	for name, ns := range e.tb.hosts {
-		n, err := udpCsumErrors(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n != 0 {
-			t.Errorf("%s: %d UDP checksum errors", name, n)
-		}
-	}
+	e.noChecksumErrors(t)
 	t.Logf("router counters: %+v", e.stats(t))
 }

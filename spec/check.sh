@@ -124,6 +124,20 @@ trail() {
     sed 's/[[:space:]][[:space:]]*/ /g; s/^ //; s/^/    /'
 }
 
+# caught LIST WHAT MISSED: each entry of LIST must give a counterexample
+# (BFS, the shortest), whose trail is printed; returns 1 if one does not.
+caught() {
+  local -n entries=$1
+  local e n f rc=0
+  for e in "${entries[@]}"; do
+    n=${e%%|*} f=${e#*|}
+    if run "$n" "$f" find; then echo "spec: $2 $n $3"; rc=1
+    elif [ -f "$work/$n/coherence.pml.trail" ]; then trail "$n" "$f"
+    else rc=1; fi
+  done
+  return $rc
+}
+
 entry() { # entry LIST NAME -> flags
   local -n list=$1
   local e
@@ -143,12 +157,7 @@ case "${1:-verify}" in
   mutants)
     echo "spec: mutants of the fixed protocol; each must give a counterexample (work: $work)"
     rc=0
-    for e in "${MUTANTS[@]}"; do
-      n=${e%%|*} f=${e#*|}
-      if run "$n" "$f" find; then echo "spec: mutant $n NOT caught"; rc=1
-      elif [ -f "$work/$n/coherence.pml.trail" ]; then trail "$n" "$f"
-      else rc=1; fi
-    done
+    caught MUTANTS "mutant" "NOT caught" || rc=1
     for e in "${SURVIVORS[@]}"; do
       n=${e%%|*} f=${e#*|}
       if run "$n" "$f" verify; then echo "    (redundant in the fixed protocol: expected)"
@@ -159,14 +168,8 @@ case "${1:-verify}" in
     exit $rc ;;
   flaws)
     echo "spec: the code before the fixes; each known flaw must give its counterexample (work: $work)"
-    rc=0
-    for e in "${FLAWS[@]}"; do
-      n=${e%%|*} f=${e#*|}
-      if run "$n" "$f" find; then echo "spec: flaw $n NOT reproduced"; rc=1
-      elif [ -f "$work/$n/coherence.pml.trail" ]; then trail "$n" "$f"
-      else rc=1; fi
-    done
-    exit $rc ;;
+    caught FLAWS "flaw" "NOT reproduced"
+    exit $? ;;
   one)
     n=${2:?name}
     if f=$(entry VERIFY "$n"); then run "$n" "$f" verify || trail "$n" "$f"
