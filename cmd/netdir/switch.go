@@ -16,14 +16,12 @@ import (
 	"syscall"
 	"time"
 
-	p4 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 	"gopkg.in/yaml.v3"
 
+	"github.com/netdir/netdir/cluster"
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/model"
-	"github.com/netdir/netdir/model/p4rtserver"
 	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
 )
@@ -91,11 +89,6 @@ SIGINT or SIGTERM stops the switch.`,
 			if len(nodes) < replicas {
 				return fmt.Errorf("%s: %d nodes, fewer than --replicas %d", nodesFile, len(nodes), replicas)
 			}
-			sw, err := model.New(model.Config{Listen: listen, Nodes: nodes, Directory: dcfg})
-			if err != nil {
-				return err
-			}
-			parts := 1 << bits
 			if chains == nil {
 				ids := make([]wire.NodeID, len(nodes))
 				for i, n := range nodes {
@@ -103,45 +96,37 @@ SIGINT or SIGTERM stops the switch.`,
 				}
 				pmap, err := directory.RingMap(bits, ids, replicas, 1)
 				if err != nil {
-					sw.Close()
 					return err
 				}
 				chains = pmap.Chains
 			}
-			for p, chain := range chains {
-				if err := sw.SetPartition(uint32(p), chain, nil); err != nil {
-					sw.Close()
-					return fmt.Errorf("partition %d: %w", p, err)
-				}
-			}
-			if p4rtAddr != "" {
-				lis, err := net.Listen("tcp", p4rtAddr)
-				if err != nil {
-					sw.Close()
-					return fmt.Errorf("--p4runtime: %w", err)
-				}
-				gs := grpc.NewServer()
-				p4.RegisterP4RuntimeServer(gs, p4rtserver.New(deviceID, model.NewP4Target(sw)))
-				go gs.Serve(lis)
-				defer gs.Stop()
-				slog.Info("P4Runtime serving", "addr", lis.Addr(), "device_id", deviceID)
+			sw, err := cluster.StartSwitch(cluster.SwitchConfig{
+				Listen: listen, Directory: dcfg, Nodes: nodes, Chains: chains, P4Runtime: p4rtAddr, DeviceID: deviceID,
+			})
+			if err != nil {
+				return err
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			log.Info("switch serving", "addr", sw.Addr(), "nodes", len(nodes), "partitions", parts,
+			if a := sw.P4RuntimeAddr(); a != "" {
+				log.Info("P4Runtime serving", "addr", a, "device_id", deviceID)
+			}
+			log.Info("switch serving", "addr", sw.Addr(), "nodes", len(nodes), "partitions", 1<<bits,
 				"replicas", replicas, "slots", sw.DirectoryConfig().Slots)
 
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			errc := make(chan error, 1)
-			go func() { errc <- sw.Run(ctx) }()
 			tick := time.NewTicker(10 * time.Second)
 			defer tick.Stop()
 			for {
 				select {
 				case <-tick.C:
-					log.Info("counters", summary(sw)...)
-				case err := <-errc:
-					log.Info("switch stopped", summary(sw)...)
+					log.Info("counters", summary(sw.Switch)...)
+				case <-sw.Done():
+					log.Info("switch stopped", summary(sw.Switch)...)
+					return sw.Close()
+				case <-ctx.Done():
+					err := sw.Close()
+					log.Info("switch stopped", summary(sw.Switch)...)
 					return err
 				}
 			}

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/netdir/netdir/bench"
+	"github.com/netdir/netdir/bench/system"
+	"github.com/netdir/netdir/storagenode"
+)
+
+// experimentFlags are the flags of the named experiments.
+type experimentFlags struct {
+	name       string
+	fillMiB    float64
+	budgetMiB  float64
+	lead       time.Duration
+	fillTrees  string
+	compactors int
+	lbaseMiB   float64
+	repeat     int
+}
+
+func (e *experimentFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&e.name, "experiment", "", "run a named experiment instead of the policy sweep: "+
+		system.ExpCompactionBalance+" (request vs latency balance while node 1 compacts), "+
+		system.ExpCompactionPacing+" (read throughput, compaction unthrottled vs paced), "+
+		"both on the first --nodes, --workload and --zipf and the first of --policies (default replicas); or "+
+		system.ExpAblation+" (static, coarse, coarse+fine, coarse+fine+compaction, c3 and replicas on every --workload "+
+		"(default A,B,C), the first --nodes and --zipf, compaction live)")
+	fl.Float64Var(&e.fillMiB, "fill-mib", 16, "experiments: background writes per compacting node (MiB/s), which keep its compactions busy")
+	fl.Float64Var(&e.budgetMiB, "compaction-mib", float64(storagenode.DefaultCompactionBudget>>20),
+		"experiments: the nodes' compaction budget in the paced phase (MiB/s)")
+	fl.DurationVar(&e.lead, "fill-lead", 3*time.Second, "experiments: background writes start this long before the workload")
+	fl.StringVar(&e.fillTrees, "fill-trees", "", "experiments: chain positions the background writes go to (comma list; default every tree)")
+	fl.Float64Var(&e.lbaseMiB, "lbase-mib", 2, "experiments: Pebble's base level size per tree (MiB; Pebble's default is 64): "+
+		"a small data set gets the levels, and so the non-L0 compactions that pacing acts on, of a large one")
+	fl.IntVar(&e.repeat, "repeat", 1, "experiments: run the compared phases this many times, in ABBA order "+
+		"(A B, B A, A B, …), so that a drift of the shared machine's load cancels; the summary averages them")
+	fl.IntVar(&e.compactors, "compacting-nodes", 0, "experiments: how many nodes write in the background (default 1 for "+
+		system.ExpCompactionBalance+", every node for "+system.ExpCompactionPacing+", half of them for "+system.ExpAblation+")")
+}
+
+func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload, zipf string, keys int64) error {
+	out := cmd.OutOrStdout()
+	nodes, err := parseInts("nodes", f.nodes)
+	if err != nil {
+		return err
+	}
+	n := nodes[0]
+	var dist string
+	var theta float64
+	switch z := parseList(zipf)[0]; z {
+	case "uniform":
+		dist = bench.DistUniform
+	default:
+		if _, err := fmt.Sscan(z, &theta); err != nil || theta <= 0 || theta > 3 {
+			return fmt.Errorf("--zipf %q", z)
+		}
+		dist = bench.DistZipf
+	}
+	workloads := parseList(workload)
+	if len(workloads) == 0 {
+		return errors.New("--workload: empty")
+	}
+	if e.name == system.ExpAblation {
+		if !cmd.Flags().Changed("workload") {
+			workloads = []string{"A", "B", "C"}
+		}
+	} else {
+		workloads = workloads[:1]
+	}
+	cfg := system.ExperimentConfig{Name: e.name, Nodes: n, Repeat: e.repeat, FillRate: e.fillMiB * (1 << 20),
+		Lead: e.lead, Compactors: e.compactors, Budget: int64(e.budgetMiB * (1 << 20))}
+	for _, x := range workloads {
+		mix, err := bench.YCSB(x)
+		if err != nil {
+			return fmt.Errorf("--workload: %w", err)
+		}
+		cfg.Workloads = append(cfg.Workloads, bench.Workload{Name: strings.ToUpper(x), Mix: mix, Keys: keys, ValueSize: f.valueSize, Seed: f.seed, Dist: dist, Zipf: theta})
+	}
+	for _, x := range parseList(e.fillTrees) {
+		var t int
+		if _, err := fmt.Sscan(x, &t); err != nil || t < 0 || t >= f.replicas {
+			return fmt.Errorf("--fill-trees %q: want chain positions 0..%d", x, f.replicas-1)
+		}
+		cfg.FillTrees = append(cfg.FillTrees, t)
+	}
+	if cmd.Flags().Changed("policies") {
+		ps, err := parsePolicies(f.policies)
+		if err != nil {
+			return err
+		}
+		cfg.Policy = ps[0]
+	}
+	steps, err := system.ExperimentSteps(cfg)
+	if err != nil {
+		return err
+	}
+	if e.name == system.ExpAblation && f.warmup < 2*system.CoarseEpoch {
+		fmt.Fprintf(out, "==> note: coarse weights from measured load are installed %s after a plane starts; with --warmup %s the measurement starts before them\n",
+			2*system.CoarseEpoch, f.warmup)
+	}
+	live, err := liveFunc(out, f.live)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sys, err := system.Start(ctx, f.systemConfig(cmd, n, nodeDir(f.dataDir, n), func(o *storagenode.Options) {
+		o.LBaseMaxBytes = int64(e.lbaseMiB * (1 << 20))
+	}))
+	if err != nil {
+		return err
+	}
+	defer sys.Close()
+	src, err := bench.Workload{Name: "load", Mix: bench.WriteMix(1), Keys: keys, ValueSize: f.valueSize, Seed: f.seed}.Build()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "==> preloading %d keys\n", keys)
+	if err := sys.Preload(ctx, src, 64, nil); err != nil {
+		return err
+	}
+	res := system.ExperimentResults{Experiment: e.name, Command: strings.Join(os.Args, " ")}
+	for _, st := range steps {
+		ph := st.Phase
+		fmt.Fprintf(out, "==> %s, phase %s: %s on %s, %s, %d nodes, %s; background writes %.0f MiB/s on nodes %v, compaction budget %s\n",
+			e.name, ph.Name, st.Policy, st.Workload.Name, distName(dist, theta), n, loopName(f), ph.FillRate/(1<<20), oneBasedList(ph.Fill), system.BudgetName(ph.Budget))
+		run, pr, err := sys.RunStep(ctx, st, system.RunOptions{
+			Workers: f.concurrency, Rate: f.rate, Warmup: f.warmup, Duration: f.duration, Live: live,
+		})
+		if err != nil {
+			return err
+		}
+		res.Runs = append(res.Runs, run)
+		res.Phases = append(res.Phases, pr)
+		if err := bench.WriteSummary(out, []bench.Run{run}); err != nil {
+			return err
+		}
+		writePhase(out, pr)
+		fmt.Fprintf(out, "    fine score switched %.1f%% of routed requests; compaction %s\n", run.SwitchedFraction*100, pacedName(pr.Paced))
+	}
+	res.Summarise()
+	if e.name == system.ExpAblation {
+		fmt.Fprintln(out)
+		if err := bench.WriteSummary(out, res.Runs); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(out, "\nsummary")
+	for _, k := range slices.Sorted(maps.Keys(res.Summary)) {
+		fmt.Fprintf(out, "  %-50s %.3f\n", k, res.Summary[k])
+	}
+	if f.jsonPath != "" {
+		if err := writeJSONFile(f.jsonPath, res); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, "wrote", f.jsonPath)
+	}
+	if f.htmlPath != "" {
+		if err := writeOutputs(bench.Results{Runs: res.Runs}, "", f.htmlPath, "netdir bench --experiment "+e.name); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, "wrote", f.htmlPath)
+	}
+	return nil
+}
+
+func pacedName(paced bool) string {
+	if paced {
+		return "paced by read share"
+	}
+	return "unthrottled"
+}
+
+func oneBasedList(idx []int) string {
+	if len(idx) == 0 {
+		return "none"
+	}
+	var s []string
+	for _, i := range idx {
+		s = append(s, fmt.Sprint(i+1))
+	}
+	return strings.Join(s, ",")
+}
+
+func writePhase(w io.Writer, p system.PhaseResult) {
+	row := func(name string, xs []float64, format string) {
+		fmt.Fprintf(w, "    %-22s", name)
+		for _, x := range xs {
+			fmt.Fprintf(w, " "+format, x)
+		}
+		fmt.Fprintln(w)
+	}
+	row("node requests", p.NodeRequests, "%8.0f")
+	row("node latency (µs)", p.NodeLatencyUs, "%8.0f")
+	row("node Pebble read (µs)", p.NodePebbleReadUs, "%8.1f")
+	row("node compaction (MiB)", p.NodeCompactionMiB, "%8.1f")
+	row("  of which unpaced (MiB)", p.NodeUnpacedMiB, "%8.1f")
+	row("node throttled (s)", p.NodeThrottledS, "%8.2f")
+	row("node max debt (MiB)", p.NodeMaxDebtMiB, "%8.1f")
+	row("node writes", p.NodeWrites, "%8.0f")
+	row("node ERR replies", p.NodeErrors, "%8.0f")
+	row("  duplicate writes", p.NodeDupWrites, "%8.0f")
+	row("  no-op versions", p.NodeNoops, "%8.0f")
+	fmt.Fprintf(w, "    %.0f s, compaction %.1f MiB/s over all nodes\n", p.Seconds, p.CompactionMiBps)
+	fmt.Fprintf(w, "    request spread %.1f%%, latency spread %.2f×, Pebble read latency spread %.2f×\n",
+		(p.RequestSpread-1)*100, p.LatencySpread, p.PebbleLatSpread)
+}
+
+func writeJSONFile(path string, v any) error {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
