@@ -35,6 +35,8 @@ type Request struct {
 	// pays, and leaves the device's position alone (syncs).
 	Stream uint64
 	Offset int64
+
+	fs *FS // also counted in this FS's stats
 }
 
 // Booking is where the device put one I/O in time.
@@ -143,11 +145,10 @@ func (d *Device) Book(now time.Time, r Request) Booking {
 	d.slots[slot] = done
 
 	cost := service + transfer
-	s := &d.stats[r.Class]
-	s.IOs++
-	s.Bytes += uint64(r.Bytes)
-	s.Busy += cost
-	s.Wait += done.Sub(now) - cost
+	d.stats[r.Class].add(r.Bytes, cost, done.Sub(now)-cost)
+	if r.fs != nil {
+		r.fs.stats[r.Class].add(r.Bytes, cost, done.Sub(now)-cost)
+	}
 	return Booking{Start: start, Done: done, Cost: cost}
 }
 
@@ -191,6 +192,13 @@ type ClassStats struct {
 	Wait time.Duration
 }
 
+func (s *ClassStats) add(bytes int64, busy, wait time.Duration) {
+	s.IOs++
+	s.Bytes += uint64(bytes)
+	s.Busy += busy
+	s.Wait += wait
+}
+
 // Stats is a snapshot of a device's figures. I/Os count when they are
 // booked, so Busy may run up to one booking ahead of Elapsed.
 type Stats struct {
@@ -200,10 +208,12 @@ type Stats struct {
 }
 
 // Stats returns the device's figures now.
-func (d *Device) Stats() Stats {
+func (d *Device) Stats() Stats { return d.snapshot(&d.stats) }
+
+func (d *Device) snapshot(classes *[NumClasses]ClassStats) Stats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return Stats{Elapsed: d.clock.Now().Sub(d.born), QueueDepth: d.p.QueueDepth, Class: d.stats}
+	return Stats{Elapsed: d.clock.Now().Sub(d.born), QueueDepth: d.p.QueueDepth, Class: *classes}
 }
 
 // Sub returns the figures of the interval from prev to s.

@@ -1,6 +1,14 @@
 // Package device emulates a node's storage device beneath Pebble, so that
 // compaction I/O takes device time from reads as on a real disk (issue 14).
 //
+// # Use
+//
+// A node makes one Device (New(profile, nil)) and puts each of its Pebble
+// trees on it with Configure before pebble.Open; the FS that Configure
+// returns counts that tree's part. Device.Stats and FS.Stats give I/Os,
+// bytes, busy time and queue wait per class; Stats.Sub turns two snapshots
+// into an interval's figures.
+//
 // # The model
 //
 // A Device is one FIFO queue in front of QueueDepth slots and one bandwidth
@@ -58,7 +66,10 @@
 //     vfs.RandomReadsOption for the table cache. They reach the FS only on a
 //     block-cache miss: sstable block reads look up the block cache first
 //     and call ReadHandle.ReadAt only when the block is absent. Opening a
-//     table (footer, index, filters) is counted here too.
+//     table (footer, properties, index, filter) and a compaction input's
+//     first index block, read before SetupForCompaction, also go through
+//     the random handle and are counted here: a few small reads per table
+//     (under a tenth of a compaction's bytes with the tests' tiny tables).
 //   - Log reads (WAL replay, MANIFEST) at open are counted with the WAL.
 //
 // Other signals were rejected: EventListener's TableCreated and

@@ -13,25 +13,35 @@ import (
 // wrapped so that its I/O pays device time, and speculative readahead is
 // turned off so that only compactions open tables for sequential reads,
 // which is how the wrapper tells compaction reads from user reads (see the
-// package doc). Call it before pebble.Open.
-func (d *Device) Configure(o *pebble.Options) {
+// package doc). Call it before pebble.Open; the FS it returns counts this
+// DB's part of the device's figures.
+func (d *Device) Configure(o *pebble.Options) *FS {
 	if o.FS == nil {
 		o.FS = vfs.Default
 	}
-	o.FS = d.FS(o.FS)
+	fs := d.FS(o.FS)
+	o.FS = fs
 	rc := objstorageprovider.NewReadaheadConfig()
 	rc.Set(objstorageprovider.FadviseSequential, objstorageprovider.NoReadahead)
 	o.Local.ReadaheadConfig = rc
+	return fs
 }
 
 // FS wraps inner so that every read, write and sync of its files pays
-// device time, classed as the package doc says.
-func (d *Device) FS(inner vfs.FS) vfs.FS { return &fs{FS: inner, dev: d} }
+// device time, classed as the package doc says. Several FSs (a node's
+// trees) may share a device; each counts its own part.
+func (d *Device) FS(inner vfs.FS) *FS { return &FS{FS: inner, dev: d} }
 
-type fs struct {
+// FS is a vfs.FS on a device.
+type FS struct {
 	vfs.FS
-	dev *Device
+	dev   *Device
+	stats [NumClasses]ClassStats // guarded by dev.mu
 }
+
+// Stats returns this FS's part of its device's figures: what the files
+// it opened cost.
+func (f *FS) Stats() Stats { return f.dev.snapshot(&f.stats) }
 
 // writeClass maps Pebble's write categories (vfs.DiskWriteCategory) to
 // classes; anything else (MANIFEST, OPTIONS, markers) is metadata, counted
@@ -59,40 +69,40 @@ func readClass(name string, opts []vfs.OpenOption) Class {
 	return WAL
 }
 
-func (f *fs) wrap(inner vfs.File, err error, c Class) (vfs.File, error) {
+func (f *FS) wrap(inner vfs.File, err error, c Class) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &file{File: inner, dev: f.dev, class: c, stream: f.dev.NewStream()}, nil
+	return &file{File: inner, fs: f, class: c, stream: f.dev.NewStream()}, nil
 }
 
-func (f *fs) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+func (f *FS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	inner, err := f.FS.Create(name, category)
 	return f.wrap(inner, err, writeClass(category))
 }
 
-func (f *fs) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+func (f *FS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
 	inner, err := f.FS.Open(name, opts...)
 	return f.wrap(inner, err, readClass(name, opts))
 }
 
-func (f *fs) OpenReadWrite(name string, category vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+func (f *FS) OpenReadWrite(name string, category vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
 	inner, err := f.FS.OpenReadWrite(name, category, opts...)
 	return f.wrap(inner, err, writeClass(category))
 }
 
 // OpenDir's files are only synced: metadata, counted with the WAL.
-func (f *fs) OpenDir(name string) (vfs.File, error) {
+func (f *FS) OpenDir(name string) (vfs.File, error) {
 	inner, err := f.FS.OpenDir(name)
 	return f.wrap(inner, err, WAL)
 }
 
-func (f *fs) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
+func (f *FS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	inner, err := f.FS.ReuseForWrite(oldname, newname, category)
 	return f.wrap(inner, err, writeClass(category))
 }
 
-func (f *fs) Unwrap() vfs.FS { return f.FS }
+func (f *FS) Unwrap() vfs.FS { return f.FS }
 
 // file pays device time for each read, write and sync after the inner
 // file has done it. Its stream makes its consecutive I/Os sequential.
@@ -100,7 +110,7 @@ func (f *fs) Unwrap() vfs.FS { return f.FS }
 // they come.
 type file struct {
 	vfs.File
-	dev    *Device
+	fs     *FS
 	class  Class
 	stream uint64
 	rOff   int64 // Read's position
@@ -109,11 +119,11 @@ type file struct {
 
 func (f *file) pay(write bool, n int, off int64) {
 	if n > 0 {
-		f.dev.Do(Request{Class: f.class, Write: write, Bytes: int64(n), Stream: f.stream, Offset: off})
+		f.fs.dev.Do(Request{Class: f.class, Write: write, Bytes: int64(n), Stream: f.stream, Offset: off, fs: f.fs})
 	}
 }
 
-func (f *file) sync() { f.dev.Do(Request{Class: f.class, Write: true}) }
+func (f *file) sync() { f.fs.dev.Do(Request{Class: f.class, Write: true, fs: f.fs}) }
 
 func (f *file) Read(p []byte) (int, error) {
 	n, err := f.File.Read(p)
