@@ -109,8 +109,10 @@ func (d *Device) Do(r Request) {
 }
 
 // Book places one I/O of at most ChunkBytes that arrives at now and counts
-// it in the stats; it does not wait. Successive calls must not go back in
-// time. Do is Book and a sleep, chunk by chunk.
+// it in the stats; it does not wait. Callers race between reading the
+// clock and booking, so arrivals may come a little out of order: FIFO is
+// booking order, and a late booking still starts no earlier than the
+// previous one. Do is Book and a sleep, chunk by chunk.
 func (d *Device) Book(now time.Time, r Request) Booking {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -267,3 +267,22 @@ func TestStatsShares(t *testing.T) {
 		t.Errorf("mean read wait %v, want 20ms", got)
 	}
 }
+
+// Callers read the clock before they book, so bookings may come in out of
+// arrival order by a little: the late one starts no earlier than the one
+// booked before it, and its transfer does not overlap.
+func TestBookingRace(t *testing.T) {
+	p := Profile{Name: "qd2", ReadService: 10 * time.Millisecond, ReadBandwidth: 1e6, QueueDepth: 2}
+	d := New(p, NewFakeClock(t0))
+	first := d.Book(t0.Add(5*time.Millisecond), Request{Class: Read, Bytes: 4000})
+	late := d.Book(t0, Request{Class: Read, Bytes: 4000})
+	if late.Start.Before(first.Start) {
+		t.Errorf("late booking starts at %v, before the first (%v)", late.Start.Sub(t0), first.Start.Sub(t0))
+	}
+	if late.Done.Before(first.Done.Add(4 * time.Millisecond)) { // its transfer follows the first's
+		t.Errorf("late booking done at %v, its transfer overlaps the first's (done %v)", late.Done.Sub(t0), first.Done.Sub(t0))
+	}
+	if w := d.Stats().Class[Read].Wait; w < 0 {
+		t.Errorf("negative wait %v", w)
+	}
+}

@@ -12,7 +12,7 @@
 // # The model
 //
 // A Device is one FIFO queue in front of QueueDepth slots and one bandwidth
-// channel. An I/O arriving at time a takes the first free slot, but never
+// channel. An arriving I/O takes the first free slot, but never
 // starts before an I/O that arrived earlier did (FIFO). It then pays its
 // service time (positioning, command latency) in the slot, in parallel with
 // the other slots, and its transfer, Bytes/Bandwidth, on the channel, which
@@ -21,7 +21,8 @@
 // device time is its service time plus bytes/bandwidth; the device never
 // starts more than QueueDepth I/Os at once and never moves bytes faster
 // than its bandwidth. Reads and writes have their own service time and
-// bandwidth, as real devices do; a sync is a write of no bytes.
+// bandwidth, as real devices do; a sync is a write of no bytes, and a
+// SyncTo that only starts writeback is free.
 //
 // An I/O that continues the previous streamed I/O (same file handle, next
 // offset, nothing else dispatched in between) pays no service time: a

@@ -163,8 +163,12 @@ func (f *file) SyncData() error {
 	return err
 }
 
+// SyncTo pays only when it synced: starting writeback (sync_file_range,
+// fullSync false) moves no bytes the writes have not paid for.
 func (f *file) SyncTo(length int64) (bool, error) {
 	full, err := f.File.SyncTo(length)
-	f.sync()
+	if full {
+		f.sync()
+	}
 	return full, err
 }
