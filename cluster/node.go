@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/netdir/netdir/api"
@@ -96,13 +97,20 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		}()
 	}
 	if cfg.Controller != "" {
-		conn, err := grpc.NewClient(cfg.Controller, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return nil, fmt.Errorf("node %d: controller %s: %w", sn.ID(), cfg.Controller, err)
-		}
 		every := cfg.ReportEvery
 		if every <= 0 {
 			every = DefaultReportEvery
+		}
+		// Redial a controller that went away within about a report
+		// interval, not gRPC's default of up to two minutes: a restarted
+		// controller (or the bench's next plane) hears from every node in
+		// its first rounds.
+		bo := backoff.DefaultConfig
+		bo.MaxDelay = max(every, time.Second)
+		conn, err := grpc.NewClient(cfg.Controller, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: bo.MaxDelay}))
+		if err != nil {
+			return nil, fmt.Errorf("node %d: controller %s: %w", sn.ID(), cfg.Controller, err)
 		}
 		n.wg.Add(1)
 		go func() {
