@@ -35,7 +35,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/netdir/netdir/storagenode/layout"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 

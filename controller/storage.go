@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -24,18 +25,18 @@ type UDPStorage struct {
 }
 
 // Promote asks head to copy key to extras and announce them by VSB.
-func (u *UDPStorage) Promote(ctx context.Context, head NodeAddr, key []byte, extras []NodeAddr) (uint64, error) {
+func (u *UDPStorage) Promote(ctx context.Context, head layout.Node, key []byte, extras []layout.Node) (uint64, error) {
 	return u.call(ctx, wire.OpPromote, head, key, extras)
 }
 
 // Demote asks head to drop the copies.
-func (u *UDPStorage) Demote(ctx context.Context, head NodeAddr, key []byte, extras []NodeAddr) error {
+func (u *UDPStorage) Demote(ctx context.Context, head layout.Node, key []byte, extras []layout.Node) error {
 	_, err := u.call(ctx, wire.OpDemote, head, key, extras)
 	return err
 }
 
 // call returns the answer's stamp: for a promotion, the head's latest version.
-func (u *UDPStorage) call(ctx context.Context, op wire.Op, head NodeAddr, key []byte, extras []NodeAddr) (uint64, error) {
+func (u *UDPStorage) call(ctx context.Context, op wire.Op, head layout.Node, key []byte, extras []layout.Node) (uint64, error) {
 	timeout, tries := u.Timeout, u.Tries
 	if timeout == 0 {
 		timeout = 200 * time.Millisecond

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -46,6 +47,16 @@ func PortOf(id wire.NodeID) uint32 { return 1<<16 | uint32(id) }
 type Node struct {
 	ID   wire.NodeID
 	Addr netip.AddrPort
+}
+
+// NodesOf is a layout's node table, by id.
+func NodesOf(m *layout.Map) []Node {
+	var out []Node
+	for _, id := range m.Nodes() {
+		a, _ := m.Addr(id)
+		out = append(out, Node{ID: id, Addr: a})
+	}
+	return out
 }
 
 // Config configures a Switch.

@@ -20,9 +20,9 @@ import (
 	"golang.org/x/net/ipv4"
 
 	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/storagenode/cluster"
-	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
 )
 

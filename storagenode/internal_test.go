@@ -10,7 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
-	"github.com/netdir/netdir/storagenode/layout"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 

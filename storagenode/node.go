@@ -39,8 +39,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"golang.org/x/net/ipv4"
 
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/sched"
-	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
 )
 

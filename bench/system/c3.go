@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/client"
-	"github.com/netdir/netdir/storagenode/layout"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 
