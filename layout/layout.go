@@ -151,9 +151,6 @@ func New(c Config) (*Map, error) {
 		if err != nil {
 			return nil, fmt.Errorf("layout: node %d: %w", n.ID, err)
 		}
-		if ap.Port() == 0 {
-			return nil, fmt.Errorf("layout: node %d: addr %s: port 0", n.ID, n.Addr)
-		}
 		if len(n.MAC) != 0 && len(n.MAC) != 6 {
 			return nil, fmt.Errorf("layout: node %d: mac of %d bytes, want 6", n.ID, len(n.MAC))
 		}
@@ -221,8 +218,36 @@ func (c Config) clone() Config {
 // Changing the copy and passing it to New derives a later layout.
 func (m *Map) Config() Config { return m.cfg.clone() }
 
-// Marshal returns the layout as YAML that Parse reads back.
-func (m *Map) Marshal() ([]byte, error) { return yaml.Marshal(m.cfg) }
+// Marshal returns the layout as YAML that Parse reads back, written as the
+// examples are: a node and a chain per line.
+func (m *Map) Marshal() ([]byte, error) {
+	var doc yaml.Node
+	if err := doc.Encode(m.cfg); err != nil {
+		return nil, err
+	}
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		switch v := doc.Content[i+1]; doc.Content[i].Value {
+		case "nodes":
+			for _, n := range v.Content {
+				n.Style = yaml.FlowStyle
+			}
+		case "chains":
+			for j := 1; j < len(v.Content); j += 2 {
+				v.Content[j].Style = yaml.FlowStyle
+			}
+		}
+	}
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
 
 // Epoch is the chain-configuration epoch.
 func (m *Map) Epoch() uint32 { return m.cfg.Epoch }
