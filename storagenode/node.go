@@ -166,7 +166,7 @@ type Node struct {
 
 	syncServe chan struct{} // bounds concurrent OpSync answers
 	syncMu    sync.Mutex
-	syncWait  map[uint64]chan *nodePacket
+	syncWait  map[uint64]chan *wire.NodePacket
 	nextQuery atomic.Uint64
 
 	ctr counters
@@ -218,7 +218,7 @@ func Start(o Options) (*Node, error) {
 		hot:       sched.NewTopK(hotKeyCounters),
 		extras:    make(map[wire.KeyHash]*extraCopy),
 		stop:      make(chan struct{}),
-		syncWait:  make(map[uint64]chan *nodePacket),
+		syncWait:  make(map[uint64]chan *wire.NodePacket),
 		syncServe: make(chan struct{}, syncServeLimit),
 	}
 	n.nextQuery.Store(uint64(time.Now().UnixNano()))
@@ -354,8 +354,8 @@ func (n *Node) loadPromotions() error {
 			v = v[:len(v)-1]
 			n.noStamp[h] = true
 		}
-		ids, ok := decodeIDs(v)
-		if !ok {
+		ids, err := wire.ParseNodeIDs(v)
+		if err != nil {
 			continue
 		}
 		n.promo[h] = ids

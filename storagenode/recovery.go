@@ -108,13 +108,13 @@ func (n *Node) syncPartition(part uint32, pos int, peer wire.NodeID) bool {
 	var cursor []byte
 	for {
 		id := n.nextQuery.Add(1)
-		ch := make(chan *nodePacket, 1)
+		ch := make(chan *wire.NodePacket, 1)
 		n.syncMu.Lock()
 		n.syncWait[id] = ch
 		n.syncMu.Unlock()
 		req := wire.Header{Op: wire.OpSync, ReqID: id, Stamp: uint64(part), Node: n.id, Epoch: n.lay.Epoch()}
-		pkt := encodeNode(nil, &req, cursor, nil, nil)
-		var got *nodePacket
+		pkt := wire.AppendNodeOp(nil, &req, cursor, nil, nil)
+		var got *wire.NodePacket
 		for try := 0; try < syncTries && got == nil; try++ {
 			n.sendNow(n.peers[peer], pkt)
 			t := time.NewTimer(syncTryTimeout)
@@ -174,8 +174,8 @@ func (n *Node) syncPartition(part uint32, pos int, peer wire.NodeID) bool {
 }
 
 func (n *Node) deliverSync(b []byte) {
-	var q nodePacket
-	if decodeAny(append([]byte(nil), b...), &q) != nil {
+	var q wire.NodePacket
+	if q.Decode(append([]byte(nil), b...)) != nil {
 		return
 	}
 	n.syncMu.Lock()
@@ -191,8 +191,8 @@ func (n *Node) deliverSync(b []byte) {
 
 // serveSync answers one OpSync with the next chunk of the partition.
 func (n *Node) serveSync(b []byte, from netip.AddrPort) {
-	var p nodePacket
-	if decodeAny(b, &p) != nil || p.Stamp >= uint64(n.lay.Partitions()) {
+	var p wire.NodePacket
+	if p.Decode(b) != nil || p.Stamp >= uint64(n.lay.Partitions()) {
 		return
 	}
 	part := uint32(p.Stamp)
@@ -244,6 +244,6 @@ func (n *Node) serveSync(b []byte, from netip.AddrPort) {
 		}
 		ext = append(ext, body...)
 		r := wire.Header{Op: wire.OpSyncData, ReqID: hdr.ReqID, Stamp: hdr.Stamp, Node: n.id, Epoch: n.lay.Epoch()}
-		n.sendNow(from, encodeNode(nil, &r, nil, nil, ext))
+		n.sendNow(from, wire.AppendNodeOp(nil, &r, nil, nil, ext))
 	}()
 }
