@@ -310,6 +310,7 @@ func (h *Header) DecodeHeader(b []byte) error {
 	if err := f.Check(); err != nil {
 		return err
 	}
+	_ = f[HeaderLen-1] // bounds check hint to the compiler: Check's length test does not reach here
 	h.Op = f.Op()
 	h.Flags = f.Flags()
 	h.Code = f.Code()
