@@ -23,7 +23,6 @@ package model
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -267,11 +266,11 @@ func (s *Switch) handle(b []byte, from peer, now uint64, st *Stats) {
 			st.NoNodeAddr++
 			return
 		}
-		s.pend.put(reqID(b), from)
+		s.pend.put(wire.Frame(b).ReqID(), from)
 		s.tx.add(b, to)
 		st.Forwarded++
 	case directory.ToClient:
-		to, ok := s.pend.take(reqID(b))
+		to, ok := s.pend.take(wire.Frame(b).ReqID())
 		if !ok {
 			st.UnknownReply++
 			return
@@ -288,10 +287,6 @@ func (s *Switch) handle(b []byte, from peer, now uint64, st *Stats) {
 		st.NodeOps++
 	}
 }
-
-// reqID reads the request id of a datagram that Process did not drop, so
-// one at least wire.HeaderLen long.
-func reqID(b []byte) uint64 { return binary.BigEndian.Uint64(b[wire.OffReqID:]) }
 
 func (s *Switch) closeSocket() {
 	s.closeOnce.Do(func() { s.conn.Close() })
