@@ -23,27 +23,27 @@ import (
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/controller/p4rt"
 	"github.com/netdir/netdir/gossip"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 
 // ControllerConfig is one controller process: the YAML of `netdir
-// controller --config`, its flags, and what an in-process controller adds.
+// controller --config` (the controller's own keys, and the cluster layout's
+// inline), its flags, and what an in-process controller adds.
 type ControllerConfig struct {
-	API           string        `yaml:"api"`     // gRPC API (netdir ctl, nodes, agents)
-	Metrics       string        `yaml:"metrics"` // Prometheus /metrics; empty: off
-	PartitionBits uint          `yaml:"partition_bits"`
-	Replicas      int           `yaml:"replicas"`
-	Round         time.Duration `yaml:"round"`
-	Epoch         time.Duration `yaml:"epoch"` // HATS coarse loop; 0: 60s
-	PromoteMin    uint64        `yaml:"promote_min"`
-	Capacity      int           `yaml:"capacity"` // directory entries; 0: O(n log n)
+	API         string        `yaml:"api"`     // gRPC API (netdir ctl, nodes, agents)
+	Metrics     string        `yaml:"metrics"` // Prometheus /metrics; empty: off
+	Round       time.Duration `yaml:"round"`
+	CoarseEpoch time.Duration `yaml:"coarse_epoch"` // HATS coarse loop; 0: 60s
+	PromoteMin  uint64        `yaml:"promote_min"`
+	Capacity    int           `yaml:"capacity"` // directory entries; 0: O(n log n)
 	// NodeCapacity bounds each node's rate for the coarse loop (requests/s;
 	// the nodes' --max-ops emulation); 0: read latency alone.
 	NodeCapacity float64          `yaml:"node_capacity"`
 	P4Info       string           `yaml:"p4info"`
 	Switches     []SwitchEndpoint `yaml:"switches"`
-	Nodes        []NodeEndpoint   `yaml:"nodes"`
 	VSBPorts     []uint32         `yaml:"vsb_ports"`
+	Layout       layout.Config    `yaml:",inline"`
 
 	// GossipBind is the controller's gossip (memberlist) address, the
 	// nodes' seed (empty: no gossip); GossipSeeds are members to join.
@@ -81,28 +81,20 @@ type RouteConfig struct {
 	DMAC   string `yaml:"dmac"`
 }
 
-// NodeEndpoint is a storage node as the data planes reach it.
-type NodeEndpoint struct {
-	ID   wire.NodeID `yaml:"id"`
-	Addr string      `yaml:"addr"`
-	Port uint32      `yaml:"port"`
-	MAC  string      `yaml:"mac"`
-}
-
 // LoadControllerConfig reads a controller's YAML.
 func LoadControllerConfig(path string) (*ControllerConfig, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	c := &ControllerConfig{API: "127.0.0.1:7400", PartitionBits: 10, Replicas: 3, P4Info: "p4/build/netdir.p4info.txtpb"}
+	c := &ControllerConfig{API: "127.0.0.1:7400", P4Info: "p4/build/netdir.p4info.txtpb"}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if len(c.Nodes) < c.Replicas {
-		return nil, fmt.Errorf("%s: %d nodes, fewer than replicas %d", path, len(c.Nodes), c.Replicas)
+	if _, err := layout.New(c.Layout); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	for i, s := range c.Switches {
 		if s.Addr == "" {
@@ -159,15 +151,9 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 			return nil, err
 		}
 	}
-	var nodes []controller.NodeAddr
-	for _, n := range cfg.Nodes {
-		na := controller.NodeAddr{ID: n.ID, Addr: n.Addr, Port: n.Port}
-		if n.MAC != "" {
-			if na.MAC, err = net.ParseMAC(n.MAC); err != nil {
-				return nil, fmt.Errorf("node %d: %w", n.ID, err)
-			}
-		}
-		nodes = append(nodes, na)
+	lay, err := layout.New(cfg.Layout)
+	if err != nil {
+		return nil, err
 	}
 	planes := append([]controller.DataPlane(nil), cfg.Planes...)
 	for _, s := range cfg.Switches {
@@ -179,9 +165,8 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 		log.Info("switch programmed", "switch", s.Name, "addr", s.Addr, "device_id", s.DeviceID)
 	}
 	c.Controller, err = controller.New(controller.Config{
-		PartitionBits: cfg.PartitionBits, Replicas: cfg.Replicas, Nodes: nodes, Capacity: cfg.Capacity,
-		Round: cfg.Round, Epoch: cfg.Epoch, PromoteMin: cfg.PromoteMin, VSBGroup: cfg.VSBPorts,
-		NodeCapacity: cfg.NodeCapacity, Log: log,
+		Layout: lay, Capacity: cfg.Capacity, Round: cfg.Round, Epoch: cfg.CoarseEpoch, PromoteMin: cfg.PromoteMin,
+		VSBGroup: cfg.VSBPorts, NodeCapacity: cfg.NodeCapacity, Log: log,
 	}, planes, &controller.UDPStorage{NoStamp: len(planes) == 0})
 	if err != nil {
 		return nil, err
@@ -189,7 +174,7 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 	if err := c.Setup(ctx); err != nil {
 		return nil, err
 	}
-	log.Info("partitions installed", "partitions", 1<<cfg.PartitionBits, "nodes", len(nodes))
+	log.Info("partitions installed", "partitions", lay.Partitions(), "nodes", len(lay.Nodes()), "epoch", lay.Epoch())
 	if cfg.GossipBind != "" {
 		if err := c.startGossip(lctx, cfg, log); err != nil {
 			return nil, err
@@ -292,7 +277,7 @@ func (c *Controller) startGossip(ctx context.Context, cfg ControllerConfig, log 
 	c.gossip = g
 	c.AttachGossip(g)
 	none := map[wire.NodeID][]float64{}
-	for _, n := range cfg.Nodes {
+	for _, n := range cfg.Layout.Nodes {
 		none[n.ID] = nil
 	}
 	if err := c.PublishExpected(none); err != nil {

@@ -19,9 +19,9 @@ type PlaneConfig struct {
 	// Schema is the P4Info the controller programs the switch with over
 	// P4Runtime gRPC; nil drives the switch through its Go control API.
 	Schema *p4rt.Schema
-	// Controller tunes the controller (Round, Epoch, PromoteMin,
+	// Controller tunes the controller (Round, CoarseEpoch, PromoteMin,
 	// NodeCapacity, ProgramOnly, Log); StartPlane fills in its addresses,
-	// nodes and switch.
+	// layout and switch.
 	Controller ControllerConfig
 }
 
@@ -67,13 +67,8 @@ func (c *Cluster) StartPlane(ctx context.Context, cfg PlaneConfig) (_ *Plane, er
 		return nil, fmt.Errorf("cluster: switch on %s: %w", c.opts.DataPlane, err)
 	}
 	cc := cfg.Controller
-	cc.API, cc.GossipBind = c.api, c.gossip
-	cc.PartitionBits, cc.Replicas = c.opts.PartitionBits, c.opts.R
-	cc.Nodes, cc.GossipSeeds = nil, nil
-	for _, id := range c.Layout.Nodes() {
-		a, _ := c.Layout.Addr(id)
-		cc.Nodes = append(cc.Nodes, NodeEndpoint{ID: id, Addr: a.String()})
-	}
+	cc.API, cc.GossipBind, cc.GossipSeeds = c.api, c.gossip, nil
+	cc.Layout = c.Layout.Config()
 	// The controller joins the nodes' gossip at once, rather than waiting
 	// for their next join of the seed.
 	for i := range c.N() {

@@ -9,19 +9,23 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/model"
 	"github.com/netdir/netdir/model/p4rtserver"
-	"github.com/netdir/netdir/wire"
 )
 
 // SwitchConfig is one software data plane (`netdir switch`).
 type SwitchConfig struct {
 	Listen    string // UDP service address
 	Directory directory.Config
-	Nodes     []model.Node
-	// Chains are the partitions' chains until a controller reprograms them
-	// (optional).
-	Chains [][]wire.NodeID
+	// Layout, if set, gives the switch its nodes and every partition's
+	// chain, until a controller reprograms it; Directory.PartitionBits
+	// default to its.
+	Layout *layout.Map
+	// Nodes are the node addresses the switch forwards to, if not the
+	// layout's (the cluster's switch reaches the nodes' own sockets, not
+	// their fault proxies).
+	Nodes []model.Node
 	// P4Runtime serves the switch's P4Runtime target here for a controller
 	// (port 0 picks one; empty: none), as device DeviceID (default 1).
 	P4Runtime string
@@ -39,14 +43,22 @@ type Switch struct {
 
 // StartSwitch starts the switch; it serves until Close.
 func StartSwitch(cfg SwitchConfig) (*Switch, error) {
+	if cfg.Layout != nil {
+		if cfg.Nodes == nil {
+			cfg.Nodes = model.NodesOf(cfg.Layout)
+		}
+		if cfg.Directory.PartitionBits == 0 {
+			cfg.Directory.PartitionBits = cfg.Layout.Bits()
+		}
+	}
 	sw, err := model.New(model.Config{Listen: cfg.Listen, Nodes: cfg.Nodes, Directory: cfg.Directory})
 	if err != nil {
 		return nil, err
 	}
-	for p, chain := range cfg.Chains {
-		if err := sw.SetPartition(uint32(p), chain, nil); err != nil {
+	if cfg.Layout != nil {
+		if err := directory.InstallLayout(sw, cfg.Layout); err != nil {
 			sw.Close()
-			return nil, fmt.Errorf("partition %d: %w", p, err)
+			return nil, err
 		}
 	}
 	s := &Switch{Switch: sw, done: make(chan struct{})}

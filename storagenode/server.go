@@ -1,12 +1,10 @@
 package storagenode
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"net"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/ipv4"
@@ -32,52 +30,18 @@ type item struct {
 	fn   func()
 }
 
-type pendKey struct {
-	h wire.KeyHash
-	v uint64
-}
-
-// pendingWrite is a write the head forwarded and the tail has not acked.
-type pendingWrite struct {
-	key   []byte
-	v     version
-	sent  time.Time
-	tries int // retransmissions so far: the interval doubles, up to 16×
-}
-
-type getWaiter struct {
-	from netip.AddrPort
-	h    wire.Header
-	at   time.Time
-}
-
-// verWait is the read of a dirty key waiting for the tail: waiters covered
-// by the query in flight, and those that arrived after it was sent (which
-// need a new query, since the answer may predate their invocation).
-type verWait struct {
-	key     []byte
-	qid     uint64
-	sent    time.Time
-	covered []getWaiter
-	next    []getWaiter
-}
-
+// shard is one worker and its queue; every packet about a key is handled
+// by the key's shard.
 type shard struct {
-	n       *Node
-	idx     int
-	ch      chan item
-	pending map[pendKey]*pendingWrite
-	waits   map[wire.KeyHash]*verWait
-	out     []ipv4.Message
-	npend   atomic.Int64 // len(pending), for Stats
+	n   *Node
+	idx int
+	ch  chan item
+	out []ipv4.Message
+	chainShard
 }
 
 func newShard(n *Node, i int) *shard {
-	return &shard{
-		n: n, idx: i, ch: make(chan item, n.opts.QueueLen),
-		pending: make(map[pendKey]*pendingWrite),
-		waits:   make(map[wire.KeyHash]*verWait),
-	}
+	return &shard{n: n, idx: i, ch: make(chan item, n.opts.QueueLen), chainShard: newChainShard()}
 }
 
 func (s *shard) run() {
@@ -223,19 +187,19 @@ func (n *Node) readLoop() {
 // dispatch routes one received packet: to its key's shard, or, for
 // recovery and stats traffic, to the goroutines that serve those.
 func (n *Node) dispatch(b []byte, from netip.AddrPort) {
-	if len(b) < wire.HeaderLen || binary.BigEndian.Uint16(b[wire.OffMagic:]) != wire.Magic || b[wire.OffVersion] != wire.Version {
+	if wire.Frame(b).Check() != nil {
 		return // not netdir traffic: nothing to answer
 	}
-	op := wire.Op(b[wire.OffOp])
+	op := wire.Frame(b).Op()
 	switch op {
 	case wire.OpGet, wire.OpPut, wire.OpDel,
 		wire.OpChainWrite, wire.OpChainAck, wire.OpVerQuery, wire.OpVerAnswer,
 		wire.OpCopy, wire.OpCopyAck, wire.OpPromote, wire.OpDemote:
 	case wire.OpSync:
-		n.serveSync(b, from)
+		n.recov.serve(b, from)
 		return
 	case wire.OpSyncData:
-		n.deliverSync(b)
+		n.recov.deliver(b)
 		return
 	case wire.OpStats:
 		n.serveStats(b, from)
@@ -247,9 +211,7 @@ func (n *Node) dispatch(b []byte, from netip.AddrPort) {
 		n.sendNow(from, n.errPacket(b, wire.CodeUnknownOp, 0))
 		return
 	}
-	var h wire.KeyHash
-	copy(h[:], b[wire.OffKeyHash:])
-	s := n.shardOf(h)
+	h := wire.Frame(b).KeyHash()
 	it := item{from: from}
 	if len(b) <= smallBuf {
 		p := smallPool.Get().(*[]byte)
@@ -260,16 +222,8 @@ func (n *Node) dispatch(b []byte, from netip.AddrPort) {
 	}
 	copy(it.b, b)
 	client := op == wire.OpGet || op == wire.OpPut || op == wire.OpDel
-	if client && n.admit != nil {
-		if n.admit.queue(op, it, s) {
-			return
-		}
-	} else {
-		select {
-		case s.ch <- it:
-			return
-		default:
-		}
+	if n.admit.submit(h, client, op, it) {
+		return
 	}
 	if it.pool != nil {
 		smallPool.Put(it.pool)
@@ -298,7 +252,7 @@ func (n *Node) replyPacket(h *wire.Header, op wire.Op, code wire.Code, stamp uin
 		KeyHash: h.KeyHash, Stamp: stamp, Node: n.id, Load: n.load(), Epoch: n.lay.Epoch(),
 		Timestamp: h.Timestamp,
 	}
-	return encodeNode(make([]byte, 0, wire.PrefixLen+len(val)), &r, nil, val, nil)
+	return wire.AppendNodeOp(make([]byte, 0, wire.PrefixLen+len(val)), &r, nil, val, nil)
 }
 
 func (n *Node) serveStats(b []byte, from netip.AddrPort) {

@@ -74,7 +74,7 @@ func (s *System) StartPlane(ctx context.Context, policy string) (_ *Plane, err e
 		Directory: directory.Config{PartitionBits: s.cfg.PartitionBits, Policy: pol},
 		Schema:    s.schema,
 		Controller: cluster.ControllerConfig{
-			Round: s.cfg.Round, PromoteMin: s.cfg.PromoteMin, Epoch: CoarseEpoch, NodeCapacity: s.cfg.Capacity,
+			Round: s.cfg.Round, PromoteMin: s.cfg.PromoteMin, CoarseEpoch: CoarseEpoch, NodeCapacity: s.cfg.Capacity,
 			ProgramOnly: !dirPolicy(pol), Log: s.log.With("component", "controller"),
 		},
 	})
