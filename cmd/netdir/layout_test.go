@@ -11,22 +11,20 @@ import (
 
 	"github.com/netdir/netdir/cluster"
 	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/wire"
 )
 
-const controllerYAML = `api: 127.0.0.1:0
-round: 500ms
-coarse_epoch: 30s
-epoch: 4
-partition_bits: 4
-replicas: 2
-dataplane: 127.0.0.1:7420
-nodes:
-  - {id: 1, addr: 127.0.0.1:7501, port: 1, mac: 02:4e:44:01:00:01}
-  - {id: 2, addr: 127.0.0.1:7502}
-  - {id: 3, addr: 127.0.0.1:7503}
-chains:
-  3: [3, 2]
-`
+// testLayout has what a layout file can say: a data plane, a node's switch
+// port and MAC, a chain override.
+var testLayout = layout.Config{
+	Epoch: 4, PartitionBits: 4, Replicas: 2, DataPlane: "127.0.0.1:7420",
+	Nodes: []layout.Node{
+		{ID: 1, Addr: "127.0.0.1:7501", Port: 1, MAC: layout.MAC{0x02, 0x4e, 0x44, 0x01, 0x00, 0x01}},
+		{ID: 2, Addr: "127.0.0.1:7502"},
+		{ID: 3, Addr: "127.0.0.1:7503"},
+	},
+	Chains: map[uint32][]wire.NodeID{3: {3, 2}},
+}
 
 func writeFile(t *testing.T, text string) string {
 	t.Helper()
@@ -41,15 +39,11 @@ func writeFile(t *testing.T, text string) string {
 // ctl layout` prints a layout that a layout file can hold, and loadLayout
 // fetches the same one with --controller.
 func TestLayoutFromController(t *testing.T) {
-	cfg, err := cluster.LoadControllerConfig(writeFile(t, controllerYAML))
+	want, err := layout.New(testLayout)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := layout.New(cfg.Layout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl, err := cluster.StartController(context.Background(), *cfg)
+	ctl, err := cluster.StartController(context.Background(), cluster.ControllerConfig{API: "127.0.0.1:0", Layout: testLayout})
 	if err != nil {
 		t.Fatal(err)
 	}
