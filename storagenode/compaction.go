@@ -231,7 +231,9 @@ func (s *Scheduler) SetExpected(e []float64) {
 	s.kick()
 }
 
-// Close stops the granting loop. Call it after closing the trees.
+// Close stops the granting loop and the pacing. Call it before closing the
+// trees: Pebble's Close waits for running compactions, which then finish
+// unpaced, and waiting ones are no longer granted.
 func (s *Scheduler) Close() {
 	select {
 	case <-s.stop:

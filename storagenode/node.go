@@ -237,10 +237,10 @@ func Start(o Options) (*Node, error) {
 	n.dev = device.New(o.Device, o.clock)
 	n.sched = NewScheduler(o.CompactionBudget, o.CompactionFloor, o.Allocator)
 	fail := func(err error) (*Node, error) {
+		n.sched.Close()
 		for _, t := range n.trees {
 			t.db.Close()
 		}
-		n.sched.Close()
 		n.cache.Unref()
 		return nil, err
 	}
@@ -321,11 +321,11 @@ func (n *Node) Close() error {
 	close(n.stop)
 	n.conn.Close()
 	n.wg.Wait()
+	n.sched.Close() // running compactions finish unpaced, so closing waits for the device, not the budget
 	var errs []error
 	for _, t := range n.trees {
 		errs = append(errs, t.db.Close())
 	}
-	n.sched.Close()
 	n.cache.Unref()
 	return errors.Join(errs...)
 }
