@@ -160,6 +160,7 @@ func (c *Controller) RunGossip(ctx context.Context) {
 type StatsCollector struct {
 	c                                           *Controller
 	version, age, reads, lat, debt, l0, rate, q *prometheus.Desc
+	devUtil, devWait                            *prometheus.Desc
 }
 
 // NewStatsCollector returns a collector of the newest gossiped stats of
@@ -167,6 +168,7 @@ type StatsCollector struct {
 func NewStatsCollector(c *Controller) *StatsCollector {
 	node := []string{"node"}
 	tree := []string{"node", "tree"}
+	class := []string{"node", "class"}
 	d := func(name, help string, labels []string) *prometheus.Desc {
 		return prometheus.NewDesc("netdir_controller_node_"+name, help, labels, nil)
 	}
@@ -180,12 +182,14 @@ func NewStatsCollector(c *Controller) *StatsCollector {
 		debt:    d("tree_compaction_debt_bytes", "Pebble's estimated compaction debt per tree (gossiped).", tree),
 		l0:      d("tree_l0_files", "L0 files per tree (gossiped).", tree),
 		rate:    d("tree_compaction_rate_bytes", "Paced compaction rate per tree (gossiped; 0: unthrottled).", tree),
+		devUtil: d("device_utilisation", "Share of the node's device capacity per I/O class over its last window (gossiped).", class),
+		devWait: d("device_queue_wait_seconds", "Mean device queue wait per I/O by class over the node's last window (gossiped).", class),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (m *StatsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.version, m.age, m.q, m.reads, m.lat, m.debt, m.l0, m.rate} {
+	for _, d := range []*prometheus.Desc{m.version, m.age, m.q, m.reads, m.lat, m.debt, m.l0, m.rate, m.devUtil, m.devWait} {
 		ch <- d
 	}
 }
@@ -205,6 +209,10 @@ func (m *StatsCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.debt, prometheus.GaugeValue, float64(t.CompactionDebt), n, tr)
 			ch <- prometheus.MustNewConstMetric(m.l0, prometheus.GaugeValue, float64(t.L0Files), n, tr)
 			ch <- prometheus.MustNewConstMetric(m.rate, prometheus.GaugeValue, float64(t.CompactionRate), n, tr)
+		}
+		for _, d := range s.Device {
+			ch <- prometheus.MustNewConstMetric(m.devUtil, prometheus.GaugeValue, d.Utilisation, n, d.Class)
+			ch <- prometheus.MustNewConstMetric(m.devWait, prometheus.GaugeValue, d.MeanWait.Seconds(), n, d.Class)
 		}
 	}
 }
