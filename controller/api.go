@@ -19,23 +19,18 @@ type API struct {
 // NewAPI returns the gRPC service of c.
 func NewAPI(c *Controller) *API { return &API{c: c} }
 
-// RegisterNode answers with the partition map; nodes must be in the config.
-func (a *API) RegisterNode(_ context.Context, r *api.RegisterNodeRequest) (*api.RegisterNodeResponse, error) {
-	id := wire.NodeID(r.GetNode().GetId())
-	a.c.st.mu.Lock()
-	defer a.c.st.mu.Unlock()
-	if _, ok := a.c.st.nodes[id]; !ok {
-		return nil, status.Errorf(codes.NotFound, "node %d is not in the controller's configuration", id)
+// GetLayout returns the current layout as its YAML.
+func (a *API) GetLayout(context.Context, *api.GetLayoutRequest) (*api.GetLayoutResponse, error) {
+	y, err := a.c.Layout().Marshal()
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
 	}
-	return &api.RegisterNodeResponse{
-		Epoch: a.c.st.pmap.Epoch, PartitionBits: uint32(a.c.st.pmap.Bits),
-		Partitions: a.c.st.partitionsProtoLocked(), Nodes: a.c.st.nodesProtoLocked(),
-	}, nil
+	return &api.GetLayoutResponse{Yaml: string(y)}, nil
 }
 
 // ReportStats records a node's report for the next hot-key round.
 func (a *API) ReportStats(_ context.Context, s *api.NodeStats) (*api.ReportStatsResponse, error) {
-	if _, ok := a.c.Nodes()[wire.NodeID(s.GetNode())]; !ok {
+	if _, ok := a.c.Layout().Node(wire.NodeID(s.GetNode())); !ok {
 		return nil, status.Errorf(codes.NotFound, "node %d is not in the controller's configuration", s.GetNode())
 	}
 	for _, k := range s.GetHotKeys() {
@@ -120,7 +115,7 @@ func (a *API) Unpin(ctx context.Context, r *api.PinRequest) (*api.PinResponse, e
 func (a *API) ListPartitions(context.Context, *api.ListPartitionsRequest) (*api.ListPartitionsResponse, error) {
 	a.c.st.mu.Lock()
 	defer a.c.st.mu.Unlock()
-	return &api.ListPartitionsResponse{Epoch: a.c.st.pmap.Epoch, Partitions: a.c.st.partitionsProtoLocked()}, nil
+	return &api.ListPartitionsResponse{Epoch: a.c.st.lay.Epoch(), Partitions: a.c.st.partitionsProtoLocked()}, nil
 }
 
 // SetWeights installs split weights for a partition or a hot key.
@@ -144,8 +139,8 @@ func (a *API) SetWeights(ctx context.Context, r *api.SetWeightsRequest) (*api.Se
 func (a *API) Status(context.Context, *api.StatusRequest) (*api.StatusResponse, error) {
 	r := &api.StatusResponse{Rounds: a.c.Rounds()}
 	a.c.st.mu.Lock()
-	r.Epoch = a.c.st.pmap.Epoch
-	r.Nodes = uint32(len(a.c.st.nodes))
+	r.Epoch = a.c.st.lay.Epoch()
+	r.Nodes = uint32(len(a.c.st.lay.Nodes()))
 	r.DirectorySize = uint32(len(a.c.st.entries))
 	a.c.st.mu.Unlock()
 	r.DirectoryCapacity = uint32(a.c.cfg.Capacity)

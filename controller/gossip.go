@@ -100,12 +100,12 @@ func (c *Controller) PublishExpected(e map[wire.NodeID][]float64) error {
 // partition weights, from the requests each tree served since the last
 // call (sched.TreeExpected), and starts the next interval.
 func (c *Controller) TreeExpected() map[wire.NodeID][]float64 {
-	m := c.PartitionMap()
+	m := c.Layout()
 	c.st.mu.Lock()
-	weights := make([][]uint32, len(m.Chains))
+	weights := make([][]uint32, m.Partitions())
 	for p, b := range c.st.partBuckets {
 		if int(p) < len(weights) {
-			weights[p] = bucketWeights(b, len(m.Chains[p]))
+			weights[p] = bucketWeights(b, len(m.Chain(p)))
 		}
 	}
 	c.st.mu.Unlock()
@@ -117,7 +117,7 @@ func (c *Controller) TreeExpected() map[wire.NodeID][]float64 {
 	}
 	gs.start = maps.Clone(gs.stats)
 	gs.mu.Unlock()
-	return sched.TreeExpected(m.Chains, weights, req)
+	return sched.TreeExpected(m.Chains(), weights, req)
 }
 
 // EpochExpected returns the nodes' expected loads per tree (TreeExpected)

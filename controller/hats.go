@@ -43,17 +43,17 @@ func (c *Controller) noteTreesLocked(s *api.NodeStats) {
 
 // nodeStatsLocked turns the nodes' reports into the coarse scheduler's
 // input: per tree the reads since the last epoch, times scale (C), the mean
-// read latency weighted by reads (T), and the configured capacity. c.mu
-// held.
-func (c *Controller) nodeStatsLocked(scale float64) []sched.NodeStats {
+// read latency weighted by reads (T), and the configured capacity, for the
+// given nodes. c.mu held.
+func (c *Controller) nodeStatsLocked(nodes []wire.NodeID, scale float64) []sched.NodeStats {
 	var out []sched.NodeStats
-	for _, n := range c.cfg.Nodes {
-		trees, ok := c.coarse.trees[n.ID]
+	for _, id := range nodes {
+		trees, ok := c.coarse.trees[id]
 		if !ok {
 			continue
 		}
-		s := sched.NodeStats{Node: n.ID, Capacity: c.cfg.NodeCapacity}
-		last, baseline := c.coarse.epochReads[n.ID]
+		s := sched.NodeStats{Node: id, Capacity: c.cfg.NodeCapacity}
+		last, baseline := c.coarse.epochReads[id]
 		now := map[uint32]uint64{}
 		var reads, latency float64
 		for _, t := range trees {
@@ -69,7 +69,7 @@ func (c *Controller) nodeStatsLocked(scale float64) []sched.NodeStats {
 		if reads > 0 {
 			s.ReadLatency = time.Duration(latency / reads * float64(time.Microsecond))
 		}
-		c.coarse.epochReads[n.ID] = now
+		c.coarse.epochReads[id] = now
 		if baseline { // a node's first report counts since it started
 			out = append(out, s)
 		}
@@ -127,7 +127,7 @@ func (c *Controller) runEpochs(ctx context.Context) {
 // the expected shares of E stay for ExpectedShares and for placing the
 // next copies. It returns the plan.
 func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) {
-	m := c.PartitionMap()
+	m := c.Layout()
 	c.st.mu.Lock()
 	entries := c.st.sortedLocked()
 	installed := maps.Clone(c.st.partBuckets)
@@ -142,10 +142,10 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 		scale = c.cfg.Epoch.Seconds() / max(now.Sub(c.coarse.last).Seconds(), 1e-3)
 	}
 	c.coarse.last = now
-	in := sched.CoarseInput{Epoch: c.cfg.Epoch, Nodes: c.nodeStatsLocked(scale), Chains: m.Chains,
-		Weights: make([][]uint32, len(m.Chains))}
+	in := sched.CoarseInput{Epoch: c.cfg.Epoch, Nodes: c.nodeStatsLocked(m.Nodes(), scale), Chains: m.Chains(),
+		Weights: make([][]uint32, m.Partitions())}
 	for p, b := range installed {
-		in.Weights[p] = bucketWeights(b, len(m.Chains[p]))
+		in.Weights[p] = bucketWeights(b, len(m.Chain(p)))
 	}
 	for _, e := range entries {
 		in.HotKeys = append(in.HotKeys, sched.HotKeyLoad{Hash: e.Hash, Locs: e.Locs, R: e.R,
@@ -163,7 +163,7 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 		b := directory.BucketsForWeights(w)
 		old, ok := installed[uint32(p)]
 		if !ok {
-			old = directory.BucketsForWeights(make([]uint32, len(m.Chains[p])))
+			old = directory.BucketsForWeights(make([]uint32, len(m.Chain(uint32(p)))))
 		}
 		if bucketsMoved(old, b, len(w)) {
 			changed[uint32(p)] = b
@@ -171,7 +171,7 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 	}
 	for p, b := range changed {
 		for _, pl := range c.planes {
-			if err := pl.SetPartitionBuckets(ctx, p, m.Chains[p], b); err != nil {
+			if err := pl.SetPartitionBuckets(ctx, p, m.Chain(p), b); err != nil {
 				errs = append(errs, fmt.Errorf("partition %d on %s: %w", p, pl.Name(), err))
 			}
 		}
@@ -179,8 +179,8 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 	c.st.mu.Lock()
 	maps.Copy(c.st.partBuckets, changed)
 	if len(changed) > 0 {
-		c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_PARTITIONS, Epoch: m.Epoch,
-			PartitionBits: uint32(m.Bits), Partitions: c.st.partitionsProtoLocked()})
+		c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_PARTITIONS, Epoch: m.Epoch(),
+			PartitionBits: uint32(m.Bits()), Partitions: c.st.partitionsProtoLocked()})
 	}
 	c.st.mu.Unlock()
 	c.keysMu.Lock()

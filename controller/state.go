@@ -6,6 +6,7 @@ import (
 
 	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -48,8 +49,7 @@ func (e *Entry) proto() *api.DirectoryEntry {
 // fresh snapshot) rather than stall the controller.
 type state struct {
 	mu      sync.Mutex
-	pmap    *directory.PartitionMap
-	nodes   map[wire.NodeID]string
+	lay     *layout.Map
 	entries map[wire.KeyHash]*Entry
 	free    []uint32 // free slot indices
 	// partBuckets holds the partitions whose weights were set; the others
@@ -62,7 +62,6 @@ type state struct {
 
 func newState(capacity int) *state {
 	s := &state{
-		nodes:       map[wire.NodeID]string{},
 		entries:     map[wire.KeyHash]*Entry{},
 		partBuckets: map[uint32][]uint8{},
 		watchers:    map[chan *api.DirectoryUpdate]struct{}{},
@@ -74,8 +73,8 @@ func newState(capacity int) *state {
 }
 
 func (s *state) partitionsProtoLocked() []*api.Partition {
-	ps := make([]*api.Partition, len(s.pmap.Chains))
-	for p, c := range s.pmap.Chains {
+	ps := make([]*api.Partition, s.lay.Partitions())
+	for p, c := range s.lay.Chains() {
 		ap := &api.Partition{Index: uint32(p)}
 		for _, n := range c {
 			ap.Chain = append(ap.Chain, uint32(n))
@@ -94,14 +93,11 @@ func (s *state) partitionsProtoLocked() []*api.Partition {
 }
 
 func (s *state) nodesProtoLocked() []*api.Node {
-	ids := make([]wire.NodeID, 0, len(s.nodes))
-	for id := range s.nodes {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := s.lay.Nodes()
 	out := make([]*api.Node, len(ids))
 	for i, id := range ids {
-		out[i] = &api.Node{Id: uint32(id), Addr: s.nodes[id]}
+		n, _ := s.lay.Node(id)
+		out[i] = &api.Node{Id: uint32(id), Addr: n.Addr}
 	}
 	return out
 }
@@ -125,12 +121,8 @@ func (s *state) watch() chan *api.DirectoryUpdate {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := make(chan *api.DirectoryUpdate, 1024)
-	snap := &api.DirectoryUpdate{Kind: api.DirectoryUpdate_SNAPSHOT, Sequence: s.seq, Nodes: s.nodesProtoLocked()}
-	if s.pmap != nil {
-		snap.Partitions = s.partitionsProtoLocked()
-		snap.Epoch = s.pmap.Epoch
-		snap.PartitionBits = uint32(s.pmap.Bits)
-	}
+	snap := &api.DirectoryUpdate{Kind: api.DirectoryUpdate_SNAPSHOT, Sequence: s.seq, Nodes: s.nodesProtoLocked(),
+		Partitions: s.partitionsProtoLocked(), Epoch: s.lay.Epoch(), PartitionBits: uint32(s.lay.Bits())}
 	for _, e := range s.sortedLocked() {
 		snap.Entries = append(snap.Entries, e.proto())
 	}

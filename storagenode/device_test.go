@@ -19,8 +19,8 @@ import (
 
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/gossip"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/storagenode/device"
-	"github.com/netdir/netdir/storagenode/layout"
 )
 
 var t0 = time.Unix(1_000_000, 0)
