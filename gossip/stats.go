@@ -42,15 +42,15 @@ type TreeStats struct {
 // emulated storage device (storagenode/device). The counters are cumulative
 // since the node started; Utilisation and MeanWait cover the window.
 type DeviceClass struct {
-	Class string        `json:"class"`
-	IOs   uint64        `json:"ios"`
-	Bytes uint64        `json:"bytes"`
-	Busy  time.Duration `json:"busy_ns"` // device time the class's I/Os took
-	Wait  time.Duration `json:"wait_ns"` // time they queued, on top of Busy
+	Class string        `json:"c"`
+	IOs   uint64        `json:"n"`
+	Bytes uint64        `json:"b"`
+	Busy  time.Duration `json:"busy"` // device time the class's I/Os took
+	Wait  time.Duration `json:"wait"` // time they queued, on top of Busy
 	// Utilisation is the class's part of the device's capacity (its queue
 	// depth times the window) over the window.
 	Utilisation float64       `json:"util"`
-	MeanWait    time.Duration `json:"mean_wait_ns"` // queue wait per I/O over the window
+	MeanWait    time.Duration `json:"mwait"` // queue wait per I/O over the window
 }
 
 // NodeStats is one version of a node's stats.
