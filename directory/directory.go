@@ -232,13 +232,13 @@ func (d *Directory) SetPartition(p uint32, chain []wire.NodeID, buckets []uint8)
 	if int(p) >= len(d.parts) {
 		return ErrRange
 	}
-	if len(chain) == 0 || len(chain) > MaxChain || !d.distinctNodes(chain) {
+	if len(chain) == 0 || len(chain) > MaxChain || !DistinctNodes(chain, d.cfg.MaxNodes) {
 		return ErrBadChain
 	}
 	var np Partition
 	np.R = uint8(len(chain))
 	copy(np.Chain[:], chain)
-	if err := fillBuckets(&np.Buckets, buckets, len(chain)); err != nil {
+	if err := FillBuckets(&np.Buckets, buckets, len(chain)); err != nil {
 		return err
 	}
 	d.parts[p] = np
@@ -250,7 +250,7 @@ func (d *Directory) SetPartitionBuckets(p uint32, buckets []uint8) error {
 	if int(p) >= len(d.parts) || d.parts[p].R == 0 {
 		return ErrRange
 	}
-	return fillBuckets(&d.parts[p].Buckets, buckets, int(d.parts[p].R))
+	return FillBuckets(&d.parts[p].Buckets, buckets, int(d.parts[p].R))
 }
 
 // Partition returns partition p.
@@ -261,9 +261,11 @@ func (d *Directory) Partition(p uint32) (Partition, bool) {
 	return d.parts[p], d.parts[p].R > 0
 }
 
-func (d *Directory) distinctNodes(ns []wire.NodeID) bool {
+// DistinctNodes reports whether the ids in ns are distinct and each below
+// maxNodes, as a chain or a LocationList must be.
+func DistinctNodes(ns []wire.NodeID, maxNodes int) bool {
 	for i, n := range ns {
-		if int(n) >= d.cfg.MaxNodes {
+		if int(n) >= maxNodes {
 			return false
 		}
 		for _, m := range ns[:i] {
@@ -275,8 +277,9 @@ func (d *Directory) distinctNodes(ns []wire.NodeID) bool {
 	return true
 }
 
-// fillBuckets sets a bucket table from b, or evenly over n members if b is nil.
-func fillBuckets(dst *[Buckets]uint8, b []uint8, n int) error {
+// FillBuckets sets a bucket table from b, or evenly over n members if b is
+// nil. Every data plane fills its partition and slot tables with it.
+func FillBuckets(dst *[Buckets]uint8, b []uint8, n int) error {
 	if b == nil {
 		for i := range dst {
 			dst[i] = uint8(i % n)
@@ -375,7 +378,7 @@ func (d *Directory) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64
 	if _, ok := d.index[h]; ok {
 		return 0, ErrExists
 	}
-	if len(locs) == 0 || len(locs) > MaxLocations || r < 1 || r > len(locs) || r > MaxChain || !d.distinctNodes(locs) {
+	if len(locs) == 0 || len(locs) > MaxLocations || r < 1 || r > len(locs) || r > MaxChain || !DistinctNodes(locs, d.cfg.MaxNodes) {
 		return 0, ErrBadLocs
 	}
 	if len(d.free) == 0 {
@@ -389,7 +392,7 @@ func (d *Directory) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64
 	ver = max(ver, d.floors[FloorIndex(&h)])
 	s.VerNext, s.VerDone = ver, ver
 	s.used = true
-	if err := fillBuckets(&s.Buckets, buckets, len(locs)); err != nil {
+	if err := FillBuckets(&s.Buckets, buckets, len(locs)); err != nil {
 		return 0, err
 	}
 	i := d.free[len(d.free)-1]
@@ -405,7 +408,7 @@ func (d *Directory) SetSlotBuckets(h wire.KeyHash, buckets []uint8) error {
 	if !ok {
 		return ErrNotFound
 	}
-	return fillBuckets(&d.slots[i].Buckets, buckets, int(d.slots[i].N))
+	return FillBuckets(&d.slots[i].Buckets, buckets, int(d.slots[i].N))
 }
 
 // Evict removes a key. Its reads fall back to the partition's chain, which is

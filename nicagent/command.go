@@ -1,6 +1,8 @@
 package nicagent
 
 import (
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/wire"
 )
 
 // Command is `netdir agent`: the host agent as a command.
@@ -45,6 +48,10 @@ neighbour table. Replies and VSBs (send them to this host's address, port
 7420) teach the XDP program node load and latency and key freshness. Every
 --report-every the agent reports each directory key's hits and the growth of
 its miss sketch to the controller, whose hot-key loop counts them.
+
+--metrics ADDR also serves /directory: every slot as the maps hold it
+(JSON: key_hash, locations, chain_length, fresh, ver_next, ver_done,
+buckets, hits), to compare with other planes.
 
 --router runs the contract's ToR mode instead, for a host on the path of all
 of its keys' traffic: XDP routes requests arriving on IF and sends them back
@@ -86,6 +93,7 @@ out, and writes are stamped.`,
 				}
 				mux := http.NewServeMux()
 				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+				mux.HandleFunc("/directory", func(w http.ResponseWriter, _ *http.Request) { serveDirectory(w, a.Dataplane()) })
 				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 				go srv.Serve(lis)
 				defer srv.Close()
@@ -108,4 +116,39 @@ out, and writes are stamped.`,
 	cmd.Flags().DurationVar(&reportEvery, "report-every", 500*time.Millisecond, "how often to report slot hits and the miss sketch to the controller (match its round; negative: never)")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "debug logging")
 	return cmd
+}
+
+// SlotJSON is one slot of the agent's maps as /directory serves it.
+type SlotJSON struct {
+	KeyHash     string        `json:"key_hash"` // hex, 32 digits
+	Locations   []wire.NodeID `json:"locations"`
+	ChainLength uint8         `json:"chain_length"`
+	Fresh       uint32        `json:"fresh"` // bit i: locations[i]
+	VerNext     uint64        `json:"ver_next"`
+	VerDone     uint64        `json:"ver_done"`
+	Buckets     []int         `json:"buckets"` // indices into locations (ints: JSON writes bytes as base64)
+	Hits        uint64        `json:"hits"`
+}
+
+// serveDirectory writes every slot of the maps as JSON, by KeyHash.
+func serveDirectory(w http.ResponseWriter, d *Dataplane) {
+	out := []SlotJSON{}
+	for _, h := range d.Keys() {
+		s, ok, err := d.Lookup(h)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if !ok {
+			continue // evicted since Keys
+		}
+		b := make([]int, len(s.Buckets))
+		for i, x := range s.Buckets {
+			b[i] = int(x)
+		}
+		out = append(out, SlotJSON{KeyHash: hex.EncodeToString(h[:]), Locations: s.Locs[:s.N], ChainLength: s.R,
+			Fresh: s.Fresh, VerNext: s.VerNext, VerDone: s.VerDone, Buckets: b, Hits: s.Hits})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
 }

@@ -339,38 +339,6 @@ func (d *Dataplane) SetClock(now uint64) error {
 // ClearClock returns the programs to bpf_ktime_get_ns.
 func (d *Dataplane) ClearClock() error { return d.setFlag(cfgClock, false) }
 
-func (d *Dataplane) distinct(ns []wire.NodeID) bool {
-	for i, n := range ns {
-		if int(n) >= d.dcfg.MaxNodes {
-			return false
-		}
-		if slices.Contains(ns[:i], n) {
-			return false
-		}
-	}
-	return true
-}
-
-// fillBuckets is directory's: b, or an even spread over n members.
-func fillBuckets(dst *[directory.Buckets]uint8, b []uint8, n int) error {
-	if b == nil {
-		for i := range dst {
-			dst[i] = uint8(i % n)
-		}
-		return nil
-	}
-	if len(b) != directory.Buckets {
-		return fmt.Errorf("directory: bucket table has %d entries, want %d", len(b), directory.Buckets)
-	}
-	for _, x := range b {
-		if int(x) >= n {
-			return directory.ErrBadBucket
-		}
-	}
-	copy(dst[:], b)
-	return nil
-}
-
 // SetPartition installs partition p's chain; nil buckets spread evenly.
 func (d *Dataplane) SetPartition(p uint32, chain []wire.NodeID, buckets []uint8) error {
 	d.mu.Lock()
@@ -378,13 +346,13 @@ func (d *Dataplane) SetPartition(p uint32, chain []wire.NodeID, buckets []uint8)
 	if p >= 1<<d.dcfg.PartitionBits {
 		return directory.ErrRange
 	}
-	if len(chain) == 0 || len(chain) > directory.MaxChain || !d.distinct(chain) {
+	if len(chain) == 0 || len(chain) > directory.MaxChain || !directory.DistinctNodes(chain, d.dcfg.MaxNodes) {
 		return directory.ErrBadChain
 	}
 	var np netdirNdPart
 	np.R = uint8(len(chain))
 	copy(np.Chain[:], chain)
-	if err := fillBuckets(&np.Buckets, buckets, len(chain)); err != nil {
+	if err := directory.FillBuckets(&np.Buckets, buckets, len(chain)); err != nil {
 		return err
 	}
 	if err := d.objs.Parts.Put(p, &np); err != nil {
@@ -412,13 +380,13 @@ func (d *Dataplane) SetPartitions(ps []PartitionEntry) error {
 		if p.Index >= 1<<d.dcfg.PartitionBits {
 			return fmt.Errorf("partition %d: %w", p.Index, directory.ErrRange)
 		}
-		if len(p.Chain) == 0 || len(p.Chain) > directory.MaxChain || !d.distinct(p.Chain) {
+		if len(p.Chain) == 0 || len(p.Chain) > directory.MaxChain || !directory.DistinctNodes(p.Chain, d.dcfg.MaxNodes) {
 			return fmt.Errorf("partition %d: %w", p.Index, directory.ErrBadChain)
 		}
 		keys[i] = p.Index
 		vals[i].R = uint8(len(p.Chain))
 		copy(vals[i].Chain[:], p.Chain)
-		if err := fillBuckets(&vals[i].Buckets, p.Buckets, len(p.Chain)); err != nil {
+		if err := directory.FillBuckets(&vals[i].Buckets, p.Buckets, len(p.Chain)); err != nil {
 			return fmt.Errorf("partition %d: %w", p.Index, err)
 		}
 	}
@@ -458,14 +426,14 @@ func (d *Dataplane) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64
 	if _, ok := d.slots[h]; ok {
 		return directory.ErrExists
 	}
-	if len(locs) == 0 || len(locs) > directory.MaxLocations || r < 1 || r > len(locs) || r > directory.MaxChain || !d.distinct(locs) {
+	if len(locs) == 0 || len(locs) > directory.MaxLocations || r < 1 || r > len(locs) || r > directory.MaxChain || !directory.DistinctNodes(locs, d.dcfg.MaxNodes) {
 		return directory.ErrBadLocs
 	}
 	if len(d.free) == 0 {
 		return directory.ErrFull
 	}
 	var b netdirNdBuckets
-	if err := fillBuckets(&b.B, buckets, len(locs)); err != nil {
+	if err := directory.FillBuckets(&b.B, buckets, len(locs)); err != nil {
 		return err
 	}
 	// Never below a stamp this plane issued to a key of the same floor.
@@ -522,7 +490,7 @@ func (d *Dataplane) SetSlotBuckets(h wire.KeyHash, buckets []uint8) error {
 		return directory.ErrNotFound
 	}
 	var b netdirNdBuckets
-	if err := fillBuckets(&b.B, buckets, len(si.locs)); err != nil {
+	if err := directory.FillBuckets(&b.B, buckets, len(si.locs)); err != nil {
 		return err
 	}
 	return d.objs.SlotBuckets.Put(si.idx, &b)

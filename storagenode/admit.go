@@ -7,7 +7,12 @@ import (
 	"github.com/netdir/netdir/wire"
 )
 
-// admission is the capacity emulation (Options.MaxOps). Client requests
+// admission is the role that decides where and when a packet is handled: on
+// its key's shard, whose one worker makes a key's handling serial, through
+// the shard's bounded queue; and a client request, under Options.MaxOps,
+// once the token bucket grants it.
+//
+// The bucket is the capacity emulation (Options.MaxOps). Client requests
 // wait for a token here, in one goroutine in front of the shards, so a
 // rate-limited node still handles chain writes, acks, version answers and
 // copies as they arrive: were the wait inside a shard worker, they would
@@ -15,7 +20,8 @@ import (
 // chain it ends. Writes are admitted before reads: while a write to a hot
 // key waits, the data plane keeps that key's reads on its chain.
 type admission struct {
-	bucket *tokenBucket
+	shards []*shard
+	bucket *tokenBucket // nil: unlimited
 	writes chan admitted
 	reads  chan admitted
 }
@@ -25,29 +31,71 @@ type admitted struct {
 	s  *shard
 }
 
-func newAdmission(rate float64, queueLen int) *admission {
-	return &admission{
-		bucket: newTokenBucket(rate, max(1, rate/100)),
-		writes: make(chan admitted, queueLen),
-		reads:  make(chan admitted, queueLen),
+// init makes n's shards, and the bucket if n is rate-limited.
+func (a *admission) init(n *Node) {
+	a.shards = make([]*shard, n.opts.Workers)
+	for i := range a.shards {
+		a.shards[i] = newShard(n, i)
+	}
+	if rate := n.opts.MaxOps; rate > 0 {
+		a.bucket = newTokenBucket(rate, max(1, rate/100))
+		a.writes = make(chan admitted, n.opts.QueueLen)
+		a.reads = make(chan admitted, n.opts.QueueLen)
 	}
 }
 
-// queue takes a client request for shard s; false if its queue is full.
-func (a *admission) queue(op wire.Op, it item, s *shard) bool {
-	q := a.reads
-	if op != wire.OpGet {
-		q = a.writes
+// start runs the shard workers and the bucket until stop closes.
+func (a *admission) start(wg *sync.WaitGroup, stop <-chan struct{}) {
+	for _, s := range a.shards {
+		wg.Add(1)
+		go s.run()
+	}
+	if a.bucket != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.run(stop)
+		}()
+	}
+}
+
+func (a *admission) shardOf(h wire.KeyHash) *shard {
+	x := uint32(h[4])<<24 | uint32(h[5])<<16 | uint32(h[6])<<8 | uint32(h[7])
+	return a.shards[x%uint32(len(a.shards))]
+}
+
+// submit queues a packet for its key's shard, a client request through the
+// bucket if there is one; false if the queue is full.
+func (a *admission) submit(h wire.KeyHash, client bool, op wire.Op, it item) bool {
+	s := a.shardOf(h)
+	if client && a.bucket != nil {
+		q := a.reads
+		if op != wire.OpGet {
+			q = a.writes
+		}
+		select {
+		case q <- admitted{it, s}:
+			return true
+		default:
+			return false
+		}
 	}
 	select {
-	case q <- admitted{it, s}:
+	case s.ch <- it:
 		return true
 	default:
 		return false
 	}
 }
 
-func (a *admission) len() int { return len(a.writes) + len(a.reads) }
+// load is the node's queue depth: the shards' queues and the bucket's.
+func (a *admission) load() uint16 {
+	t := len(a.writes) + len(a.reads)
+	for _, s := range a.shards {
+		t += len(s.ch)
+	}
+	return uint16(min(t, 65535))
+}
 
 // run admits requests at the bucket's rate, writes first, handing each to
 // its shard.
@@ -73,9 +121,9 @@ func (a *admission) run(stop <-chan struct{}) {
 	}
 }
 
-// tokenBucket is a small rate limiter for --max-ops.
+// tokenBucket is a small rate limiter for --max-ops. Only the admission
+// goroutine uses it.
 type tokenBucket struct {
-	mu     sync.Mutex
 	rate   float64
 	burst  float64
 	tokens float64
@@ -88,22 +136,18 @@ func newTokenBucket(rate, burst float64) *tokenBucket {
 
 // wait blocks until a token is available or stop closes.
 func (b *tokenBucket) wait(stop <-chan struct{}) {
-	b.mu.Lock()
 	now := time.Now()
 	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
 	b.last = now
 	b.tokens--
-	var d time.Duration
-	if b.tokens < 0 {
-		d = time.Duration(-b.tokens / b.rate * float64(time.Second))
+	d := time.Duration(-b.tokens / b.rate * float64(time.Second))
+	if d <= 0 {
+		return
 	}
-	b.mu.Unlock()
-	if d > 0 {
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-stop:
-			t.Stop()
-		}
+	t := time.NewTimer(d)
+	select {
+	case <-t.C:
+	case <-stop:
+		t.Stop()
 	}
 }

@@ -1,14 +1,174 @@
 package storagenode
 
 import (
+	"cmp"
+	"encoding/binary"
 	"net/netip"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/netdir/netdir/wire"
 )
+
+// chain is the node-wide part of the chain role (CRAQ replication): the
+// head's dedup table and the ids of version queries. Per key, its state is
+// in the key's shard (chainShard).
+type chain struct {
+	dedup    dedupTable
+	queryIDs atomic.Uint64
+}
+
+// chainShard is the chain role's state for one shard's keys, owned by the
+// shard's worker (no lock): the writes this head forwarded and retransmits
+// until the tail acks them, and the reads of dirty keys waiting for the
+// tail's version answer.
+type chainShard struct {
+	pending map[pendKey]*pendingWrite
+	waits   map[wire.KeyHash]*verWait
+	npend   atomic.Int64 // len(pending), for Stats
+}
+
+func newChainShard() chainShard {
+	return chainShard{pending: make(map[pendKey]*pendingWrite), waits: make(map[wire.KeyHash]*verWait)}
+}
+
+type pendKey struct {
+	h wire.KeyHash
+	v uint64
+}
+
+// pendingWrite is a write the head forwarded and the tail has not acked.
+type pendingWrite struct {
+	key   []byte
+	v     version
+	sent  time.Time
+	tries int // retransmissions so far: the interval doubles, up to 16×
+}
+
+type getWaiter struct {
+	from netip.AddrPort
+	h    wire.Header
+	at   time.Time
+}
+
+// verWait is the read of a dirty key waiting for the tail: waiters covered
+// by the query in flight, and those that arrived after it was sent (which
+// need a new query, since the answer may predate their invocation).
+type verWait struct {
+	key     []byte
+	qid     uint64
+	sent    time.Time
+	covered []getWaiter
+	next    []getWaiter
+}
+
+// loadPending rebuilds the head's uncommitted writes from tree 0, so that
+// they are retransmitted after a restart.
+func loadPending(t *tree, shardOf func(wire.KeyHash) *shard) error {
+	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindRecord}, UpperBound: []byte{kindRecord + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) < 5 {
+			continue
+		}
+		rec, err := decodeRecord(append([]byte(nil), it.Value()...))
+		if err != nil || len(rec.Dirty) == 0 {
+			continue
+		}
+		key := append([]byte(nil), k[5:]...)
+		h := wire.HashKey(key)
+		s := shardOf(h)
+		for _, v := range rec.Dirty {
+			s.pending[pendKey{h, v.Ver}] = &pendingWrite{key: key, v: v, sent: time.Time{}}
+		}
+	}
+	return it.Error()
+}
+
+// dedupTable is the head's bounded memory of write requests by request id.
+// Accepted writes are persisted in the same batch as the write; refusals
+// (stale-version, retry) are kept in memory only, since nothing was applied.
+type dedupTable struct {
+	mu   sync.Mutex
+	m    map[uint64]dedupEntry
+	fifo []uint64
+	seq  uint64
+	cap  int
+}
+
+// load reads the entries persisted in t; the table keeps at most capacity.
+func (d *dedupTable) load(t *tree, capacity int) error {
+	d.m, d.cap = make(map[uint64]dedupEntry), capacity
+	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindDedup}, UpperBound: []byte{kindDedup + 1}})
+	if err != nil {
+		return err
+	}
+	type ent struct {
+		id uint64
+		e  dedupEntry
+	}
+	var all []ent
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) != 9 {
+			continue
+		}
+		e, err := decodeDedup(it.Value())
+		if err != nil {
+			continue
+		}
+		all = append(all, ent{binary.BigEndian.Uint64(k[1:]), e})
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	slices.SortFunc(all, func(a, b ent) int { return cmp.Compare(a.e.Seq, b.e.Seq) })
+	for _, x := range all {
+		d.m[x.id] = x.e
+		d.fifo = append(d.fifo, x.id)
+		d.seq = max(d.seq, x.e.Seq)
+	}
+	return nil
+}
+
+func (d *dedupTable) get(id uint64, h wire.KeyHash) (dedupEntry, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e, ok := d.m[id]
+	if !ok || e.KeyHash != h {
+		return dedupEntry{}, false
+	}
+	return e, true
+}
+
+// add records id and returns the ids evicted to stay within the bound,
+// whose persisted entries the caller deletes in its batch.
+func (d *dedupTable) add(id uint64, e dedupEntry) (dedupEntry, []uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.seq++
+	e.Seq = d.seq
+	if _, ok := d.m[id]; !ok {
+		d.fifo = append(d.fifo, id)
+	}
+	d.m[id] = e
+	var evict []uint64
+	for len(d.fifo) > d.cap {
+		old := d.fifo[0]
+		d.fifo = d.fifo[1:]
+		delete(d.m, old)
+		evict = append(evict, old)
+	}
+	return e, evict
+}
 
 // handle processes one packet on the key's shard.
 func (s *shard) handle(b []byte, from netip.AddrPort) {
@@ -29,9 +189,7 @@ func (s *shard) handle(b []byte, from netip.AddrPort) {
 			s.send(from, n.replyPacket(&p.Header, wire.OpErr, code, 0, nil))
 			return
 		}
-		n.hotMu.Lock()
-		n.hot.Add(p.Key)
-		n.hotMu.Unlock()
+		n.ctr.countKey(p.Key)
 		if p.Op == wire.OpGet {
 			n.ctr.gets.Add(1)
 			s.get(&p, from)
@@ -101,21 +259,6 @@ func (n *Node) where(h wire.KeyHash) (uint32, []wire.NodeID, int) {
 	return part, ch, slices.Index(ch, n.id)
 }
 
-func (n *Node) promoted(h wire.KeyHash) ([]wire.NodeID, bool) {
-	n.promoMu.RLock()
-	defer n.promoMu.RUnlock()
-	ids, ok := n.promo[h]
-	return ids, ok
-}
-
-// unstampedOK reports whether a promoted key's writes may be unstamped:
-// no data plane stamps them (promoteNoStamp).
-func (n *Node) unstampedOK(h wire.KeyHash) bool {
-	n.promoMu.RLock()
-	defer n.promoMu.RUnlock()
-	return n.noStamp[h]
-}
-
 func readCode(v *version) wire.Code {
 	if v.Ver == 0 || v.Del {
 		return wire.CodeNotFound
@@ -129,14 +272,7 @@ func (s *shard) get(p *nodePacket, from netip.AddrPort) {
 	n := s.n
 	part, ch, pos := n.where(p.KeyHash)
 	if pos < 0 {
-		n.extraMu.RLock()
-		c := n.extras[p.KeyHash]
-		var v version
-		ok := c.held(p.Key)
-		if ok {
-			v = c.v
-		}
-		n.extraMu.RUnlock()
+		v, ok := n.copies.held(p.KeyHash, p.Key)
 		if !ok {
 			n.ctr.errs.Add(1)
 			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeWrongNode, 0, nil))
@@ -177,7 +313,7 @@ func (s *shard) get(p *nodePacket, from netip.AddrPort) {
 
 func (s *shard) query(w *verWait, h wire.KeyHash, tail wire.NodeID, latest uint64) {
 	n := s.n
-	w.qid = n.nextQuery.Add(1)
+	w.qid = n.chain.queryIDs.Add(1)
 	w.sent = time.Now()
 	n.ctr.verQueries.Add(1)
 	q := wire.Header{Op: wire.OpVerQuery, ReqID: w.qid, KeyHash: h, Stamp: latest, Node: n.id, Epoch: n.lay.Epoch()}
@@ -246,7 +382,7 @@ func (s *shard) write(p *nodePacket, from netip.AddrPort) {
 		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeWrongNode, 0, nil))
 		return
 	}
-	if e, ok := n.dedup.get(p.ReqID, p.KeyHash); ok {
+	if e, ok := n.chain.dedup.get(p.ReqID, p.KeyHash); ok {
 		n.ctr.dupWrites.Add(1)
 		switch pw := s.pending[pendKey{p.KeyHash, e.Ver}]; {
 		case wire.Code(e.Code) != wire.CodeOK:
@@ -263,7 +399,7 @@ func (s *shard) write(p *nodePacket, from netip.AddrPort) {
 		}
 		return
 	}
-	if !n.ready.Load() || len(s.pending) >= max(1, n.opts.MaxPending/len(n.shards)) {
+	if !n.ready.Load() || len(s.pending) >= max(1, n.opts.MaxPending/len(n.admit.shards)) {
 		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
 		return
 	}
@@ -274,18 +410,18 @@ func (s *shard) write(p *nodePacket, from netip.AddrPort) {
 		return
 	}
 	latest := rec.Latest().Ver
-	extras, promoted := n.promoted(p.KeyHash)
+	extras, promoted := n.copies.promoted(p.KeyHash)
 	var v uint64
 	if p.Flags&wire.FlagStamped != 0 {
 		if p.Stamp <= latest {
-			n.dedup.add(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeStaleVersion), Op: uint8(p.Op)})
+			n.chain.dedup.add(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeStaleVersion), Op: uint8(p.Op)})
 			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeStaleVersion, latest, nil))
 			return
 		}
 		v = p.Stamp
 	} else {
-		if promoted && !n.unstampedOK(p.KeyHash) {
-			n.dedup.add(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeRetry), Op: uint8(p.Op)})
+		if promoted && !n.copies.unstampedOK(p.KeyHash) {
+			n.chain.dedup.add(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeRetry), Op: uint8(p.Op)})
 			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeRetry, latest, nil))
 			return
 		}
@@ -308,7 +444,7 @@ func (s *shard) write(p *nodePacket, from netip.AddrPort) {
 		return
 	}
 	b.Close()
-	if _, evict := n.dedup.add(p.ReqID, entry); len(evict) > 0 {
+	if _, evict := n.chain.dedup.add(p.ReqID, entry); len(evict) > 0 {
 		eb := t.db.NewBatch()
 		for _, id := range evict {
 			eb.Delete(dedupKey(id), nil)
@@ -345,7 +481,7 @@ func (s *shard) write(p *nodePacket, from netip.AddrPort) {
 // (spec/README.md, flaw F.)
 func (s *shard) noop(p *nodePacket, part uint32, ch []wire.NodeID) {
 	n := s.n
-	if !n.ready.Load() || len(s.pending) >= max(1, n.opts.MaxPending/len(n.shards)) {
+	if !n.ready.Load() || len(s.pending) >= max(1, n.opts.MaxPending/len(n.admit.shards)) {
 		return // the key's next write completes past the stamp
 	}
 	t := n.trees[0]
@@ -370,7 +506,7 @@ func (s *shard) noop(p *nodePacket, part uint32, ch []wire.NodeID) {
 	}
 	n.ctr.noops.Add(1)
 	if alone {
-		if extras, promoted := n.promoted(p.KeyHash); promoted {
+		if extras, promoted := n.copies.promoted(p.KeyHash); promoted {
 			s.announce(p.KeyHash, p.Key, &rec.Clean, extras)
 		}
 		return
@@ -389,7 +525,7 @@ func (s *shard) launch(key []byte, h wire.KeyHash, v version, ch []wire.NodeID) 
 func (s *shard) forward(pw *pendingWrite, ch []wire.NodeID) {
 	n := s.n
 	h := wire.HashKey(pw.key)
-	extras, promoted := n.promoted(h)
+	extras, promoted := n.copies.promoted(h)
 	pw.sent = time.Now()
 	s.send(n.peers[ch[1]], n.chainPacket(h, pw.key, &pw.v, promoted, extras))
 }
@@ -494,7 +630,7 @@ func (s *shard) chainAck(p *nodePacket) {
 		return
 	}
 	delete(s.pending, pendKey{p.KeyHash, p.Stamp})
-	if extras, ok := n.promoted(p.KeyHash); ok && len(rec.Dirty) == 0 && rec.Clean.Ver > 0 {
+	if extras, ok := n.copies.promoted(p.KeyHash); ok && len(rec.Dirty) == 0 && rec.Clean.Ver > 0 {
 		// Covers writes forwarded before the promotion, which the tail
 		// did not announce.
 		s.announce(p.KeyHash, p.Key, &rec.Clean, extras)

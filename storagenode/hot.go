@@ -1,10 +1,9 @@
 package storagenode
 
 import (
-	"cmp"
-	"encoding/binary"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -12,9 +11,205 @@ import (
 	"github.com/netdir/netdir/wire"
 )
 
-func beUint64(b []byte) uint64                  { return binary.BigEndian.Uint64(b) }
-func cmpU64(a, b uint64) int                    { return cmp.Compare(a, b) }
-func sortFunc[T any](s []T, f func(a, b T) int) { slices.SortFunc(s, f) }
+// copies is the hot-key role. At a head: the promoted keys, their extras,
+// and those no data plane stamps. At an extra: the copies it holds, and
+// the tombstones of dropped ones. Its methods only touch this state, under
+// its lock; the shard's handlers send the copies and VSBs.
+type copies struct {
+	mu      sync.RWMutex
+	promo   map[wire.KeyHash][]wire.NodeID // promoted keys at this head → extras
+	noStamp map[wire.KeyHash]bool          // promoted keys no data plane stamps (promoteNoStamp)
+	extras  map[wire.KeyHash]*extraCopy
+}
+
+// extraCopy is a copy an extra holds, or the tombstone of a dropped one.
+type extraCopy struct {
+	key []byte
+	v   version
+	// dropped is when a demote dropped the copy (zero while it is held).
+	// The entry stays as a tombstone keeping v.Ver, so that a copy older
+	// than it, still in flight from an earlier promotion, is refused rather
+	// than served (spec/README.md, flaw C); tombstones expire after
+	// tombstoneTTL.
+	dropped time.Time
+}
+
+// tombstoneTTL bounds how long a dropped copy's version is remembered: far
+// longer than any packet stays in flight between two nodes of a rack.
+const tombstoneTTL = time.Minute
+
+// held reports whether c is a copy of key that can be served.
+func (c *extraCopy) held(key []byte) bool {
+	return c != nil && c.dropped.IsZero() && string(c.key) == string(key)
+}
+
+// load makes the maps and reads the promoted keys this node heads from
+// its tree 0.
+func (c *copies) load(t *tree) error {
+	c.promo = make(map[wire.KeyHash][]wire.NodeID)
+	c.noStamp = make(map[wire.KeyHash]bool)
+	c.extras = make(map[wire.KeyHash]*extraCopy)
+	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindPromo}, UpperBound: []byte{kindPromo + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		v := it.Value()
+		h := wire.HashKey(it.Key()[1:])
+		if len(v)%2 == 1 && v[len(v)-1] == promoNoStampMark {
+			v = v[:len(v)-1]
+			c.noStamp[h] = true
+		}
+		ids, ok := decodeIDs(v)
+		if !ok {
+			continue
+		}
+		c.promo[h] = ids
+	}
+	return it.Error()
+}
+
+func (c *copies) promoted(h wire.KeyHash) ([]wire.NodeID, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	ids, ok := c.promo[h]
+	return ids, ok
+}
+
+// unstampedOK reports whether a promoted key's writes may be unstamped:
+// no data plane stamps them (promoteNoStamp).
+func (c *copies) unstampedOK(h wire.KeyHash) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.noStamp[h]
+}
+
+// promote records h's extras at this head and returns the previous ones.
+func (c *copies) promote(h wire.KeyHash, ids []wire.NodeID, noStamp bool) []wire.NodeID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.promo[h]
+	c.promo[h] = ids
+	if noStamp {
+		c.noStamp[h] = true
+	} else {
+		delete(c.noStamp, h)
+	}
+	return old
+}
+
+// demote forgets h's promotion at this head and returns its extras.
+func (c *copies) demote(h wire.KeyHash) []wire.NodeID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := c.promo[h]
+	delete(c.promo, h)
+	delete(c.noStamp, h)
+	return ids
+}
+
+// held returns the version of key's copy, if this extra holds it.
+func (c *copies) held(h wire.KeyHash, key []byte) (version, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	x := c.extras[h]
+	if !x.held(key) {
+		return version{}, false
+	}
+	return x.v, true
+}
+
+// drop drops key's copy, keeping its version as a tombstone.
+func (c *copies) drop(h wire.KeyHash, key []byte, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if x := c.extras[h]; x.held(key) {
+		x.v.Val = nil
+		x.dropped = now
+	}
+}
+
+// store keeps a pushed version of key if it is newer than the copy held,
+// or the copy was dropped and v is not older than its tombstone, and returns
+// the version held then; false if v is from before a demote.
+func (c *copies) store(h wire.KeyHash, key []byte, v version) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	x := c.extras[h]
+	switch {
+	case x == nil || string(x.key) != string(key):
+		x = &extraCopy{key: slices.Clone(key), v: v}
+		c.extras[h] = x
+	case !x.dropped.IsZero() && v.Ver < x.v.Ver:
+		return 0, false // from before the demote: the tombstone is newer
+	case !x.dropped.IsZero() || v.Ver > x.v.Ver:
+		x.v, x.dropped = v, time.Time{}
+	}
+	return x.v.Ver, true
+}
+
+// heldCopy is a copy's KeyHash and version, for its VSB.
+type heldCopy struct {
+	h wire.KeyHash
+	v uint64
+}
+
+// sweep expires tombstones older than tombstoneTTL at now and returns up
+// to max copies held.
+func (c *copies) sweep(now time.Time, max int) []heldCopy {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var all []heldCopy
+	for h, x := range c.extras {
+		if !x.dropped.IsZero() {
+			if now.Sub(x.dropped) > tombstoneTTL {
+				delete(c.extras, h)
+			}
+			continue
+		}
+		if len(all) < max {
+			all = append(all, heldCopy{h, x.v.Ver})
+		}
+	}
+	return all
+}
+
+// versions lists the copies held: KeyHash → version.
+func (c *copies) versions() map[wire.KeyHash]uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	m := make(map[wire.KeyHash]uint64, len(c.extras))
+	for h, x := range c.extras {
+		if x.dropped.IsZero() {
+			m[h] = x.v.Ver
+		}
+	}
+	return m
+}
+
+// promotions lists the promoted keys: KeyHash → extras.
+func (c *copies) promotions() map[wire.KeyHash][]wire.NodeID {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	m := make(map[wire.KeyHash][]wire.NodeID, len(c.promo))
+	for h, ids := range c.promo {
+		m[h] = slices.Clone(ids)
+	}
+	return m
+}
+
+// counts returns the number of promoted keys and of copies held.
+func (c *copies) counts() (promoted, held int) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, x := range c.extras {
+		if x.dropped.IsZero() {
+			held++
+		}
+	}
+	return len(c.promo), held
+}
 
 // promote: the controller tells the head that a key is hot. The head
 // persists the promotion (so that after a restart it still refuses
@@ -59,15 +254,7 @@ func (s *shard) promote(p *nodePacket, from netip.AddrPort) {
 		s.send(from, n.replyPacket(&p.Header, wire.OpPromote, wire.CodeInternal, 0, nil))
 		return
 	}
-	n.promoMu.Lock()
-	old := n.promo[p.KeyHash]
-	n.promo[p.KeyHash] = ids
-	if noStamp {
-		n.noStamp[p.KeyHash] = true
-	} else {
-		delete(n.noStamp, p.KeyHash)
-	}
-	n.promoMu.Unlock()
+	old := n.copies.promote(p.KeyHash, ids, noStamp)
 	// Extras dropped from the list drop their copy.
 	for _, id := range old {
 		if !slices.Contains(ids, id) {
@@ -90,12 +277,7 @@ func (s *shard) demote(p *nodePacket, from netip.AddrPort) {
 	n := s.n
 	_, _, pos := n.where(p.KeyHash)
 	if pos < 0 {
-		n.extraMu.Lock()
-		if c := n.extras[p.KeyHash]; c.held(p.Key) {
-			c.v.Val = nil
-			c.dropped = time.Now()
-		}
-		n.extraMu.Unlock()
+		n.copies.drop(p.KeyHash, p.Key, time.Now())
 		if p.Node == 0 {
 			s.send(from, n.replyPacket(&p.Header, wire.OpDemote, wire.CodeOK, 0, nil))
 		}
@@ -112,11 +294,7 @@ func (s *shard) demote(p *nodePacket, from netip.AddrPort) {
 		s.send(from, n.replyPacket(&p.Header, wire.OpDemote, wire.CodeInternal, 0, nil))
 		return
 	}
-	n.promoMu.Lock()
-	ids := n.promo[p.KeyHash]
-	delete(n.promo, p.KeyHash)
-	delete(n.noStamp, p.KeyHash)
-	n.promoMu.Unlock()
+	ids := n.copies.demote(p.KeyHash)
 	for _, id := range ids {
 		d := wire.Header{Op: wire.OpDemote, KeyHash: p.KeyHash, Node: n.id, Epoch: n.lay.Epoch()}
 		s.send(n.peers[id], encodeNode(nil, &d, p.Key, nil, nil))
@@ -136,20 +314,10 @@ func (s *shard) copyIn(p *nodePacket, from netip.AddrPort) {
 	if !v.Del {
 		v.Val = slices.Clone(p.Value)
 	}
-	n.extraMu.Lock()
-	c := n.extras[p.KeyHash]
-	switch {
-	case c == nil || string(c.key) != string(p.Key):
-		c = &extraCopy{key: slices.Clone(p.Key), v: v}
-		n.extras[p.KeyHash] = c
-	case !c.dropped.IsZero() && v.Ver < c.v.Ver:
-		n.extraMu.Unlock()
-		return // from before the demote: the tombstone is newer
-	case !c.dropped.IsZero() || v.Ver > c.v.Ver:
-		c.v, c.dropped = v, time.Time{}
+	held, ok := n.copies.store(p.KeyHash, p.Key, v)
+	if !ok {
+		return
 	}
-	held := c.v.Ver
-	n.extraMu.Unlock()
 	ack := wire.Header{Op: wire.OpCopyAck, KeyHash: p.KeyHash, Stamp: held, Node: n.id, Epoch: n.lay.Epoch()}
 	s.send(from, encodeNode(nil, &ack, p.Key, nil, nil))
 	s.vsb(p.KeyHash, held)
@@ -179,26 +347,7 @@ func (n *Node) reannounce() {
 			return
 		case <-tick.C:
 		}
-		n.extraMu.Lock()
-		type hv struct {
-			h wire.KeyHash
-			v uint64
-		}
-		var all []hv
-		now := time.Now()
-		for h, c := range n.extras {
-			if !c.dropped.IsZero() {
-				if now.Sub(c.dropped) > tombstoneTTL {
-					delete(n.extras, h)
-				}
-				continue
-			}
-			if len(all) < 4096 {
-				all = append(all, hv{h, c.v.Ver})
-			}
-		}
-		n.extraMu.Unlock()
-		for _, x := range all {
+		for _, x := range n.copies.sweep(time.Now(), 4096) {
 			vsb := wire.Header{Op: wire.OpVSB, KeyHash: x.h, Stamp: x.v, Node: n.id, Load: n.load(), Epoch: n.lay.Epoch()}
 			n.sendNow(n.dp, encodeNode(nil, &vsb, nil, nil, nil))
 		}
@@ -206,25 +355,7 @@ func (n *Node) reannounce() {
 }
 
 // Copies lists the extra copies this node holds: KeyHash → version.
-func (n *Node) Copies() map[wire.KeyHash]uint64 {
-	n.extraMu.RLock()
-	defer n.extraMu.RUnlock()
-	m := make(map[wire.KeyHash]uint64, len(n.extras))
-	for h, c := range n.extras {
-		if c.dropped.IsZero() {
-			m[h] = c.v.Ver
-		}
-	}
-	return m
-}
+func (n *Node) Copies() map[wire.KeyHash]uint64 { return n.copies.versions() }
 
 // Promoted lists the promoted keys this node heads: KeyHash → extras.
-func (n *Node) Promoted() map[wire.KeyHash][]wire.NodeID {
-	n.promoMu.RLock()
-	defer n.promoMu.RUnlock()
-	m := make(map[wire.KeyHash][]wire.NodeID, len(n.promo))
-	for h, ids := range n.promo {
-		m[h] = slices.Clone(ids)
-	}
-	return m
-}
+func (n *Node) Promoted() map[wire.KeyHash][]wire.NodeID { return n.copies.promotions() }

@@ -23,6 +23,33 @@
 //     ack comes back.
 //   - All packets about one key are handled by one worker (sharded by
 //     KeyHash), so a key's read-modify-write of its record is serial.
+//
+// A Node keeps the wiring (options, layout, trees, socket, lifecycle) and
+// dispatches packets; its state is split by role, each role a struct that
+// owns its fields and at most one lock:
+//   - admission (admit.go): the shard workers and their queues, and MaxOps's
+//     token bucket with the client requests waiting for it. No lock: queues
+//     are channels, and the bucket is its goroutine's alone.
+//   - chain (chain.go): CRAQ replication. The head's dedup table (its lock)
+//     node-wide; per key, in the key's shard (chainShard, owned by the
+//     shard's worker, no lock), the writes the head forwarded and
+//     retransmits until the tail's ack, and the reads of dirty keys waiting
+//     for the tail's version answer. The shard's handlers (write, chainWrite,
+//     chainAck, get, verQuery, verAnswer, housekeep) run the protocol.
+//   - copies (hot.go): hot keys. At a head, the promoted keys, their extras
+//     and whether data planes stamp them; at an extra, the copies it holds
+//     and the tombstones of dropped ones (one RWMutex). The shard's promote,
+//     demote, copyIn and announce, and the node's reannounce, send the
+//     copies and VSBs.
+//   - recovery (recovery.go): catching up with the chains before serving
+//     reads, and answering other nodes' syncs (its lock guards the syncs in
+//     flight).
+//   - counters (stats.go): request and packet counters (atomics) and the
+//     hot-key top-k reported to the controller (its lock); Stats, the
+//     Prometheus collector and GossipStats read them with the trees' figures.
+//
+// No role calls another while holding its lock, so there is no lock order
+// between them.
 package storagenode
 
 import (
@@ -142,62 +169,18 @@ type Node struct {
 	laddr netip.AddrPort
 	peers map[wire.NodeID]netip.AddrPort
 	dp    netip.AddrPort
-
-	shards []*shard
-	outCh  chan []ipv4.Message // shards' reply batches, to sendLoop
-	admit  *admission          // MaxOps's token bucket; nil if unlimited
-
-	dedup *dedupTable
-
-	promoMu sync.RWMutex
-	promo   map[wire.KeyHash][]wire.NodeID // promoted keys at this head → extras
-	noStamp map[wire.KeyHash]bool          // promoted keys no data plane stamps (promoteNoStamp)
-
-	hotMu sync.Mutex
-	hot   *sched.TopK // the keys of client requests served, for the controller
-
-	extraMu sync.RWMutex
-	extras  map[wire.KeyHash]*extraCopy
+	outCh chan []ipv4.Message // shards' reply batches, to sendLoop
 
 	ready   atomic.Bool
 	closing atomic.Bool
 	stop    chan struct{}
 	wg      sync.WaitGroup
 
-	syncServe chan struct{} // bounds concurrent OpSync answers
-	syncMu    sync.Mutex
-	syncWait  map[uint64]chan *nodePacket
-	nextQuery atomic.Uint64
-
-	ctr counters
-}
-
-type counters struct {
-	gets, puts, dels, errs, queueFull  atomic.Uint64
-	dupWrites, retransmits, verQueries atomic.Uint64
-	rxPackets, txPackets               atomic.Uint64
-	syncKeys                           atomic.Uint64
-	noops                              atomic.Uint64 // no-op versions made for stamped duplicates
-}
-
-type extraCopy struct {
-	key []byte
-	v   version
-	// dropped is when a demote dropped the copy (zero while it is held).
-	// The entry stays as a tombstone keeping v.Ver, so that a copy older
-	// than it, still in flight from an earlier promotion, is refused rather
-	// than served (spec/README.md, flaw C); tombstones expire after
-	// tombstoneTTL.
-	dropped time.Time
-}
-
-// tombstoneTTL bounds how long a dropped copy's version is remembered: far
-// longer than any packet stays in flight between two nodes of a rack.
-const tombstoneTTL = time.Minute
-
-// held reports whether c is a copy of key that can be served.
-func (c *extraCopy) held(key []byte) bool {
-	return c != nil && c.dropped.IsZero() && string(c.key) == string(key)
+	admit  admission
+	chain  chain
+	copies copies
+	recov  recovery
+	ctr    counters
 }
 
 // Start opens the trees, binds the UDP socket, recovers (catches up with the
@@ -212,24 +195,17 @@ func Start(o Options) (*Node, error) {
 	}
 	n := &Node{
 		opts: o, id: o.ID, lay: o.Layout, log: o.Logger.With("node", o.ID),
-		peers:     make(map[wire.NodeID]netip.AddrPort),
-		promo:     make(map[wire.KeyHash][]wire.NodeID),
-		noStamp:   make(map[wire.KeyHash]bool),
-		hot:       sched.NewTopK(hotKeyCounters),
-		extras:    make(map[wire.KeyHash]*extraCopy),
-		stop:      make(chan struct{}),
-		syncWait:  make(map[uint64]chan *nodePacket),
-		syncServe: make(chan struct{}, syncServeLimit),
+		peers: make(map[wire.NodeID]netip.AddrPort),
+		stop:  make(chan struct{}),
+		ctr:   counters{hot: sched.NewTopK(hotKeyCounters)},
 	}
-	n.nextQuery.Store(uint64(time.Now().UnixNano()))
+	n.chain.queryIDs.Store(uint64(time.Now().UnixNano()))
+	n.recov.init(n)
 	for _, id := range o.Layout.Nodes() {
 		a, _ := o.Layout.Addr(id)
 		n.peers[id] = a
 	}
 	n.dp = o.Layout.DataPlane()
-	if o.MaxOps > 0 {
-		n.admit = newAdmission(o.MaxOps, o.QueueLen)
-	}
 	n.cache = pebble.NewCache(o.CacheBytes)
 	n.sched = NewScheduler(o.CompactionBudget, o.CompactionFloor, o.Allocator)
 	fail := func(err error) (*Node, error) {
@@ -247,11 +223,10 @@ func Start(o Options) (*Node, error) {
 		}
 		n.trees = append(n.trees, t)
 	}
-	var err error
-	if n.dedup, err = loadDedup(n.trees[0], o.DedupEntries); err != nil {
+	if err := n.chain.dedup.load(n.trees[0], o.DedupEntries); err != nil {
 		return fail(err)
 	}
-	if err := n.loadPromotions(); err != nil {
+	if err := n.copies.load(n.trees[0]); err != nil {
 		return fail(err)
 	}
 	listen := o.Listen
@@ -270,32 +245,19 @@ func Start(o Options) (*Node, error) {
 	_ = n.conn.SetReadBuffer(8 << 20)
 	_ = n.conn.SetWriteBuffer(8 << 20)
 	n.laddr = n.conn.LocalAddr().(*net.UDPAddr).AddrPort()
-	n.shards = make([]*shard, o.Workers)
-	for i := range n.shards {
-		n.shards[i] = newShard(n, i)
-	}
-	if err := n.loadPending(); err != nil {
+	n.admit.init(n)
+	if err := loadPending(n.trees[0], n.admit.shardOf); err != nil {
 		n.conn.Close()
 		return fail(err)
 	}
 	n.outCh = make(chan []ipv4.Message, 4*o.Workers)
 	n.wg.Add(1)
 	go n.sendLoop()
-	for _, s := range n.shards {
-		n.wg.Add(1)
-		go s.run()
-	}
-	if n.admit != nil {
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			n.admit.run(n.stop)
-		}()
-	}
+	n.admit.start(&n.wg, n.stop)
 	n.wg.Add(1)
 	go n.readLoop()
 	n.wg.Add(1)
-	go n.recover()
+	go n.recov.run()
 	return n, nil
 }
 
@@ -340,158 +302,5 @@ func (n *Node) Close() error {
 	return errors.Join(errs...)
 }
 
-// loadPromotions reads the promoted keys this node heads.
-func (n *Node) loadPromotions() error {
-	it, err := n.trees[0].db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindPromo}, UpperBound: []byte{kindPromo + 1}})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for it.First(); it.Valid(); it.Next() {
-		v := it.Value()
-		h := wire.HashKey(it.Key()[1:])
-		if len(v)%2 == 1 && v[len(v)-1] == promoNoStampMark {
-			v = v[:len(v)-1]
-			n.noStamp[h] = true
-		}
-		ids, ok := decodeIDs(v)
-		if !ok {
-			continue
-		}
-		n.promo[h] = ids
-	}
-	return it.Error()
-}
-
-// loadPending rebuilds the head's uncommitted writes from tree 0, so that
-// they are retransmitted after a restart.
-func (n *Node) loadPending() error {
-	it, err := n.trees[0].db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindRecord}, UpperBound: []byte{kindRecord + 1}})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for it.First(); it.Valid(); it.Next() {
-		k := it.Key()
-		if len(k) < 5 {
-			continue
-		}
-		rec, err := decodeRecord(append([]byte(nil), it.Value()...))
-		if err != nil || len(rec.Dirty) == 0 {
-			continue
-		}
-		key := append([]byte(nil), k[5:]...)
-		h := wire.HashKey(key)
-		s := n.shardOf(h)
-		for _, v := range rec.Dirty {
-			s.pending[pendKey{h, v.Ver}] = &pendingWrite{key: key, v: v, sent: time.Time{}}
-		}
-	}
-	return it.Error()
-}
-
-func (n *Node) shardOf(h wire.KeyHash) *shard {
-	x := uint32(h[4])<<24 | uint32(h[5])<<16 | uint32(h[6])<<8 | uint32(h[7])
-	return n.shards[x%uint32(len(n.shards))]
-}
-
 // load is the node's queue depth, carried on replies.
-func (n *Node) load() uint16 {
-	t := 0
-	for _, s := range n.shards {
-		t += len(s.ch)
-	}
-	if n.admit != nil {
-		t += n.admit.len()
-	}
-	return uint16(min(t, 65535))
-}
-
-// dedupTable is the head's bounded memory of write requests by request id.
-// Accepted writes are persisted in the same batch as the write; refusals
-// (stale-version, retry) are kept in memory only, since nothing was applied.
-type dedupTable struct {
-	mu   sync.Mutex
-	m    map[uint64]dedupEntry
-	fifo []uint64
-	seq  uint64
-	cap  int
-}
-
-func loadDedup(t *tree, capacity int) (*dedupTable, error) {
-	d := &dedupTable{m: make(map[uint64]dedupEntry), cap: capacity}
-	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindDedup}, UpperBound: []byte{kindDedup + 1}})
-	if err != nil {
-		return nil, err
-	}
-	type ent struct {
-		id uint64
-		e  dedupEntry
-	}
-	var all []ent
-	for it.First(); it.Valid(); it.Next() {
-		k := it.Key()
-		if len(k) != 9 {
-			continue
-		}
-		e, err := decodeDedup(it.Value())
-		if err != nil {
-			continue
-		}
-		all = append(all, ent{beUint64(k[1:]), e})
-	}
-	if err := it.Close(); err != nil {
-		return nil, err
-	}
-	sortFunc(all, func(a, b ent) int { return cmpU64(a.e.Seq, b.e.Seq) })
-	for _, x := range all {
-		d.m[x.id] = x.e
-		d.fifo = append(d.fifo, x.id)
-		d.seq = max(d.seq, x.e.Seq)
-	}
-	return d, nil
-}
-
-func (d *dedupTable) get(id uint64, h wire.KeyHash) (dedupEntry, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	e, ok := d.m[id]
-	if !ok || e.KeyHash != h {
-		return dedupEntry{}, false
-	}
-	return e, true
-}
-
-// add records id and returns the ids evicted to stay within the bound,
-// whose persisted entries the caller deletes in its batch.
-func (d *dedupTable) add(id uint64, e dedupEntry) (dedupEntry, []uint64) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.seq++
-	e.Seq = d.seq
-	if _, ok := d.m[id]; !ok {
-		d.fifo = append(d.fifo, id)
-	}
-	d.m[id] = e
-	var evict []uint64
-	for len(d.fifo) > d.cap {
-		old := d.fifo[0]
-		d.fifo = d.fifo[1:]
-		delete(d.m, old)
-		evict = append(evict, old)
-	}
-	return e, evict
-}
-
-// hotKeyCounters bounds the node's hot-key counting (sched.TopK): keys with
-// more than 1/64 of a round's requests are always found.
-const hotKeyCounters = 64
-
-// HotKeys returns the keys of the client requests this node served since
-// the last call, most requested first, at most max: the report that names
-// hot keys to the controller (data planes count by hash only).
-func (n *Node) HotKeys(max int) []sched.KeyCount {
-	n.hotMu.Lock()
-	defer n.hotMu.Unlock()
-	return n.hot.Top(max)
-}
+func (n *Node) load() uint16 { return n.admit.load() }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -30,7 +31,29 @@ const (
 	syncServeLimit = 4
 )
 
-func (n *Node) recover() {
+// recovery is the role that brings the node's trees up to date with its
+// chains before it serves reads, and answers the syncs of other nodes
+// doing the same.
+type recovery struct {
+	n       *Node
+	ids     atomic.Uint64 // sync request ids
+	serving chan struct{} // bounds concurrent OpSync answers
+
+	mu   sync.Mutex
+	wait map[uint64]chan *nodePacket // this node's syncs in flight, by id
+}
+
+func (rc *recovery) init(n *Node) {
+	rc.n = n
+	rc.ids.Store(uint64(time.Now().UnixNano()))
+	rc.serving = make(chan struct{}, syncServeLimit)
+	rc.wait = make(map[uint64]chan *nodePacket)
+}
+
+// run catches up with every chain this node is in, then marks the node
+// ready and starts re-announcing its copies.
+func (rc *recovery) run() {
+	n := rc.n
 	defer n.wg.Done()
 	defer func() {
 		n.ready.Store(true)
@@ -84,7 +107,7 @@ func (n *Node) recover() {
 					if d {
 						continue
 					}
-					if n.syncPartition(j.part, j.pos, c) {
+					if rc.syncPartition(j.part, j.pos, c) {
 						break
 					}
 					select {
@@ -104,14 +127,15 @@ func (n *Node) recover() {
 
 // syncPartition pulls partition part from peer; false if the peer did not
 // answer.
-func (n *Node) syncPartition(part uint32, pos int, peer wire.NodeID) bool {
+func (rc *recovery) syncPartition(part uint32, pos int, peer wire.NodeID) bool {
+	n := rc.n
 	var cursor []byte
 	for {
-		id := n.nextQuery.Add(1)
+		id := rc.ids.Add(1)
 		ch := make(chan *nodePacket, 1)
-		n.syncMu.Lock()
-		n.syncWait[id] = ch
-		n.syncMu.Unlock()
+		rc.mu.Lock()
+		rc.wait[id] = ch
+		rc.mu.Unlock()
 		req := wire.Header{Op: wire.OpSync, ReqID: id, Stamp: uint64(part), Node: n.id, Epoch: n.lay.Epoch()}
 		pkt := encodeNode(nil, &req, cursor, nil, nil)
 		var got *nodePacket
@@ -128,9 +152,9 @@ func (n *Node) syncPartition(part uint32, pos int, peer wire.NodeID) bool {
 				break
 			}
 		}
-		n.syncMu.Lock()
-		delete(n.syncWait, id)
-		n.syncMu.Unlock()
+		rc.mu.Lock()
+		delete(rc.wait, id)
+		rc.mu.Unlock()
 		if got == nil {
 			return false
 		}
@@ -146,7 +170,7 @@ func (n *Node) syncPartition(part uint32, pos int, peer wire.NodeID) bool {
 			}
 			wg.Add(1)
 			r := r
-			s := n.shardOf(h)
+			s := n.admit.shardOf(h)
 			fn := func() {
 				defer wg.Done()
 				t := n.trees[pos]
@@ -173,14 +197,15 @@ func (n *Node) syncPartition(part uint32, pos int, peer wire.NodeID) bool {
 	}
 }
 
-func (n *Node) deliverSync(b []byte) {
+// deliver hands an OpSyncData to the sync waiting for it.
+func (rc *recovery) deliver(b []byte) {
 	var q nodePacket
 	if decodeAny(append([]byte(nil), b...), &q) != nil {
 		return
 	}
-	n.syncMu.Lock()
-	ch := n.syncWait[q.ReqID]
-	n.syncMu.Unlock()
+	rc.mu.Lock()
+	ch := rc.wait[q.ReqID]
+	rc.mu.Unlock()
 	if ch != nil {
 		select {
 		case ch <- &q:
@@ -189,8 +214,9 @@ func (n *Node) deliverSync(b []byte) {
 	}
 }
 
-// serveSync answers one OpSync with the next chunk of the partition.
-func (n *Node) serveSync(b []byte, from netip.AddrPort) {
+// serve answers one OpSync with the next chunk of the partition.
+func (rc *recovery) serve(b []byte, from netip.AddrPort) {
+	n := rc.n
 	var p nodePacket
 	if decodeAny(b, &p) != nil || p.Stamp >= uint64(n.lay.Partitions()) {
 		return
@@ -201,7 +227,7 @@ func (n *Node) serveSync(b []byte, from netip.AddrPort) {
 		return
 	}
 	select {
-	case n.syncServe <- struct{}{}:
+	case rc.serving <- struct{}{}:
 	default:
 		return // busy: the requester retries
 	}
@@ -210,7 +236,7 @@ func (n *Node) serveSync(b []byte, from netip.AddrPort) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		defer func() { <-n.syncServe }()
+		defer func() { <-rc.serving }()
 		if n.closing.Load() {
 			return
 		}

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/ipv4"
@@ -32,52 +31,18 @@ type item struct {
 	fn   func()
 }
 
-type pendKey struct {
-	h wire.KeyHash
-	v uint64
-}
-
-// pendingWrite is a write the head forwarded and the tail has not acked.
-type pendingWrite struct {
-	key   []byte
-	v     version
-	sent  time.Time
-	tries int // retransmissions so far: the interval doubles, up to 16×
-}
-
-type getWaiter struct {
-	from netip.AddrPort
-	h    wire.Header
-	at   time.Time
-}
-
-// verWait is the read of a dirty key waiting for the tail: waiters covered
-// by the query in flight, and those that arrived after it was sent (which
-// need a new query, since the answer may predate their invocation).
-type verWait struct {
-	key     []byte
-	qid     uint64
-	sent    time.Time
-	covered []getWaiter
-	next    []getWaiter
-}
-
+// shard is one worker and its queue; every packet about a key is handled
+// by the key's shard.
 type shard struct {
-	n       *Node
-	idx     int
-	ch      chan item
-	pending map[pendKey]*pendingWrite
-	waits   map[wire.KeyHash]*verWait
-	out     []ipv4.Message
-	npend   atomic.Int64 // len(pending), for Stats
+	n   *Node
+	idx int
+	ch  chan item
+	out []ipv4.Message
+	chainShard
 }
 
 func newShard(n *Node, i int) *shard {
-	return &shard{
-		n: n, idx: i, ch: make(chan item, n.opts.QueueLen),
-		pending: make(map[pendKey]*pendingWrite),
-		waits:   make(map[wire.KeyHash]*verWait),
-	}
+	return &shard{n: n, idx: i, ch: make(chan item, n.opts.QueueLen), chainShard: newChainShard()}
 }
 
 func (s *shard) run() {
@@ -232,10 +197,10 @@ func (n *Node) dispatch(b []byte, from netip.AddrPort) {
 		wire.OpChainWrite, wire.OpChainAck, wire.OpVerQuery, wire.OpVerAnswer,
 		wire.OpCopy, wire.OpCopyAck, wire.OpPromote, wire.OpDemote:
 	case wire.OpSync:
-		n.serveSync(b, from)
+		n.recov.serve(b, from)
 		return
 	case wire.OpSyncData:
-		n.deliverSync(b)
+		n.recov.deliver(b)
 		return
 	case wire.OpStats:
 		n.serveStats(b, from)
@@ -249,7 +214,6 @@ func (n *Node) dispatch(b []byte, from netip.AddrPort) {
 	}
 	var h wire.KeyHash
 	copy(h[:], b[wire.OffKeyHash:])
-	s := n.shardOf(h)
 	it := item{from: from}
 	if len(b) <= smallBuf {
 		p := smallPool.Get().(*[]byte)
@@ -260,16 +224,8 @@ func (n *Node) dispatch(b []byte, from netip.AddrPort) {
 	}
 	copy(it.b, b)
 	client := op == wire.OpGet || op == wire.OpPut || op == wire.OpDel
-	if client && n.admit != nil {
-		if n.admit.queue(op, it, s) {
-			return
-		}
-	} else {
-		select {
-		case s.ch <- it:
-			return
-		default:
-		}
+	if n.admit.submit(h, client, op, it) {
+		return
 	}
 	if it.pool != nil {
 		smallPool.Put(it.pool)

@@ -3,9 +3,13 @@ package storagenode
 import (
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/netdir/netdir/sched"
 )
 
 // TreeStats are one tree's counters (one chain position).
@@ -54,6 +58,43 @@ type Stats struct {
 	Trees       []TreeStats `json:"trees"`
 }
 
+// counters is the stats role: the node's request and packet counters, and
+// the keys of the client requests served, counted for the controller.
+type counters struct {
+	gets, puts, dels, errs, queueFull  atomic.Uint64
+	dupWrites, retransmits, verQueries atomic.Uint64
+	rxPackets, txPackets               atomic.Uint64
+	syncKeys                           atomic.Uint64
+	noops                              atomic.Uint64 // no-op versions made for stamped duplicates
+
+	mu  sync.Mutex
+	hot *sched.TopK
+}
+
+// hotKeyCounters bounds the node's hot-key counting (sched.TopK): keys with
+// more than 1/64 of a round's requests are always found.
+const hotKeyCounters = 64
+
+// countKey counts a client request for key.
+func (c *counters) countKey(key []byte) {
+	c.mu.Lock()
+	c.hot.Add(key)
+	c.mu.Unlock()
+}
+
+// HotKeys returns the keys of the client requests this node served since
+// the last call, most requested first, at most max: the report that names
+// hot keys to the controller (data planes count by hash only).
+func (n *Node) HotKeys(max int) []sched.KeyCount { return n.ctr.topKeys(max) }
+
+// topKeys returns the keys counted since the last call, most first, at most
+// max, and starts a new count.
+func (c *counters) topKeys(max int) []sched.KeyCount {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hot.Top(max)
+}
+
 // Stats returns the node's counters and per-tree figures.
 func (n *Node) Stats() Stats {
 	s := Stats{
@@ -65,16 +106,7 @@ func (n *Node) Stats() Stats {
 		RxPackets: n.ctr.rxPackets.Load(), TxPackets: n.ctr.txPackets.Load(), SyncedKeys: n.ctr.syncKeys.Load(),
 		CacheBytes: n.opts.CacheBytes,
 	}
-	n.promoMu.RLock()
-	s.Promoted = len(n.promo)
-	n.promoMu.RUnlock()
-	n.extraMu.RLock()
-	for _, c := range n.extras {
-		if c.dropped.IsZero() {
-			s.Copies++
-		}
-	}
-	n.extraMu.RUnlock()
+	s.Promoted, s.Copies = n.copies.counts()
 	rates := map[*tree]int64{}
 	pooled := map[*tree]bool{}
 	n.sched.mu.Lock()
@@ -109,7 +141,7 @@ func (n *Node) Stats() Stats {
 		}
 		s.Trees = append(s.Trees, ts)
 	}
-	for _, sh := range n.shards {
+	for _, sh := range n.admit.shards {
 		s.Pending += int(sh.npend.Load())
 	}
 	return s

@@ -135,18 +135,22 @@ func (n *Netns) Do(f func() error) error { return InNetns(n.Name, f) }
 // InNetns runs f on an OS thread inside the named namespace (one that `ip
 // netns` made). Sockets f creates stay in the namespace, whichever thread
 // uses them later. The thread is discarded afterwards.
-func InNetns(name string, f func() error) error {
+func InNetns(name string, f func() error) error { return InNetnsPath("/var/run/netns/"+name, f) }
+
+// InNetnsPath is InNetns for the namespace file at path, such as a
+// process's /proc/PID/ns/net.
+func InNetnsPath(path string, f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		fd, err := unix.Open("/var/run/netns/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			errc <- err
 			return
 		}
 		defer unix.Close(fd)
 		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", name, err)
+			errc <- fmt.Errorf("setns %s: %w", path, err)
 			return
 		}
 		errc <- f()
