@@ -1,4 +1,4 @@
-// The netdir controller's API: node registration and stats, the directory
+// The netdir controller's API: the cluster layout and node stats, the directory
 // subscription that host agents sync their maps from, and administration
 // (`netdir ctl`).
 
@@ -132,27 +132,26 @@ func (x *Node) GetAddr() string {
 	return ""
 }
 
-type RegisterNodeRequest struct {
+type GetLayoutRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *RegisterNodeRequest) Reset() {
-	*x = RegisterNodeRequest{}
+func (x *GetLayoutRequest) Reset() {
+	*x = GetLayoutRequest{}
 	mi := &file_netdir_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *RegisterNodeRequest) String() string {
+func (x *GetLayoutRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*RegisterNodeRequest) ProtoMessage() {}
+func (*GetLayoutRequest) ProtoMessage() {}
 
-func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
+func (x *GetLayoutRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_netdir_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -164,42 +163,35 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
-func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use GetLayoutRequest.ProtoReflect.Descriptor instead.
+func (*GetLayoutRequest) Descriptor() ([]byte, []int) {
 	return file_netdir_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *RegisterNodeRequest) GetNode() *Node {
-	if x != nil {
-		return x.Node
-	}
-	return nil
-}
-
-type RegisterNodeResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint32                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	PartitionBits uint32                 `protobuf:"varint,2,opt,name=partition_bits,json=partitionBits,proto3" json:"partition_bits,omitempty"`
-	Partitions    []*Partition           `protobuf:"bytes,3,rep,name=partitions,proto3" json:"partitions,omitempty"`
-	Nodes         []*Node                `protobuf:"bytes,4,rep,name=nodes,proto3" json:"nodes,omitempty"`
+type GetLayoutResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The layout in its one format, the YAML of Go package layout (epoch,
+	// partition_bits, replicas, dataplane, nodes with addr, port and mac, chain
+	// overrides), as `netdir node --config` reads it.
+	Yaml          string `protobuf:"bytes,1,opt,name=yaml,proto3" json:"yaml,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *RegisterNodeResponse) Reset() {
-	*x = RegisterNodeResponse{}
+func (x *GetLayoutResponse) Reset() {
+	*x = GetLayoutResponse{}
 	mi := &file_netdir_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *RegisterNodeResponse) String() string {
+func (x *GetLayoutResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*RegisterNodeResponse) ProtoMessage() {}
+func (*GetLayoutResponse) ProtoMessage() {}
 
-func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
+func (x *GetLayoutResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_netdir_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -211,37 +203,16 @@ func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use RegisterNodeResponse.ProtoReflect.Descriptor instead.
-func (*RegisterNodeResponse) Descriptor() ([]byte, []int) {
+// Deprecated: Use GetLayoutResponse.ProtoReflect.Descriptor instead.
+func (*GetLayoutResponse) Descriptor() ([]byte, []int) {
 	return file_netdir_proto_rawDescGZIP(), []int{2}
 }
 
-func (x *RegisterNodeResponse) GetEpoch() uint32 {
+func (x *GetLayoutResponse) GetYaml() string {
 	if x != nil {
-		return x.Epoch
+		return x.Yaml
 	}
-	return 0
-}
-
-func (x *RegisterNodeResponse) GetPartitionBits() uint32 {
-	if x != nil {
-		return x.PartitionBits
-	}
-	return 0
-}
-
-func (x *RegisterNodeResponse) GetPartitions() []*Partition {
-	if x != nil {
-		return x.Partitions
-	}
-	return nil
-}
-
-func (x *RegisterNodeResponse) GetNodes() []*Node {
-	if x != nil {
-		return x.Nodes
-	}
-	return nil
+	return ""
 }
 
 // KeyCount is a key a node saw often this epoch.
@@ -1527,16 +1498,10 @@ const file_netdir_proto_rawDesc = "" +
 	"\fnetdir.proto\x12\tnetdir.v1\"*\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
-	"\x04addr\x18\x02 \x01(\tR\x04addr\":\n" +
-	"\x13RegisterNodeRequest\x12#\n" +
-	"\x04node\x18\x01 \x01(\v2\x0f.netdir.v1.NodeR\x04node\"\xb0\x01\n" +
-	"\x14RegisterNodeResponse\x12\x14\n" +
-	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12%\n" +
-	"\x0epartition_bits\x18\x02 \x01(\rR\rpartitionBits\x124\n" +
-	"\n" +
-	"partitions\x18\x03 \x03(\v2\x14.netdir.v1.PartitionR\n" +
-	"partitions\x12%\n" +
-	"\x05nodes\x18\x04 \x03(\v2\x0f.netdir.v1.NodeR\x05nodes\"2\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x12\n" +
+	"\x10GetLayoutRequest\"'\n" +
+	"\x11GetLayoutResponse\x12\x12\n" +
+	"\x04yaml\x18\x01 \x01(\tR\x04yaml\"2\n" +
 	"\bKeyCount\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x04R\x05count\"\xa2\x01\n" +
@@ -1633,10 +1598,10 @@ const file_netdir_proto_rawDesc = "" +
 	"\x0edirectory_size\x18\x03 \x01(\rR\rdirectorySize\x12-\n" +
 	"\x12directory_capacity\x18\x04 \x01(\rR\x11directoryCapacity\x12\x1a\n" +
 	"\bswitches\x18\x05 \x03(\tR\bswitches\x12\x16\n" +
-	"\x06rounds\x18\x06 \x01(\x04R\x06rounds2\xe7\x05\n" +
+	"\x06rounds\x18\x06 \x01(\x04R\x06rounds2\xde\x05\n" +
 	"\n" +
-	"Controller\x12O\n" +
-	"\fRegisterNode\x12\x1e.netdir.v1.RegisterNodeRequest\x1a\x1f.netdir.v1.RegisterNodeResponse\x12C\n" +
+	"Controller\x12F\n" +
+	"\tGetLayout\x12\x1b.netdir.v1.GetLayoutRequest\x1a\x1c.netdir.v1.GetLayoutResponse\x12C\n" +
 	"\vReportStats\x12\x14.netdir.v1.NodeStats\x1a\x1e.netdir.v1.ReportStatsResponse\x12N\n" +
 	"\x10ReportAgentStats\x12\x15.netdir.v1.AgentStats\x1a#.netdir.v1.ReportAgentStatsResponse\x12P\n" +
 	"\x0eWatchDirectory\x12 .netdir.v1.WatchDirectoryRequest\x1a\x1a.netdir.v1.DirectoryUpdate0\x01\x12R\n" +
@@ -1665,8 +1630,8 @@ var file_netdir_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_netdir_proto_goTypes = []any{
 	(DirectoryUpdate_Kind)(0),        // 0: netdir.v1.DirectoryUpdate.Kind
 	(*Node)(nil),                     // 1: netdir.v1.Node
-	(*RegisterNodeRequest)(nil),      // 2: netdir.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),     // 3: netdir.v1.RegisterNodeResponse
+	(*GetLayoutRequest)(nil),         // 2: netdir.v1.GetLayoutRequest
+	(*GetLayoutResponse)(nil),        // 3: netdir.v1.GetLayoutResponse
 	(*KeyCount)(nil),                 // 4: netdir.v1.KeyCount
 	(*TreeStats)(nil),                // 5: netdir.v1.TreeStats
 	(*NodeStats)(nil),                // 6: netdir.v1.NodeStats
@@ -1691,45 +1656,42 @@ var file_netdir_proto_goTypes = []any{
 	(*StatusResponse)(nil),           // 25: netdir.v1.StatusResponse
 }
 var file_netdir_proto_depIdxs = []int32{
-	1,  // 0: netdir.v1.RegisterNodeRequest.node:type_name -> netdir.v1.Node
-	12, // 1: netdir.v1.RegisterNodeResponse.partitions:type_name -> netdir.v1.Partition
-	1,  // 2: netdir.v1.RegisterNodeResponse.nodes:type_name -> netdir.v1.Node
-	4,  // 3: netdir.v1.NodeStats.hot_keys:type_name -> netdir.v1.KeyCount
-	5,  // 4: netdir.v1.NodeStats.trees:type_name -> netdir.v1.TreeStats
-	8,  // 5: netdir.v1.AgentStats.hits:type_name -> netdir.v1.SlotHits
-	9,  // 6: netdir.v1.AgentStats.sketch:type_name -> netdir.v1.SketchCell
-	0,  // 7: netdir.v1.DirectoryUpdate.kind:type_name -> netdir.v1.DirectoryUpdate.Kind
-	13, // 8: netdir.v1.DirectoryUpdate.entries:type_name -> netdir.v1.DirectoryEntry
-	12, // 9: netdir.v1.DirectoryUpdate.partitions:type_name -> netdir.v1.Partition
-	1,  // 10: netdir.v1.DirectoryUpdate.nodes:type_name -> netdir.v1.Node
-	13, // 11: netdir.v1.ListDirectoryResponse.entries:type_name -> netdir.v1.DirectoryEntry
-	13, // 12: netdir.v1.PinResponse.entry:type_name -> netdir.v1.DirectoryEntry
-	12, // 13: netdir.v1.ListPartitionsResponse.partitions:type_name -> netdir.v1.Partition
-	2,  // 14: netdir.v1.Controller.RegisterNode:input_type -> netdir.v1.RegisterNodeRequest
-	6,  // 15: netdir.v1.Controller.ReportStats:input_type -> netdir.v1.NodeStats
-	10, // 16: netdir.v1.Controller.ReportAgentStats:input_type -> netdir.v1.AgentStats
-	14, // 17: netdir.v1.Controller.WatchDirectory:input_type -> netdir.v1.WatchDirectoryRequest
-	16, // 18: netdir.v1.Controller.ListDirectory:input_type -> netdir.v1.ListDirectoryRequest
-	18, // 19: netdir.v1.Controller.Pin:input_type -> netdir.v1.PinRequest
-	18, // 20: netdir.v1.Controller.Unpin:input_type -> netdir.v1.PinRequest
-	20, // 21: netdir.v1.Controller.ListPartitions:input_type -> netdir.v1.ListPartitionsRequest
-	22, // 22: netdir.v1.Controller.SetWeights:input_type -> netdir.v1.SetWeightsRequest
-	24, // 23: netdir.v1.Controller.Status:input_type -> netdir.v1.StatusRequest
-	3,  // 24: netdir.v1.Controller.RegisterNode:output_type -> netdir.v1.RegisterNodeResponse
-	7,  // 25: netdir.v1.Controller.ReportStats:output_type -> netdir.v1.ReportStatsResponse
-	11, // 26: netdir.v1.Controller.ReportAgentStats:output_type -> netdir.v1.ReportAgentStatsResponse
-	15, // 27: netdir.v1.Controller.WatchDirectory:output_type -> netdir.v1.DirectoryUpdate
-	17, // 28: netdir.v1.Controller.ListDirectory:output_type -> netdir.v1.ListDirectoryResponse
-	19, // 29: netdir.v1.Controller.Pin:output_type -> netdir.v1.PinResponse
-	19, // 30: netdir.v1.Controller.Unpin:output_type -> netdir.v1.PinResponse
-	21, // 31: netdir.v1.Controller.ListPartitions:output_type -> netdir.v1.ListPartitionsResponse
-	23, // 32: netdir.v1.Controller.SetWeights:output_type -> netdir.v1.SetWeightsResponse
-	25, // 33: netdir.v1.Controller.Status:output_type -> netdir.v1.StatusResponse
-	24, // [24:34] is the sub-list for method output_type
-	14, // [14:24] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	4,  // 0: netdir.v1.NodeStats.hot_keys:type_name -> netdir.v1.KeyCount
+	5,  // 1: netdir.v1.NodeStats.trees:type_name -> netdir.v1.TreeStats
+	8,  // 2: netdir.v1.AgentStats.hits:type_name -> netdir.v1.SlotHits
+	9,  // 3: netdir.v1.AgentStats.sketch:type_name -> netdir.v1.SketchCell
+	0,  // 4: netdir.v1.DirectoryUpdate.kind:type_name -> netdir.v1.DirectoryUpdate.Kind
+	13, // 5: netdir.v1.DirectoryUpdate.entries:type_name -> netdir.v1.DirectoryEntry
+	12, // 6: netdir.v1.DirectoryUpdate.partitions:type_name -> netdir.v1.Partition
+	1,  // 7: netdir.v1.DirectoryUpdate.nodes:type_name -> netdir.v1.Node
+	13, // 8: netdir.v1.ListDirectoryResponse.entries:type_name -> netdir.v1.DirectoryEntry
+	13, // 9: netdir.v1.PinResponse.entry:type_name -> netdir.v1.DirectoryEntry
+	12, // 10: netdir.v1.ListPartitionsResponse.partitions:type_name -> netdir.v1.Partition
+	2,  // 11: netdir.v1.Controller.GetLayout:input_type -> netdir.v1.GetLayoutRequest
+	6,  // 12: netdir.v1.Controller.ReportStats:input_type -> netdir.v1.NodeStats
+	10, // 13: netdir.v1.Controller.ReportAgentStats:input_type -> netdir.v1.AgentStats
+	14, // 14: netdir.v1.Controller.WatchDirectory:input_type -> netdir.v1.WatchDirectoryRequest
+	16, // 15: netdir.v1.Controller.ListDirectory:input_type -> netdir.v1.ListDirectoryRequest
+	18, // 16: netdir.v1.Controller.Pin:input_type -> netdir.v1.PinRequest
+	18, // 17: netdir.v1.Controller.Unpin:input_type -> netdir.v1.PinRequest
+	20, // 18: netdir.v1.Controller.ListPartitions:input_type -> netdir.v1.ListPartitionsRequest
+	22, // 19: netdir.v1.Controller.SetWeights:input_type -> netdir.v1.SetWeightsRequest
+	24, // 20: netdir.v1.Controller.Status:input_type -> netdir.v1.StatusRequest
+	3,  // 21: netdir.v1.Controller.GetLayout:output_type -> netdir.v1.GetLayoutResponse
+	7,  // 22: netdir.v1.Controller.ReportStats:output_type -> netdir.v1.ReportStatsResponse
+	11, // 23: netdir.v1.Controller.ReportAgentStats:output_type -> netdir.v1.ReportAgentStatsResponse
+	15, // 24: netdir.v1.Controller.WatchDirectory:output_type -> netdir.v1.DirectoryUpdate
+	17, // 25: netdir.v1.Controller.ListDirectory:output_type -> netdir.v1.ListDirectoryResponse
+	19, // 26: netdir.v1.Controller.Pin:output_type -> netdir.v1.PinResponse
+	19, // 27: netdir.v1.Controller.Unpin:output_type -> netdir.v1.PinResponse
+	21, // 28: netdir.v1.Controller.ListPartitions:output_type -> netdir.v1.ListPartitionsResponse
+	23, // 29: netdir.v1.Controller.SetWeights:output_type -> netdir.v1.SetWeightsResponse
+	25, // 30: netdir.v1.Controller.Status:output_type -> netdir.v1.StatusResponse
+	21, // [21:31] is the sub-list for method output_type
+	11, // [11:21] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_netdir_proto_init() }

@@ -1,4 +1,4 @@
-// The netdir controller's API: node registration and stats, the directory
+// The netdir controller's API: the cluster layout and node stats, the directory
 // subscription that host agents sync their maps from, and administration
 // (`netdir ctl`).
 
@@ -23,7 +23,7 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Controller_RegisterNode_FullMethodName     = "/netdir.v1.Controller/RegisterNode"
+	Controller_GetLayout_FullMethodName        = "/netdir.v1.Controller/GetLayout"
 	Controller_ReportStats_FullMethodName      = "/netdir.v1.Controller/ReportStats"
 	Controller_ReportAgentStats_FullMethodName = "/netdir.v1.Controller/ReportAgentStats"
 	Controller_WatchDirectory_FullMethodName   = "/netdir.v1.Controller/WatchDirectory"
@@ -39,8 +39,10 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type ControllerClient interface {
-	// Nodes register their address on start and report stats each epoch.
-	RegisterNode(ctx context.Context, in *RegisterNodeRequest, opts ...grpc.CallOption) (*RegisterNodeResponse, error)
+	// The cluster layout, of which the controller is the authority: nodes,
+	// switches and `netdir ctl layout` read it.
+	GetLayout(ctx context.Context, in *GetLayoutRequest, opts ...grpc.CallOption) (*GetLayoutResponse, error)
+	// Nodes report stats each round.
 	ReportStats(ctx context.Context, in *NodeStats, opts ...grpc.CallOption) (*ReportStatsResponse, error)
 	// Host agents report what their maps counted since their last report:
 	// hits per directory key and the growth of the miss sketch.
@@ -64,10 +66,10 @@ func NewControllerClient(cc grpc.ClientConnInterface) ControllerClient {
 	return &controllerClient{cc}
 }
 
-func (c *controllerClient) RegisterNode(ctx context.Context, in *RegisterNodeRequest, opts ...grpc.CallOption) (*RegisterNodeResponse, error) {
+func (c *controllerClient) GetLayout(ctx context.Context, in *GetLayoutRequest, opts ...grpc.CallOption) (*GetLayoutResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(RegisterNodeResponse)
-	err := c.cc.Invoke(ctx, Controller_RegisterNode_FullMethodName, in, out, cOpts...)
+	out := new(GetLayoutResponse)
+	err := c.cc.Invoke(ctx, Controller_GetLayout_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -177,8 +179,10 @@ func (c *controllerClient) Status(ctx context.Context, in *StatusRequest, opts .
 // All implementations must embed UnimplementedControllerServer
 // for forward compatibility.
 type ControllerServer interface {
-	// Nodes register their address on start and report stats each epoch.
-	RegisterNode(context.Context, *RegisterNodeRequest) (*RegisterNodeResponse, error)
+	// The cluster layout, of which the controller is the authority: nodes,
+	// switches and `netdir ctl layout` read it.
+	GetLayout(context.Context, *GetLayoutRequest) (*GetLayoutResponse, error)
+	// Nodes report stats each round.
 	ReportStats(context.Context, *NodeStats) (*ReportStatsResponse, error)
 	// Host agents report what their maps counted since their last report:
 	// hits per directory key and the growth of the miss sketch.
@@ -202,8 +206,8 @@ type ControllerServer interface {
 // pointer dereference when methods are called.
 type UnimplementedControllerServer struct{}
 
-func (UnimplementedControllerServer) RegisterNode(context.Context, *RegisterNodeRequest) (*RegisterNodeResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method RegisterNode not implemented")
+func (UnimplementedControllerServer) GetLayout(context.Context, *GetLayoutRequest) (*GetLayoutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLayout not implemented")
 }
 func (UnimplementedControllerServer) ReportStats(context.Context, *NodeStats) (*ReportStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportStats not implemented")
@@ -253,20 +257,20 @@ func RegisterControllerServer(s grpc.ServiceRegistrar, srv ControllerServer) {
 	s.RegisterService(&Controller_ServiceDesc, srv)
 }
 
-func _Controller_RegisterNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(RegisterNodeRequest)
+func _Controller_GetLayout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLayoutRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(ControllerServer).RegisterNode(ctx, in)
+		return srv.(ControllerServer).GetLayout(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: Controller_RegisterNode_FullMethodName,
+		FullMethod: Controller_GetLayout_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(ControllerServer).RegisterNode(ctx, req.(*RegisterNodeRequest))
+		return srv.(ControllerServer).GetLayout(ctx, req.(*GetLayoutRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -434,8 +438,8 @@ var Controller_ServiceDesc = grpc.ServiceDesc{
 	HandlerType: (*ControllerServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{
-			MethodName: "RegisterNode",
-			Handler:    _Controller_RegisterNode_Handler,
+			MethodName: "GetLayout",
+			Handler:    _Controller_GetLayout_Handler,
 		},
 		{
 			MethodName: "ReportStats",

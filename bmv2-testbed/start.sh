@@ -7,14 +7,16 @@ rm -f "$work/pids"
 ctl=$(q 'p["controller"]["mgmt"]')
 replicas=$(q 'min(3, len(p["nodes"]))')
 
-# The layout file every node reads (ring placement): VSBs go to the switch.
+# The cluster layout (ring placement), which every node reads and the
+# controller's configuration ends with: VSBs go to the switch, and the switch
+# reaches each node on its port, rewriting the MAC.
 {
 	echo "epoch: 1"
 	echo "partition_bits: 10"
 	echo "replicas: $replicas"
 	echo "dataplane: $(q 'p["service"]')"
 	echo "nodes:"
-	q '"\n".join("  - {id: %d, addr: %s:7420}" % (n["id"], n["ip"]) for n in p["nodes"])'
+	q '"\n".join("  - {id: %d, addr: \"%s:7420\", port: %d, mac: \"%s\"}" % (n["id"], n["ip"], n["port"], n["mac"]) for n in p["nodes"])'
 } >"$work/layout.yaml"
 
 # Storage nodes serve on the data network, and report to the controller and
@@ -34,10 +36,8 @@ done
 {
 	echo "api: 0.0.0.0:7400"
 	echo "metrics: $ctl:9400"
-	echo "partition_bits: 10"
-	echo "replicas: $replicas"
 	echo "round: 500ms"
-	echo "epoch: 5s"
+	echo "coarse_epoch: 5s"
 	echo "p4info: $NETDIR_ROOT/p4/build/netdir.p4info.txtpb"
 	echo "switches:"
 	echo "  - {name: s1, addr: $(q 'p["switch"]["grpc"]'), device_id: $(q 'p["switch"]["device_id"]'), election_id: 1,"
@@ -45,9 +45,8 @@ done
 	echo "     routes: ["
 	q '",\n".join("       {prefix: %s/32, port: %d, smac: \"%s\", dmac: \"%s\"}" % (h["ip"], h["port"], p["switch"]["mac"], h["mac"]) for h in p["nodes"] + p["clients"] + [p["controller"]])'
 	echo "     ]}"
-	echo "nodes:"
-	q '"\n".join("  - {id: %d, addr: \"%s:7420\", port: %d, mac: \"%s\"}" % (n["id"], n["ip"], n["port"], n["mac"]) for n in p["nodes"])'
 	echo "vsb_ports: [$(q '", ".join(str(c["port"]) for c in p["clients"])')]"
+	cat "$work/layout.yaml"
 } >"$work/controller.yaml"
 start ctl controller "$work/netdir" controller --config "$work/controller.yaml" --gossip "$ctl:7946"
 await "the controller (see $work/controller.log)" mx ctl "$work/netdir" ctl --controller 127.0.0.1:7400 status

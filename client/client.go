@@ -30,12 +30,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/netip"
-	"sync"
 	"time"
 
-	"github.com/netdir/netdir/storagenode/layout"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -67,13 +65,7 @@ type Options struct {
 type Client struct {
 	opts    Options
 	service netip.AddrPort
-	conn    *net.UDPConn
-
-	mu    sync.Mutex
-	waits map[uint64]chan []byte
-
-	closed chan struct{}
-	wg     sync.WaitGroup
+	conn    *Conn
 }
 
 // New opens a client socket on an ephemeral loopback-or-any port.
@@ -93,7 +85,7 @@ func New(o Options) (*Client, error) {
 	if o.Epoch == 0 && o.Layout != nil {
 		o.Epoch = o.Layout.Epoch()
 	}
-	c := &Client{opts: o, waits: make(map[uint64]chan []byte), closed: make(chan struct{})}
+	c := &Client{opts: o}
 	if o.Service != "" {
 		ap, err := netip.ParseAddrPort(o.Service)
 		if err != nil {
@@ -101,62 +93,16 @@ func New(o Options) (*Client, error) {
 		}
 		c.service = ap
 	}
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{})
+	conn, err := Listen()
 	if err != nil {
 		return nil, err
 	}
-	_ = conn.SetReadBuffer(4 << 20)
 	c.conn = conn
-	c.wg.Add(1)
-	go c.readLoop()
 	return c, nil
 }
 
 // Close closes the socket.
-func (c *Client) Close() error {
-	select {
-	case <-c.closed:
-		return nil
-	default:
-	}
-	close(c.closed)
-	err := c.conn.Close()
-	c.wg.Wait()
-	return err
-}
-
-func (c *Client) readLoop() {
-	defer c.wg.Done()
-	buf := make([]byte, 64<<10)
-	for {
-		n, _, err := c.conn.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			select {
-			case <-c.closed:
-				return
-			default:
-				continue
-			}
-		}
-		if n < wire.HeaderLen {
-			continue
-		}
-		var h wire.Header
-		if h.DecodeHeader(buf[:n]) != nil {
-			continue
-		}
-		c.mu.Lock()
-		ch := c.waits[h.ReqID]
-		c.mu.Unlock()
-		if ch == nil {
-			continue
-		}
-		select {
-		case ch <- append([]byte(nil), buf[:n]...):
-		default:
-		}
-	}
-}
+func (c *Client) Close() error { return c.conn.Close() }
 
 // Result is what a reply said.
 type Result struct {
@@ -167,47 +113,6 @@ type Result struct {
 	Value   []byte
 }
 
-// roundTrip sends pkt to addr and waits for the reply to reqid.
-func (c *Client) roundTrip(ctx context.Context, addr netip.AddrPort, reqid uint64, pkt []byte, timeout time.Duration, want wire.Op) (*wire.Packet, error) {
-	ch := make(chan []byte, 4)
-	c.mu.Lock()
-	c.waits[reqid] = ch
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		if c.waits[reqid] == ch {
-			delete(c.waits, reqid)
-		}
-		c.mu.Unlock()
-	}()
-	if _, err := c.conn.WriteToUDPAddrPort(pkt, addr); err != nil {
-		return nil, err
-	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	for {
-		select {
-		case b := <-ch:
-			var p wire.Packet
-			if err := p.Decode(b); err != nil && !(want == wire.OpStats && errors.Is(err, wire.ErrValLarge)) {
-				continue
-			}
-			if p.Op != want && p.Op != wire.OpErr {
-				continue
-			}
-			return &p, nil
-		case <-t.C:
-			return nil, errTimeout
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-c.closed:
-			return nil, net.ErrClosed
-		}
-	}
-}
-
-var errTimeout = errors.New("timeout")
-
 func newID() uint64 {
 	for {
 		if id := rand.Uint64(); id != 0 {
@@ -216,12 +121,12 @@ func newID() uint64 {
 	}
 }
 
-func (c *Client) packet(op wire.Op, reqid uint64, key, val []byte, h wire.KeyHash) ([]byte, error) {
-	p := wire.Packet{Header: wire.Header{Op: op, Tenant: c.opts.Tenant, ReqID: reqid, KeyHash: h, Epoch: c.opts.Epoch}, Key: key, Value: val}
+func (c *Client) packet(op wire.Op, reqid uint64, key, val []byte, h wire.KeyHash) *wire.Packet {
+	p := &wire.Packet{Header: wire.Header{Op: op, Tenant: c.opts.Tenant, ReqID: reqid, KeyHash: h, Epoch: c.opts.Epoch}, Key: key, Value: val}
 	if op == wire.OpGet && c.opts.StaleOK {
 		p.Flags |= wire.FlagStaleOK
 	}
-	return p.AppendEncode(nil)
+	return p
 }
 
 // chain is the key's chain from the layout, or nil.
@@ -291,7 +196,7 @@ func (c *Client) GetResult(ctx context.Context, key []byte) (*Result, error) {
 	timeout, backoff := c.opts.Timeout, c.opts.Backoff
 	direct := !c.service.IsValid()
 	start := rand.IntN(8)
-	var last error = errTimeout
+	var last error = ErrTimeout
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("netdir get: %w (last: %v)", err, last)
@@ -304,13 +209,8 @@ func (c *Client) GetResult(ctx context.Context, key []byte) (*Result, error) {
 			}
 			addr = c.nodeAddr(ch[(start+attempt)%len(ch)])
 		}
-		id := newID()
-		pkt, err := c.packet(wire.OpGet, id, key, nil, h)
-		if err != nil {
-			return nil, err
-		}
-		p, err := c.roundTrip(ctx, addr, id, pkt, timeout, wire.OpGetReply)
-		if err == errTimeout {
+		p, err := c.conn.Call(ctx, addr, c.packet(wire.OpGet, newID(), key, nil, h), Retry{Timeout: timeout, Tries: 1})
+		if err == ErrTimeout {
 			last = err
 			timeout = min(2*timeout, c.opts.MaxTimeout)
 			continue
@@ -359,7 +259,7 @@ func (c *Client) write(ctx context.Context, op wire.Op, key, val []byte) (uint64
 	timeout, backoff := c.opts.Timeout, c.opts.Backoff
 	direct := !c.service.IsValid()
 	id := newID()
-	var last error = errTimeout
+	var last error = ErrTimeout
 	for {
 		if err := ctx.Err(); err != nil {
 			return 0, fmt.Errorf("netdir %s: outcome unknown: %w (last: %v)", op, err, last)
@@ -372,12 +272,8 @@ func (c *Client) write(ctx context.Context, op wire.Op, key, val []byte) (uint64
 			}
 			addr = c.nodeAddr(ch[0])
 		}
-		pkt, err := c.packet(op, id, key, val, h)
-		if err != nil {
-			return 0, err
-		}
-		p, err := c.roundTrip(ctx, addr, id, pkt, timeout, op.Reply())
-		if err == errTimeout {
+		p, err := c.conn.Call(ctx, addr, c.packet(op, id, key, val, h), Retry{Timeout: timeout, Tries: 1})
+		if err == ErrTimeout {
 			last = err
 			timeout = min(2*timeout, c.opts.MaxTimeout)
 			continue // same id: the head dedups
@@ -422,47 +318,35 @@ func (c *Client) write(ctx context.Context, op wire.Op, key, val []byte) (uint64
 // Promote tells key's chain head that the key is hot and names the extra
 // nodes (outside the chain) that get copies. It needs the layout.
 func (c *Client) Promote(ctx context.Context, key []byte, extras []wire.NodeID) (uint64, error) {
-	val := make([]byte, 0, 2*len(extras))
-	for _, id := range extras {
-		val = append(val, byte(id>>8), byte(id))
-	}
-	return c.control(ctx, wire.OpPromote, key, val)
+	return c.control(ctx, wire.NewPromote(key, extras, false))
 }
 
 // Demote tells key's chain head that the key is no longer hot; the extras
 // drop their copies.
 func (c *Client) Demote(ctx context.Context, key []byte) error {
-	_, err := c.control(ctx, wire.OpDemote, key, nil)
+	_, err := c.control(ctx, wire.NewDemote(key))
 	return err
 }
 
-func (c *Client) control(ctx context.Context, op wire.Op, key, val []byte) (uint64, error) {
-	h := wire.HashKey(key)
-	ch := c.chain(h)
+func (c *Client) control(ctx context.Context, req wire.Packet) (uint64, error) {
+	ch := c.chain(req.KeyHash)
 	if len(ch) == 0 {
 		return 0, errors.New("netdir: promote/demote need the layout")
 	}
-	timeout := c.opts.Timeout
-	for {
-		id := newID()
-		p := wire.Packet{Header: wire.Header{Op: op, ReqID: id, KeyHash: h, Epoch: c.opts.Epoch}, Key: key, Value: val}
-		pkt, err := p.AppendEncode(nil)
-		if err != nil {
-			return 0, err
-		}
-		r, err := c.roundTrip(ctx, c.nodeAddr(ch[0]), id, pkt, timeout, op)
-		if err == errTimeout {
-			timeout = min(2*timeout, c.opts.MaxTimeout)
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		if r.Code != wire.CodeOK {
-			return 0, r.Code
-		}
-		return r.Stamp, nil
+	req.ReqID, req.Epoch = newID(), c.opts.Epoch
+	r, err := c.conn.Call(ctx, c.nodeAddr(ch[0]), &req, c.controlRetry())
+	if err != nil {
+		return 0, err
 	}
+	if r.Code != wire.CodeOK {
+		return 0, r.Code
+	}
+	return r.Stamp, nil
+}
+
+// controlRetry resends control ops until the context ends.
+func (c *Client) controlRetry() Retry {
+	return Retry{Timeout: c.opts.Timeout, MaxTimeout: c.opts.MaxTimeout}
 }
 
 // NodeStats asks a node for its counters and decodes the JSON into out
@@ -471,19 +355,11 @@ func (c *Client) NodeStats(ctx context.Context, node wire.NodeID, out any) error
 	if c.opts.Layout == nil {
 		return errors.New("netdir: stats need the layout")
 	}
-	timeout := c.opts.Timeout
-	for {
-		id := newID()
-		p := wire.Packet{Header: wire.Header{Op: wire.OpStats, ReqID: id}}
-		pkt, _ := p.AppendEncode(nil)
-		r, err := c.roundTrip(ctx, c.nodeAddr(node), id, pkt, timeout, wire.OpStats)
-		if err == errTimeout {
-			timeout = min(2*timeout, c.opts.MaxTimeout)
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		return json.Unmarshal(r.Value, out)
+	req := wire.NewStats()
+	req.ReqID = newID()
+	r, err := c.conn.Call(ctx, c.nodeAddr(node), &req, c.controlRetry())
+	if err != nil {
+		return err
 	}
+	return json.Unmarshal(r.Value, out)
 }

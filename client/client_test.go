@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/netdir/netdir/storagenode/layout"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 

@@ -19,11 +19,7 @@ import (
 // agentsOnly is a controller with no data plane it programs: agents only.
 func agentsOnly(t *testing.T) *Controller {
 	t.Helper()
-	var nodes []NodeAddr
-	for i := 1; i <= 4; i++ {
-		nodes = append(nodes, NodeAddr{ID: wire.NodeID(i), Addr: fmt.Sprintf("127.0.0.1:%d", 7500+i)})
-	}
-	c, err := New(Config{PartitionBits: 4, Replicas: 3, Nodes: nodes, PromoteMin: 16, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil, nil)
+	c, err := New(Config{Layout: ringLayout(t, 4), PromoteMin: 16, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

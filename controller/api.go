@@ -3,8 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/wire"
 )
@@ -26,23 +25,18 @@ type API struct {
 // NewAPI returns the gRPC service of c.
 func NewAPI(c *Controller) *API { return &API{c: c} }
 
-// RegisterNode answers with the partition map; nodes must be in the config.
-func (a *API) RegisterNode(_ context.Context, r *api.RegisterNodeRequest) (*api.RegisterNodeResponse, error) {
-	id := wire.NodeID(r.GetNode().GetId())
-	nodes := a.c.Nodes()
-	if _, ok := nodes[id]; !ok {
-		return nil, status.Errorf(codes.NotFound, "node %d is not in the controller's configuration", id)
+// GetLayout returns the current layout as its YAML.
+func (a *API) GetLayout(context.Context, *api.GetLayoutRequest) (*api.GetLayoutResponse, error) {
+	y, err := a.c.Layout().Marshal()
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
 	}
-	parts := a.c.Partitions()
-	return &api.RegisterNodeResponse{
-		Epoch: parts.Map.Epoch, PartitionBits: uint32(parts.Map.Bits),
-		Partitions: partitionsProto(parts), Nodes: nodesProto(nodes),
-	}, nil
+	return &api.GetLayoutResponse{Yaml: string(y)}, nil
 }
 
 // ReportStats records a node's report for the next hot-key round.
 func (a *API) ReportStats(_ context.Context, s *api.NodeStats) (*api.ReportStatsResponse, error) {
-	if _, ok := a.c.Nodes()[wire.NodeID(s.GetNode())]; !ok {
+	if _, ok := a.c.Layout().Node(wire.NodeID(s.GetNode())); !ok {
 		return nil, status.Errorf(codes.NotFound, "node %d is not in the controller's configuration", s.GetNode())
 	}
 	for _, k := range s.GetHotKeys() {
@@ -124,7 +118,7 @@ func (a *API) Unpin(ctx context.Context, r *api.PinRequest) (*api.PinResponse, e
 // ListPartitions returns the partition map.
 func (a *API) ListPartitions(context.Context, *api.ListPartitionsRequest) (*api.ListPartitionsResponse, error) {
 	parts := a.c.Partitions()
-	return &api.ListPartitionsResponse{Epoch: parts.Map.Epoch, Partitions: partitionsProto(parts)}, nil
+	return &api.ListPartitionsResponse{Epoch: parts.Layout.Epoch(), Partitions: partitionsProto(parts)}, nil
 }
 
 // SetWeights installs split weights for a partition or a hot key.
@@ -146,8 +140,9 @@ func (a *API) SetWeights(ctx context.Context, r *api.SetWeightsRequest) (*api.Se
 
 // Status summarises the controller.
 func (a *API) Status(context.Context, *api.StatusRequest) (*api.StatusResponse, error) {
+	lay := a.c.Layout()
 	r := &api.StatusResponse{
-		Rounds: a.c.Rounds(), Epoch: a.c.PartitionMap().Epoch, Nodes: uint32(len(a.c.Nodes())),
+		Rounds: a.c.Rounds(), Epoch: lay.Epoch(), Nodes: uint32(len(lay.Nodes())),
 		DirectorySize: uint32(a.c.directorySize()), DirectoryCapacity: uint32(a.c.cfg.Capacity),
 	}
 	for _, p := range a.c.planes {
@@ -212,8 +207,8 @@ func entriesProto(es []Entry) []*api.DirectoryEntry {
 // partitionsProto lists every partition with its chain and buckets: the
 // weights set, or an even split.
 func partitionsProto(parts Partitions) []*api.Partition {
-	ps := make([]*api.Partition, len(parts.Map.Chains))
-	for p, c := range parts.Map.Chains {
+	ps := make([]*api.Partition, parts.Layout.Partitions())
+	for p, c := range parts.Layout.Chains() {
 		ap := &api.Partition{Index: uint32(p)}
 		for _, n := range c {
 			ap.Chain = append(ap.Chain, uint32(n))
@@ -231,10 +226,12 @@ func partitionsProto(parts Partitions) []*api.Partition {
 	return ps
 }
 
-func nodesProto(nodes map[wire.NodeID]string) []*api.Node {
-	out := make([]*api.Node, 0, len(nodes))
-	for _, id := range slices.Sorted(maps.Keys(nodes)) {
-		out = append(out, &api.Node{Id: uint32(id), Addr: nodes[id]})
+func nodesProto(lay *layout.Map) []*api.Node {
+	ids := lay.Nodes()
+	out := make([]*api.Node, len(ids))
+	for i, id := range ids {
+		n, _ := lay.Node(id)
+		out[i] = &api.Node{Id: uint32(id), Addr: n.Addr}
 	}
 	return out
 }
@@ -249,11 +246,11 @@ var updateKinds = [...]api.DirectoryUpdate_Kind{
 // updateProto is a directory update as agents receive it.
 func updateProto(u directoryUpdate) *api.DirectoryUpdate {
 	pu := &api.DirectoryUpdate{Kind: updateKinds[u.kind], Sequence: u.sequence, Entries: entriesProto(u.entries)}
-	if m := u.partitions.Map; m != nil {
-		pu.Epoch, pu.PartitionBits, pu.Partitions = m.Epoch, uint32(m.Bits), partitionsProto(u.partitions)
-	}
-	if u.kind == updateSnapshot {
-		pu.Nodes = nodesProto(u.nodes)
+	if lay := u.partitions.Layout; lay != nil {
+		pu.Epoch, pu.PartitionBits, pu.Partitions = lay.Epoch(), uint32(lay.Bits()), partitionsProto(u.partitions)
+		if u.kind == updateSnapshot {
+			pu.Nodes = nodesProto(lay)
+		}
 	}
 	return pu
 }

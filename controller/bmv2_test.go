@@ -20,9 +20,9 @@ import (
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/controller/p4rt"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/p4/bmv2test"
 	"github.com/netdir/netdir/storagenode"
-	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -144,7 +144,6 @@ func TestBMv2EndToEndPromotion(t *testing.T) {
 		t.Fatal(err)
 	}
 	var lnodes []layout.Node
-	var cnodes []controller.NodeAddr
 	var nodeHosts []*bmv2test.Host
 	for i := 1; i <= bmv2Nodes; i++ {
 		h, err := f.AddHost(fmt.Sprintf("n%d", i), uint32(i), net.IPv4(10, 66, 1, byte(i)), 16, net.HardwareAddr{2, 0x4e, 0x44, 1, 0, byte(i)})
@@ -152,14 +151,18 @@ func TestBMv2EndToEndPromotion(t *testing.T) {
 			t.Fatal(err)
 		}
 		addr := fmt.Sprintf("%s:%d", h.IP, wire.ServicePort)
-		lnodes = append(lnodes, layout.Node{ID: wire.NodeID(i), Addr: addr})
-		cnodes = append(cnodes, controller.NodeAddr{ID: wire.NodeID(i), Addr: addr, Port: h.Port, MAC: h.MAC})
+		lnodes = append(lnodes, layout.Node{ID: wire.NodeID(i), Addr: addr, Port: h.Port, MAC: layout.MAC(h.MAC)})
 		nodeHosts = append(nodeHosts, h)
 	}
 	if err := f.Neighbour(bmv2Service, bmv2SwitchMAC); err != nil {
 		t.Fatal(err)
 	}
 	service := fmt.Sprintf("%s:%d", bmv2Service, wire.ServicePort)
+	// The nodes send VSBs to the service address, that is, into the switch.
+	lay, err := layout.New(layout.Config{Epoch: 1, PartitionBits: bits, Replicas: 3, DataPlane: service, Nodes: lnodes})
+	if err != nil {
+		t.Fatal(err)
+	}
 	addr := startBMv2(t, bin, f)
 
 	// The controller: pipeline push with the BMv2 JSON, then the partition
@@ -185,7 +188,7 @@ func TestBMv2EndToEndPromotion(t *testing.T) {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctl, err := controller.New(controller.Config{PartitionBits: bits, Replicas: 3, Nodes: cnodes, PromoteMin: 20, Capacity: 1,
+	ctl, err := controller.New(controller.Config{Layout: lay, PromoteMin: 20, Capacity: 1,
 		VSBGroup: []uint32{bmv2ClientPort}, Log: quiet},
 		[]controller.DataPlane{plane}, &controller.UDPStorage{})
 	if err != nil {
@@ -195,15 +198,10 @@ func TestBMv2EndToEndPromotion(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The nodes, each in its namespace; they send VSBs to the service
-	// address, that is, into the switch.
-	lay, err := layout.New(layout.Config{Epoch: 1, PartitionBits: bits, Replicas: 3, DataPlane: service, Nodes: lnodes})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pm := ctl.PartitionMap()
-	for p := range pm.Chains {
-		if got, want := pm.Chains[p], lay.Chain(uint32(p)); fmt.Sprint(got) != fmt.Sprint(want) {
+	// The nodes, each in its namespace.
+	pm := ctl.Layout()
+	for p := range pm.Partitions() {
+		if got, want := pm.Chain(uint32(p)), lay.Chain(uint32(p)); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("partition %d: the controller's chain %v, the nodes' %v", p, got, want)
 		}
 	}

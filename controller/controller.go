@@ -1,10 +1,11 @@
-// Package controller is netdir's control plane: it owns the partition map,
-// the node address table and the VSB group, programs every data plane over
+// Package controller is netdir's control plane: it is the authority of the
+// cluster layout (package layout: nodes, chains, epoch) and serves it, owns
+// the VSB group, programs every data plane over
 // P4Runtime (the software data plane, BMv2 and Tofino alike), and runs the
 // hot-key loop that promotes and evicts directory entries and the HATS
 // coarse loop that sets split weights every epoch (hats.go).
 //
-// Decisions are pure (directory.RingMap, sched.HotKeys, sched.PlaceExtras,
+// Decisions are pure (layout placement, sched.HotKeys, sched.PlaceExtras,
 // sched.Coarse);
 // this package is the shell that gathers counters and reports, applies the
 // decisions to the data planes and storage nodes, and serves the API.
@@ -15,12 +16,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/wire"
 )
@@ -28,8 +29,9 @@ import (
 // DataPlane is a device the controller programs.
 type DataPlane interface {
 	Name() string
-	// Setup installs the partition map, node addresses and the VSB group.
-	Setup(ctx context.Context, m *directory.PartitionMap, nodes []NodeAddr, vsbGroup []uint32) error
+	// Setup installs the layout's partitions and node addresses, and the
+	// VSB group.
+	Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) error
 	// InstallEntry adds a hot key's slot; RemoveEntry deletes it.
 	InstallEntry(ctx context.Context, e *Entry) error
 	RemoveEntry(ctx context.Context, e *Entry) error
@@ -42,26 +44,16 @@ type DataPlane interface {
 	ReadSketch(ctx context.Context) ([directory.SketchRows][directory.SketchCols]uint64, error)
 }
 
-// NodeAddr is a storage node's address as the data planes need it.
-type NodeAddr struct {
-	ID   wire.NodeID
-	Addr string // IPv4 host:port of its UDP service
-	Port uint32 // switch egress port (0 on the software data plane)
-	MAC  []byte // 6 bytes, for switches that rewrite the destination MAC
-}
-
 // Storage reaches the chain heads to create and drop extra copies.
 type Storage interface {
 	// Promote returns the head's latest version of key (clean or dirty).
-	Promote(ctx context.Context, head NodeAddr, key []byte, extras []NodeAddr) (uint64, error)
-	Demote(ctx context.Context, head NodeAddr, key []byte, extras []NodeAddr) error
+	Promote(ctx context.Context, head layout.Node, key []byte, extras []layout.Node) (uint64, error)
+	Demote(ctx context.Context, head layout.Node, key []byte, extras []layout.Node) error
 }
 
 // Config configures a controller.
 type Config struct {
-	PartitionBits uint
-	Replicas      int
-	Nodes         []NodeAddr
+	Layout *layout.Map // the nodes and their chains (required)
 	// Capacity is the directory size; 0 sizes it O(n log n) for the nodes
 	// (sched.DirectorySize), capped at DataPlaneCapacity.
 	Capacity          int
@@ -148,14 +140,14 @@ type Controller struct {
 
 // New returns a controller for the nodes; it has not touched any device yet.
 func New(cfg Config, planes []DataPlane, storage Storage) (*Controller, error) {
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 3
+	if cfg.Layout == nil {
+		return nil, errors.New("controller: no layout")
 	}
 	if cfg.DataPlaneCapacity == 0 {
 		cfg.DataPlaneCapacity = 4096
 	}
 	if cfg.Capacity == 0 {
-		cfg.Capacity = sched.DirectorySize(len(cfg.Nodes), cfg.DataPlaneCapacity)
+		cfg.Capacity = sched.DirectorySize(len(cfg.Layout.Nodes()), cfg.DataPlaneCapacity)
 	}
 	if cfg.Round == 0 {
 		cfg.Round = 500 * time.Millisecond
@@ -175,39 +167,29 @@ func New(cfg Config, planes []DataPlane, storage Storage) (*Controller, error) {
 	if cfg.Capacity > cfg.DataPlaneCapacity {
 		return nil, fmt.Errorf("controller: capacity %d over the data plane's %d", cfg.Capacity, cfg.DataPlaneCapacity)
 	}
-	ids := make([]wire.NodeID, len(cfg.Nodes))
-	for i, n := range cfg.Nodes {
-		ids[i] = n.ID
-	}
-	pmap, err := directory.RingMap(cfg.PartitionBits, ids, cfg.Replicas, 1)
-	if err != nil {
-		return nil, err
-	}
 	c := &Controller{
 		cfg: cfg, planes: planes, storage: storage, st: newState(cfg.Capacity), log: cfg.Log,
 		hot: sched.NewHotKeys(sched.HotKeyConfig{
-			Capacity: cfg.Capacity, PromoteMin: cfg.PromoteMin, Nodes: len(ids), Chain: cfg.Replicas,
+			Capacity: cfg.Capacity, PromoteMin: cfg.PromoteMin, Nodes: len(cfg.Layout.Nodes()), Chain: cfg.Layout.R(),
 		}),
 		reports:    map[wire.NodeID]NodeReport{},
 		lastHits:   map[uint32]uint64{},
 		lastSketch: make([][directory.SketchRows][directory.SketchCols]uint64, len(planes)),
 		coarse:     newCoarseState(),
 	}
-	c.st.pmap = pmap
-	for _, n := range cfg.Nodes {
-		c.st.nodes[n.ID] = n.Addr
-	}
+	c.st.lay = cfg.Layout
 	return c, nil
 }
 
-// PartitionMap returns the current map.
-func (c *Controller) PartitionMap() *directory.PartitionMap {
+// Layout returns the current layout.
+func (c *Controller) Layout() *layout.Map {
 	c.st.mu.Lock()
 	defer c.st.mu.Unlock()
-	return c.st.pmap
+	return c.st.lay
 }
 
-// Partitions returns the partition map with the weights installed over it.
+// Partitions returns the layout's partitions with the weights installed
+// over them.
 func (c *Controller) Partitions() Partitions {
 	c.st.mu.Lock()
 	defer c.st.mu.Unlock()
@@ -217,7 +199,7 @@ func (c *Controller) Partitions() Partitions {
 // Setup programs every data plane from scratch.
 func (c *Controller) Setup(ctx context.Context) error {
 	for _, p := range c.planes {
-		if err := p.Setup(ctx, c.PartitionMap(), c.cfg.Nodes, c.cfg.VSBGroup); err != nil {
+		if err := p.Setup(ctx, c.Layout(), c.cfg.VSBGroup); err != nil {
 			return fmt.Errorf("controller: set up %s: %w", p.Name(), err)
 		}
 	}
@@ -259,17 +241,15 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 }
 
-func (c *Controller) node(id wire.NodeID) NodeAddr {
-	for _, n := range c.cfg.Nodes {
-		if n.ID == id {
-			return n
-		}
+func (c *Controller) node(id wire.NodeID) layout.Node {
+	if n, ok := c.Layout().Node(id); ok {
+		return n
 	}
-	return NodeAddr{ID: id}
+	return layout.Node{ID: id}
 }
 
-func (c *Controller) nodes(ids []wire.NodeID) []NodeAddr {
-	out := make([]NodeAddr, len(ids))
+func (c *Controller) nodes(ids []wire.NodeID) []layout.Node {
+	out := make([]layout.Node, len(ids))
 	for i, id := range ids {
 		out[i] = c.node(id)
 	}
@@ -406,11 +386,8 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 		c.st.mu.Unlock()
 		return Entry{}, directory.ErrFull
 	}
-	chain := c.st.pmap.Chain(h)
-	ids := make([]wire.NodeID, len(c.cfg.Nodes))
-	for i, n := range c.cfg.Nodes {
-		ids[i] = n.ID
-	}
+	chain := c.st.lay.ChainOf(h)
+	ids := c.st.lay.Nodes()
 	k := sched.CopyCount(share, len(ids), len(chain)) - len(chain)
 	extras := sched.PlaceExtras(chain, ids, load, k, share/float64(k+len(chain)))
 	locs := append(slices.Clone(chain), extras...)
@@ -585,11 +562,11 @@ func (c *Controller) resyncPartitions(ctx context.Context, p DataPlane) error {
 	c.partsMu.Lock()
 	defer c.partsMu.Unlock()
 	parts := c.Partitions()
-	if err := p.Setup(ctx, parts.Map, c.cfg.Nodes, c.cfg.VSBGroup); err != nil {
+	if err := p.Setup(ctx, parts.Layout, c.cfg.VSBGroup); err != nil {
 		return err
 	}
 	for part, b := range parts.Buckets {
-		if err := p.SetPartitionBuckets(ctx, part, parts.Map.Chains[part], b); err != nil {
+		if err := p.SetPartitionBuckets(ctx, part, parts.Layout.Chain(part), b); err != nil {
 			return err
 		}
 	}
@@ -609,7 +586,7 @@ func (c *Controller) Pin(ctx context.Context, key []byte) (Entry, error) {
 		return e, nil
 	}
 	c.st.mu.Unlock()
-	return c.promote(ctx, key, 1/float64(max(len(c.cfg.Nodes), 1)), map[wire.NodeID]float64{}, true)
+	return c.promote(ctx, key, 1/float64(len(c.Layout().Nodes())), map[wire.NodeID]float64{}, true)
 }
 
 // Unpin evicts a pinned key.
@@ -657,11 +634,11 @@ func (c *Controller) SetKeyWeights(ctx context.Context, key []byte, w []uint32) 
 func (c *Controller) SetPartitionWeights(ctx context.Context, p uint32, w []uint32) error {
 	c.partsMu.Lock()
 	defer c.partsMu.Unlock()
-	m := c.PartitionMap()
-	if int(p) >= len(m.Chains) {
-		return fmt.Errorf("controller: partition %d of %d", p, len(m.Chains))
+	m := c.Layout()
+	if int(p) >= m.Partitions() {
+		return fmt.Errorf("controller: partition %d of %d", p, m.Partitions())
 	}
-	chain := m.Chains[p]
+	chain := m.Chain(p)
 	if len(w) != len(chain) {
 		return fmt.Errorf("controller: %d weights for a chain of %d", len(w), len(chain))
 	}
@@ -676,11 +653,4 @@ func (c *Controller) SetPartitionWeights(ctx context.Context, p uint32, w []uint
 	c.st.publishLocked(directoryUpdate{kind: updatePartitions, partitions: c.st.partitionsLocked()})
 	c.st.mu.Unlock()
 	return nil
-}
-
-// Nodes returns the node table.
-func (c *Controller) Nodes() map[wire.NodeID]string {
-	c.st.mu.Lock()
-	defer c.st.mu.Unlock()
-	return maps.Clone(c.st.nodes)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/wire"
 )
@@ -30,10 +31,10 @@ func newCorePlane(t *testing.T) *corePlane {
 }
 
 func (p *corePlane) Name() string { return "core" }
-func (p *corePlane) Setup(_ context.Context, m *directory.PartitionMap, _ []NodeAddr, _ []uint32) error {
+func (p *corePlane) Setup(_ context.Context, m *layout.Map, _ []uint32) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return m.Install(p.d)
+	return directory.InstallLayout(p.d, m)
 }
 func (p *corePlane) InstallEntry(_ context.Context, e *Entry) error {
 	p.mu.Lock()
@@ -103,7 +104,7 @@ type recStorage struct {
 	latest   uint64 // the heads' latest version, as Promote answers
 }
 
-func (s *recStorage) Promote(_ context.Context, head NodeAddr, key []byte, extras []NodeAddr) (uint64, error) {
+func (s *recStorage) Promote(_ context.Context, head layout.Node, key []byte, extras []layout.Node) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ids := []wire.NodeID{head.ID}
@@ -113,21 +114,31 @@ func (s *recStorage) Promote(_ context.Context, head NodeAddr, key []byte, extra
 	s.promoted[string(key)] = ids
 	return s.latest, nil
 }
-func (s *recStorage) Demote(_ context.Context, _ NodeAddr, key []byte, _ []NodeAddr) error {
+func (s *recStorage) Demote(_ context.Context, _ layout.Node, key []byte, _ []layout.Node) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.demoted = append(s.demoted, string(key))
 	return nil
 }
 
-func testController(t *testing.T) (*Controller, *corePlane, *recStorage) {
-	var nodes []NodeAddr
-	for i := 1; i <= 8; i++ {
-		nodes = append(nodes, NodeAddr{ID: wire.NodeID(i), Addr: fmt.Sprintf("127.0.0.1:%d", 7500+i)})
+// ringLayout is nodes 1..n at 127.0.0.1:7501.. on 16 partitions, chains of 3.
+func ringLayout(t *testing.T, n int) *layout.Map {
+	t.Helper()
+	var nodes []layout.Node
+	for i := 1; i <= n; i++ {
+		nodes = append(nodes, layout.Node{ID: wire.NodeID(i), Addr: fmt.Sprintf("127.0.0.1:%d", 7500+i)})
 	}
+	m, err := layout.New(layout.Config{PartitionBits: 4, Replicas: 3, Nodes: nodes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func testController(t *testing.T) (*Controller, *corePlane, *recStorage) {
 	p := newCorePlane(t)
 	st := &recStorage{promoted: map[string][]wire.NodeID{}}
-	c, err := New(Config{PartitionBits: 4, Replicas: 3, Nodes: nodes, PromoteMin: 10}, []DataPlane{p}, st)
+	c, err := New(Config{Layout: ringLayout(t, 8), PromoteMin: 10}, []DataPlane{p}, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,5 +315,32 @@ func TestWeights(t *testing.T) {
 	}
 	if err := c.SetKeyWeights(ctx, []byte("absent"), []uint32{1}); err == nil {
 		t.Fatal("weights for a key outside the directory accepted")
+	}
+}
+
+// TestLayoutOverridesAndEpoch: the controller installs the layout's chain
+// overrides and announces its epoch, rather than a ring of its own.
+func TestLayoutOverridesAndEpoch(t *testing.T) {
+	cfg := ringLayout(t, 4).Config()
+	cfg.Epoch = 5
+	cfg.Chains = map[uint32][]wire.NodeID{2: {4, 2, 1}}
+	lay, err := layout.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newCorePlane(t)
+	c, err := New(Config{Layout: lay}, []DataPlane{p}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Setup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if part, ok := p.d.Partition(2); !ok || fmt.Sprint(part.Chain[:part.R]) != "[4 2 1]" {
+		t.Fatalf("partition 2 installed as %+v, want the override [4 2 1]", part)
+	}
+	snap := nextUpdate(c.st.watch())
+	if snap.GetEpoch() != 5 || fmt.Sprint(snap.GetPartitions()[2].GetChain()) != "[4 2 1]" {
+		t.Fatalf("snapshot epoch %d, partition 2 %v", snap.GetEpoch(), snap.GetPartitions()[2].GetChain())
 	}
 }

@@ -287,12 +287,7 @@ func TestEndToEndPromotion(t *testing.T) {
 	if err := pc.SetPipeline(ctx, schema.Info, nil); err != nil {
 		t.Fatal(err)
 	}
-	var nodes []controller.NodeAddr
-	for _, id := range cl.Layout.Nodes() {
-		a, _ := cl.Layout.Addr(id)
-		nodes = append(nodes, controller.NodeAddr{ID: id, Addr: a.String()})
-	}
-	ctl, err := controller.New(controller.Config{PartitionBits: bits, Replicas: 3, Nodes: nodes, PromoteMin: 20, Capacity: 1},
+	ctl, err := controller.New(controller.Config{Layout: cl.Layout, PromoteMin: 20, Capacity: 1},
 		[]controller.DataPlane{controller.NewP4Plane("model", pc, schema)}, &controller.UDPStorage{})
 	if err != nil {
 		t.Fatal(err)

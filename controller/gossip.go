@@ -100,11 +100,11 @@ func (c *Controller) PublishExpected(e map[wire.NodeID][]float64) error {
 // call (sched.TreeExpected), and starts the next interval.
 func (c *Controller) TreeExpected() map[wire.NodeID][]float64 {
 	parts := c.Partitions()
-	m := parts.Map
-	weights := make([][]uint32, len(m.Chains))
+	m := parts.Layout
+	weights := make([][]uint32, m.Partitions())
 	for p, b := range parts.Buckets {
 		if int(p) < len(weights) {
-			weights[p] = bucketWeights(b, len(m.Chains[p]))
+			weights[p] = bucketWeights(b, len(m.Chain(p)))
 		}
 	}
 	gs := &c.gossip
@@ -115,7 +115,7 @@ func (c *Controller) TreeExpected() map[wire.NodeID][]float64 {
 	}
 	gs.start = maps.Clone(gs.stats)
 	gs.mu.Unlock()
-	return sched.TreeExpected(m.Chains, weights, req)
+	return sched.TreeExpected(m.Chains(), weights, req)
 }
 
 // EpochExpected returns the nodes' expected loads per tree (TreeExpected)

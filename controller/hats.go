@@ -42,17 +42,17 @@ func (c *Controller) noteTreesLocked(n wire.NodeID, trees []TreeReport) {
 
 // nodeStatsLocked turns the nodes' reports into the coarse scheduler's
 // input: per tree the reads since the last epoch, times scale (C), the mean
-// read latency weighted by reads (T), and the configured capacity. c.mu
-// held.
-func (c *Controller) nodeStatsLocked(scale float64) []sched.NodeStats {
+// read latency weighted by reads (T), and the configured capacity, for the
+// given nodes. c.mu held.
+func (c *Controller) nodeStatsLocked(nodes []wire.NodeID, scale float64) []sched.NodeStats {
 	var out []sched.NodeStats
-	for _, n := range c.cfg.Nodes {
-		trees, ok := c.coarse.trees[n.ID]
+	for _, id := range nodes {
+		trees, ok := c.coarse.trees[id]
 		if !ok {
 			continue
 		}
-		s := sched.NodeStats{Node: n.ID, Capacity: c.cfg.NodeCapacity}
-		last, baseline := c.coarse.epochReads[n.ID]
+		s := sched.NodeStats{Node: id, Capacity: c.cfg.NodeCapacity}
+		last, baseline := c.coarse.epochReads[id]
 		now := map[uint32]uint64{}
 		var reads, latency float64
 		for _, t := range trees {
@@ -68,7 +68,7 @@ func (c *Controller) nodeStatsLocked(scale float64) []sched.NodeStats {
 		if reads > 0 {
 			s.ReadLatency = time.Duration(latency / reads)
 		}
-		c.coarse.epochReads[n.ID] = now
+		c.coarse.epochReads[id] = now
 		if baseline { // a node's first report counts since it started
 			out = append(out, s)
 		}
@@ -128,7 +128,7 @@ func (c *Controller) runEpochs(ctx context.Context) {
 func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) {
 	c.partsMu.Lock()
 	parts := c.Partitions()
-	m := parts.Map
+	m := parts.Layout
 	entries := c.Entries()
 	c.mu.Lock()
 	// Counts cover the time since the last epoch read them, which may be
@@ -140,10 +140,10 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 		scale = c.cfg.Epoch.Seconds() / max(now.Sub(c.coarse.last).Seconds(), 1e-3)
 	}
 	c.coarse.last = now
-	in := sched.CoarseInput{Epoch: c.cfg.Epoch, Nodes: c.nodeStatsLocked(scale), Chains: m.Chains,
-		Weights: make([][]uint32, len(m.Chains))}
+	in := sched.CoarseInput{Epoch: c.cfg.Epoch, Nodes: c.nodeStatsLocked(m.Nodes(), scale), Chains: m.Chains(),
+		Weights: make([][]uint32, m.Partitions())}
 	for p, b := range parts.Buckets {
-		in.Weights[p] = bucketWeights(b, len(m.Chains[p]))
+		in.Weights[p] = bucketWeights(b, len(m.Chain(p)))
 	}
 	for _, e := range entries {
 		in.HotKeys = append(in.HotKeys, sched.HotKeyLoad{Hash: e.Hash, Locs: e.Locs, R: e.R,
@@ -162,7 +162,7 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 		b := directory.BucketsForWeights(w)
 		old, ok := parts.Buckets[uint32(p)]
 		if !ok {
-			old = directory.BucketsForWeights(make([]uint32, len(m.Chains[p])))
+			old = directory.BucketsForWeights(make([]uint32, len(m.Chain(uint32(p)))))
 		}
 		if bucketsMoved(old, b, len(w)) {
 			changed[uint32(p)] = b
@@ -170,7 +170,7 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 	}
 	for p, b := range changed {
 		for _, pl := range c.planes {
-			if err := pl.SetPartitionBuckets(ctx, p, m.Chains[p], b); err != nil {
+			if err := pl.SetPartitionBuckets(ctx, p, m.Chain(p), b); err != nil {
 				errs = append(errs, fmt.Errorf("partition %d on %s: %w", p, pl.Name(), err))
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/controller/p4rt"
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/model"
 	"github.com/netdir/netdir/wire"
 )
@@ -47,11 +48,15 @@ func TestCoarseEpochReachesEveryPlane(t *testing.T) {
 		switches = append(switches, sw)
 		planes = append(planes, controller.NewP4Plane(fmt.Sprintf("model%d", i), pc, schema))
 	}
-	var nodes []controller.NodeAddr
+	var nodes []layout.Node
 	for id := range wire.NodeID(4) {
-		nodes = append(nodes, controller.NodeAddr{ID: id + 1, Addr: fmt.Sprintf("127.0.0.1:%d", 9+id)})
+		nodes = append(nodes, layout.Node{ID: id + 1, Addr: fmt.Sprintf("127.0.0.1:%d", 9+id)})
 	}
-	ctl, err := controller.New(controller.Config{PartitionBits: bits, Replicas: 3, Nodes: nodes,
+	lay, err := layout.New(layout.Config{PartitionBits: bits, Replicas: 3, Nodes: nodes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := controller.New(controller.Config{Layout: lay,
 		// Capacity far above the load: the epoch's counts, scaled to L by
 		// however long the test took, never bound the moves.
 		Epoch: 5 * time.Second, NodeCapacity: 1e9}, planes, nil)
@@ -81,14 +86,14 @@ func TestCoarseEpochReachesEveryPlane(t *testing.T) {
 	var key []byte
 	for i := 0; ; i++ {
 		key = []byte(fmt.Sprintf("hot%d", i))
-		if slices.Contains(ctl.PartitionMap().Chain(wire.HashKey(key)), 1) {
+		if slices.Contains(ctl.Layout().ChainOf(wire.HashKey(key)), 1) {
 			break
 		}
 	}
 	if _, err := ctl.Pin(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	chain := ctl.PartitionMap().Chain(wire.HashKey(key))
+	chain := ctl.Layout().ChainOf(wire.HashKey(key))
 	weights := []uint32{1, 1, 1}
 	weights[slices.Index(chain, 1)] = 30
 	if err := ctl.SetKeyWeights(ctx, key, weights); err != nil {
@@ -134,22 +139,22 @@ func TestCoarseEpochReachesEveryPlane(t *testing.T) {
 	}
 	// Every partition's buckets are the plan's, or, where the plan moved no
 	// member's share by more than a bucket, the even ones still installed.
-	m := ctl.PartitionMap()
+	m := ctl.Layout()
 	parts, err := controller.NewAPI(ctl).ListPartitions(ctx, &api.ListPartitionsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	installed := make([][]uint8, len(m.Chains))
+	installed := make([][]uint8, m.Partitions())
 	moved := false
 	for p, ap := range parts.GetPartitions() {
 		for _, x := range ap.GetBuckets() {
 			installed[p] = append(installed[p], uint8(x))
 		}
-		even := directory.BucketsForWeights(make([]uint32, len(m.Chains[p])))
+		even := directory.BucketsForWeights(make([]uint32, len(m.Chain(uint32(p)))))
 		if want := directory.BucketsForWeights(plan.Partitions[p]); !slices.Equal(installed[p], even) && !slices.Equal(installed[p], want) {
 			t.Fatalf("partition %d: controller installed %v, plan %v", p, installed[p], want)
 		}
-		if m.Chains[p][0] == 1 && slices.Equal(installed[p], directory.BucketsForWeights(plan.Partitions[p])) &&
+		if m.Chain(uint32(p))[0] == 1 && slices.Equal(installed[p], directory.BucketsForWeights(plan.Partitions[p])) &&
 			plan.Partitions[p][0] < 65536/3-2048 {
 			moved = true
 		}
@@ -158,8 +163,8 @@ func TestCoarseEpochReachesEveryPlane(t *testing.T) {
 		for i, sw := range switches {
 			got, _ := sw.Partition(uint32(p))
 			for b, x := range installed[p] {
-				if got.Chain[got.Buckets[b]] != m.Chains[p][x] {
-					t.Fatalf("switch %d partition %d bucket %d names node %d, want %d", i, p, b, got.Chain[got.Buckets[b]], m.Chains[p][x])
+				if got.Chain[got.Buckets[b]] != m.Chain(uint32(p))[x] {
+					t.Fatalf("switch %d partition %d bucket %d names node %d, want %d", i, p, b, got.Chain[got.Buckets[b]], m.Chain(uint32(p))[x])
 				}
 			}
 		}
@@ -225,8 +230,9 @@ func TestCoarseEpochReachesEveryPlane(t *testing.T) {
 	}
 }
 
-// watch subscribes to the controller's directory stream as an agent does.
-func watch(ctx context.Context, t *testing.T, ctl *controller.Controller) <-chan *api.DirectoryUpdate {
+// serveAPI serves ctl's API on loopback until the test ends and returns a
+// client of it.
+func serveAPI(t *testing.T, ctl *controller.Controller) api.ControllerClient {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -241,7 +247,13 @@ func watch(ctx context.Context, t *testing.T, ctl *controller.Controller) <-chan
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	stream, err := api.NewControllerClient(conn).WatchDirectory(ctx, &api.WatchDirectoryRequest{})
+	return api.NewControllerClient(conn)
+}
+
+// watch subscribes to the controller's directory stream as an agent does.
+func watch(ctx context.Context, t *testing.T, ctl *controller.Controller) <-chan *api.DirectoryUpdate {
+	t.Helper()
+	stream, err := serveAPI(t, ctl).WatchDirectory(ctx, &api.WatchDirectoryRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/netdir/netdir/controller/p4rt"
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -105,19 +106,17 @@ func (p *P4Plane) entry(table string, m []p4rt.Match, action string, params ...p
 
 // Setup installs node addresses, storage ports, every partition with even
 // buckets, the fine-score ranges, the routes and the VSB multicast group.
-func (p *P4Plane) Setup(ctx context.Context, m *directory.PartitionMap, nodes []NodeAddr, vsbGroup []uint32) error {
-	p.bits = m.Bits
+func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) error {
+	p.bits = m.Bits()
 	var ups []*p4.Update
 	ports := map[uint32]bool{}
-	for _, n := range nodes {
-		ap, err := netip.ParseAddrPort(n.Addr)
-		if err != nil || !ap.Addr().Is4() {
-			return fmt.Errorf("node %d: address %q: want IPv4 host:port", n.ID, n.Addr)
+	for _, id := range m.Nodes() {
+		n, _ := m.Node(id)
+		ap, _ := m.Addr(id)
+		if !ap.Addr().Is4() {
+			return fmt.Errorf("node %d: address %s: want IPv4", n.ID, ap)
 		}
 		ip := ap.Addr().As4()
-		if len(n.MAC) != 0 && len(n.MAC) != 6 {
-			return fmt.Errorf("node %d: MAC of %d bytes", n.ID, len(n.MAC))
-		}
 		e, err := p.entry("node_addr", []p4rt.Match{{Field: "node", Value: u(uint64(n.ID))}}, "set_node_addr",
 			p4rt.Param{Name: "mac", Value: append([]byte{0}, n.MAC...)}, p4rt.Param{Name: "ip", Value: ip[:]},
 			p4rt.Param{Name: "udp_port", Value: u(uint64(ap.Port()))}, p4rt.Param{Name: "port", Value: u(uint64(n.Port))})
@@ -140,18 +139,18 @@ func (p *P4Plane) Setup(ctx context.Context, m *directory.PartitionMap, nodes []
 	if err != nil {
 		return err
 	}
-	if len(pt.GetMatchFields()) != 1 || uint(pt.GetMatchFields()[0].GetBitwidth()) < m.Bits {
-		return fmt.Errorf("partitions table: want one LPM field of at least %d bits", m.Bits)
+	if len(pt.GetMatchFields()) != 1 || uint(pt.GetMatchFields()[0].GetBitwidth()) < m.Bits() {
+		return fmt.Errorf("partitions table: want one LPM field of at least %d bits", m.Bits())
 	}
 	hashField, hashBits := pt.GetMatchFields()[0].GetName(), uint(pt.GetMatchFields()[0].GetBitwidth())
-	for part, chain := range m.Chains {
+	for part, chain := range m.Chains() {
 		bu, err := p.partitionBuckets(p4.Update_INSERT, uint32(part), chain, evenBuckets(len(chain)))
 		if err != nil {
 			return err
 		}
 		ups = append(ups, bu...)
 		e, err := p.entry("partitions",
-			[]p4rt.Match{{Field: hashField, Value: u(uint64(part) << (hashBits - m.Bits)), PrefixLen: int32(m.Bits)}},
+			[]p4rt.Match{{Field: hashField, Value: u(uint64(part) << (hashBits - m.Bits())), PrefixLen: int32(m.Bits())}},
 			"set_partition", p4rt.Param{Name: "id", Value: u(uint64(part))},
 			p4rt.Param{Name: "r", Value: u(uint64(len(chain)))}, p4rt.Param{Name: "head", Value: u(uint64(chain[0]))})
 		if err != nil {

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -30,9 +30,10 @@ type Entry struct {
 	Ver uint64
 }
 
-// Partitions is the partition map with the split weights installed over it.
+// Partitions is the layout with the split weights installed over its
+// partitions.
 type Partitions struct {
-	Map *directory.PartitionMap
+	Layout *layout.Map
 	// Buckets holds the partitions whose weights were set; the others split
 	// evenly.
 	Buckets map[uint32][]uint8
@@ -42,7 +43,7 @@ type Partitions struct {
 type updateKind int
 
 const (
-	updateSnapshot   updateKind = iota // nodes, partitions and every entry
+	updateSnapshot   updateKind = iota // the layout's nodes, the partitions and every entry
 	updateUpsert                       // entries promoted or changed
 	updateDelete                       // entries evicted
 	updatePartitions                   // the partitions, after their weights changed
@@ -54,8 +55,7 @@ type directoryUpdate struct {
 	kind       updateKind
 	sequence   uint64
 	entries    []Entry
-	partitions Partitions             // snapshot and partitions
-	nodes      map[wire.NodeID]string // snapshot
+	partitions Partitions // snapshot and partitions
 }
 
 // state is the controller's intended directory, which agents subscribe to.
@@ -64,8 +64,7 @@ type directoryUpdate struct {
 // fresh snapshot) rather than stall the controller. mu guards every field.
 type state struct {
 	mu      sync.Mutex
-	pmap    *directory.PartitionMap
-	nodes   map[wire.NodeID]string
+	lay     *layout.Map
 	entries map[wire.KeyHash]Entry
 	free    []uint32 // free slot indices
 	// partBuckets holds the partitions whose weights were set; the others
@@ -78,7 +77,6 @@ type state struct {
 
 func newState(capacity int) *state {
 	s := &state{
-		nodes:       map[wire.NodeID]string{},
 		entries:     map[wire.KeyHash]Entry{},
 		partBuckets: map[uint32][]uint8{},
 		watchers:    map[chan directoryUpdate]struct{}{},
@@ -92,7 +90,7 @@ func newState(capacity int) *state {
 // partitionsLocked returns the partitions as they are now; later changes
 // do not show in it.
 func (s *state) partitionsLocked() Partitions {
-	return Partitions{Map: s.pmap, Buckets: maps.Clone(s.partBuckets)}
+	return Partitions{Layout: s.lay, Buckets: maps.Clone(s.partBuckets)}
 }
 
 // publishLocked sends an update to every watcher.
@@ -115,7 +113,7 @@ func (s *state) watch() chan directoryUpdate {
 	defer s.mu.Unlock()
 	w := make(chan directoryUpdate, 1024)
 	w <- directoryUpdate{kind: updateSnapshot, sequence: s.seq, entries: s.sortedLocked(),
-		partitions: s.partitionsLocked(), nodes: maps.Clone(s.nodes)}
+		partitions: s.partitionsLocked()}
 	s.watchers[w] = struct{}{}
 	return w
 }

@@ -2,18 +2,20 @@ package controller
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"time"
 
+	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 
 // UDPStorage reaches chain heads with the promote and demote node ops
-// (storagenode's payload.go): the key, and the extras' ids as 16-bit values.
-// Each call waits for the head's answer, resending on loss.
+// (wire.NewPromote, wire.NewDemote). Each call waits for the head's answer,
+// resending on loss.
 type UDPStorage struct {
 	Timeout time.Duration // per try; default 200 ms
 	Tries   int           // default 5
@@ -24,75 +26,48 @@ type UDPStorage struct {
 }
 
 // Promote asks head to copy key to extras and announce them by VSB.
-func (u *UDPStorage) Promote(ctx context.Context, head NodeAddr, key []byte, extras []NodeAddr) (uint64, error) {
-	return u.call(ctx, wire.OpPromote, head, key, extras)
+func (u *UDPStorage) Promote(ctx context.Context, head layout.Node, key []byte, extras []layout.Node) (uint64, error) {
+	ids := make([]wire.NodeID, len(extras))
+	for i, e := range extras {
+		ids[i] = e.ID
+	}
+	return u.call(ctx, head, wire.NewPromote(key, ids, u.NoStamp))
 }
 
 // Demote asks head to drop the copies.
-func (u *UDPStorage) Demote(ctx context.Context, head NodeAddr, key []byte, extras []NodeAddr) error {
-	_, err := u.call(ctx, wire.OpDemote, head, key, extras)
+func (u *UDPStorage) Demote(ctx context.Context, head layout.Node, key []byte, extras []layout.Node) error {
+	_, err := u.call(ctx, head, wire.NewDemote(key))
 	return err
 }
 
 // call returns the answer's stamp: for a promotion, the head's latest version.
-func (u *UDPStorage) call(ctx context.Context, op wire.Op, head NodeAddr, key []byte, extras []NodeAddr) (uint64, error) {
-	timeout, tries := u.Timeout, u.Tries
-	if timeout == 0 {
-		timeout = 200 * time.Millisecond
+func (u *UDPStorage) call(ctx context.Context, head layout.Node, req wire.Packet) (uint64, error) {
+	retry := client.Retry{Timeout: u.Timeout, Tries: u.Tries}
+	if retry.Timeout == 0 {
+		retry.Timeout = 200 * time.Millisecond
 	}
-	if tries == 0 {
-		tries = 5
+	if retry.Tries == 0 {
+		retry.Tries = 5
 	}
-	ids := make([]byte, 0, 2*len(extras))
-	if op == wire.OpPromote {
-		for _, e := range extras {
-			ids = binary.BigEndian.AppendUint16(ids, e.ID)
-		}
-	}
-	req := wire.Packet{Header: wire.Header{Op: op, ReqID: rand.Uint64(), KeyHash: wire.HashKey(key)}, Key: key, Value: ids}
-	if op == wire.OpPromote && u.NoStamp {
-		req.Flags = wire.FlagPromoteNoStamp
-	}
-	b, err := req.AppendEncode(nil)
-	if err != nil {
-		return 0, err
-	}
+	req.ReqID = rand.Uint64()
 	raddr, err := net.ResolveUDPAddr("udp", head.Addr)
 	if err != nil {
-		return 0, fmt.Errorf("%s to node %d: %w", op, head.ID, err)
+		return 0, fmt.Errorf("%s to node %d: %w", req.Op, head.ID, err)
 	}
-	conn, err := net.DialUDP("udp", nil, raddr)
+	conn, err := client.Listen()
 	if err != nil {
-		return 0, fmt.Errorf("%s to node %d: %w", op, head.ID, err)
+		return 0, fmt.Errorf("%s to node %d: %w", req.Op, head.ID, err)
 	}
 	defer conn.Close()
-	buf := make([]byte, wire.MaxPacket)
-	for try := 0; try < tries; try++ {
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-		if _, err := conn.Write(b); err != nil {
-			return 0, fmt.Errorf("%s to node %d: %w", op, head.ID, err)
-		}
-		deadline := time.Now().Add(timeout)
-		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-			deadline = d
-		}
-		conn.SetReadDeadline(deadline)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				break // timed out: resend
-			}
-			var h wire.Header
-			if h.DecodeHeader(buf[:n]) != nil || h.ReqID != req.ReqID || h.Op != op {
-				continue
-			}
-			if h.Code != wire.CodeOK {
-				return 0, fmt.Errorf("%s %q at node %d: %w", op, key, head.ID, h.Code)
-			}
-			return h.Stamp, nil
-		}
+	to := raddr.AddrPort()
+	r, err := conn.Call(ctx, netip.AddrPortFrom(to.Addr().Unmap(), to.Port()), &req, retry)
+	switch {
+	case err == client.ErrTimeout:
+		return 0, fmt.Errorf("%s %q at node %d: no answer after %d tries", req.Op, req.Key, head.ID, retry.Tries)
+	case err != nil:
+		return 0, err
+	case r.Code != wire.CodeOK:
+		return 0, fmt.Errorf("%s %q at node %d: %w", req.Op, req.Key, head.ID, r.Code)
 	}
-	return 0, fmt.Errorf("%s %q at node %d: no answer after %d tries", op, key, head.ID, tries)
+	return r.Stamp, nil
 }

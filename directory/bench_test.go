@@ -86,8 +86,8 @@ func BenchmarkWriteHit(b *testing.B) {
 func BenchmarkReply(b *testing.B) {
 	ps := packets(b, wire.OpPutReply, "hot", 2)
 	benchProcess(b, ps, 2, directory.ToClient, func(p []byte, i int) {
-		wire.SetStamp(p, uint64(2+i/len(ps)))
-		wire.SetTimestamp(p, uint64(i))
+		wire.Frame(p).SetStamp(uint64(2 + i/len(ps)))
+		wire.Frame(p).SetTimestamp(uint64(i))
 	})
 }
 

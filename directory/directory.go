@@ -22,13 +22,14 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 
 // Sizes of the contract.
 const (
 	MaxLocations = 32 // one rack, as in Pegasus
-	MaxChain     = 8
+	MaxChain     = layout.MaxReplicas
 	Buckets      = 32 // split bucket table entries per partition and per slot
 	SketchRows   = 4
 	SketchCols   = 1024

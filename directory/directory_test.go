@@ -386,7 +386,7 @@ func TestProcessAllocs(t *testing.T) {
 		allocs := testing.AllocsPerRun(200, func() {
 			if tc.name == "put-reply" {
 				stamp++
-				wire.SetStamp(tc.b, stamp) // raise ver_done every time
+				wire.Frame(tc.b).SetStamp(stamp) // raise ver_done every time
 			}
 			got = d.Process(tc.b, tc.port, 100).Action
 		})

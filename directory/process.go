@@ -1,7 +1,6 @@
 package directory
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"github.com/netdir/netdir/wire"
@@ -101,26 +100,26 @@ func (d *Directory) drop(r Reason) Verdict {
 // ingress port at time now (ns), rewriting its header in place as the
 // contract says. It never panics and never allocates.
 func (d *Directory) Process(pkt []byte, port uint32, now uint64) Verdict {
-	if len(pkt) < wire.HeaderLen {
+	f := wire.Frame(pkt)
+	switch f.Check() {
+	case nil:
+	case wire.ErrShort:
 		return d.drop(ReasonShort)
-	}
-	if binary.BigEndian.Uint16(pkt[wire.OffMagic:]) != wire.Magic {
+	case wire.ErrMagic:
 		return d.drop(ReasonMagic)
-	}
-	if pkt[wire.OffVersion] != wire.Version {
+	default: // wire.ErrVersion
 		return d.drop(ReasonVersion)
 	}
-	var h wire.KeyHash
-	copy(h[:], pkt[wire.OffKeyHash:])
-	switch op := wire.PeekOp(pkt); op {
+	h := f.KeyHash()
+	switch op := f.Op(); op {
 	case wire.OpGet:
-		return d.get(pkt, &h, now)
+		return d.get(f, &h, now)
 	case wire.OpPut, wire.OpDel:
-		return d.write(pkt, &h, now)
+		return d.write(f, &h, now)
 	case wire.OpGetReply, wire.OpPutReply, wire.OpDelReply, wire.OpErr:
-		return d.reply(pkt, &h, op, now)
+		return d.reply(f, &h, op, now)
 	case wire.OpVSB:
-		return d.vsb(pkt, &h, port)
+		return d.vsb(f, &h, port)
 	default:
 		if op.IsNodeOp() { // node ops, including those reserved (0x20..0x3f)
 			d.counter.Passed++
@@ -139,15 +138,15 @@ func (d *Directory) slot(h *wire.KeyHash) *Slot {
 }
 
 // forward rewrites the target node and the request timestamp.
-func forward(pkt []byte, n wire.NodeID, now uint64) Verdict {
-	wire.SetNode(pkt, n)
-	wire.SetTimestamp(pkt, now)
+func forward(f wire.Frame, n wire.NodeID, now uint64) Verdict {
+	f.SetNode(n)
+	f.SetTimestamp(now)
 	return Verdict{Action: Forward, Node: n}
 }
 
-func (d *Directory) get(pkt []byte, h *wire.KeyHash, now uint64) Verdict {
-	reqid := binary.BigEndian.Uint64(pkt[wire.OffReqID:])
-	flags := pkt[wire.OffFlags] &^ (wire.FlagStamped | wire.FlagHit)
+func (d *Directory) get(f wire.Frame, h *wire.KeyHash, now uint64) Verdict {
+	reqid := f.ReqID()
+	flags := f.Flags() &^ (wire.FlagStamped | wire.FlagHit)
 	p := &d.parts[h.Partition(d.cfg.PartitionBits)]
 	if s := d.slot(h); s != nil && d.cfg.Policy.routesHotKeys() {
 		eligible := s.Fresh
@@ -161,15 +160,15 @@ func (d *Directory) get(pkt []byte, h *wire.KeyHash, now uint64) Verdict {
 		}
 		s.Hits++
 		d.counter.Hits++
-		wire.SetFlags(pkt, flags|wire.FlagHit)
-		return forward(pkt, s.Locs[i], now)
+		f.SetFlags(flags | wire.FlagHit)
+		return forward(f, s.Locs[i], now)
 	}
 	if p.R == 0 {
 		return d.drop(ReasonNoRoute)
 	}
 	d.miss(h)
-	wire.SetFlags(pkt, flags)
-	return forward(pkt, p.Chain[d.pickChain(p, reqid)], now)
+	f.SetFlags(flags)
+	return forward(f, p.Chain[d.pickChain(p, reqid)], now)
 }
 
 // pickSlot chooses a LocationList index among eligible members.
@@ -244,8 +243,8 @@ func (d *Directory) miss(h *wire.KeyHash) {
 	}
 }
 
-func (d *Directory) write(pkt []byte, h *wire.KeyHash, now uint64) Verdict {
-	flags := pkt[wire.OffFlags] &^ (wire.FlagStamped | wire.FlagHit)
+func (d *Directory) write(f wire.Frame, h *wire.KeyHash, now uint64) Verdict {
+	flags := f.Flags() &^ (wire.FlagStamped | wire.FlagHit)
 	if s := d.slot(h); s != nil {
 		s.Hits++
 		d.counter.Hits++
@@ -253,32 +252,32 @@ func (d *Directory) write(pkt []byte, h *wire.KeyHash, now uint64) Verdict {
 		s.Fresh = s.chainMask()
 		if d.cfg.Mode == ModeToR {
 			s.VerNext++
-			wire.SetStamp(pkt, s.VerNext)
+			f.SetStamp(s.VerNext)
 			flags |= wire.FlagStamped
 			f := &d.floors[FloorIndex(h)]
 			*f = max(*f, s.VerNext)
 		} else {
-			wire.SetStamp(pkt, 0) // a host agent does not stamp: the head assigns the version
+			f.SetStamp(0) // a host agent does not stamp: the head assigns the version
 		}
-		wire.SetFlags(pkt, flags|wire.FlagHit)
-		return forward(pkt, s.Locs[0], now)
+		f.SetFlags(flags | wire.FlagHit)
+		return forward(f, s.Locs[0], now)
 	}
 	p := &d.parts[h.Partition(d.cfg.PartitionBits)]
 	if p.R == 0 {
 		return d.drop(ReasonNoRoute)
 	}
 	d.miss(h)
-	wire.SetFlags(pkt, flags)
-	wire.SetStamp(pkt, 0) // only a data plane stamps; the head assigns the version
-	return forward(pkt, p.Chain[0], now)
+	f.SetFlags(flags)
+	f.SetStamp(0) // only a data plane stamps; the head assigns the version
+	return forward(f, p.Chain[0], now)
 }
 
-func (d *Directory) reply(pkt []byte, h *wire.KeyHash, op wire.Op, now uint64) Verdict {
+func (d *Directory) reply(f wire.Frame, h *wire.KeyHash, op wire.Op, now uint64) Verdict {
 	d.counter.Replies++
-	d.learn(pkt, now)
+	d.learn(f, now)
 	if op == wire.OpPutReply || op == wire.OpDelReply {
-		if s := d.slot(h); s != nil && wire.Code(pkt[wire.OffCode]) == wire.CodeOK {
-			s.complete(binary.BigEndian.Uint64(pkt[wire.OffStamp:]))
+		if s := d.slot(h); s != nil && f.Code() == wire.CodeOK {
+			s.complete(f.Stamp())
 		}
 	}
 	return Verdict{Action: ToClient}
@@ -294,14 +293,14 @@ func (s *Slot) complete(v uint64) {
 }
 
 // learn updates the replying node's load and EWMA latency (weight 0.5).
-func (d *Directory) learn(pkt []byte, now uint64) {
-	n := binary.BigEndian.Uint16(pkt[wire.OffNode:])
+func (d *Directory) learn(f wire.Frame, now uint64) {
+	n := f.Node()
 	if int(n) >= len(d.nodes) {
 		return
 	}
 	st := &d.nodes[n]
-	st.Load = binary.BigEndian.Uint16(pkt[wire.OffLoad:])
-	ts := binary.BigEndian.Uint64(pkt[wire.OffTimestamp:])
+	st.Load = f.Load()
+	ts := f.Timestamp()
 	if ts == 0 || ts > now {
 		return
 	}
@@ -313,7 +312,7 @@ func (d *Directory) learn(pkt []byte, now uint64) {
 	}
 }
 
-func (d *Directory) vsb(pkt []byte, h *wire.KeyHash, port uint32) Verdict {
+func (d *Directory) vsb(f wire.Frame, h *wire.KeyHash, port uint32) Verdict {
 	if d.ports[port] != PortStorage {
 		return d.drop(ReasonVSBPort)
 	}
@@ -321,8 +320,8 @@ func (d *Directory) vsb(pkt []byte, h *wire.KeyHash, port uint32) Verdict {
 	if s == nil {
 		return d.drop(ReasonVSBNotCached)
 	}
-	i := s.member(binary.BigEndian.Uint16(pkt[wire.OffNode:]))
-	v := binary.BigEndian.Uint64(pkt[wire.OffStamp:])
+	i := s.member(f.Node())
+	v := f.Stamp()
 	switch {
 	case i < 0 || (i < int(s.R)-1):
 		return d.drop(ReasonVSBNotMember)

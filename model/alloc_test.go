@@ -1,7 +1,6 @@
 package model
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net"
 	"testing"
@@ -45,7 +44,7 @@ func (g *loadgen) sendBatch() { g.send(len(g.pkts)) }
 func (g *loadgen) send(n int) {
 	for _, p := range g.pkts[:n] {
 		g.next++
-		binary.BigEndian.PutUint64(p[wire.OffReqID:], g.next)
+		wire.Frame(p).SetReqID(g.next)
 		g.tx.add(p, g.to)
 	}
 	g.tx.flush()
@@ -79,7 +78,7 @@ func drain(t testing.TB, rx *batchReader, n int, e *echo) {
 		if e != nil {
 			for i := 0; i < k; i++ {
 				b, _ := rx.msg(i)
-				b[wire.OffOp] = byte(wire.OpGetReply)
+				wire.Frame(b).SetOp(wire.OpGetReply)
 				e.tx.add(b, e.to)
 			}
 			e.tx.flush()

@@ -23,7 +23,6 @@ package model
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -32,6 +31,7 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -46,6 +46,16 @@ func PortOf(id wire.NodeID) uint32 { return 1<<16 | uint32(id) }
 type Node struct {
 	ID   wire.NodeID
 	Addr netip.AddrPort
+}
+
+// NodesOf is a layout's node table, by id.
+func NodesOf(m *layout.Map) []Node {
+	var out []Node
+	for _, id := range m.Nodes() {
+		a, _ := m.Addr(id)
+		out = append(out, Node{ID: id, Addr: a})
+	}
+	return out
 }
 
 // Config configures a Switch.
@@ -256,11 +266,11 @@ func (s *Switch) handle(b []byte, from peer, now uint64, st *Stats) {
 			st.NoNodeAddr++
 			return
 		}
-		s.pend.put(reqID(b), from)
+		s.pend.put(wire.Frame(b).ReqID(), from)
 		s.tx.add(b, to)
 		st.Forwarded++
 	case directory.ToClient:
-		to, ok := s.pend.take(reqID(b))
+		to, ok := s.pend.take(wire.Frame(b).ReqID())
 		if !ok {
 			st.UnknownReply++
 			return
@@ -277,10 +287,6 @@ func (s *Switch) handle(b []byte, from peer, now uint64, st *Stats) {
 		st.NodeOps++
 	}
 }
-
-// reqID reads the request id of a datagram that Process did not drop, so
-// one at least wire.HeaderLen long.
-func reqID(b []byte) uint64 { return binary.BigEndian.Uint64(b[wire.OffReqID:]) }
 
 func (s *Switch) closeSocket() {
 	s.closeOnce.Do(func() { s.conn.Close() })

@@ -76,13 +76,13 @@ func TestMalformedAreCountedDrops(t *testing.T) {
 	cl := udp(t)
 	good := encode(t, get("apple", 1))
 	badMagic := append([]byte(nil), good...)
-	badMagic[0] = 0
+	wire.Frame(badMagic).SetMagic(wire.Magic &^ 0xff00)
 	badVersion := append([]byte(nil), good...)
-	badVersion[wire.OffVersion] = 9
+	wire.Frame(badVersion).SetVersion(9)
 	unknownOp := append([]byte(nil), good...)
-	unknownOp[wire.OffOp] = 0x7e
+	wire.Frame(unknownOp).SetOp(0x7e)
 	nodeOp := append([]byte(nil), good...)
-	nodeOp[wire.OffOp] = byte(wire.OpChainWrite)
+	wire.Frame(nodeOp).SetOp(wire.OpChainWrite)
 	for _, b := range [][]byte{
 		{}, {0x4e}, good[:wire.HeaderLen-1], badMagic, badVersion, unknownOp, nodeOp,
 		make([]byte, wire.MaxPacket+1), // longer than any netdir packet

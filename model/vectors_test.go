@@ -308,7 +308,7 @@ func isReply(pkt []byte) bool {
 	if len(pkt) < wire.HeaderLen {
 		return false
 	}
-	switch wire.PeekOp(pkt) {
+	switch wire.Frame(pkt).Op() {
 	case wire.OpGetReply, wire.OpPutReply, wire.OpDelReply, wire.OpErr:
 		return true
 	}
@@ -326,7 +326,7 @@ func (p *udpPlane) Process(pkt []byte, port uint32, now uint64) (directory.Verdi
 	if isReply(pkt) {
 		// As if the plane's client had sent the request.
 		p.sw.mu.Lock()
-		p.sw.pend.put(reqID(pkt), peerOf(p.client.addr(), true))
+		p.sw.pend.put(wire.Frame(pkt).ReqID(), peerOf(p.client.addr(), true))
 		p.sw.mu.Unlock()
 	}
 	in := append([]byte(nil), pkt...)

@@ -273,8 +273,7 @@ func BenchmarkReport(b *testing.B) {
 		b.ReportMetric(float64(proto.Size(s)), "bytes")
 	})
 	b.Run("grpc-4096-keys", func(b *testing.B) {
-		ctl, err := controller.New(controller.Config{PartitionBits: 10, Replicas: 3, Round: time.Hour, Log: quietLog(),
-			Nodes: []controller.NodeAddr{{ID: 1, Addr: "10.100.0.1:7420"}, {ID: 2, Addr: "10.100.0.2:7420"}, {ID: 3, Addr: "10.100.0.3:7420"}}}, nil, nil)
+		ctl, err := controller.New(controller.Config{Layout: testLayout(b, 3), Round: time.Hour, Log: quietLog()}, nil, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

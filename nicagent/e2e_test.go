@@ -21,9 +21,9 @@ import (
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/storagenode"
-	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -138,7 +138,7 @@ type nsStorage struct {
 	u  controller.UDPStorage
 }
 
-func (s *nsStorage) Promote(ctx context.Context, head controller.NodeAddr, key []byte, extras []controller.NodeAddr) (ver uint64, err error) {
+func (s *nsStorage) Promote(ctx context.Context, head layout.Node, key []byte, extras []layout.Node) (ver uint64, err error) {
 	err = inNS(s.ns, func() (err error) {
 		ver, err = s.u.Promote(ctx, head, key, extras)
 		return err
@@ -146,7 +146,7 @@ func (s *nsStorage) Promote(ctx context.Context, head controller.NodeAddr, key [
 	return ver, err
 }
 
-func (s *nsStorage) Demote(ctx context.Context, head controller.NodeAddr, key []byte, extras []controller.NodeAddr) error {
+func (s *nsStorage) Demote(ctx context.Context, head layout.Node, key []byte, extras []layout.Node) error {
 	return inNS(s.ns, func() error { return s.u.Demote(ctx, head, key, extras) })
 }
 
@@ -170,12 +170,10 @@ func startCluster(t *testing.T, o clusterOptions) (*e2e, net.Listener) {
 		tb.addHost("c", clientAddr+"/24")
 	}
 	var lnodes []layout.Node
-	var cnodes []controller.NodeAddr
 	for i := 1; i <= o.nodes; i++ {
 		tb.addHost(fmt.Sprintf("n%d", i), fmt.Sprintf("10.77.0.%d/24", 10+i))
 		addr := fmt.Sprintf("10.77.0.%d:%d", 10+i, wire.ServicePort)
 		lnodes = append(lnodes, layout.Node{ID: wire.NodeID(i), Addr: addr})
-		cnodes = append(cnodes, controller.NodeAddr{ID: wire.NodeID(i), Addr: addr})
 		// The bridge completes offloaded checksums on the way to each
 		// node, so the node verifies what the TC program rewrote.
 		if err := setTxChecksum(tb.bridge, fmt.Sprintf("vn%d", i), false); err != nil {
@@ -216,13 +214,13 @@ func startCluster(t *testing.T, o clusterOptions) (*e2e, net.Listener) {
 	if o.reach {
 		st = &nsStorage{ns: tb.hosts[reachFrom], u: controller.UDPStorage{NoStamp: !o.router}}
 	}
-	e.ctl, err = controller.New(controller.Config{PartitionBits: 10, Replicas: 3, Nodes: cnodes, Round: testRounds, Log: quiet}, nil, st)
+	e.ctl, err = controller.New(controller.Config{Layout: e.lay, Round: testRounds, Log: quiet}, nil, st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pm := e.ctl.PartitionMap()
-	for p := range pm.Chains {
-		if got, want := pm.Chains[p], e.lay.Chain(uint32(p)); !equalIDs(got, want) {
+	pm := e.ctl.Layout()
+	for p := range pm.Partitions() {
+		if got, want := pm.Chain(uint32(p)), e.lay.Chain(uint32(p)); !equalIDs(got, want) {
 			t.Fatalf("partition %d: the controller's chain %v, the nodes' %v", p, got, want)
 		}
 	}

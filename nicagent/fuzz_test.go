@@ -78,7 +78,7 @@ func randomPacket(r *rand.Rand, now uint64) []byte {
 			b[i] = byte(r.Uint32())
 		}
 		if len(b) >= 2 && r.IntN(2) == 0 {
-			binary.BigEndian.PutUint16(b, wire.Magic)
+			wire.Frame(b).SetMagic(wire.Magic)
 		}
 		return b
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -92,6 +93,21 @@ func testNodeAddr(n wire.NodeID) NodeAddr {
 		MAC:  net.HardwareAddr{0x02, 0xdd, 0, 0, byte(n >> 8), byte(n)},
 		Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 100, byte(n >> 8), byte(n)}), 20000+n%10000),
 	}
+}
+
+// testLayout is nodes 1..n at their testNodeAddr, on 1024 partitions with
+// chains of 3.
+func testLayout(tb testing.TB, n int) *layout.Map {
+	tb.Helper()
+	var nodes []layout.Node
+	for id := wire.NodeID(1); int(id) <= n; id++ {
+		nodes = append(nodes, layout.Node{ID: id, Addr: testNodeAddr(id).Addr.String()})
+	}
+	m, err := layout.New(layout.Config{PartitionBits: 10, Replicas: 3, Nodes: nodes})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
 }
 
 // frame wraps a netdir packet in Ethernet, IPv4 and UDP, with checksums.

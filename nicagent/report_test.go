@@ -50,11 +50,7 @@ func serveController(tb testing.TB, ctl *controller.Controller, opts ...grpc.Dia
 // answer is lost is sent again and counted once.
 func TestReportsDrivePromotion(t *testing.T) {
 	d := loadTest(t)
-	var cnodes []controller.NodeAddr
-	for n := wire.NodeID(1); n <= 3; n++ {
-		cnodes = append(cnodes, controller.NodeAddr{ID: n, Addr: testNodeAddr(n).Addr.String()})
-	}
-	ctl, err := controller.New(controller.Config{PartitionBits: 10, Replicas: 3, Nodes: cnodes, Round: time.Hour,
+	ctl, err := controller.New(controller.Config{Layout: testLayout(t, 3), Round: time.Hour,
 		PromoteMin: 16, Log: quietLog()}, nil, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -115,7 +115,7 @@ func toTC(pkt []byte) bool {
 	if len(pkt) < wire.HeaderLen {
 		return false
 	}
-	switch wire.PeekOp(pkt) {
+	switch wire.Frame(pkt).Op() {
 	case wire.OpGet, wire.OpPut, wire.OpDel:
 		return true
 	}

@@ -54,7 +54,7 @@ type HotKeyLoad struct {
 type CoarseInput struct {
 	Epoch  time.Duration   // L; 0 means DefaultEpoch
 	Nodes  []NodeStats     // nodes without stats count as average capacity and no chain load
-	Chains [][]wire.NodeID // per partition, the chain (a power-of-two count, as in directory.PartitionMap)
+	Chains [][]wire.NodeID // per partition, the chain (a power-of-two count, as in a layout.Map)
 	// Weights is the split installed now per partition, one weight per
 	// chain member; nil (or a nil entry, or a zero total) is even.
 	Weights [][]uint32

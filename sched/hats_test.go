@@ -7,21 +7,22 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 
 // ring is n nodes (ids 1..n) with ring placement of parts partitions.
 func ring(t *testing.T, n, r, parts int) [][]wire.NodeID {
 	t.Helper()
-	ids := make([]wire.NodeID, n)
-	for i := range ids {
-		ids[i] = wire.NodeID(i + 1)
+	nodes := make([]layout.Node, n)
+	for i := range nodes {
+		nodes[i] = layout.Node{ID: wire.NodeID(i + 1), Addr: fmt.Sprintf("127.0.0.1:%d", i+1)}
 	}
-	m, err := directory.RingMap(uint(math.Log2(float64(parts))), ids, r, 1)
+	m, err := layout.New(layout.Config{PartitionBits: uint(math.Log2(float64(parts))), Replicas: r, Nodes: nodes})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m.Chains
+	return m.Chains()
 }
 
 // hotKeyIn returns a key of partition p (of parts) and its load.

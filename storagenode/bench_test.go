@@ -2,7 +2,6 @@ package storagenode_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -20,9 +19,9 @@ import (
 	"golang.org/x/net/ipv4"
 
 	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/storagenode/cluster"
-	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -63,15 +62,15 @@ func loadgen(b *testing.B, to netip.AddrPort, total, window int, mk func(i int, 
 				if len(m) < wire.HeaderLen {
 					continue
 				}
-				seq := binary.BigEndian.Uint64(m[wire.OffReqID:]) & 0xffffffff
+				seq := wire.Frame(m).ReqID() & 0xffffffff
 				if seq == 0 || seq > uint64(total) || seen[seq].Swap(true) {
 					continue // a duplicate reply (e.g. to a retransmitted write)
 				}
-				if wire.Op(m[wire.OffOp]) != wire.OpErr {
+				if wire.Frame(m).Op() != wire.OpErr {
 					okN.Add(1)
 				} else {
 					errN.Add(1)
-					codes[wire.Code(m[wire.OffCode])%16].Add(1)
+					codes[wire.Frame(m).Code()%16].Add(1)
 				}
 				inflight.Add(-1)
 				done.Add(1)
@@ -208,8 +207,8 @@ func BenchmarkNodeGet(b *testing.B) {
 	cpu0, t0 := cpuTime(), time.Now()
 	ok, errs := loadgen(b, to, b.N, 512, func(i int, id uint64) []byte {
 		p := append([]byte(nil), pkts[i%len(pkts)]...)
-		wire.SetStamp(p, 0)
-		binary.BigEndian.PutUint64(p[wire.OffReqID:], id)
+		wire.Frame(p).SetStamp(0)
+		wire.Frame(p).SetReqID(id)
 		return p
 	})
 	el, cpu := time.Since(t0), cpuTime()-cpu0
@@ -263,7 +262,7 @@ func BenchmarkNodePut(b *testing.B) {
 					share := b.N * len(t.pkts) / len(keys)
 					o, e := loadgen(b, t.to, max(share, 1), 256, func(i int, id uint64) []byte {
 						p := append([]byte(nil), t.pkts[i%len(t.pkts)]...)
-						binary.BigEndian.PutUint64(p[wire.OffReqID:], id)
+						wire.Frame(p).SetReqID(id)
 						return p
 					})
 					res <- [2]int64{o, e}
@@ -374,7 +373,7 @@ func BenchmarkNodeGetProcess(b *testing.B) {
 	cpu0, t0 := procCPU(pid), time.Now()
 	ok, errs := loadgen(b, to, b.N, 512, func(i int, id uint64) []byte {
 		p := append([]byte(nil), pkts[i%len(pkts)]...)
-		binary.BigEndian.PutUint64(p[wire.OffReqID:], id)
+		wire.Frame(p).SetReqID(id)
 		return p
 	})
 	el, cpu := time.Since(t0), procCPU(pid)-cpu0

@@ -173,9 +173,9 @@ func (d *dedupTable) add(id uint64, e dedupEntry) (dedupEntry, []uint64) {
 // handle processes one packet on the key's shard.
 func (s *shard) handle(b []byte, from netip.AddrPort) {
 	n := s.n
-	var p nodePacket
-	if err := decodeAny(b, &p); err != nil {
-		switch wire.Op(b[wire.OffOp]) {
+	var p wire.NodePacket
+	if err := p.Decode(b); err != nil {
+		switch wire.Frame(b).Op() {
 		case wire.OpGet, wire.OpPut, wire.OpDel:
 			n.ctr.errs.Add(1)
 			s.send(from, n.errPacket(b, wire.CodeMalformed, 0))
@@ -236,7 +236,7 @@ func (s *shard) handle(b []byte, from netip.AddrPort) {
 }
 
 // checkClient validates a client request; every rejection has its code.
-func (n *Node) checkClient(p *nodePacket) wire.Code {
+func (n *Node) checkClient(p *wire.NodePacket) wire.Code {
 	switch {
 	case len(p.Ext) != 0:
 		return wire.CodeMalformed
@@ -268,7 +268,7 @@ func readCode(v *version) wire.Code {
 
 // get serves a read: from the record if it is clean, from the tail's answer
 // if it is dirty, or from an extra copy for a key outside this node's chains.
-func (s *shard) get(p *nodePacket, from netip.AddrPort) {
+func (s *shard) get(p *wire.NodePacket, from netip.AddrPort) {
 	n := s.n
 	part, ch, pos := n.where(p.KeyHash)
 	if pos < 0 {
@@ -317,11 +317,11 @@ func (s *shard) query(w *verWait, h wire.KeyHash, tail wire.NodeID, latest uint6
 	w.sent = time.Now()
 	n.ctr.verQueries.Add(1)
 	q := wire.Header{Op: wire.OpVerQuery, ReqID: w.qid, KeyHash: h, Stamp: latest, Node: n.id, Epoch: n.lay.Epoch()}
-	s.send(n.peers[tail], encodeNode(nil, &q, w.key, nil, nil))
+	s.send(n.peers[tail], wire.AppendNodeOp(nil, &q, w.key, nil, nil))
 }
 
 // verQuery: the tail answers with its committed version and value.
-func (s *shard) verQuery(p *nodePacket, from netip.AddrPort) {
+func (s *shard) verQuery(p *wire.NodePacket, from netip.AddrPort) {
 	n := s.n
 	part, ch, pos := n.where(p.KeyHash)
 	if pos != len(ch)-1 {
@@ -333,10 +333,10 @@ func (s *shard) verQuery(p *nodePacket, from netip.AddrPort) {
 	}
 	v := rec.Latest()
 	a := wire.Header{Op: wire.OpVerAnswer, Code: readCode(v), ReqID: p.ReqID, KeyHash: p.KeyHash, Stamp: v.Ver, Node: n.id, Load: n.load(), Epoch: n.lay.Epoch()}
-	s.send(from, encodeNode(nil, &a, p.Key, v.Val, nil))
+	s.send(from, wire.AppendNodeOp(nil, &a, p.Key, v.Val, nil))
 }
 
-func (s *shard) verAnswer(p *nodePacket) {
+func (s *shard) verAnswer(p *wire.NodePacket) {
 	n := s.n
 	w := s.waits[p.KeyHash]
 	if w == nil || w.qid != p.ReqID {
@@ -375,7 +375,7 @@ func (s *shard) verAnswer(p *nodePacket) {
 }
 
 // write is a PUT or DEL arriving at the head.
-func (s *shard) write(p *nodePacket, from netip.AddrPort) {
+func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 	n := s.n
 	part, ch, pos := n.where(p.KeyHash)
 	if pos != 0 {
@@ -479,7 +479,7 @@ func (s *shard) write(p *nodePacket, from netip.AddrPort) {
 // record it is an ordinary version (retransmitted until acked, synced,
 // recovered). A stamp at or below the latest version is covered already.
 // (spec/README.md, flaw F.)
-func (s *shard) noop(p *nodePacket, part uint32, ch []wire.NodeID) {
+func (s *shard) noop(p *wire.NodePacket, part uint32, ch []wire.NodeID) {
 	n := s.n
 	if !n.ready.Load() || len(s.pending) >= max(1, n.opts.MaxPending/len(n.admit.shards)) {
 		return // the key's next write completes past the stamp
@@ -536,20 +536,20 @@ func (n *Node) chainPacket(h wire.KeyHash, key []byte, v *version, promoted bool
 	if op != wire.OpDel {
 		op = wire.OpPut
 	}
-	ext := (&chainExt{Op: op, Promoted: promoted, Addr: v.Addr, Extras: extras}).append(nil)
-	return encodeNode(nil, &hd, key, v.Val, ext)
+	ext := (&wire.ChainExt{Op: op, Promoted: promoted, Addr: v.Addr, Extras: extras}).Append(nil)
+	return wire.AppendNodeOp(nil, &hd, key, v.Val, ext)
 }
 
 // chainWrite: a middle member stores the version dirty and passes it on; the
 // tail commits it, replies to the requester and acks up the chain.
-func (s *shard) chainWrite(p *nodePacket) {
+func (s *shard) chainWrite(p *wire.NodePacket) {
 	n := s.n
 	part, ch, pos := n.where(p.KeyHash)
 	if pos <= 0 {
 		return
 	}
-	ext, ok := decodeChainExt(p.Ext)
-	if !ok || len(p.Value) > wire.MaxValue {
+	var ext wire.ChainExt
+	if ext.Decode(p.Ext) != nil || len(p.Value) > wire.MaxValue {
 		return
 	}
 	nv := version{Ver: p.Stamp, Del: ext.Op == wire.OpDel, ReqID: p.ReqID, TS: p.Timestamp, Tenant: p.Tenant, Op: uint8(ext.Op), Addr: ext.Addr}
@@ -584,7 +584,7 @@ func (s *shard) chainWrite(p *nodePacket) {
 		s.announce(p.KeyHash, p.Key, &rec.Clean, ext.Extras)
 	}
 	ack := wire.Header{Op: wire.OpChainAck, KeyHash: p.KeyHash, Stamp: nv.Ver, Node: n.id, Epoch: n.lay.Epoch()}
-	s.send(n.peers[ch[pos-1]], encodeNode(nil, &ack, p.Key, nil, nil))
+	s.send(n.peers[ch[pos-1]], wire.AppendNodeOp(nil, &ack, p.Key, nil, nil))
 }
 
 // announce tells the data plane that the tail committed v (VSB with the
@@ -594,7 +594,7 @@ func (s *shard) announce(h wire.KeyHash, key []byte, v *version, extras []wire.N
 	_, ch, _ := n.where(h)
 	if n.dp.IsValid() {
 		vsb := wire.Header{Op: wire.OpVSB, KeyHash: h, Stamp: v.Ver, Node: ch[len(ch)-1], Load: n.load(), Epoch: n.lay.Epoch()}
-		s.send(n.dp, encodeNode(nil, &vsb, nil, nil, nil))
+		s.send(n.dp, wire.AppendNodeOp(nil, &vsb, nil, nil, nil))
 	}
 	for _, id := range extras {
 		s.send(n.peers[id], n.copyPacket(h, key, v))
@@ -606,11 +606,11 @@ func (n *Node) copyPacket(h wire.KeyHash, key []byte, v *version) []byte {
 	if v.Ver == 0 {
 		c.Code = wire.CodeNotFound
 	}
-	return encodeNode(nil, &c, key, v.Val, nil)
+	return wire.AppendNodeOp(nil, &c, key, v.Val, nil)
 }
 
 // chainAck: the tail committed a version; members mark it clean.
-func (s *shard) chainAck(p *nodePacket) {
+func (s *shard) chainAck(p *wire.NodePacket) {
 	n := s.n
 	part, ch, pos := n.where(p.KeyHash)
 	if pos < 0 || pos >= len(ch)-1 {
@@ -626,7 +626,7 @@ func (s *shard) chainAck(p *nodePacket) {
 	}
 	if pos > 0 {
 		ack := wire.Header{Op: wire.OpChainAck, KeyHash: p.KeyHash, Stamp: p.Stamp, Node: n.id, Epoch: n.lay.Epoch()}
-		s.send(n.peers[ch[pos-1]], encodeNode(nil, &ack, p.Key, nil, nil))
+		s.send(n.peers[ch[pos-1]], wire.AppendNodeOp(nil, &ack, p.Key, nil, nil))
 		return
 	}
 	delete(s.pending, pendKey{p.KeyHash, p.Stamp})

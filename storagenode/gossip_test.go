@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/gossip"
-	"github.com/netdir/netdir/storagenode/layout"
+	"github.com/netdir/netdir/layout"
 )
 
 // TestRunGossip: a node gossips its trees' stats (versions rising, debt

@@ -61,8 +61,8 @@ func (c *copies) load(t *tree) error {
 			v = v[:len(v)-1]
 			c.noStamp[h] = true
 		}
-		ids, ok := decodeIDs(v)
-		if !ok {
+		ids, err := wire.ParseNodeIDs(v)
+		if err != nil {
 			continue
 		}
 		c.promo[h] = ids
@@ -217,7 +217,7 @@ func (c *copies) counts() (promoted, held int) {
 // the controller seeds the data planes' slot with, and copies the clean
 // version to the extras now if the key has no write in flight, else when the
 // tail's ack comes back.
-func (s *shard) promote(p *nodePacket, from netip.AddrPort) {
+func (s *shard) promote(p *wire.NodePacket, from netip.AddrPort) {
 	n := s.n
 	if p.Node != 0 {
 		return // not from a controller: a reply, never answered
@@ -227,10 +227,10 @@ func (s *shard) promote(p *nodePacket, from netip.AddrPort) {
 		s.send(from, n.replyPacket(&p.Header, wire.OpPromote, wire.CodeWrongNode, 0, nil))
 		return
 	}
-	ids, ok := decodeIDs(p.Value)
+	ids, err := wire.ParseNodeIDs(p.Value)
 	// No extras is a promotion too: the key's writes are stamped by a data
 	// plane, and the answer's version seeds its slot.
-	valid := ok && len(ids) <= 32
+	valid := err == nil && len(ids) <= 32
 	for _, id := range ids {
 		if _, known := n.peers[id]; !known || slices.Contains(ch, id) {
 			valid = false
@@ -241,7 +241,7 @@ func (s *shard) promote(p *nodePacket, from netip.AddrPort) {
 		return
 	}
 	noStamp := p.Flags&wire.FlagPromoteNoStamp != 0
-	persisted := encodeIDs(ids)
+	persisted := wire.AppendNodeIDs(nil, ids)
 	if noStamp {
 		persisted = append(persisted, promoNoStampMark)
 	}
@@ -259,7 +259,7 @@ func (s *shard) promote(p *nodePacket, from netip.AddrPort) {
 	for _, id := range old {
 		if !slices.Contains(ids, id) {
 			d := wire.Header{Op: wire.OpDemote, KeyHash: p.KeyHash, Node: n.id, Epoch: n.lay.Epoch()}
-			s.send(n.peers[id], encodeNode(nil, &d, p.Key, nil, nil))
+			s.send(n.peers[id], wire.AppendNodeOp(nil, &d, p.Key, nil, nil))
 		}
 	}
 	s.send(from, n.replyPacket(&p.Header, wire.OpPromote, wire.CodeOK, rec.Latest().Ver, nil))
@@ -273,7 +273,7 @@ func (s *shard) promote(p *nodePacket, from netip.AddrPort) {
 // demote: at the head, forget the promotion and tell the extras to drop
 // their copies; at an extra, drop the copy, keeping its version as a
 // tombstone.
-func (s *shard) demote(p *nodePacket, from netip.AddrPort) {
+func (s *shard) demote(p *wire.NodePacket, from netip.AddrPort) {
 	n := s.n
 	_, _, pos := n.where(p.KeyHash)
 	if pos < 0 {
@@ -297,7 +297,7 @@ func (s *shard) demote(p *nodePacket, from netip.AddrPort) {
 	ids := n.copies.demote(p.KeyHash)
 	for _, id := range ids {
 		d := wire.Header{Op: wire.OpDemote, KeyHash: p.KeyHash, Node: n.id, Epoch: n.lay.Epoch()}
-		s.send(n.peers[id], encodeNode(nil, &d, p.Key, nil, nil))
+		s.send(n.peers[id], wire.AppendNodeOp(nil, &d, p.Key, nil, nil))
 	}
 	s.send(from, n.replyPacket(&p.Header, wire.OpDemote, wire.CodeOK, 0, nil))
 }
@@ -305,7 +305,7 @@ func (s *shard) demote(p *nodePacket, from netip.AddrPort) {
 // copyIn: an extra stores a pushed version (newer only), acks, and
 // announces it by VSB. What it holds never goes back: a copy older than the
 // version it holds, or held before a demote, is ignored.
-func (s *shard) copyIn(p *nodePacket, from netip.AddrPort) {
+func (s *shard) copyIn(p *wire.NodePacket, from netip.AddrPort) {
 	n := s.n
 	if _, _, pos := n.where(p.KeyHash); pos >= 0 || len(p.Value) > wire.MaxValue {
 		return
@@ -319,7 +319,7 @@ func (s *shard) copyIn(p *nodePacket, from netip.AddrPort) {
 		return
 	}
 	ack := wire.Header{Op: wire.OpCopyAck, KeyHash: p.KeyHash, Stamp: held, Node: n.id, Epoch: n.lay.Epoch()}
-	s.send(from, encodeNode(nil, &ack, p.Key, nil, nil))
+	s.send(from, wire.AppendNodeOp(nil, &ack, p.Key, nil, nil))
 	s.vsb(p.KeyHash, held)
 }
 
@@ -329,7 +329,7 @@ func (s *shard) vsb(h wire.KeyHash, v uint64) {
 		return
 	}
 	x := wire.Header{Op: wire.OpVSB, KeyHash: h, Stamp: v, Node: n.id, Load: n.load(), Epoch: n.lay.Epoch()}
-	s.send(n.dp, encodeNode(nil, &x, nil, nil, nil))
+	s.send(n.dp, wire.AppendNodeOp(nil, &x, nil, nil, nil))
 }
 
 // reannounce re-sends each held copy's VSB, so that one refused while a
@@ -349,7 +349,7 @@ func (n *Node) reannounce() {
 		}
 		for _, x := range n.copies.sweep(time.Now(), 4096) {
 			vsb := wire.Header{Op: wire.OpVSB, KeyHash: x.h, Stamp: x.v, Node: n.id, Load: n.load(), Epoch: n.lay.Epoch()}
-			n.sendNow(n.dp, encodeNode(nil, &vsb, nil, nil, nil))
+			n.sendNow(n.dp, wire.AppendNodeOp(nil, &vsb, nil, nil, nil))
 		}
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
-	"github.com/netdir/netdir/storagenode/layout"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -56,40 +56,26 @@ func TestRecordCodec(t *testing.T) {
 	}
 }
 
-func TestPayloadCodecs(t *testing.T) {
-	c := chainExt{Op: wire.OpDel, Promoted: true, Addr: netip.MustParseAddrPort("10.0.0.1:5"), Extras: []wire.NodeID{4, 9}}
-	got, ok := decodeChainExt(c.append(nil))
-	if !ok || got.Op != wire.OpDel || !got.Promoted || got.Addr != c.Addr || len(got.Extras) != 2 || got.Extras[1] != 9 {
-		t.Fatalf("chain ext: %+v %v", got, ok)
-	}
+// TestSyncDataCodec; the node-op layout's own tests are wire's.
+func TestSyncDataCodec(t *testing.T) {
 	body := appendSyncRecord(nil, []byte("k1"), &version{Ver: 7, Val: []byte("v")})
 	ext := append([]byte{1, 0, 1}, body...)
 	recs, more, ok := decodeSyncData(ext)
 	if !ok || !more || len(recs) != 1 || string(recs[0].Key) != "k1" || recs[0].V.Ver != 7 {
 		t.Fatalf("sync data: %+v %v %v", recs, more, ok)
 	}
-	h := wire.Header{Op: wire.OpChainWrite, ReqID: 5, Stamp: 6}
-	pkt := encodeNode(nil, &h, []byte("key"), []byte("val"), []byte("ext"))
-	var p nodePacket
-	if err := decodeAny(pkt, &p); err != nil || string(p.Key) != "key" || string(p.Value) != "val" || string(p.Ext) != "ext" {
-		t.Fatalf("decodeAny: %v %+v", err, p)
-	}
 }
 
-// FuzzDecoders: no node-op decoder panics on any input.
+// FuzzDecoders: no decoder of this package's records panics on any input
+// (wire fuzzes the node-op layout).
 func FuzzDecoders(f *testing.F) {
 	r := record{Clean: version{Ver: 1, Val: []byte("x")}, Dirty: []version{{Ver: 2, Addr: netip.MustParseAddrPort("127.0.0.1:1")}}}
 	f.Add(r.encode())
-	f.Add((&chainExt{Op: wire.OpPut, Extras: []wire.NodeID{1}}).append(nil))
 	f.Add(append([]byte{0, 0, 1}, appendSyncRecord(nil, []byte("k"), &version{Ver: 1})...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		decodeRecord(b)
-		decodeChainExt(b)
 		decodeSyncData(b)
 		decodeDedup(b)
-		decodeIDs(b)
-		var p nodePacket
-		decodeAny(b, &p)
 	})
 }
 

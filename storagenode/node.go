@@ -5,8 +5,9 @@
 // batched I/O, a sharded worker pool and bounded queues.
 //
 // Start a node with Start(Options); the layout (node table and partition map)
-// comes from package layout. The wire format of client ops is package wire's;
-// node ops (0x20..0x2a) are laid out in payload.go.
+// comes from package layout. The wire format of client ops and node ops
+// (0x20..0x2a) is package wire's (wire/nodeop.go); payload.go holds the
+// sync-data records, which only nodes read.
 //
 // Invariants, and why they make reads linearizable (CRAQ):
 //   - A write enters at the head, which assigns (or checks) its version and
@@ -66,8 +67,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"golang.org/x/net/ipv4"
 
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/sched"
-	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
 )
 

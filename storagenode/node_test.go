@@ -2,7 +2,6 @@ package storagenode_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -23,15 +22,7 @@ import (
 )
 
 // raw encodes a packet without the client-side limits.
-func raw(h wire.Header, key, val []byte) []byte {
-	b := make([]byte, wire.PrefixLen+len(key)+len(val))
-	h.EncodeHeader(b)
-	binary.BigEndian.PutUint16(b[wire.OffKeyLen:], uint16(len(key)))
-	binary.BigEndian.PutUint16(b[wire.OffValLen:], uint16(len(val)))
-	copy(b[wire.PrefixLen:], key)
-	copy(b[wire.PrefixLen+len(key):], val)
-	return b
-}
+func raw(h wire.Header, key, val []byte) []byte { return wire.AppendNodeOp(nil, &h, key, val, nil) }
 
 // peer is a raw UDP endpoint for talking to nodes.
 type peer struct {
@@ -685,7 +676,7 @@ func TestPromoteWithoutStamping(t *testing.T) {
 	p := newPeer(t)
 	head := addrOf(c, ch[0])
 	promote := func(reqid uint64, flags uint8) wire.Packet {
-		ids := binary.BigEndian.AppendUint16(nil, extra)
+		ids := wire.AppendNodeIDs(nil, []wire.NodeID{extra})
 		return p.call(head, raw(wire.Header{Op: wire.OpPromote, Flags: flags, ReqID: reqid, KeyHash: h}, key, ids))
 	}
 	// The answer carries the head's latest version (0: never written), which

@@ -40,14 +40,14 @@ type recovery struct {
 	serving chan struct{} // bounds concurrent OpSync answers
 
 	mu   sync.Mutex
-	wait map[uint64]chan *nodePacket // this node's syncs in flight, by id
+	wait map[uint64]chan *wire.NodePacket // this node's syncs in flight, by id
 }
 
 func (rc *recovery) init(n *Node) {
 	rc.n = n
 	rc.ids.Store(uint64(time.Now().UnixNano()))
 	rc.serving = make(chan struct{}, syncServeLimit)
-	rc.wait = make(map[uint64]chan *nodePacket)
+	rc.wait = make(map[uint64]chan *wire.NodePacket)
 }
 
 // run catches up with every chain this node is in, then marks the node
@@ -132,13 +132,13 @@ func (rc *recovery) syncPartition(part uint32, pos int, peer wire.NodeID) bool {
 	var cursor []byte
 	for {
 		id := rc.ids.Add(1)
-		ch := make(chan *nodePacket, 1)
+		ch := make(chan *wire.NodePacket, 1)
 		rc.mu.Lock()
 		rc.wait[id] = ch
 		rc.mu.Unlock()
 		req := wire.Header{Op: wire.OpSync, ReqID: id, Stamp: uint64(part), Node: n.id, Epoch: n.lay.Epoch()}
-		pkt := encodeNode(nil, &req, cursor, nil, nil)
-		var got *nodePacket
+		pkt := wire.AppendNodeOp(nil, &req, cursor, nil, nil)
+		var got *wire.NodePacket
 		for try := 0; try < syncTries && got == nil; try++ {
 			n.sendNow(n.peers[peer], pkt)
 			t := time.NewTimer(syncTryTimeout)
@@ -199,8 +199,8 @@ func (rc *recovery) syncPartition(part uint32, pos int, peer wire.NodeID) bool {
 
 // deliver hands an OpSyncData to the sync waiting for it.
 func (rc *recovery) deliver(b []byte) {
-	var q nodePacket
-	if decodeAny(append([]byte(nil), b...), &q) != nil {
+	var q wire.NodePacket
+	if q.Decode(append([]byte(nil), b...)) != nil {
 		return
 	}
 	rc.mu.Lock()
@@ -217,8 +217,8 @@ func (rc *recovery) deliver(b []byte) {
 // serve answers one OpSync with the next chunk of the partition.
 func (rc *recovery) serve(b []byte, from netip.AddrPort) {
 	n := rc.n
-	var p nodePacket
-	if decodeAny(b, &p) != nil || p.Stamp >= uint64(n.lay.Partitions()) {
+	var p wire.NodePacket
+	if p.Decode(b) != nil || p.Stamp >= uint64(n.lay.Partitions()) {
 		return
 	}
 	part := uint32(p.Stamp)
@@ -270,6 +270,6 @@ func (rc *recovery) serve(b []byte, from netip.AddrPort) {
 		}
 		ext = append(ext, body...)
 		r := wire.Header{Op: wire.OpSyncData, ReqID: hdr.ReqID, Stamp: hdr.Stamp, Node: n.id, Epoch: n.lay.Epoch()}
-		n.sendNow(from, encodeNode(nil, &r, nil, nil, ext))
+		n.sendNow(from, wire.AppendNodeOp(nil, &r, nil, nil, ext))
 	}()
 }

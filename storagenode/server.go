@@ -1,7 +1,6 @@
 package storagenode
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"net"
 	"net/netip"
@@ -188,10 +187,10 @@ func (n *Node) readLoop() {
 // dispatch routes one received packet: to its key's shard, or, for
 // recovery and stats traffic, to the goroutines that serve those.
 func (n *Node) dispatch(b []byte, from netip.AddrPort) {
-	if len(b) < wire.HeaderLen || binary.BigEndian.Uint16(b[wire.OffMagic:]) != wire.Magic || b[wire.OffVersion] != wire.Version {
+	if wire.Frame(b).Check() != nil {
 		return // not netdir traffic: nothing to answer
 	}
-	op := wire.Op(b[wire.OffOp])
+	op := wire.Frame(b).Op()
 	switch op {
 	case wire.OpGet, wire.OpPut, wire.OpDel,
 		wire.OpChainWrite, wire.OpChainAck, wire.OpVerQuery, wire.OpVerAnswer,
@@ -212,8 +211,7 @@ func (n *Node) dispatch(b []byte, from netip.AddrPort) {
 		n.sendNow(from, n.errPacket(b, wire.CodeUnknownOp, 0))
 		return
 	}
-	var h wire.KeyHash
-	copy(h[:], b[wire.OffKeyHash:])
+	h := wire.Frame(b).KeyHash()
 	it := item{from: from}
 	if len(b) <= smallBuf {
 		p := smallPool.Get().(*[]byte)
@@ -254,7 +252,7 @@ func (n *Node) replyPacket(h *wire.Header, op wire.Op, code wire.Code, stamp uin
 		KeyHash: h.KeyHash, Stamp: stamp, Node: n.id, Load: n.load(), Epoch: n.lay.Epoch(),
 		Timestamp: h.Timestamp,
 	}
-	return encodeNode(make([]byte, 0, wire.PrefixLen+len(val)), &r, nil, val, nil)
+	return wire.AppendNodeOp(make([]byte, 0, wire.PrefixLen+len(val)), &r, nil, val, nil)
 }
 
 func (n *Node) serveStats(b []byte, from netip.AddrPort) {

@@ -61,6 +61,9 @@ func FuzzDecodeHeader(f *testing.F) {
 		switch err {
 		case nil:
 		case ErrShort, ErrMagic, ErrVersion:
+			if Frame(b).Check() != err {
+				t.Fatalf("DecodeHeader %v, Check %v", err, Frame(b).Check())
+			}
 			return
 		default:
 			t.Fatalf("DecodeHeader returned an undocumented error %v", err)
@@ -72,8 +75,8 @@ func FuzzDecodeHeader(f *testing.F) {
 		if !bytes.Equal(out[:], b[:HeaderLen]) {
 			t.Fatalf("re-encoding differs:\n in %x\nout %x", b[:HeaderLen], out)
 		}
-		if PeekOp(b) != h.Op {
-			t.Fatalf("PeekOp %v, DecodeHeader %v", PeekOp(b), h.Op)
+		if f := Frame(b); f.Check() != nil || f.Op() != h.Op || f.KeyHash() != h.KeyHash || f.ReqID() != h.ReqID {
+			t.Fatalf("Frame %v %v %x %x, DecodeHeader %+v", f.Check(), f.Op(), f.KeyHash(), f.ReqID(), h)
 		}
 	})
 }

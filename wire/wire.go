@@ -59,21 +59,21 @@ const (
 
 // Byte offsets of the header fields.
 const (
-	OffMagic     = 0
-	OffVersion   = 2
-	OffOp        = 3
-	OffFlags     = 4
-	OffCode      = 5
-	OffTenant    = 6
-	OffReqID     = 8
-	OffKeyHash   = 16
-	OffStamp     = 32
-	OffNode      = 40
-	OffLoad      = 42
-	OffEpoch     = 44
-	OffTimestamp = 48
-	OffKeyLen    = 56
-	OffValLen    = 58
+	offMagic     = 0
+	offVersion   = 2
+	offOp        = 3
+	offFlags     = 4
+	offCode      = 5
+	offTenant    = 6
+	offReqID     = 8
+	offKeyHash   = 16
+	offStamp     = 32
+	offNode      = 40
+	offLoad      = 42
+	offEpoch     = 44
+	offTimestamp = 48
+	offKeyLen    = 56
+	offValLen    = 58
 )
 
 // NodeID names a storage node.
@@ -122,11 +122,15 @@ func (o Op) Known() bool {
 	return o.IsNodeOp() && o <= OpStats
 }
 
-// Reply is the reply op for a request op.
+// Reply is the reply op for a request op: a client op's reply op; a control
+// op (promote, demote, stats) is answered with the same op; any other op is
+// answered only with ERR.
 func (o Op) Reply() Op {
 	switch o {
 	case OpGet, OpPut, OpDel:
 		return o | 0x80
+	case OpPromote, OpDemote, OpStats:
+		return o
 	}
 	return OpErr
 }
@@ -302,26 +306,22 @@ type Packet struct {
 
 // DecodeHeader parses the fixed header of b.
 func (h *Header) DecodeHeader(b []byte) error {
-	if len(b) < HeaderLen {
-		return ErrShort
+	f := Frame(b)
+	if err := f.Check(); err != nil {
+		return err
 	}
-	if binary.BigEndian.Uint16(b[OffMagic:]) != Magic {
-		return ErrMagic
-	}
-	if b[OffVersion] != Version {
-		return ErrVersion
-	}
-	h.Op = Op(b[OffOp])
-	h.Flags = b[OffFlags]
-	h.Code = Code(b[OffCode])
-	h.Tenant = binary.BigEndian.Uint16(b[OffTenant:])
-	h.ReqID = binary.BigEndian.Uint64(b[OffReqID:])
-	copy(h.KeyHash[:], b[OffKeyHash:OffKeyHash+KeyHashLen])
-	h.Stamp = binary.BigEndian.Uint64(b[OffStamp:])
-	h.Node = binary.BigEndian.Uint16(b[OffNode:])
-	h.Load = binary.BigEndian.Uint16(b[OffLoad:])
-	h.Epoch = binary.BigEndian.Uint32(b[OffEpoch:])
-	h.Timestamp = binary.BigEndian.Uint64(b[OffTimestamp:])
+	_ = f[HeaderLen-1] // bounds check hint to the compiler: Check's length test does not reach here
+	h.Op = f.Op()
+	h.Flags = f.Flags()
+	h.Code = f.Code()
+	h.Tenant = f.Tenant()
+	h.ReqID = f.ReqID()
+	h.KeyHash = f.KeyHash()
+	h.Stamp = f.Stamp()
+	h.Node = f.Node()
+	h.Load = f.Load()
+	h.Epoch = f.Epoch()
+	h.Timestamp = f.Timestamp()
 	return nil
 }
 
@@ -330,19 +330,20 @@ func (h *Header) EncodeHeader(b []byte) error {
 	if len(b) < HeaderLen {
 		return ErrBufSmall
 	}
-	binary.BigEndian.PutUint16(b[OffMagic:], Magic)
-	b[OffVersion] = Version
-	b[OffOp] = uint8(h.Op)
-	b[OffFlags] = h.Flags
-	b[OffCode] = uint8(h.Code)
-	binary.BigEndian.PutUint16(b[OffTenant:], h.Tenant)
-	binary.BigEndian.PutUint64(b[OffReqID:], h.ReqID)
-	copy(b[OffKeyHash:], h.KeyHash[:])
-	binary.BigEndian.PutUint64(b[OffStamp:], h.Stamp)
-	binary.BigEndian.PutUint16(b[OffNode:], h.Node)
-	binary.BigEndian.PutUint16(b[OffLoad:], h.Load)
-	binary.BigEndian.PutUint32(b[OffEpoch:], h.Epoch)
-	binary.BigEndian.PutUint64(b[OffTimestamp:], h.Timestamp)
+	f := Frame(b)
+	f.SetMagic(Magic)
+	f.SetVersion(Version)
+	f.SetOp(h.Op)
+	f.SetFlags(h.Flags)
+	f.SetCode(h.Code)
+	f.SetTenant(h.Tenant)
+	f.SetReqID(h.ReqID)
+	f.SetKeyHash(h.KeyHash)
+	f.SetStamp(h.Stamp)
+	f.SetNode(h.Node)
+	f.SetLoad(h.Load)
+	f.SetEpoch(h.Epoch)
+	f.SetTimestamp(h.Timestamp)
 	return nil
 }
 
@@ -350,29 +351,39 @@ func (h *Header) EncodeHeader(b []byte) error {
 // against the packet and the limits, but not the key against its hash (see
 // CheckHash), so that a node can answer an oversize key with its code.
 func (p *Packet) Decode(b []byte) error {
-	if err := p.DecodeHeader(b); err != nil {
+	rest, err := p.decode(b)
+	if err != nil {
 		return err
 	}
-	if len(b) < PrefixLen {
-		return ErrShort
-	}
-	kl := int(binary.BigEndian.Uint16(b[OffKeyLen:]))
-	vl := int(binary.BigEndian.Uint16(b[OffValLen:]))
-	if PrefixLen+kl+vl > len(b) {
-		return ErrLengths
-	}
-	if PrefixLen+kl+vl < len(b) {
+	if len(rest) != 0 {
 		return ErrTrailing
 	}
-	p.Key = b[PrefixLen : PrefixLen+kl : PrefixLen+kl]
-	p.Value = b[PrefixLen+kl : PrefixLen+kl+vl : PrefixLen+kl+vl]
-	if kl > MaxKey {
+	if len(p.Key) > MaxKey {
 		return ErrKeyLarge
 	}
-	if vl > MaxValue {
+	if len(p.Value) > MaxValue {
 		return ErrValLarge
 	}
 	return nil
+}
+
+// decode parses the header, the lengths, the key and the value, with no
+// limits, and returns the bytes after the value.
+func (p *Packet) decode(b []byte) (rest []byte, err error) {
+	if err := p.DecodeHeader(b); err != nil {
+		return nil, err
+	}
+	if len(b) < PrefixLen {
+		return nil, ErrShort
+	}
+	kl, vl := Frame(b).lengths()
+	end := PrefixLen + kl + vl
+	if end > len(b) {
+		return nil, ErrLengths
+	}
+	p.Key = b[PrefixLen : PrefixLen+kl : PrefixLen+kl]
+	p.Value = b[PrefixLen+kl : end : end]
+	return b[end:], nil
 }
 
 // CheckHash reports whether the key hashes to the header's KeyHash.
@@ -399,8 +410,7 @@ func (p *Packet) Encode(b []byte) (int, error) {
 		return 0, ErrBufSmall
 	}
 	p.EncodeHeader(b)
-	binary.BigEndian.PutUint16(b[OffKeyLen:], uint16(len(p.Key)))
-	binary.BigEndian.PutUint16(b[OffValLen:], uint16(len(p.Value)))
+	Frame(b).setLengths(len(p.Key), len(p.Value))
 	copy(b[PrefixLen:], p.Key)
 	copy(b[PrefixLen+len(p.Key):], p.Value)
 	return n, nil
@@ -413,21 +423,3 @@ func (p *Packet) AppendEncode(dst []byte) ([]byte, error) {
 	m, err := p.Encode(dst[n:])
 	return dst[:n+m], err
 }
-
-// In-place field access for data planes that rewrite packets without decoding
-// them whole, as a switch does.
-
-// PeekOp returns the op byte of a packet at least HeaderLen long.
-func PeekOp(b []byte) Op { return Op(b[OffOp]) }
-
-// SetNode rewrites the node field in place.
-func SetNode(b []byte, n NodeID) { binary.BigEndian.PutUint16(b[OffNode:], n) }
-
-// SetStamp rewrites the version stamp in place.
-func SetStamp(b []byte, v uint64) { binary.BigEndian.PutUint64(b[OffStamp:], v) }
-
-// SetTimestamp rewrites the timestamp in place.
-func SetTimestamp(b []byte, t uint64) { binary.BigEndian.PutUint64(b[OffTimestamp:], t) }
-
-// SetFlags rewrites the flags in place.
-func SetFlags(b []byte, f uint8) { b[OffFlags] = f }

@@ -108,13 +108,19 @@ func TestLayout(t *testing.T) {
 	if got := hex.EncodeToString(buf); got != want {
 		t.Fatalf("encoding:\n got %s\nwant %s", got, want)
 	}
-	if PeekOp(buf) != OpPut {
-		t.Errorf("PeekOp = %v", PeekOp(buf))
+	f := Frame(buf)
+	if f.Check() != nil || f.Magic() != Magic || f.Version() != Version {
+		t.Errorf("Check = %v, magic %#x, version %d", f.Check(), f.Magic(), f.Version())
 	}
-	SetNode(buf, 0x0a0b)
-	SetStamp(buf, 0x0c)
-	SetTimestamp(buf, 0x0d)
-	SetFlags(buf, 0)
+	got := Header{Op: f.Op(), Flags: f.Flags(), Code: f.Code(), Tenant: f.Tenant(), ReqID: f.ReqID(), KeyHash: f.KeyHash(),
+		Stamp: f.Stamp(), Node: f.Node(), Load: f.Load(), Epoch: f.Epoch(), Timestamp: f.Timestamp()}
+	if got != p.Header {
+		t.Errorf("getters:\n got %+v\nwant %+v", got, p.Header)
+	}
+	f.SetNode(0x0a0b)
+	f.SetStamp(0x0c)
+	f.SetTimestamp(0x0d)
+	f.SetFlags(0)
 	var h Header
 	if err := h.DecodeHeader(buf); err != nil {
 		t.Fatal(err)
@@ -136,11 +142,11 @@ func encoded(t *testing.T, k, v int) []byte {
 	if _, err := p.Encode(b); err != nil && k <= MaxKey && v <= MaxValue {
 		t.Fatal(err)
 	}
-	binary.BigEndian.PutUint16(b[OffMagic:], Magic)
-	b[OffVersion] = Version
-	binary.BigEndian.PutUint64(b[OffReqID:], 42)
-	binary.BigEndian.PutUint16(b[OffKeyLen:], uint16(k))
-	binary.BigEndian.PutUint16(b[OffValLen:], uint16(v))
+	binary.BigEndian.PutUint16(b[offMagic:], Magic)
+	b[offVersion] = Version
+	binary.BigEndian.PutUint64(b[offReqID:], 42)
+	binary.BigEndian.PutUint16(b[offKeyLen:], uint16(k))
+	binary.BigEndian.PutUint16(b[offValLen:], uint16(v))
 	return b
 }
 
@@ -158,16 +164,16 @@ func TestDecodeErrors(t *testing.T) {
 		{"header-minus-one", valid[:HeaderLen-1], ErrShort, false},
 		{"header-only", valid[:HeaderLen], ErrShort, true},
 		{"no-value-length", valid[:PrefixLen-1], ErrShort, true},
-		{"magic", patch(valid, OffMagic, 0x4e, 0x45), ErrMagic, false},
-		{"magic-swapped", patch(valid, OffMagic, 0x44, 0x4e), ErrMagic, false},
-		{"version-0", patch(valid, OffVersion, 0), ErrVersion, false},
-		{"version-2", patch(valid, OffVersion, 2), ErrVersion, false},
-		{"key-past-end", patch(valid, OffKeyLen, 0, 9), ErrLengths, true},
-		{"value-past-end", patch(valid, OffValLen, 0, 5), ErrLengths, true},
-		{"lengths-max", patch(valid, OffKeyLen, 0xff, 0xff, 0xff, 0xff), ErrLengths, true},
+		{"magic", patch(valid, offMagic, 0x4e, 0x45), ErrMagic, false},
+		{"magic-swapped", patch(valid, offMagic, 0x44, 0x4e), ErrMagic, false},
+		{"version-0", patch(valid, offVersion, 0), ErrVersion, false},
+		{"version-2", patch(valid, offVersion, 2), ErrVersion, false},
+		{"key-past-end", patch(valid, offKeyLen, 0, 9), ErrLengths, true},
+		{"value-past-end", patch(valid, offValLen, 0, 5), ErrLengths, true},
+		{"lengths-max", patch(valid, offKeyLen, 0xff, 0xff, 0xff, 0xff), ErrLengths, true},
 		{"truncated-value", valid[:len(valid)-1], ErrLengths, true},
 		{"trailing-byte", append(append([]byte(nil), valid...), 0), ErrTrailing, true},
-		{"key-shorter", patch(valid, OffKeyLen, 0, 2), ErrTrailing, true},
+		{"key-shorter", patch(valid, offKeyLen, 0, 2), ErrTrailing, true},
 		{"key-over-max", encoded(t, MaxKey+1, 0), ErrKeyLarge, true},
 		{"value-over-max", encoded(t, 0, MaxValue+1), ErrValLarge, true},
 	}
@@ -343,7 +349,8 @@ func TestOps(t *testing.T) {
 	if _, err := ParseOp("fetch"); err == nil {
 		t.Error("ParseOp(fetch) did not fail")
 	}
-	for op, want := range map[Op]Op{OpGet: OpGetReply, OpPut: OpPutReply, OpDel: OpDelReply, OpVSB: OpErr, OpCopy: OpErr} {
+	for op, want := range map[Op]Op{OpGet: OpGetReply, OpPut: OpPutReply, OpDel: OpDelReply, OpVSB: OpErr, OpCopy: OpErr,
+		OpPromote: OpPromote, OpDemote: OpDemote, OpStats: OpStats, OpChainWrite: OpErr} {
 		if got := op.Reply(); got != want {
 			t.Errorf("%v.Reply() = %v, want %v", op, got, want)
 		}
@@ -381,6 +388,12 @@ func TestDecodeEncodeAllocs(t *testing.T) {
 		"EncodeHeader": func() { p.EncodeHeader(buf) },
 		"DecodeHeader": func() { h.DecodeHeader(buf) },
 		"DecodeError":  func() { q.Decode(buf[:10]) },
+		"Frame": func() {
+			f := Frame(buf)
+			if f.Check() == nil && f.KeyHash() == p.KeyHash {
+				f.SetStamp(f.Stamp() + uint64(f.Node()) + f.ReqID())
+			}
+		},
 	}
 	for name, f := range checks {
 		if n := testing.AllocsPerRun(100, f); n != 0 {

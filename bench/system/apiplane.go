@@ -2,12 +2,11 @@ package system
 
 import (
 	"context"
-	"fmt"
-	"net/netip"
 	"sync"
 
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/model"
 	"github.com/netdir/netdir/wire"
 )
@@ -29,24 +28,11 @@ func newAPIPlane(sw *model.Switch) *apiPlane {
 
 func (p *apiPlane) Name() string { return "model (control API)" }
 
-func (p *apiPlane) Setup(_ context.Context, m *directory.PartitionMap, nodes []controller.NodeAddr, _ []uint32) error {
-	ns := make([]model.Node, len(nodes))
-	for i, n := range nodes {
-		ap, err := netip.ParseAddrPort(n.Addr)
-		if err != nil {
-			return fmt.Errorf("node %d: %w", n.ID, err)
-		}
-		ns[i] = model.Node{ID: n.ID, Addr: ap}
-	}
-	if err := p.sw.SetNodes(ns); err != nil {
+func (p *apiPlane) Setup(_ context.Context, m *layout.Map, _ []uint32) error {
+	if err := p.sw.SetNodes(model.NodesOf(m)); err != nil {
 		return err
 	}
-	for part, chain := range m.Chains {
-		if err := p.sw.SetPartition(uint32(part), chain, nil); err != nil {
-			return fmt.Errorf("partition %d: %w", part, err)
-		}
-	}
-	return nil
+	return directory.InstallLayout(p.sw, m)
 }
 
 func (p *apiPlane) InstallEntry(_ context.Context, e *controller.Entry) error {

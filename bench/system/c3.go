@@ -2,17 +2,14 @@ package system
 
 import (
 	"context"
-	"errors"
 	"math"
 	"math/rand/v2"
-	"net"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/netdir/netdir/client"
-	"github.com/netdir/netdir/storagenode/layout"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -93,11 +90,11 @@ type c3Target struct {
 	cl      *client.Client
 	acct    *accounting
 	servers []c3Server
-	conn    *directConn
+	conn    *client.Conn // reads to the member C3 picks
 }
 
 func newC3Target(lay *layout.Map, cl *client.Client, acct *accounting) (*c3Target, error) {
-	conn, err := newDirectConn()
+	conn, err := client.Listen()
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +140,8 @@ func (t *c3Target) Get(ctx context.Context, key []byte) ([]byte, uint64, error) 
 			addr, _ := t.lay.Addr(id)
 			sv.outstanding.Add(1)
 			t0 := time.Now()
-			p, err := t.conn.get(ctx, addr, key, h, t.lay.Epoch())
+			req := wire.Packet{Header: wire.Header{Op: wire.OpGet, ReqID: rand.Uint64() | 1, KeyHash: h, Epoch: t.lay.Epoch()}, Key: key}
+			p, err := t.conn.Call(ctx, addr, &req, client.Retry{Timeout: c3Timeout, Tries: 1})
 			rt := time.Since(t0)
 			sv.outstanding.Add(-1)
 			if err == nil && p.Op == wire.OpGetReply {
@@ -181,100 +179,6 @@ func (t *c3Target) Put(ctx context.Context, key, val []byte) (uint64, error) {
 }
 
 func (t *c3Target) Close() {
-	t.conn.close()
+	t.conn.Close()
 	t.cl.Close()
-}
-
-// directConn sends GETs to a chosen node and matches replies by request id:
-// the client library picks chain members itself, C3 must pick them.
-type directConn struct {
-	conn *net.UDPConn
-	mu   sync.Mutex
-	wait map[uint64]chan *wire.Packet
-	done chan struct{}
-	wg   sync.WaitGroup
-}
-
-func newDirectConn() (*directConn, error) {
-	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		return nil, err
-	}
-	_ = c.SetReadBuffer(4 << 20)
-	d := &directConn{conn: c, wait: map[uint64]chan *wire.Packet{}, done: make(chan struct{})}
-	d.wg.Add(1)
-	go d.readLoop()
-	return d, nil
-}
-
-func (d *directConn) readLoop() {
-	defer d.wg.Done()
-	buf := make([]byte, wire.MaxPacket)
-	for {
-		n, _, err := d.conn.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			select {
-			case <-d.done:
-				return
-			default:
-				continue
-			}
-		}
-		var p wire.Packet
-		if p.Decode(buf[:n]) != nil {
-			continue
-		}
-		d.mu.Lock()
-		ch := d.wait[p.ReqID]
-		delete(d.wait, p.ReqID)
-		d.mu.Unlock()
-		if ch != nil {
-			p.Key = append([]byte(nil), p.Key...)
-			p.Value = append([]byte(nil), p.Value...)
-			ch <- &p // buffered: one reply per id
-		}
-	}
-}
-
-// get sends one GET to addr and waits up to c3Timeout for its reply (an
-// OpGetReply or an OpErr).
-func (d *directConn) get(ctx context.Context, addr netip.AddrPort, key []byte, h wire.KeyHash, epoch uint32) (*wire.Packet, error) {
-	id := rand.Uint64() | 1
-	pkt, err := (&wire.Packet{Header: wire.Header{Op: wire.OpGet, ReqID: id, KeyHash: h, Epoch: epoch}, Key: key}).AppendEncode(nil)
-	if err != nil {
-		return nil, err
-	}
-	ch := make(chan *wire.Packet, 1)
-	d.mu.Lock()
-	d.wait[id] = ch
-	d.mu.Unlock()
-	defer func() {
-		d.mu.Lock()
-		delete(d.wait, id)
-		d.mu.Unlock()
-	}()
-	if _, err := d.conn.WriteToUDPAddrPort(pkt, addr); err != nil {
-		return nil, err
-	}
-	tm := time.NewTimer(c3Timeout)
-	defer tm.Stop()
-	select {
-	case p := <-ch:
-		return p, nil
-	case <-tm.C:
-		return nil, errC3Timeout
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-var errC3Timeout = errors.New("c3: timeout")
-
-func (d *directConn) close() {
-	close(d.done)
-	d.conn.Close()
-	d.wg.Wait()
 }

@@ -125,14 +125,8 @@ func (s *System) StartPlane(ctx context.Context, policy string) (_ *Plane, err e
 	} else {
 		plane = newAPIPlane(p.sw)
 	}
-	var nodes []controller.NodeAddr
-	for _, id := range s.cl.Layout.Nodes() {
-		a, _ := s.cl.Layout.Addr(id)
-		nodes = append(nodes, controller.NodeAddr{ID: id, Addr: a.String()})
-	}
 	p.ctl, err = controller.New(controller.Config{
-		PartitionBits: s.cfg.PartitionBits, Replicas: s.cfg.Replicas, Nodes: nodes,
-		Round: s.cfg.Round, PromoteMin: s.cfg.PromoteMin, Log: s.log.With("component", "controller"),
+		Layout: s.cl.Layout, Round: s.cfg.Round, PromoteMin: s.cfg.PromoteMin, Log: s.log.With("component", "controller"),
 		Epoch: CoarseEpoch, NodeCapacity: s.cfg.Capacity,
 	}, []controller.DataPlane{plane}, &controller.UDPStorage{})
 	if err != nil {

@@ -49,10 +49,10 @@ import (
 	"github.com/netdir/netdir/bench"
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/controller/p4rt"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/p4"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/storagenode/cluster"
-	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -72,9 +72,9 @@ const (
 	// BENCHMARKS.md rows use 100 for 8 nodes and 50 for 16 (ideal 800 ops/s),
 	// which held while other work loaded the machine.
 	DefaultCapacity = 200
-	DefaultReplicas = 3
+	DefaultReplicas = layout.DefaultReplicas
 	// DefaultPartitionBits gives 1024 partitions, as in a deployment.
-	DefaultPartitionBits = 10
+	DefaultPartitionBits = layout.DefaultPartitionBits
 	DefaultRound         = 500 * time.Millisecond
 	DefaultClients       = 4
 	// hotShare is the share of the cluster's capacity per round that makes

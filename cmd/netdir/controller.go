@@ -25,21 +25,20 @@ import (
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/controller/p4rt"
 	"github.com/netdir/netdir/gossip"
-	"github.com/netdir/netdir/wire"
+	"github.com/netdir/netdir/layout"
 )
 
-// controllerConfig is `netdir controller --config FILE`.
+// controllerConfig is `netdir controller --config FILE`: the controller's
+// own keys, and the cluster layout's inline.
 type controllerConfig struct {
-	API           string        `yaml:"api"`     // gRPC API (netdir ctl, nodes, agents)
-	Metrics       string        `yaml:"metrics"` // Prometheus /metrics; empty: off
-	PartitionBits uint          `yaml:"partition_bits"`
-	Replicas      int           `yaml:"replicas"`
-	Round         time.Duration `yaml:"round"`
-	Epoch         time.Duration `yaml:"epoch"` // HATS coarse loop; 0: 60s
-	PromoteMin    uint64        `yaml:"promote_min"`
-	Capacity      int           `yaml:"capacity"`
-	P4Info        string        `yaml:"p4info"`
-	Switches      []struct {
+	API         string        `yaml:"api"`     // gRPC API (netdir ctl, nodes, agents)
+	Metrics     string        `yaml:"metrics"` // Prometheus /metrics; empty: off
+	Round       time.Duration `yaml:"round"`
+	CoarseEpoch time.Duration `yaml:"coarse_epoch"` // HATS coarse loop; 0: 60s
+	PromoteMin  uint64        `yaml:"promote_min"`
+	Capacity    int           `yaml:"capacity"`
+	P4Info      string        `yaml:"p4info"`
+	Switches    []struct {
 		Name         string `yaml:"name"`
 		Addr         string `yaml:"addr"`
 		DeviceID     uint64 `yaml:"device_id"`
@@ -55,14 +54,10 @@ type controllerConfig struct {
 			DMAC   string `yaml:"dmac"`
 		} `yaml:"routes"`
 	} `yaml:"switches"`
-	Nodes []struct {
-		ID   wire.NodeID `yaml:"id"`
-		Addr string      `yaml:"addr"`
-		Port uint32      `yaml:"port"`
-		MAC  string      `yaml:"mac"`
-	} `yaml:"nodes"`
-	VSBPorts []uint32 `yaml:"vsb_ports"`
+	VSBPorts []uint32      `yaml:"vsb_ports"`
+	Layout   layout.Config `yaml:",inline"`
 
+	layout      *layout.Map
 	gossipBind  string   // --gossip
 	gossipSeeds []string // --gossip-seeds
 }
@@ -72,14 +67,14 @@ func loadControllerConfig(path string) (*controllerConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &controllerConfig{API: "127.0.0.1:7400", PartitionBits: 10, Replicas: 3, P4Info: "p4/build/netdir.p4info.txtpb"}
+	c := &controllerConfig{API: "127.0.0.1:7400", P4Info: "p4/build/netdir.p4info.txtpb"}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if len(c.Nodes) < c.Replicas {
-		return nil, fmt.Errorf("%s: %d nodes, fewer than replicas %d", path, len(c.Nodes), c.Replicas)
+	if c.layout, err = layout.New(c.Layout); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	for i, s := range c.Switches {
 		if s.Addr == "" {
@@ -102,22 +97,26 @@ func controllerCmd() *cobra.Command {
 		Short: "Run the controller: program switches over P4Runtime and promote hot keys",
 		Long: `Run the controller. It pushes the netdir pipeline to every switch over
 P4Runtime (the software data plane of ` + "`netdir switch`" + `, BMv2 or Tofino alike),
-installs the partition map, node addresses and the VSB group, promotes and
-evicts hot keys every round, and sets the split weights of partitions and hot
-keys every epoch (HATS coarse scheduling, 5s to 120s). It serves its gRPC API
-(netdir ctl, node reports, agent subscriptions) and Prometheus metrics.
+installs the cluster layout's partitions and node addresses and the VSB
+group, promotes and evicts hot keys every round, and sets the split weights of
+partitions and hot keys every coarse epoch (HATS coarse scheduling, 5s to
+120s). It serves its gRPC API (netdir ctl, node reports, agent subscriptions,
+and the layout to nodes and switches started with --controller) and
+Prometheus metrics.
 
-FILE is YAML:
+FILE is YAML: the controller's keys, then the cluster layout's (epoch,
+partition_bits, replicas, dataplane, nodes, chains; see netdir node --help):
 
   api: 127.0.0.1:7400
   metrics: 127.0.0.1:9400
-  partition_bits: 10
-  replicas: 3
   round: 500ms
-  epoch: 60s
+  coarse_epoch: 60s
   p4info: p4/build/netdir.p4info.txtpb
   switches:
     - {name: tor1, addr: 127.0.0.1:9559, device_id: 1, election_id: 1}
+  epoch: 1
+  partition_bits: 10
+  replicas: 3
   nodes:
     - {id: 1, addr: 127.0.0.1:7501}
     - {id: 2, addr: 127.0.0.1:7502}
@@ -127,7 +126,8 @@ A BMv2 or Tofino switch also takes device_config (the BMv2 JSON,
 p4/build/netdir.json), window_ns (fine-score ranges, e.g. 1000000) and its
 static routes, installed with the rest of its state (so again after a
 reconnect): routes: [{prefix: 10.0.1.1/32, port: 1, smac: 02:4e:44:ff:ff:fe,
-dmac: 02:4e:44:01:00:01}]. Nodes behind a switch give its port and their mac.
+dmac: 02:4e:44:01:00:01}]. Nodes behind a switch give its port and their mac
+in the layout: {id: 1, addr: 10.0.1.1:7420, port: 1, mac: 02:4e:44:01:00:01}.
 
 The controller gossips (hashicorp/memberlist) on --gossip: nodes started with
 --gossip-seeds at that address send it their stats per tree (read latency,
@@ -163,18 +163,6 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 		if schema, err = p4rt.LoadSchema(cfg.P4Info); err != nil {
 			return err
 		}
-	}
-	var nodes []controller.NodeAddr
-	for _, n := range cfg.Nodes {
-		na := controller.NodeAddr{ID: n.ID, Addr: n.Addr, Port: n.Port}
-		if n.MAC != "" {
-			mac, err := net.ParseMAC(n.MAC)
-			if err != nil {
-				return fmt.Errorf("node %d: %w", n.ID, err)
-			}
-			na.MAC = mac
-		}
-		nodes = append(nodes, na)
 	}
 	var planes []controller.DataPlane
 	var clients []*p4rt.Client
@@ -221,8 +209,8 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 		log.Info("switch programmed", "switch", s.Name, "addr", s.Addr, "device_id", s.DeviceID)
 	}
 	ctl, err = controller.New(controller.Config{
-		PartitionBits: cfg.PartitionBits, Replicas: cfg.Replicas, Nodes: nodes, Capacity: cfg.Capacity,
-		Round: cfg.Round, Epoch: cfg.Epoch, PromoteMin: cfg.PromoteMin, VSBGroup: cfg.VSBPorts, Log: log,
+		Layout: cfg.layout, Capacity: cfg.Capacity,
+		Round: cfg.Round, Epoch: cfg.CoarseEpoch, PromoteMin: cfg.PromoteMin, VSBGroup: cfg.VSBPorts, Log: log,
 	}, planes, &controller.UDPStorage{NoStamp: len(planes) == 0})
 	if err != nil {
 		return err
@@ -241,17 +229,15 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 		go ctl.RunGossip(ctx)
 		log.Info("gossip serving", "addr", g.Addr())
 	}
-	log.Info("partitions installed", "partitions", 1<<cfg.PartitionBits, "nodes", len(nodes))
+	log.Info("partitions installed", "partitions", cfg.layout.Partitions(), "nodes", len(cfg.layout.Nodes()),
+		"epoch", cfg.layout.Epoch())
 
-	lis, err := net.Listen("tcp", cfg.API)
+	gs, apiAddr, err := serveAPI(ctl, cfg.API)
 	if err != nil {
-		return fmt.Errorf("api: %w", err)
+		return err
 	}
-	gs := grpc.NewServer()
-	api.RegisterControllerServer(gs, controller.NewAPI(ctl))
-	go gs.Serve(lis)
 	defer gs.Stop()
-	log.Info("API serving", "addr", lis.Addr())
+	log.Info("API serving", "addr", apiAddr)
 
 	if cfg.Metrics != "" {
 		reg := prometheus.NewRegistry()
@@ -273,6 +259,18 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 		return nil
 	}
 	return err
+}
+
+// serveAPI serves ctl's gRPC API on addr until the server stops.
+func serveAPI(ctl *controller.Controller, addr string) (*grpc.Server, net.Addr, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("api: %w", err)
+	}
+	gs := grpc.NewServer()
+	api.RegisterControllerServer(gs, controller.NewAPI(ctl))
+	go gs.Serve(lis)
+	return gs, lis.Addr(), nil
 }
 
 // parseRoute reads one switches[].routes entry.

@@ -92,6 +92,19 @@ func ctlCmd() *cobra.Command {
 			},
 		},
 		&cobra.Command{
+			Use: "layout", Short: "Print the cluster layout as YAML (netdir node --config reads it)", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return call(func(ctx context.Context, c api.ControllerClient) error {
+					r, err := c.GetLayout(ctx, &api.GetLayoutRequest{})
+					if err != nil {
+						return err
+					}
+					_, err = io.WriteString(cmd.OutOrStdout(), r.GetYaml())
+					return err
+				})
+			},
+		},
+		&cobra.Command{
 			Use: "partitions", Short: "Show the partition map", Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				return call(func(ctx context.Context, c api.ControllerClient) error {

@@ -21,7 +21,6 @@ import (
 	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/gossip"
 	"github.com/netdir/netdir/storagenode"
-	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -46,18 +45,26 @@ func nodeCmd() *cobra.Command {
 		gEvery   time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "node",
+		Use:   "node --id N --data DIR (--config FILE | --controller ADDR)",
 		Short: "Run a storage node (Pebble trees in CRAQ chains)",
-		Long: `Run a storage node. The YAML config holds the node table and partition map:
+		Long: `Run a storage node. It reads the cluster layout from --config FILE or, without
+one, fetches it from the controller (--controller). The layout is YAML, the
+one node-table format of every command (netdir ctl layout prints the
+controller's):
 
   epoch: 1
-  partition_bits: 10
-  replicas: 3
+  partition_bits: 10          # 1024 partitions
+  replicas: 3                 # chain length R
   dataplane: 127.0.0.1:7420   # where VSBs go (optional)
-  nodes:
+  nodes:                      # port and mac: for P4 switches (optional)
     - {id: 1, addr: 127.0.0.1:7501}
     - {id: 2, addr: 127.0.0.1:7502}
-    - {id: 3, addr: 127.0.0.1:7503}
+    - {id: 3, addr: 127.0.0.1:7503, port: 3, mac: 02:4e:44:01:00:03}
+  chains:                     # overrides of ring placement (optional)
+    7: [3, 1, 2]              # partition: node ids, head first
+
+Unless overridden, partition p's chain is R consecutive nodes, in order of
+id, starting at p mod n (ring placement).
 
 --max-ops is an emulation knob for one-machine experiments: it caps client
 requests per second with a token bucket so that a loopback node behaves like a
@@ -70,10 +77,10 @@ and Pebble's compaction debt, versioned; and it paces its compactions by the
 expected load per tree that the controller gossips back.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if config == "" || data == "" || id == 0 {
-				return errors.New("node: --id, --data and --config are required")
+			if data == "" || id == 0 {
+				return errors.New("node: --id and --data are required")
 			}
-			m, err := layout.Load(config)
+			m, err := loadLayout(cmd.Context(), "--config", config, ctlAddr)
 			if err != nil {
 				return err
 			}
@@ -126,7 +133,7 @@ expected load per tree that the controller gossips back.`,
 	f.Uint16Var(&id, "id", 0, "this node's id in the config's node table")
 	f.StringVar(&data, "data", "", "data directory (one Pebble tree per chain position)")
 	f.StringVar(&listen, "listen", "", "UDP address to bind (default: this node's address in the config)")
-	f.StringVar(&config, "config", "", "YAML with the node table and partition map")
+	f.StringVar(&config, "config", "", "the cluster layout's YAML file (default: fetch it from --controller)")
 	f.StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this HTTP address (e.g. 127.0.0.1:9101)")
 	f.Float64Var(&maxOps, "max-ops", 0, "emulation knob: cap client requests/s with a token bucket (0: unlimited)")
 	f.IntVar(&workers, "workers", storagenode.DefaultWorkers, "shard workers")
@@ -135,7 +142,7 @@ expected load per tree that the controller gossips back.`,
 	f.Uint64Var(&memMiB, "memtable-mib", storagenode.DefaultMemTableBytes>>20, "memtable size per tree (MiB)")
 	f.Int64Var(&budget, "compaction-mib", storagenode.DefaultCompactionBudget>>20, "node compaction budget (MiB/s)")
 	f.BoolVar(&verbose, "v", false, "log at info level")
-	f.StringVar(&ctlAddr, "controller", "", "controller API address to report hot keys to (empty: don't)")
+	f.StringVar(&ctlAddr, "controller", "", "controller API address to report hot keys to, and to fetch the layout from without --config (empty: don't)")
 	f.DurationVar(&every, "report-every", 500*time.Millisecond, "hot-key report interval (match the controller's round)")
 	f.StringVar(&gBind, "gossip", gossip.DefaultNodeBind, "gossip (memberlist) bind address; port 0 picks a free one")
 	f.StringVar(&gSeeds, "gossip-seeds", "", "comma list of gossip members to join, e.g. the controller's "+gossip.DefaultControllerBind+" (empty: no gossip)")

@@ -925,7 +925,7 @@ func (p *Plane) classify(port uint32, f *parsed, evBefore []int64) (directory.Ve
 		if len(f.payload) < wire.HeaderLen {
 			return v, nil, errors.New("forwarded packet lost its header")
 		}
-		n := binary.BigEndian.Uint16(f.payload[wire.OffNode:])
+		n := wire.Frame(f.payload).Node()
 		if !f.ip.DstIP.Equal(nodeIP(n)) || f.eth.DstMAC.String() != nodeMAC(n).String() || f.udp.DstPort != wire.ServicePort {
 			return v, nil, fmt.Errorf("forward to node %d with addresses %v %v:%d", n, f.eth.DstMAC, f.ip.DstIP, f.udp.DstPort)
 		}

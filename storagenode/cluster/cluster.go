@@ -26,9 +26,9 @@ import (
 
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/model"
 	"github.com/netdir/netdir/storagenode"
-	"github.com/netdir/netdir/storagenode/layout"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -120,11 +120,9 @@ func Start(o Options) (*Cluster, error) {
 	}
 	c.Layout = m
 	if c.sw != nil {
-		for p := range m.Partitions() {
-			if err := c.sw.SetPartition(uint32(p), m.Chain(uint32(p)), nil); err != nil {
-				c.Close()
-				return nil, err
-			}
+		if err := directory.InstallLayout(c.sw, m); err != nil {
+			c.Close()
+			return nil, err
 		}
 	}
 	for i := range o.N {

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/client"
-	"github.com/netdir/netdir/storagenode/layout"
+	"github.com/netdir/netdir/layout"
 )
 
 // TestKill9 runs three `netdir node` processes, writes, kills one with

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/layout"
+)
+
+// fetchTimeout bounds waiting for the controller's layout: a node or switch
+// started beside its controller waits for it to come up.
+const fetchTimeout = 30 * time.Second
+
+// loadLayout reads the cluster layout from file or, without one, fetches it
+// from the controller at ctlAddr. fileFlag names the file's flag in errors.
+func loadLayout(ctx context.Context, fileFlag, file, ctlAddr string) (*layout.Map, error) {
+	switch {
+	case file != "":
+		return layout.Load(file)
+	case ctlAddr != "":
+		return fetchLayout(ctx, ctlAddr)
+	}
+	return nil, fmt.Errorf("no layout: give %s FILE, or --controller ADDR to fetch it from the controller", fileFlag)
+}
+
+// fetchLayout asks the controller at addr for its layout.
+func fetchLayout(ctx context.Context, addr string) (*layout.Map, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+	defer cancel()
+	r, err := api.NewControllerClient(conn).GetLayout(ctx, &api.GetLayoutRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		return nil, fmt.Errorf("layout from the controller at %s: %w", addr, err)
+	}
+	m, err := layout.Parse([]byte(r.GetYaml()))
+	if err != nil {
+		return nil, fmt.Errorf("layout from the controller at %s: %w", addr, err)
+	}
+	return m, nil
+}

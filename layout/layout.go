@@ -1,0 +1,304 @@
+// Package layout is the cluster layout: the node table, ring placement of
+// partitions on chains of R nodes, explicit chain overrides, and the epoch.
+// The controller is its authority and serves it (GetLayout); storage nodes,
+// data planes and clients follow it. It is pure: no I/O beyond reading a
+// file.
+//
+// Placement is a ring: with the nodes sorted by id, the chain of partition p
+// is the R consecutive nodes starting at index p mod n, so every node heads
+// about P/n partitions and holds each chain position equally often (the R
+// trees of a node, one per position, carry equal shares). Explicit chains in
+// the YAML override the ring for the partitions they name.
+//
+// A Map is immutable. A later layout (a new epoch, chains with a member
+// spliced out) is derived from its Config: change the copy and call New.
+package layout
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/netdir/netdir/wire"
+)
+
+// Defaults and bounds.
+const (
+	DefaultPartitionBits = 10 // 1024 partitions
+	DefaultReplicas      = 3
+	MaxPartitionBits     = 20
+	MaxReplicas          = 8 // the longest chain a data plane holds
+)
+
+// Node is one row of the node table, the one format every command reads.
+type Node struct {
+	ID   wire.NodeID `yaml:"id"`
+	Addr string      `yaml:"addr"` // IP:port of the node's UDP service, where peers, clients and data planes reach it
+	// Port and MAC matter to P4 switches only: the switch's egress port
+	// toward the node, and the node's MAC for switches that rewrite it.
+	Port uint32 `yaml:"port,omitempty"`
+	MAC  MAC    `yaml:"mac,omitempty"`
+}
+
+// MAC is an Ethernet address, written 02:4e:44:01:00:01 in YAML.
+type MAC net.HardwareAddr
+
+// MarshalText writes the colon form.
+func (m MAC) MarshalText() ([]byte, error) { return []byte(net.HardwareAddr(m).String()), nil }
+
+// UnmarshalText reads a 6-byte MAC.
+func (m *MAC) UnmarshalText(b []byte) error {
+	hw, err := net.ParseMAC(string(b))
+	if err != nil || len(hw) != 6 {
+		return fmt.Errorf("mac %s: want 6 bytes such as 02:4e:44:01:00:01", b)
+	}
+	*m = MAC(hw)
+	return nil
+}
+
+func (m MAC) String() string { return net.HardwareAddr(m).String() }
+
+// Config is the YAML form of the layout.
+//
+//	epoch: 1
+//	partition_bits: 10
+//	replicas: 3
+//	dataplane: 127.0.0.1:7420   # where nodes send VSBs (optional)
+//	nodes:
+//	  - {id: 1, addr: 127.0.0.1:7501}
+//	  - {id: 2, addr: 127.0.0.1:7502}
+//	  - {id: 3, addr: 127.0.0.1:7503, port: 3, mac: 02:4e:44:01:00:03}
+//	chains:                      # optional overrides: partition -> node ids
+//	  7: [3, 1, 2]
+type Config struct {
+	Epoch         uint32                   `yaml:"epoch"`
+	PartitionBits uint                     `yaml:"partition_bits"`
+	Replicas      int                      `yaml:"replicas"`
+	DataPlane     string                   `yaml:"dataplane,omitempty"`
+	Nodes         []Node                   `yaml:"nodes"`
+	Chains        map[uint32][]wire.NodeID `yaml:"chains,omitempty"`
+}
+
+// Load reads a YAML layout file.
+func Load(path string) (*Map, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	m, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return m, nil
+}
+
+// Parse parses a YAML layout; unknown keys are errors.
+func Parse(b []byte) (*Map, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("layout: %w", err)
+	}
+	return New(c)
+}
+
+// Map is a validated layout: every partition's chain resolved.
+type Map struct {
+	cfg    Config
+	nodes  map[wire.NodeID]Node
+	addrs  map[wire.NodeID]netip.AddrPort
+	ids    []wire.NodeID // sorted
+	chains [][]wire.NodeID
+	dp     netip.AddrPort
+}
+
+// New validates c and resolves the chains. Zero fields take the defaults.
+// The Map keeps its own copy of c.
+func New(c Config) (*Map, error) {
+	c = c.clone()
+	if c.PartitionBits == 0 {
+		c.PartitionBits = DefaultPartitionBits
+	}
+	if c.PartitionBits > MaxPartitionBits {
+		return nil, fmt.Errorf("layout: %d partition bits: at most %d", c.PartitionBits, MaxPartitionBits)
+	}
+	if c.Replicas == 0 {
+		c.Replicas = DefaultReplicas
+	}
+	if len(c.Nodes) == 0 {
+		return nil, errors.New("layout: no nodes")
+	}
+	if c.Replicas < 1 || c.Replicas > MaxReplicas {
+		return nil, fmt.Errorf("layout: %d replicas: want 1..%d", c.Replicas, MaxReplicas)
+	}
+	if c.Replicas > len(c.Nodes) {
+		return nil, fmt.Errorf("layout: %d replicas but %d nodes", c.Replicas, len(c.Nodes))
+	}
+	m := &Map{cfg: c, nodes: map[wire.NodeID]Node{}, addrs: map[wire.NodeID]netip.AddrPort{}}
+	byAddr := map[netip.AddrPort]wire.NodeID{}
+	for _, n := range c.Nodes {
+		if _, dup := m.nodes[n.ID]; dup {
+			return nil, fmt.Errorf("layout: node %d listed twice", n.ID)
+		}
+		ap, err := netip.ParseAddrPort(n.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("layout: node %d: %w", n.ID, err)
+		}
+		if len(n.MAC) != 0 && len(n.MAC) != 6 {
+			return nil, fmt.Errorf("layout: node %d: mac of %d bytes, want 6", n.ID, len(n.MAC))
+		}
+		if other, dup := byAddr[ap]; dup {
+			return nil, fmt.Errorf("layout: nodes %d and %d share addr %s", other, n.ID, ap)
+		}
+		byAddr[ap] = n.ID
+		m.nodes[n.ID], m.addrs[n.ID] = n, ap
+		m.ids = append(m.ids, n.ID)
+	}
+	slices.Sort(m.ids)
+	if c.DataPlane != "" {
+		ap, err := netip.ParseAddrPort(c.DataPlane)
+		if err != nil {
+			return nil, fmt.Errorf("layout: dataplane: %w", err)
+		}
+		m.dp = ap
+	}
+	np := 1 << c.PartitionBits
+	m.chains = make([][]wire.NodeID, np)
+	n := len(m.ids)
+	for p := range np {
+		ch := make([]wire.NodeID, c.Replicas)
+		for i := range ch {
+			ch[i] = m.ids[(p+i)%n]
+		}
+		m.chains[p] = ch
+	}
+	for p, ch := range c.Chains {
+		if int(p) >= np {
+			return nil, fmt.Errorf("layout: chain for partition %d of %d", p, np)
+		}
+		if len(ch) != c.Replicas {
+			return nil, fmt.Errorf("layout: partition %d: chain of %d, want %d", p, len(ch), c.Replicas)
+		}
+		seen := map[wire.NodeID]bool{}
+		for _, id := range ch {
+			if _, ok := m.nodes[id]; !ok || seen[id] {
+				return nil, fmt.Errorf("layout: partition %d: bad chain member %d", p, id)
+			}
+			seen[id] = true
+		}
+		m.chains[p] = slices.Clone(ch)
+	}
+	return m, nil
+}
+
+// clone copies c deeply, so that a Map shares nothing with its caller.
+func (c Config) clone() Config {
+	c.Nodes = slices.Clone(c.Nodes)
+	for i := range c.Nodes {
+		c.Nodes[i].MAC = slices.Clone(c.Nodes[i].MAC)
+	}
+	if c.Chains != nil {
+		chains := make(map[uint32][]wire.NodeID, len(c.Chains))
+		for p, ch := range c.Chains {
+			chains[p] = slices.Clone(ch)
+		}
+		c.Chains = chains
+	}
+	return c
+}
+
+// Config returns a copy of the layout's configuration, defaults filled in.
+// Changing the copy and passing it to New derives a later layout.
+func (m *Map) Config() Config { return m.cfg.clone() }
+
+// Marshal returns the layout as YAML that Parse reads back, written as the
+// examples are: a node and a chain per line.
+func (m *Map) Marshal() ([]byte, error) {
+	var doc yaml.Node
+	if err := doc.Encode(m.cfg); err != nil {
+		return nil, err
+	}
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		switch v := doc.Content[i+1]; doc.Content[i].Value {
+		case "nodes":
+			for _, n := range v.Content {
+				n.Style = yaml.FlowStyle
+			}
+		case "chains":
+			for j := 1; j < len(v.Content); j += 2 {
+				v.Content[j].Style = yaml.FlowStyle
+			}
+		}
+	}
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// Epoch is the chain-configuration epoch.
+func (m *Map) Epoch() uint32 { return m.cfg.Epoch }
+
+// Bits is log2 of the partition count.
+func (m *Map) Bits() uint { return m.cfg.PartitionBits }
+
+// Partitions is the partition count.
+func (m *Map) Partitions() int { return len(m.chains) }
+
+// R is the chain length.
+func (m *Map) R() int { return m.cfg.Replicas }
+
+// Nodes lists the node ids in ascending order.
+func (m *Map) Nodes() []wire.NodeID { return slices.Clone(m.ids) }
+
+// Node is a node's row of the node table.
+func (m *Map) Node(id wire.NodeID) (Node, bool) {
+	n, ok := m.nodes[id]
+	n.MAC = slices.Clone(n.MAC)
+	return n, ok
+}
+
+// Addr is a node's address.
+func (m *Map) Addr(id wire.NodeID) (netip.AddrPort, bool) {
+	a, ok := m.addrs[id]
+	return a, ok
+}
+
+// DataPlane is the data plane's address, invalid when none is configured.
+func (m *Map) DataPlane() netip.AddrPort { return m.dp }
+
+// Partition is the partition of a key hash.
+func (m *Map) Partition(h wire.KeyHash) uint32 { return h.Partition(m.cfg.PartitionBits) }
+
+// Chain is partition p's chain, head first. The slice must not be modified.
+func (m *Map) Chain(p uint32) []wire.NodeID {
+	if int(p) >= len(m.chains) {
+		return nil
+	}
+	return m.chains[p]
+}
+
+// Chains is every partition's chain, by partition. The chains must not be
+// modified.
+func (m *Map) Chains() [][]wire.NodeID { return slices.Clone(m.chains) }
+
+// ChainOf is the chain of a key hash.
+func (m *Map) ChainOf(h wire.KeyHash) []wire.NodeID { return m.Chain(m.Partition(h)) }
+
+// Position is the index of node id in partition p's chain, or -1.
+func (m *Map) Position(p uint32, id wire.NodeID) int {
+	return slices.Index(m.Chain(p), id)
+}

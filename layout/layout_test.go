@@ -1,0 +1,185 @@
+package layout
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/netdir/netdir/wire"
+)
+
+func TestPlacement(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		yaml string
+		want map[uint32][]wire.NodeID
+	}{
+		{
+			// Ring over sorted ids [10 20 30 40]: partition p starts at index p mod 4.
+			name: "ring",
+			yaml: "partition_bits: 3\nnodes: [{id: 30, addr: 127.0.0.1:3}, {id: 10, addr: 127.0.0.1:1}, {id: 20, addr: 127.0.0.1:2}, {id: 40, addr: 127.0.0.1:4}]",
+			want: map[uint32][]wire.NodeID{0: {10, 20, 30}, 3: {40, 10, 20}, 5: {20, 30, 40}},
+		},
+		{
+			// Ring over sorted ids [2 5 7], partition 1 overridden.
+			name: "override",
+			yaml: "partition_bits: 3\nreplicas: 2\nnodes: [{id: 7, addr: 127.0.0.1:9007}, {id: 2, addr: 127.0.0.1:9002}, {id: 5, addr: 127.0.0.1:9005}]\nchains:\n  1: [7, 5]",
+			want: map[uint32][]wire.NodeID{0: {2, 5}, 1: {7, 5}, 2: {7, 2}, 3: {2, 5}, 5: {7, 2}},
+		},
+	} {
+		m, err := Parse([]byte(tc.yaml))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		for p, w := range tc.want {
+			if got := m.Chain(p); !slices.Equal(got, w) {
+				t.Errorf("%s: chain %d = %v, want %v", tc.name, p, got, w)
+			}
+		}
+	}
+}
+
+func TestRingBalance(t *testing.T) {
+	m, err := Parse([]byte("partition_bits: 3\nnodes: [{id: 30, addr: 127.0.0.1:3}, {id: 10, addr: 127.0.0.1:1}, {id: 20, addr: 127.0.0.1:2}, {id: 40, addr: 127.0.0.1:4}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every node holds each chain position equally often.
+	pos := map[[2]int]int{}
+	for _, c := range m.Chains() {
+		for j, n := range c {
+			pos[[2]int{int(n), j}]++
+		}
+	}
+	for k, v := range pos {
+		if v != 2 {
+			t.Errorf("node %d at position %d in %d partitions, want 2", k[0], k[1], v)
+		}
+	}
+	if m.Position(3, 10) != 1 || m.Position(3, 30) != -1 {
+		t.Error("Position wrong")
+	}
+	if h := wire.HashKey([]byte("k")); !slices.Equal(m.ChainOf(h), m.Chain(h.Partition(3))) {
+		t.Error("ChainOf is not the chain of the key's partition")
+	}
+}
+
+func TestConfig(t *testing.T) {
+	m, err := Parse([]byte(`
+epoch: 3
+partition_bits: 3
+replicas: 2
+dataplane: 127.0.0.1:7420
+nodes:
+  - {id: 7, addr: 127.0.0.1:9007, port: 4, mac: 02:4e:44:01:00:07}
+  - {id: 2, addr: 127.0.0.1:9002}
+  - {id: 5, addr: 127.0.0.1:9005}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Partitions() != 8 || m.Bits() != 3 || m.Epoch() != 3 || m.R() != 2 {
+		t.Fatalf("partitions %d bits %d epoch %d R %d", m.Partitions(), m.Bits(), m.Epoch(), m.R())
+	}
+	if fmt.Sprint(m.Nodes()) != "[2 5 7]" || m.DataPlane().String() != "127.0.0.1:7420" {
+		t.Fatalf("nodes %v, dataplane %v", m.Nodes(), m.DataPlane())
+	}
+	n, ok := m.Node(7)
+	if !ok || n.Addr != "127.0.0.1:9007" || n.Port != 4 || n.MAC.String() != "02:4e:44:01:00:07" {
+		t.Fatalf("node 7 = %+v", n)
+	}
+	if a, ok := m.Addr(2); !ok || a.String() != "127.0.0.1:9002" {
+		t.Fatalf("addr of 2 = %v", a)
+	}
+	if _, ok := m.Node(3); ok {
+		t.Fatal("node 3 found")
+	}
+	c := m.Config()
+	c2 := m.Config()
+	c2.Nodes[0].MAC[0] = 0xff
+	if !reflect.DeepEqual(c, m.Config()) {
+		t.Fatal("changing a Config changed the Map")
+	}
+	// Defaults.
+	d, err := New(Config{Nodes: []Node{{ID: 1, Addr: "127.0.0.1:1"}, {ID: 2, Addr: "127.0.0.1:2"}, {ID: 3, Addr: "127.0.0.1:3"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Bits() != DefaultPartitionBits || d.R() != DefaultReplicas || d.DataPlane().IsValid() {
+		t.Fatalf("defaults: bits %d R %d dataplane %v", d.Bits(), d.R(), d.DataPlane())
+	}
+}
+
+func TestValidation(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"nodes: []", "no nodes"},
+		{"replicas: 3\nnodes: [{id: 1, addr: 127.0.0.1:1}]", "3 replicas but 1 nodes"},
+		{"replicas: 9\nnodes: [{id: 1, addr: 127.0.0.1:1}]", "9 replicas: want 1..8"},
+		{"replicas: -1\nnodes: [{id: 1, addr: 127.0.0.1:1}]", "-1 replicas"},
+		{"partition_bits: 21\nnodes: [{id: 1, addr: 127.0.0.1:1}]", "21 partition bits"},
+		{"replicas: 1\nnodes: [{id: 1, addr: nope}]", "node 1"},
+		{"replicas: 1\nnodes: [{id: 1}]", "node 1"},
+		{"replicas: 1\nnodes: [{id: -1, addr: 127.0.0.1:1}]", "cannot unmarshal"},
+		{"nodes: [{id: 1", "layout: yaml"},
+		{"replicas: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 1, addr: 127.0.0.1:2}]", "node 1 listed twice"},
+		{"replicas: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:1}]", "share addr"},
+		{"replicas: 1\nnodes: [{id: 1, addr: 127.0.0.1:1, mac: 02:4e}]", "mac"},
+		{"replicas: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}]\ndataplane: here", "dataplane"},
+		{"replicas: 1\npartition_bits: 2\nnodes: [{id: 1, addr: 127.0.0.1:1}]\nchains: {9: [1]}", "chain for partition 9 of 4"},
+		{"replicas: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}]\nchains: {0: [4]}", "bad chain member 4"},
+		{"replicas: 2\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}]\nchains: {0: [1, 1]}", "bad chain member 1"},
+		{"replicas: 2\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}]\nchains: {0: [1]}", "chain of 1, want 2"},
+		{"replica: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}]", "field replica not found"},
+	} {
+		_, err := Parse([]byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want one containing %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+// TestDerive derives a later layout from a Map's Config, as chain
+// reconfiguration does, and checks that the old Map is unchanged.
+func TestDerive(t *testing.T) {
+	old, err := New(Config{Epoch: 1, PartitionBits: 2, Replicas: 2,
+		Nodes: []Node{{ID: 1, Addr: "127.0.0.1:1"}, {ID: 2, Addr: "127.0.0.1:2"}, {ID: 3, Addr: "127.0.0.1:3"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := old.Config()
+	c.Epoch++
+	c.Chains = map[uint32][]wire.NodeID{1: {3, 1}}
+	next, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Epoch() != 2 || fmt.Sprint(next.Chain(1)) != "[3 1]" || fmt.Sprint(next.Chain(0)) != "[1 2]" {
+		t.Fatalf("next: epoch %d, chains %v", next.Epoch(), next.Chains())
+	}
+	c.Chains[1][0] = 2
+	if old.Epoch() != 1 || fmt.Sprint(old.Chain(1)) != "[2 3]" || fmt.Sprint(next.Chain(1)) != "[3 1]" {
+		t.Fatalf("old: epoch %d, chain 1 %v; next chain 1 %v", old.Epoch(), old.Chain(1), next.Chain(1))
+	}
+}
+
+func TestMarshalRoundTrip(t *testing.T) {
+	m, err := New(Config{Epoch: 4, PartitionBits: 2, Replicas: 2, DataPlane: "127.0.0.1:7420",
+		Nodes:  []Node{{ID: 1, Addr: "127.0.0.1:1", Port: 3, MAC: MAC{2, 0x4e, 0x44, 1, 0, 1}}, {ID: 2, Addr: "127.0.0.1:2"}},
+		Chains: map[uint32][]wire.NodeID{3: {2, 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(b)
+	if err != nil {
+		t.Fatalf("%v in\n%s", err, b)
+	}
+	if !reflect.DeepEqual(back.Config(), m.Config()) || !reflect.DeepEqual(back.Chains(), m.Chains()) {
+		t.Fatalf("round trip:\n%s\n%+v\nwant %+v", b, back.Config(), m.Config())
+	}
+}
