@@ -23,7 +23,6 @@ package dmclock
 
 import (
 	"math"
-	"slices"
 	"time"
 )
 
@@ -71,7 +70,7 @@ func (s Stats) MeanDelay() time.Duration {
 // for concurrent use: the admission path owns it.
 type Queue[T any] struct {
 	defaults Policy
-	tenants  map[uint16]*tenant[T]
+	tenants  tenantTable[T]
 	// heads holds the tags of each backlogged tenant's first request,
 	// contiguous so that Pull scans them without chasing pointers; a few
 	// dozen active tenants cost less to scan than to keep in three heaps.
@@ -124,7 +123,7 @@ func New[T any](defaults Policy) (*Queue[T], error) {
 	if err := defaults.Validate(); err != nil {
 		return nil, err
 	}
-	return &Queue[T]{defaults: defaults, tenants: map[uint16]*tenant[T]{}}, nil
+	return &Queue[T]{defaults: defaults}, nil
 }
 
 // Len is the number of queued requests.
@@ -132,7 +131,7 @@ func (q *Queue[T]) Len() int { return q.queued }
 
 // TenantLen is the number of requests tenant has queued.
 func (q *Queue[T]) TenantLen(tenant uint16) int {
-	if t := q.tenants[tenant]; t != nil {
+	if t := q.tenants.get(tenant); t != nil {
 		return t.n
 	}
 	return 0
@@ -162,7 +161,7 @@ func (q *Queue[T]) Add(tenant uint16, cost, delta, rho uint32, item T, now time.
 func (q *Queue[T]) Pull(now time.Duration) (item T, phase Phase, until time.Duration) {
 	tnow := float64(now)
 	res, prop := -1, -1
-	next := math.Inf(1)
+	minR, minP, next := math.Inf(1), math.Inf(1), math.Inf(1)
 	for i := range q.heads {
 		h := &q.heads[i]
 		if h.l > tnow {
@@ -173,15 +172,15 @@ func (q *Queue[T]) Pull(now time.Duration) (item T, phase Phase, until time.Dura
 			next = min(next, h.l)
 			continue
 		}
-		if h.r <= tnow && (res < 0 || h.r < q.heads[res].r) {
-			res = i
+		if h.r < minR {
+			minR, res = h.r, i
 		}
-		if prop < 0 || h.p < q.heads[prop].p {
-			prop = i
+		if h.p < minP || prop < 0 {
+			minP, prop = h.p, i
 		}
 	}
 	switch {
-	case res >= 0:
+	case minR <= tnow:
 		return q.serve(res, Reservation, now), Reservation, 0
 	case prop >= 0:
 		return q.serve(prop, Weight, now), Weight, 0
@@ -198,13 +197,15 @@ func (q *Queue[T]) serve(i int, phase Phase, now time.Duration) T {
 	t := h.t
 	req := t.pop()
 	q.queued--
-	if !math.IsInf(h.r, 1) {
+	switch {
+	case math.IsInf(h.r, 1):
+	case phase == Reservation:
 		t.prevR = h.r
-		if phase == Weight {
-			// The paper's take-back: this request's own cost was spaced
-			// on R as if the reservation would serve it; it did not.
-			t.prevR -= float64(req.cost) * t.resGap
-		}
+	default:
+		// The paper's take-back: this request's own cost was spaced on R
+		// as if the reservation would serve it; it did not. (h.r is at
+		// least prevR plus that spacing; max only guards the rounding.)
+		t.prevR = max(t.prevR, h.r-float64(req.cost)*t.resGap)
 	}
 	t.prevP = h.p
 	if t.limGap > 0 {
@@ -260,13 +261,13 @@ func (q *Queue[T]) idle(t *tenant[T]) {
 
 // tenant returns tenant id's state, made under the defaults on first sight.
 func (q *Queue[T]) tenant(id uint16) *tenant[T] {
-	t := q.tenants[id]
+	t := q.tenants.get(id)
 	if t == nil {
 		// No previous tags: the first request's are its floors.
 		inf := math.Inf(-1)
 		t = &tenant[T]{slot: -1, prevR: inf, prevP: inf, prevL: inf}
 		t.setPolicy(q.defaults, 0)
-		q.tenants[id] = t
+		q.tenants.put(id, t)
 	}
 	return t
 }
@@ -281,11 +282,11 @@ func (q *Queue[T]) SetDefault(p Policy, now time.Duration) error {
 		return err
 	}
 	q.defaults = p
-	for _, t := range q.tenants {
+	q.tenants.each(func(_ uint16, t *tenant[T]) {
 		if !t.custom {
 			q.change(t, p, now)
 		}
-	}
+	})
 	return nil
 }
 
@@ -302,7 +303,7 @@ func (q *Queue[T]) SetPolicy(tenant uint16, p Policy, now time.Duration) error {
 
 // RemovePolicy puts tenant back under the defaults.
 func (q *Queue[T]) RemovePolicy(tenant uint16, now time.Duration) {
-	if t := q.tenants[tenant]; t != nil && t.custom {
+	if t := q.tenants.get(tenant); t != nil && t.custom {
 		t.custom = false
 		q.change(t, q.defaults, now)
 	}
@@ -310,7 +311,7 @@ func (q *Queue[T]) RemovePolicy(tenant uint16, now time.Duration) {
 
 // Policy is tenant's policy, and whether it is the defaults.
 func (q *Queue[T]) Policy(tenant uint16) (p Policy, isDefault bool) {
-	if t := q.tenants[tenant]; t != nil && t.custom {
+	if t := q.tenants.get(tenant); t != nil && t.custom {
 		return t.policy, false
 	}
 	return q.defaults, true
@@ -340,7 +341,7 @@ func (t *tenant[T]) setPolicy(p Policy, now time.Duration) {
 func (q *Queue[T]) Stats(tenant uint16) Stats {
 	p, def := q.Policy(tenant)
 	s := Stats{Policy: p, Default: def}
-	if t := q.tenants[tenant]; t != nil {
+	if t := q.tenants.get(tenant); t != nil {
 		s.Queued = t.n
 		s.ServedReservation = t.served[Reservation]
 		s.ServedWeight = t.served[Weight]
@@ -353,12 +354,40 @@ func (q *Queue[T]) Stats(tenant uint16) Stats {
 // Tenants appends the ids of the tenants the queue knows (seen or given a
 // policy), in order, to dst.
 func (q *Queue[T]) Tenants(dst []uint16) []uint16 {
-	n := len(dst)
-	for id := range q.tenants {
-		dst = append(dst, id)
-	}
-	slices.Sort(dst[n:])
+	q.tenants.each(func(id uint16, _ *tenant[T]) { dst = append(dst, id) })
 	return dst
+}
+
+// tenantTable maps a 16-bit tenant id to its state in two array steps, with
+// no hashing on the admission path; a page of 256 ids is made on first use.
+type tenantTable[T any] [256]*[256]*tenant[T]
+
+func (tt *tenantTable[T]) get(id uint16) *tenant[T] {
+	if page := tt[id>>8]; page != nil {
+		return page[id&0xff]
+	}
+	return nil
+}
+
+func (tt *tenantTable[T]) put(id uint16, t *tenant[T]) {
+	if tt[id>>8] == nil {
+		tt[id>>8] = new([256]*tenant[T])
+	}
+	tt[id>>8][id&0xff] = t
+}
+
+// each calls f for every tenant, in id order.
+func (tt *tenantTable[T]) each(f func(uint16, *tenant[T])) {
+	for hi, page := range tt {
+		if page == nil {
+			continue
+		}
+		for lo, t := range page {
+			if t != nil {
+				f(uint16(hi)<<8|uint16(lo), t)
+			}
+		}
+	}
 }
 
 func (t *tenant[T]) push(r request[T]) {

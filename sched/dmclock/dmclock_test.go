@@ -160,6 +160,16 @@ func TestReservationsMetUnderContention(t *testing.T) {
 	if st := q.Stats(1); st.ServedReservation == 0 || st.Default {
 		t.Errorf("tenant 1 stats %+v", st)
 	}
+
+	// Weight-phase service does not count against the reservation: tenant
+	// 1 has the server to itself for 5 s, far above its reservation; when
+	// 3 arrives, 1 still gets its reservation at once.
+	q = newQueue(t, Policy{Weight: 1}, map[uint16]Policy{1: {Reservation: 300, Weight: 1}, 3: {Weight: 100}})
+	loads = []backlog{{tenant: 1, depth: 8}, {tenant: 3, depth: 8, start: 5 * time.Second}}
+	s = serve(q, 1000, 7*time.Second, loads, nil)
+	if got := rate(s, 1, None, 5*time.Second, 7*time.Second); got < 0.98*300 {
+		t.Errorf("after weight service: %.1f ops/s, reservation 300", got)
+	}
 }
 
 func TestSpareSharedByWeight(t *testing.T) {
