@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/gossip"
 	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/wire"
@@ -42,19 +41,19 @@ func (c *Controller) ObserveNodeStats(s gossip.NodeStats) bool {
 	}
 	gs.stats[s.Node] = s
 	gs.mu.Unlock()
-	trees := make([]*api.TreeStats, len(s.Trees))
+	trees := make([]TreeReport, len(s.Trees))
 	for i, t := range s.Trees {
 		// The mean since the node started, as a report carries it: with
 		// the cumulative reads it gives the cumulative read time.
-		var mean float64
+		var mean time.Duration
 		if t.Reads > 0 {
-			mean = float64(t.ReadNanos) / float64(t.Reads) / 1e3
+			mean = time.Duration(t.ReadNanos / t.Reads)
 		}
-		trees[i] = &api.TreeStats{Position: uint32(t.Position), Reads: t.Reads, MeanReadLatencyUs: mean,
-			CompactionDebtBytes: t.CompactionDebt}
+		trees[i] = TreeReport{Position: uint32(t.Position), Reads: t.Reads, MeanReadLatency: mean,
+			CompactionDebt: t.CompactionDebt}
 	}
 	c.mu.Lock()
-	c.noteTreesLocked(&api.NodeStats{Node: uint32(s.Node), Version: s.Version, Trees: trees, QueueDepth: uint32(s.QueueDepth)})
+	c.noteTreesLocked(s.Node, trees)
 	c.mu.Unlock()
 	return true
 }
@@ -100,15 +99,14 @@ func (c *Controller) PublishExpected(e map[wire.NodeID][]float64) error {
 // partition weights, from the requests each tree served since the last
 // call (sched.TreeExpected), and starts the next interval.
 func (c *Controller) TreeExpected() map[wire.NodeID][]float64 {
-	m := c.Layout()
-	c.st.mu.Lock()
+	parts := c.Partitions()
+	m := parts.Layout
 	weights := make([][]uint32, m.Partitions())
-	for p, b := range c.st.partBuckets {
+	for p, b := range parts.Buckets {
 		if int(p) < len(weights) {
 			weights[p] = bucketWeights(b, len(m.Chain(p)))
 		}
 	}
-	c.st.mu.Unlock()
 	gs := &c.gossip
 	gs.mu.Lock()
 	req := map[wire.NodeID][]uint64{}

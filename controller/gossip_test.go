@@ -33,7 +33,7 @@ func TestControllerKeepsNewestNodeStats(t *testing.T) {
 	c.mu.Lock()
 	trees := c.coarse.trees[2]
 	c.mu.Unlock()
-	if len(trees) != 1 || trees[0].GetReads() != 200 || trees[0].GetMeanReadLatencyUs() != 1 || trees[0].GetCompactionDebtBytes() != 7<<20 {
+	if len(trees) != 1 || trees[0].Reads != 200 || trees[0].MeanReadLatency != time.Microsecond || trees[0].CompactionDebt != 7<<20 {
 		t.Fatalf("the coarse loop got %v", trees)
 	}
 	reg := prometheus.NewRegistry()
