@@ -1,4 +1,4 @@
-package model
+package udpbatch
 
 import (
 	"net"
@@ -8,12 +8,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// batchReader receives datagrams with one recvmmsg per batch, through the
+// Reader receives datagrams with one recvmmsg per batch, through the
 // socket's RawConn so that it parks in Go's netpoller. It calls recvmmsg
 // itself rather than x/net's ipv4.PacketConn.ReadBatch because ReadBatch
 // allocates a net.UDPAddr and its IP for every datagram received; this reader
 // decodes the source address into a peer and allocates nothing per batch.
-type batchReader struct {
+type Reader struct {
 	rc    syscall.RawConn
 	bufs  [][]byte
 	hdrs  []unix.Mmsghdr
@@ -24,12 +24,13 @@ type batchReader struct {
 	errno syscall.Errno
 }
 
-func newBatchReader(c *net.UDPConn, bufs [][]byte) (*batchReader, error) {
+// NewReader reads from c into bufs, one datagram per buffer.
+func NewReader(c *net.UDPConn, bufs [][]byte) (*Reader, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
 	}
-	r := &batchReader{
+	r := &Reader{
 		rc:    rc,
 		bufs:  bufs,
 		hdrs:  make([]unix.Mmsghdr, len(bufs)),
@@ -48,7 +49,7 @@ func newBatchReader(c *net.UDPConn, bufs [][]byte) (*batchReader, error) {
 	return r, nil
 }
 
-func (r *batchReader) recv(fd uintptr) bool {
+func (r *Reader) recv(fd uintptr) bool {
 	for i := range r.hdrs {
 		r.hdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet6
 		r.hdrs[i].Hdr.Flags = 0
@@ -62,8 +63,8 @@ func (r *batchReader) recv(fd uintptr) bool {
 	return true
 }
 
-// read receives between 1 and len(bufs) datagrams, waiting for the first.
-func (r *batchReader) read() (int, error) {
+// Read receives between 1 and len(bufs) datagrams, waiting for the first.
+func (r *Reader) Read() (int, error) {
 	if err := r.rc.Read(r.fn); err != nil {
 		return 0, err
 	}
@@ -73,21 +74,21 @@ func (r *batchReader) read() (int, error) {
 	return r.n, nil
 }
 
-// msg returns datagram i of the last read and its source.
-func (r *batchReader) msg(i int) ([]byte, peer) {
+// Msg returns datagram i of the last read and its source.
+func (r *Reader) Msg(i int) ([]byte, Peer) {
 	h := &r.hdrs[i]
-	var p peer
+	var p Peer
 	sa := &r.names[i]
 	switch sa.Family {
 	case unix.AF_INET:
 		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
-		copy(p.ip[:4], sa4.Addr[:])
+		copy(p.IP[:4], sa4.Addr[:])
 		pb := (*[2]byte)(unsafe.Pointer(&sa4.Port))
-		p.port = uint16(pb[0])<<8 | uint16(pb[1])
+		p.Port = uint16(pb[0])<<8 | uint16(pb[1])
 	case unix.AF_INET6:
-		p.ip = sa.Addr
+		p.IP = sa.Addr
 		pb := (*[2]byte)(unsafe.Pointer(&sa.Port))
-		p.port = uint16(pb[0])<<8 | uint16(pb[1])
+		p.Port = uint16(pb[0])<<8 | uint16(pb[1])
 	}
 	return r.bufs[i][:h.Len], p
 }
