@@ -46,6 +46,7 @@ type Conn struct {
 	conn *net.UDPConn
 	v4   bool
 	rx   *udpbatch.Reader
+	bufs *[][]byte // rx's buffers, back to recvBuffers on Close
 
 	mu    sync.Mutex // guards waits and free
 	waits map[uint64]*waiter
@@ -88,12 +89,14 @@ func Listen() (*Conn, error) {
 	_ = conn.SetReadBuffer(4 << 20)
 	_ = conn.SetWriteBuffer(4 << 20)
 	v4 := conn.LocalAddr().(*net.UDPAddr).IP.To4() != nil
-	rx, err := udpbatch.NewReader(conn, udpbatch.Buffers(recvBatch, recvSize))
+	bufs := recvBuffers.Get().(*[][]byte)
+	rx, err := udpbatch.NewReader(conn, *bufs)
 	if err != nil {
+		recvBuffers.Put(bufs)
 		conn.Close()
 		return nil, err
 	}
-	c := &Conn{conn: conn, v4: v4, rx: rx, waits: make(map[uint64]*waiter), closed: make(chan struct{})}
+	c := &Conn{conn: conn, v4: v4, rx: rx, bufs: bufs, waits: make(map[uint64]*waiter), closed: make(chan struct{})}
 	c.queued, c.spare = c.newQueue(), c.newQueue()
 	c.wg.Add(1)
 	go c.readLoop()
@@ -114,8 +117,16 @@ func (c *Conn) Close() error {
 	close(c.closed)
 	err := c.conn.Close()
 	c.wg.Wait()
+	recvBuffers.Put(c.bufs)
 	return err
 }
+
+// recvBuffers are read loops' receive buffers (1 MiB a Conn), reused by the
+// next Listen: some callers open a Conn per call.
+var recvBuffers = sync.Pool{New: func() any {
+	b := udpbatch.Buffers(recvBatch, recvSize)
+	return &b
+}}
 
 func (c *Conn) readLoop() {
 	defer c.wg.Done()
