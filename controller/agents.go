@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/wire"
 )
@@ -42,29 +41,52 @@ type AgentTotals struct {
 // ErrAgentReport is wrapped by ReportAgent's refusals of malformed reports.
 var ErrAgentReport = errors.New("controller: malformed agent report")
 
+// AgentReport is one report of a host agent: its counts since its last
+// report. An agent re-sends a report it got no answer to with the same
+// sequence, and the controller takes each (agent, incarnation, sequence)
+// once.
+type AgentReport struct {
+	Agent       string // unique per agent (host and interface)
+	Incarnation uint64 // random per agent start
+	Sequence    uint64 // increases with every new report of an incarnation
+	Hits        []SlotHits
+	// SketchRows and SketchCols are the agent's sketch shape, which must
+	// be the controller's; Sketch holds the cells that grew.
+	SketchRows, SketchCols uint32
+	Sketch                 []SketchCell
+}
+
+// SlotHits is a directory key's hits.
+type SlotHits struct {
+	Hash wire.KeyHash
+	Hits uint64
+}
+
+// SketchCell is the growth of one cell of the miss sketch: index = row *
+// SketchCols + column, columns chosen as directory.SketchIndex chooses them.
+type SketchCell struct {
+	Index uint32
+	Count uint64
+}
+
 // ReportAgent takes an agent's report for the next hot-key round. It
 // reports whether the report is a duplicate (its sequence was taken before:
 // nothing is added). A report whose sketch shape differs from the
-// controller's, or with a malformed key hash, is refused whole.
-func (c *Controller) ReportAgent(s *api.AgentStats) (duplicate bool, err error) {
-	if s.GetAgent() == "" {
+// controller's is refused whole.
+func (c *Controller) ReportAgent(s AgentReport) (duplicate bool, err error) {
+	if s.Agent == "" {
 		return false, fmt.Errorf("%w: no agent name", ErrAgentReport)
 	}
-	if len(s.GetHits()) > maxAgentHits {
-		return false, fmt.Errorf("%w: %d slot hits", ErrAgentReport, len(s.GetHits()))
+	if len(s.Hits) > maxAgentHits {
+		return false, fmt.Errorf("%w: %d slot hits", ErrAgentReport, len(s.Hits))
 	}
-	for _, h := range s.GetHits() {
-		if len(h.GetKeyHash()) != wire.KeyHashLen {
-			return false, fmt.Errorf("%w: a %d-byte key hash", ErrAgentReport, len(h.GetKeyHash()))
-		}
-	}
-	if len(s.GetSketch()) > 0 && (s.GetSketchRows() != directory.SketchRows || s.GetSketchCols() != directory.SketchCols) {
+	if len(s.Sketch) > 0 && (s.SketchRows != directory.SketchRows || s.SketchCols != directory.SketchCols) {
 		return false, fmt.Errorf("%w: a %d×%d sketch, the controller's is %d×%d", ErrAgentReport,
-			s.GetSketchRows(), s.GetSketchCols(), directory.SketchRows, directory.SketchCols)
+			s.SketchRows, s.SketchCols, directory.SketchRows, directory.SketchCols)
 	}
-	for _, cell := range s.GetSketch() {
-		if cell.GetIndex() >= directory.SketchRows*directory.SketchCols {
-			return false, fmt.Errorf("%w: sketch cell %d", ErrAgentReport, cell.GetIndex())
+	for _, cell := range s.Sketch {
+		if cell.Index >= directory.SketchRows*directory.SketchCols {
+			return false, fmt.Errorf("%w: sketch cell %d", ErrAgentReport, cell.Index)
 		}
 	}
 
@@ -73,26 +95,24 @@ func (c *Controller) ReportAgent(s *api.AgentStats) (duplicate bool, err error) 
 	if c.agentSeen == nil {
 		c.agentSeen = map[string]agentSeen{}
 	}
-	seen, ok := c.agentSeen[s.GetAgent()]
-	if ok && seen.incarnation == s.GetIncarnation() && s.GetSequence() <= seen.sequence {
+	seen, ok := c.agentSeen[s.Agent]
+	if ok && seen.incarnation == s.Incarnation && s.Sequence <= seen.sequence {
 		c.agentTotals.Duplicates++
 		return true, nil
 	}
-	c.agentSeen[s.GetAgent()] = agentSeen{incarnation: s.GetIncarnation(), sequence: s.GetSequence()}
+	c.agentSeen[s.Agent] = agentSeen{incarnation: s.Incarnation, sequence: s.Sequence}
 	if c.agentTally.hits == nil {
 		c.agentTally.hits = map[wire.KeyHash]uint64{}
 	}
-	for _, h := range s.GetHits() {
-		var kh wire.KeyHash
-		copy(kh[:], h.GetKeyHash())
-		c.agentTally.hits[kh] += h.GetHits()
-		c.agentTotals.Hits += h.GetHits()
+	for _, h := range s.Hits {
+		c.agentTally.hits[h.Hash] += h.Hits
+		c.agentTotals.Hits += h.Hits
 	}
-	for _, cell := range s.GetSketch() {
-		r, col := cell.GetIndex()/directory.SketchCols, cell.GetIndex()%directory.SketchCols
-		c.agentTally.sketch[r][col] += cell.GetCount()
+	for _, cell := range s.Sketch {
+		r, col := cell.Index/directory.SketchCols, cell.Index%directory.SketchCols
+		c.agentTally.sketch[r][col] += cell.Count
 		if r == 0 {
-			c.agentTotals.Misses += cell.GetCount()
+			c.agentTotals.Misses += cell.Count
 		}
 	}
 	c.agentTotals.Reports++

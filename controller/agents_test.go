@@ -12,6 +12,7 @@ import (
 
 	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -40,6 +41,15 @@ func hitsOf(key string, n uint64) []*api.SlotHits {
 	return []*api.SlotHits{{KeyHash: h[:], Hits: n}}
 }
 
+// reportAgent hands c an agent's report as the API does.
+func reportAgent(c *Controller, s *api.AgentStats) (duplicate bool, err error) {
+	r, err := agentReportFromProto(s)
+	if err != nil {
+		return false, err
+	}
+	return c.ReportAgent(r)
+}
+
 func agentReport(name string, seq uint64, hits []*api.SlotHits, sketch []*api.SketchCell) *api.AgentStats {
 	return &api.AgentStats{Agent: name, Incarnation: 7, Sequence: seq, Hits: hits,
 		SketchRows: directory.SketchRows, SketchCols: directory.SketchCols, Sketch: sketch}
@@ -56,7 +66,7 @@ func TestAgentReportsDriveHotKeys(t *testing.T) {
 	named := func() {
 		// A node served 5 of the key's reads (the others went to the
 		// other chain members): below PromoteMin.
-		c.Report(&api.NodeStats{Node: 1, HotKeys: []*api.KeyCount{{Key: []byte(key), Count: 5}}})
+		c.Report(NodeReport{Node: 1, HotKeys: []sched.KeyCount{{Key: []byte(key), Count: 5}}})
 	}
 	named()
 	if err := c.HotKeyRound(ctx); err != nil {
@@ -69,12 +79,12 @@ func TestAgentReportsDriveHotKeys(t *testing.T) {
 	// Two agents saw 12 and 9 misses of it: 21 ≥ 16.
 	named()
 	for i, n := range []uint64{12, 9} {
-		if dup, err := c.ReportAgent(agentReport(fmt.Sprint("a", i), 1, nil, sketchOf(key, n))); err != nil || dup {
+		if dup, err := reportAgent(c, agentReport(fmt.Sprint("a", i), 1, nil, sketchOf(key, n))); err != nil || dup {
 			t.Fatalf("report: duplicate %v, %v", dup, err)
 		}
 	}
 	// A report sent again (its answer was lost) is not counted twice.
-	if dup, err := c.ReportAgent(agentReport("a0", 1, nil, sketchOf(key, 12))); err != nil || !dup {
+	if dup, err := reportAgent(c, agentReport("a0", 1, nil, sketchOf(key, 12))); err != nil || !dup {
 		t.Fatalf("a repeated report: duplicate %v, %v", dup, err)
 	}
 	if err := c.HotKeyRound(ctx); err != nil {
@@ -94,7 +104,7 @@ func TestAgentReportsDriveHotKeys(t *testing.T) {
 	for round := range 5 {
 		seq++
 		for i, n := range []uint64{10, 4} {
-			if _, err := c.ReportAgent(agentReport(fmt.Sprint("a", i), seq, hitsOf(key, n), nil)); err != nil {
+			if _, err := reportAgent(c, agentReport(fmt.Sprint("a", i), seq, hitsOf(key, n), nil)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -126,16 +136,16 @@ func TestAgentReportsSequence(t *testing.T) {
 	c := agentsOnly(t)
 	r := agentReport("a", 5, nil, sketchOf("k", 1))
 	for i, want := range []bool{false, true} {
-		if dup, err := c.ReportAgent(r); err != nil || dup != want {
+		if dup, err := reportAgent(c, r); err != nil || dup != want {
 			t.Fatalf("report %d: duplicate %v, %v; want %v", i, dup, err, want)
 		}
 	}
-	if dup, _ := c.ReportAgent(agentReport("a", 4, nil, sketchOf("k", 1))); !dup {
+	if dup, _ := reportAgent(c, agentReport("a", 4, nil, sketchOf("k", 1))); !dup {
 		t.Error("an older sequence was taken")
 	}
 	r = agentReport("a", 1, nil, sketchOf("k", 1))
 	r.Incarnation = 8
-	if dup, err := c.ReportAgent(r); err != nil || dup {
+	if dup, err := reportAgent(c, r); err != nil || dup {
 		t.Errorf("a restarted agent's first report: duplicate %v, %v", dup, err)
 	}
 	if tot := c.AgentTotals(); tot.Reports != 2 || tot.Misses != 2 {
@@ -165,7 +175,7 @@ func TestAgentReportsRefused(t *testing.T) {
 		"sketch shape": {Agent: "a", Sequence: 1, SketchRows: 2, SketchCols: 1024, Sketch: []*api.SketchCell{{Index: 0, Count: 1}}},
 		"sketch cell":  agentReport("a", 1, nil, []*api.SketchCell{{Index: directory.SketchRows * directory.SketchCols, Count: 1}}),
 	} {
-		if _, err := c.ReportAgent(r); !errors.Is(err, ErrAgentReport) {
+		if _, err := reportAgent(c, r); !errors.Is(err, ErrAgentReport) {
 			t.Errorf("%s: %v, want ErrAgentReport", name, err)
 		}
 	}

@@ -2,15 +2,21 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/wire"
 )
 
-// API serves the controller's gRPC API.
+// API serves the controller's gRPC API. It is the only place that turns
+// protobufs into the controller's values and back.
 type API struct {
 	api.UnimplementedControllerServer
 	c *Controller
@@ -38,13 +44,17 @@ func (a *API) ReportStats(_ context.Context, s *api.NodeStats) (*api.ReportStats
 			return nil, status.Errorf(codes.InvalidArgument, "hot key of %d bytes", len(k.GetKey()))
 		}
 	}
-	a.c.Report(s)
+	a.c.Report(nodeReportFromProto(s))
 	return &api.ReportStatsResponse{}, nil
 }
 
 // ReportAgentStats takes a host agent's counts for the next hot-key round.
 func (a *API) ReportAgentStats(_ context.Context, s *api.AgentStats) (*api.ReportAgentStatsResponse, error) {
-	dup, err := a.c.ReportAgent(s)
+	r, err := agentReportFromProto(s)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	dup, err := a.c.ReportAgent(r)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -61,7 +71,7 @@ func (a *API) WatchDirectory(_ *api.WatchDirectoryRequest, stream api.Controller
 			if !ok {
 				return status.Error(codes.ResourceExhausted, "watcher fell behind: resubscribe for a fresh snapshot")
 			}
-			if err := stream.Send(u); err != nil {
+			if err := stream.Send(updateProto(u)); err != nil {
 				return err
 			}
 		case <-stream.Context().Done():
@@ -72,13 +82,7 @@ func (a *API) WatchDirectory(_ *api.WatchDirectoryRequest, stream api.Controller
 
 // ListDirectory lists the directory by slot.
 func (a *API) ListDirectory(context.Context, *api.ListDirectoryRequest) (*api.ListDirectoryResponse, error) {
-	a.c.st.mu.Lock()
-	defer a.c.st.mu.Unlock()
-	r := &api.ListDirectoryResponse{}
-	for _, e := range a.c.st.sortedLocked() {
-		r.Entries = append(r.Entries, e.proto())
-	}
-	return r, nil
+	return &api.ListDirectoryResponse{Entries: entriesProto(a.c.Entries())}, nil
 }
 
 func checkKey(k []byte) error {
@@ -97,7 +101,7 @@ func (a *API) Pin(ctx context.Context, r *api.PinRequest) (*api.PinResponse, err
 	if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
-	return &api.PinResponse{Entry: e.proto()}, nil
+	return &api.PinResponse{Entry: entryProto(e)}, nil
 }
 
 // Unpin evicts a key.
@@ -113,9 +117,8 @@ func (a *API) Unpin(ctx context.Context, r *api.PinRequest) (*api.PinResponse, e
 
 // ListPartitions returns the partition map.
 func (a *API) ListPartitions(context.Context, *api.ListPartitionsRequest) (*api.ListPartitionsResponse, error) {
-	a.c.st.mu.Lock()
-	defer a.c.st.mu.Unlock()
-	return &api.ListPartitionsResponse{Epoch: a.c.st.lay.Epoch(), Partitions: a.c.st.partitionsProtoLocked()}, nil
+	parts := a.c.Partitions()
+	return &api.ListPartitionsResponse{Epoch: parts.Layout.Epoch(), Partitions: partitionsProto(parts)}, nil
 }
 
 // SetWeights installs split weights for a partition or a hot key.
@@ -137,15 +140,117 @@ func (a *API) SetWeights(ctx context.Context, r *api.SetWeightsRequest) (*api.Se
 
 // Status summarises the controller.
 func (a *API) Status(context.Context, *api.StatusRequest) (*api.StatusResponse, error) {
-	r := &api.StatusResponse{Rounds: a.c.Rounds()}
-	a.c.st.mu.Lock()
-	r.Epoch = a.c.st.lay.Epoch()
-	r.Nodes = uint32(len(a.c.st.lay.Nodes()))
-	r.DirectorySize = uint32(len(a.c.st.entries))
-	a.c.st.mu.Unlock()
-	r.DirectoryCapacity = uint32(a.c.cfg.Capacity)
+	lay := a.c.Layout()
+	r := &api.StatusResponse{
+		Rounds: a.c.Rounds(), Epoch: lay.Epoch(), Nodes: uint32(len(lay.Nodes())),
+		DirectorySize: uint32(a.c.directorySize()), DirectoryCapacity: uint32(a.c.cfg.Capacity),
+	}
 	for _, p := range a.c.planes {
 		r.Switches = append(r.Switches, p.Name())
 	}
 	return r, nil
+}
+
+// nodeReportFromProto is a node's report as the controller takes it.
+func nodeReportFromProto(s *api.NodeStats) NodeReport {
+	r := NodeReport{Node: wire.NodeID(s.GetNode()), Version: s.GetVersion(), QueueDepth: s.GetQueueDepth()}
+	for _, k := range s.GetHotKeys() {
+		r.HotKeys = append(r.HotKeys, sched.KeyCount{Key: k.GetKey(), Count: k.GetCount()})
+	}
+	for _, t := range s.GetTrees() {
+		r.Trees = append(r.Trees, TreeReport{Position: t.GetPosition(), Reads: t.GetReads(),
+			MeanReadLatency: time.Duration(t.GetMeanReadLatencyUs() * float64(time.Microsecond)),
+			CompactionDebt:  t.GetCompactionDebtBytes()})
+	}
+	return r
+}
+
+// agentReportFromProto is an agent's report as the controller takes it; a key hash
+// that is not one is refused with ErrAgentReport.
+func agentReportFromProto(s *api.AgentStats) (AgentReport, error) {
+	r := AgentReport{Agent: s.GetAgent(), Incarnation: s.GetIncarnation(), Sequence: s.GetSequence(),
+		SketchRows: s.GetSketchRows(), SketchCols: s.GetSketchCols()}
+	for _, h := range s.GetHits() {
+		if len(h.GetKeyHash()) != wire.KeyHashLen {
+			return AgentReport{}, fmt.Errorf("%w: a %d-byte key hash", ErrAgentReport, len(h.GetKeyHash()))
+		}
+		r.Hits = append(r.Hits, SlotHits{Hash: wire.KeyHash(h.GetKeyHash()), Hits: h.GetHits()})
+	}
+	for _, cell := range s.GetSketch() {
+		r.Sketch = append(r.Sketch, SketchCell{Index: cell.GetIndex(), Count: cell.GetCount()})
+	}
+	return r, nil
+}
+
+func entryProto(e Entry) *api.DirectoryEntry {
+	pe := &api.DirectoryEntry{
+		KeyHash: append([]byte(nil), e.Hash[:]...), Key: e.Key, ChainLength: uint32(e.R),
+		Pinned: e.Pinned, Hits: e.Hits, Version: e.Ver,
+	}
+	for _, n := range e.Locs {
+		pe.Locations = append(pe.Locations, uint32(n))
+	}
+	for _, b := range e.Buckets {
+		pe.Buckets = append(pe.Buckets, uint32(b))
+	}
+	return pe
+}
+
+func entriesProto(es []Entry) []*api.DirectoryEntry {
+	out := make([]*api.DirectoryEntry, len(es))
+	for i, e := range es {
+		out[i] = entryProto(e)
+	}
+	return out
+}
+
+// partitionsProto lists every partition with its chain and buckets: the
+// weights set, or an even split.
+func partitionsProto(parts Partitions) []*api.Partition {
+	ps := make([]*api.Partition, parts.Layout.Partitions())
+	for p, c := range parts.Layout.Chains() {
+		ap := &api.Partition{Index: uint32(p)}
+		for _, n := range c {
+			ap.Chain = append(ap.Chain, uint32(n))
+		}
+		b, ok := parts.Buckets[uint32(p)]
+		for i := 0; i < directory.Buckets; i++ {
+			if ok {
+				ap.Buckets = append(ap.Buckets, uint32(b[i]))
+			} else {
+				ap.Buckets = append(ap.Buckets, uint32(i%len(c)))
+			}
+		}
+		ps[p] = ap
+	}
+	return ps
+}
+
+func nodesProto(lay *layout.Map) []*api.Node {
+	ids := lay.Nodes()
+	out := make([]*api.Node, len(ids))
+	for i, id := range ids {
+		n, _ := lay.Node(id)
+		out[i] = &api.Node{Id: uint32(id), Addr: n.Addr}
+	}
+	return out
+}
+
+var updateKinds = [...]api.DirectoryUpdate_Kind{
+	updateSnapshot:   api.DirectoryUpdate_SNAPSHOT,
+	updateUpsert:     api.DirectoryUpdate_UPSERT,
+	updateDelete:     api.DirectoryUpdate_DELETE,
+	updatePartitions: api.DirectoryUpdate_PARTITIONS,
+}
+
+// updateProto is a directory update as agents receive it.
+func updateProto(u directoryUpdate) *api.DirectoryUpdate {
+	pu := &api.DirectoryUpdate{Kind: updateKinds[u.kind], Sequence: u.sequence, Entries: entriesProto(u.entries)}
+	if lay := u.partitions.Layout; lay != nil {
+		pu.Epoch, pu.PartitionBits, pu.Partitions = lay.Epoch(), uint32(lay.Bits()), partitionsProto(u.partitions)
+		if u.kind == updateSnapshot {
+			pu.Nodes = nodesProto(lay)
+		}
+	}
+	return pu
 }

@@ -16,12 +16,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/sched"
@@ -73,23 +71,61 @@ type Config struct {
 	Log          *slog.Logger
 }
 
+// NodeReport is a storage node's report for the next hot-key round and
+// the coarse loop.
+type NodeReport struct {
+	Node wire.NodeID
+	// Version increases with every report of a node; a report no newer
+	// than the last one taken is dropped (0: always taken).
+	Version    uint64
+	HotKeys    []sched.KeyCount // the keys the node served most, named
+	Trees      []TreeReport     // per chain position; none: keep the last ones
+	QueueDepth uint32
+}
+
+// TreeReport is one chain position's tree on a node (HATS's T and C),
+// cumulative since the node started.
+type TreeReport struct {
+	Position        uint32
+	Reads           uint64
+	MeanReadLatency time.Duration
+	CompactionDebt  uint64 // bytes
+}
+
 // Controller runs the control loops.
+//
+// Locks, taken in this order and never the reverse (a goroutine holding
+// one takes only those after it):
+//
+//	partsMu → keysMu → st.mu → mu → gossip.mu
+//
+// partsMu serialises writes of partition weights (a coarse epoch's,
+// SetPartitionWeights, Resync's), so that the planes and st.partBuckets see
+// them in one order. keysMu serialises changes to directory entries (a
+// hot-key round's promotions and evictions, Pin, Unpin, SetKeyWeights, a
+// coarse epoch's key weights, Resync) together with the plane and head
+// writes that carry them; it guards hot, lastHits and lastSketch. st.mu
+// guards st (state.go): every entry is written under keysMu and st.mu, and
+// read under st.mu, as a copy. mu guards the fields below it, and
+// gossip.mu the gossip state. cfg and planes never change after New.
 type Controller struct {
 	cfg     Config
 	planes  []DataPlane
 	storage Storage
-	st      *state
-	hot     *sched.HotKeys
 	log     *slog.Logger
-	gossip  gossipState // gossiped node stats and expected loads (gossip.go)
-	// keysMu serialises changes to directory entries: a hot-key round's
-	// promotions and evictions, and a coarse epoch's key weights.
-	keysMu sync.Mutex
+
+	partsMu sync.Mutex
+	keysMu  sync.Mutex
+	hot     *sched.HotKeys
+	// lastHits and lastSketch are the counters the last round read, per
+	// slot and per plane.
+	lastHits   map[uint32]uint64
+	lastSketch [][directory.SketchRows][directory.SketchCols]uint64
+
+	st *state
 
 	mu         sync.Mutex
-	reports    map[wire.NodeID]*api.NodeStats
-	lastHits   map[uint32]uint64
-	lastSketch [][directory.SketchRows][directory.SketchCols]uint64 // per plane
+	reports    map[wire.NodeID]NodeReport
 	rounds     uint64
 	promotions uint64
 	evictions  uint64
@@ -98,6 +134,8 @@ type Controller struct {
 	agentSeen   map[string]agentSeen
 	agentTally  agentTallies
 	agentTotals AgentTotals
+
+	gossip gossipState // gossiped node stats and expected loads (gossip.go)
 }
 
 // New returns a controller for the nodes; it has not touched any device yet.
@@ -134,9 +172,10 @@ func New(cfg Config, planes []DataPlane, storage Storage) (*Controller, error) {
 		hot: sched.NewHotKeys(sched.HotKeyConfig{
 			Capacity: cfg.Capacity, PromoteMin: cfg.PromoteMin, Nodes: len(cfg.Layout.Nodes()), Chain: cfg.Layout.R(),
 		}),
-		reports:  map[wire.NodeID]*api.NodeStats{},
-		lastHits: map[uint32]uint64{},
-		coarse:   newCoarseState(),
+		reports:    map[wire.NodeID]NodeReport{},
+		lastHits:   map[uint32]uint64{},
+		lastSketch: make([][directory.SketchRows][directory.SketchCols]uint64, len(planes)),
+		coarse:     newCoarseState(),
 	}
 	c.st.lay = cfg.Layout
 	return c, nil
@@ -149,6 +188,14 @@ func (c *Controller) Layout() *layout.Map {
 	return c.st.lay
 }
 
+// Partitions returns the layout's partitions with the weights installed
+// over them.
+func (c *Controller) Partitions() Partitions {
+	c.st.mu.Lock()
+	defer c.st.mu.Unlock()
+	return c.st.partitionsLocked()
+}
+
 // Setup programs every data plane from scratch.
 func (c *Controller) Setup(ctx context.Context) error {
 	for _, p := range c.planes {
@@ -159,15 +206,15 @@ func (c *Controller) Setup(ctx context.Context) error {
 	return nil
 }
 
-// Report records a node's stats (from the API or an in-process node).
-func (c *Controller) Report(s *api.NodeStats) {
+// Report records a node's report for the next hot-key round and epoch.
+func (c *Controller) Report(r NodeReport) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old, ok := c.reports[wire.NodeID(s.GetNode())]; ok && old.GetVersion() >= s.GetVersion() && s.GetVersion() != 0 {
+	if old, ok := c.reports[r.Node]; ok && old.Version >= r.Version && r.Version != 0 {
 		return // a reordered, older report
 	}
-	c.reports[wire.NodeID(s.GetNode())] = s
-	c.noteTreesLocked(s)
+	c.reports[r.Node] = r
+	c.noteTreesLocked(r.Node, r.Trees)
 }
 
 // Run runs hot-key rounds and, beside them, coarse epochs until ctx ends:
@@ -214,9 +261,7 @@ func (c *Controller) nodes(ids []wire.NodeID) []layout.Node {
 func (c *Controller) HotKeyRound(ctx context.Context) error {
 	c.keysMu.Lock()
 	defer c.keysMu.Unlock()
-	c.st.mu.Lock()
-	entries := c.st.sortedLocked()
-	c.st.mu.Unlock()
+	entries := c.Entries()
 	slots := make([]uint32, len(entries))
 	for i, e := range entries {
 		slots[i] = e.Slot
@@ -239,22 +284,30 @@ func (c *Controller) HotKeyRound(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("read sketch from %s: %w", p.Name(), err)
 		}
-		c.mu.Lock()
-		if len(c.lastSketch) < len(c.planes) {
-			c.lastSketch = make([][directory.SketchRows][directory.SketchCols]uint64, len(c.planes))
-		}
 		for r := range cur {
 			for col := range cur[r] {
 				sketch[r][col] += cur[r][col] - min(c.lastSketch[i][r][col], cur[r][col])
 			}
 		}
 		c.lastSketch[i] = cur
-		c.mu.Unlock()
 	}
 	c.mu.Lock()
 	// Host agents' counts since the last round: their slot hits add to the
 	// cached keys', their sketch growth to the planes'.
 	agents := c.takeAgentTalliesLocked()
+	cands := map[wire.KeyHash]*sched.Candidate{}
+	for _, r := range c.reports {
+		for _, kc := range r.HotKeys {
+			h := wire.HashKey(kc.Key)
+			if cc, ok := cands[h]; ok {
+				cc.Count += kc.Count
+			} else {
+				cands[h] = &sched.Candidate{Hash: h, Key: kc.Key, Count: kc.Count}
+			}
+		}
+	}
+	clear(c.reports)
+	c.mu.Unlock()
 	for r := range sketch {
 		for col := range sketch[r] {
 			sketch[r][col] += agents.sketch[r][col]
@@ -262,27 +315,23 @@ func (c *Controller) HotKeyRound(ctx context.Context) error {
 	}
 	cachedCounts := map[wire.KeyHash]uint64{}
 	var all uint64
-	for _, e := range entries {
+	for i, e := range entries {
 		d := total[e.Slot] - min(c.lastHits[e.Slot], total[e.Slot])
 		c.lastHits[e.Slot] = total[e.Slot]
 		d += agents.hits[e.Hash]
 		cachedCounts[e.Hash] = d
-		e.Hits = d
-		c.coarse.keyHits[e.Hash] += d
+		entries[i].Hits = d
 		all += d
 	}
-	cands := map[wire.KeyHash]*sched.Candidate{}
-	for _, r := range c.reports {
-		for _, kc := range r.GetHotKeys() {
-			h := wire.HashKey(kc.GetKey())
-			if cc, ok := cands[h]; ok {
-				cc.Count += kc.GetCount()
-			} else {
-				cands[h] = &sched.Candidate{Hash: h, Key: kc.GetKey(), Count: kc.GetCount()}
-			}
-		}
+	c.st.mu.Lock()
+	for _, e := range entries {
+		c.st.entries[e.Hash] = e
 	}
-	clear(c.reports)
+	c.st.mu.Unlock()
+	c.mu.Lock()
+	for h, d := range cachedCounts {
+		c.coarse.keyHits[h] += d
+	}
 	c.rounds++
 	c.mu.Unlock()
 
@@ -303,9 +352,9 @@ func (c *Controller) HotKeyRound(ctx context.Context) error {
 	var errs []error
 	for _, h := range dec.Evict {
 		c.st.mu.Lock()
-		e := c.st.entries[h]
+		e, ok := c.st.entries[h]
 		c.st.mu.Unlock()
-		if e == nil || e.Pinned {
+		if !ok || e.Pinned {
 			continue
 		}
 		errs = append(errs, c.evict(ctx, e))
@@ -316,7 +365,7 @@ func (c *Controller) HotKeyRound(ctx context.Context) error {
 		if all > 0 {
 			share = float64(cc.Count) / float64(all)
 		}
-		if err := c.promote(ctx, cc.Key, share, load, false); err != nil {
+		if _, err := c.promote(ctx, cc.Key, share, load, false); err != nil {
 			c.hot.Forget(cc.Hash)
 			errs = append(errs, err)
 		}
@@ -324,17 +373,18 @@ func (c *Controller) HotKeyRound(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// promote installs key in every plane and has its chain head create copies.
-func (c *Controller) promote(ctx context.Context, key []byte, share float64, load map[wire.NodeID]float64, pinned bool) error {
+// promote installs key in every plane and has its chain head create copies;
+// it returns the key's entry. keysMu is held.
+func (c *Controller) promote(ctx context.Context, key []byte, share float64, load map[wire.NodeID]float64, pinned bool) (Entry, error) {
 	h := wire.HashKey(key)
 	c.st.mu.Lock()
-	if _, ok := c.st.entries[h]; ok {
+	if e, ok := c.st.entries[h]; ok {
 		c.st.mu.Unlock()
-		return nil
+		return e, nil
 	}
 	if len(c.st.free) == 0 {
 		c.st.mu.Unlock()
-		return directory.ErrFull
+		return Entry{}, directory.ErrFull
 	}
 	chain := c.st.lay.ChainOf(h)
 	ids := c.st.lay.Nodes()
@@ -354,7 +404,7 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 	slot := c.st.free[0]
 	c.st.free = c.st.free[1:]
 	c.st.gen++
-	e := &Entry{Hash: h, Key: slices.Clone(key), Slot: slot, Locs: locs, R: len(chain),
+	e := Entry{Hash: h, Key: slices.Clone(key), Slot: slot, Locs: locs, R: len(chain),
 		Buckets: directory.BucketsForWeights(weights), Pinned: pinned, Gen: c.st.gen}
 	c.st.mu.Unlock()
 
@@ -381,14 +431,14 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 				c.log.Warn("demote after a failed promote failed", "key", string(key), "err", derr)
 			}
 			release()
-			return fmt.Errorf("promote %q at its head: %w", key, err)
+			return Entry{}, fmt.Errorf("promote %q at its head: %w", key, err)
 		}
 		e.Ver = ver
 	}
 	for i, p := range c.planes {
-		if err := p.InstallEntry(ctx, e); err != nil {
+		if err := p.InstallEntry(ctx, &e); err != nil {
 			for _, q := range c.planes[:i] {
-				q.RemoveEntry(ctx, e)
+				q.RemoveEntry(ctx, &e)
 			}
 			if c.storage != nil {
 				if derr := c.undoPromote(ctx, chain[0], key, extras); derr != nil {
@@ -396,18 +446,18 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 				}
 			}
 			release()
-			return fmt.Errorf("install %q on %s: %w", key, p.Name(), err)
+			return Entry{}, fmt.Errorf("install %q on %s: %w", key, p.Name(), err)
 		}
 	}
 	c.st.mu.Lock()
 	c.st.entries[h] = e
-	c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_UPSERT, Entries: []*api.DirectoryEntry{e.proto()}})
+	c.st.publishLocked(directoryUpdate{kind: updateUpsert, entries: []Entry{e}})
 	c.st.mu.Unlock()
 	c.mu.Lock()
 	c.promotions++
 	c.mu.Unlock()
 	c.log.Info("promoted", "key", string(key), "slot", slot, "locations", locs)
-	return nil
+	return e, nil
 }
 
 // undoPromote demotes key at its head after a promotion that did not
@@ -419,10 +469,12 @@ func (c *Controller) undoPromote(ctx context.Context, head wire.NodeID, key []by
 	return c.storage.Demote(ctx, c.node(head), key, c.nodes(extras))
 }
 
-func (c *Controller) evict(ctx context.Context, e *Entry) error {
+// evict removes e from every plane and has its head drop the copies.
+// keysMu is held.
+func (c *Controller) evict(ctx context.Context, e Entry) error {
 	var errs []error
 	for _, p := range c.planes {
-		if err := p.RemoveEntry(ctx, e); err != nil {
+		if err := p.RemoveEntry(ctx, &e); err != nil {
 			errs = append(errs, fmt.Errorf("evict %q from %s: %w", e.Key, p.Name(), err))
 		}
 	}
@@ -434,10 +486,10 @@ func (c *Controller) evict(ctx context.Context, e *Entry) error {
 	c.st.mu.Lock()
 	delete(c.st.entries, e.Hash)
 	c.st.free = append(c.st.free, e.Slot)
-	c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_DELETE, Entries: []*api.DirectoryEntry{e.proto()}})
+	c.st.publishLocked(directoryUpdate{kind: updateDelete, entries: []Entry{e}})
 	c.st.mu.Unlock()
-	c.mu.Lock()
 	delete(c.lastHits, e.Slot)
+	c.mu.Lock()
 	c.evictions++
 	c.mu.Unlock()
 	c.hot.Forget(e.Hash)
@@ -445,15 +497,19 @@ func (c *Controller) evict(ctx context.Context, e *Entry) error {
 	return errors.Join(errs...)
 }
 
-// Entries returns the directory, by slot.
+// Entries returns the directory, by slot. The entries' slices are shared:
+// read them only.
 func (c *Controller) Entries() []Entry {
 	c.st.mu.Lock()
 	defer c.st.mu.Unlock()
-	var out []Entry
-	for _, e := range c.st.sortedLocked() {
-		out = append(out, *e)
-	}
-	return out
+	return c.st.sortedLocked()
+}
+
+// directorySize is the number of keys in the directory.
+func (c *Controller) directorySize() int {
+	c.st.mu.Lock()
+	defer c.st.mu.Unlock()
+	return len(c.st.entries)
 }
 
 // Rounds is the number of hot-key rounds run.
@@ -467,18 +523,11 @@ func (c *Controller) Rounds() uint64 {
 // partition map and every directory entry (after a device restart or a
 // reconnect).
 func (c *Controller) Resync(ctx context.Context, p DataPlane) error {
-	m := c.Layout()
-	if err := p.Setup(ctx, m, c.cfg.VSBGroup); err != nil {
+	if err := c.resyncPartitions(ctx, p); err != nil {
 		return err
 	}
-	c.st.mu.Lock()
-	weights := maps.Clone(c.st.partBuckets)
-	c.st.mu.Unlock()
-	for part, b := range weights {
-		if err := p.SetPartitionBuckets(ctx, part, m.Chain(part), b); err != nil {
-			return err
-		}
-	}
+	c.keysMu.Lock()
+	defer c.keysMu.Unlock()
 	for _, e := range c.Entries() {
 		// A device that lost its state (a restart, a pipeline push) seeds
 		// the slot from the entry's version, the head's latest when the key
@@ -497,9 +546,7 @@ func (c *Controller) Resync(ctx context.Context, p DataPlane) error {
 			}
 			e.Ver = max(e.Ver, ver)
 			c.st.mu.Lock()
-			if cur := c.st.entries[e.Hash]; cur != nil && cur.Gen == e.Gen {
-				cur.Ver = e.Ver
-			}
+			c.st.entries[e.Hash] = e
 			c.st.mu.Unlock()
 		}
 		if err := p.InstallEntry(ctx, &e); err != nil {
@@ -510,27 +557,42 @@ func (c *Controller) Resync(ctx context.Context, p DataPlane) error {
 	return nil
 }
 
+// resyncPartitions installs the partition map and its weights in p.
+func (c *Controller) resyncPartitions(ctx context.Context, p DataPlane) error {
+	c.partsMu.Lock()
+	defer c.partsMu.Unlock()
+	parts := c.Partitions()
+	if err := p.Setup(ctx, parts.Layout, c.cfg.VSBGroup); err != nil {
+		return err
+	}
+	for part, b := range parts.Buckets {
+		if err := p.SetPartitionBuckets(ctx, part, parts.Layout.Chain(part), b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Pin promotes key at once and keeps it until unpinned.
 func (c *Controller) Pin(ctx context.Context, key []byte) (Entry, error) {
+	c.keysMu.Lock()
+	defer c.keysMu.Unlock()
 	h := wire.HashKey(key)
 	c.st.mu.Lock()
 	if e, ok := c.st.entries[h]; ok {
 		e.Pinned = true
-		out := *e
+		c.st.entries[h] = e
 		c.st.mu.Unlock()
-		return out, nil
+		return e, nil
 	}
 	c.st.mu.Unlock()
-	if err := c.promote(ctx, key, 1/float64(len(c.Layout().Nodes())), map[wire.NodeID]float64{}, true); err != nil {
-		return Entry{}, err
-	}
-	c.st.mu.Lock()
-	defer c.st.mu.Unlock()
-	return *c.st.entries[h], nil
+	return c.promote(ctx, key, 1/float64(len(c.Layout().Nodes())), map[wire.NodeID]float64{}, true)
 }
 
 // Unpin evicts a pinned key.
 func (c *Controller) Unpin(ctx context.Context, key []byte) error {
+	c.keysMu.Lock()
+	defer c.keysMu.Unlock()
 	h := wire.HashKey(key)
 	c.st.mu.Lock()
 	e, ok := c.st.entries[h]
@@ -543,6 +605,8 @@ func (c *Controller) Unpin(ctx context.Context, key []byte) error {
 
 // SetKeyWeights installs weights over a key's LocationList.
 func (c *Controller) SetKeyWeights(ctx context.Context, key []byte, w []uint32) error {
+	c.keysMu.Lock()
+	defer c.keysMu.Unlock()
 	h := wire.HashKey(key)
 	c.st.mu.Lock()
 	e, ok := c.st.entries[h]
@@ -555,11 +619,11 @@ func (c *Controller) SetKeyWeights(ctx context.Context, key []byte, w []uint32) 
 		return fmt.Errorf("controller: %d weights for %d locations", len(w), len(e.Locs))
 	}
 	e.Buckets = directory.BucketsForWeights(w)
-	cp := *e
-	c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_UPSERT, Entries: []*api.DirectoryEntry{e.proto()}})
+	c.st.entries[h] = e
+	c.st.publishLocked(directoryUpdate{kind: updateUpsert, entries: []Entry{e}})
 	c.st.mu.Unlock()
 	for _, p := range c.planes {
-		if err := p.SetSlotBuckets(ctx, &cp); err != nil {
+		if err := p.SetSlotBuckets(ctx, &e); err != nil {
 			return err
 		}
 	}
@@ -568,6 +632,8 @@ func (c *Controller) SetKeyWeights(ctx context.Context, key []byte, w []uint32) 
 
 // SetPartitionWeights installs weights over a partition's chain.
 func (c *Controller) SetPartitionWeights(ctx context.Context, p uint32, w []uint32) error {
+	c.partsMu.Lock()
+	defer c.partsMu.Unlock()
 	m := c.Layout()
 	if int(p) >= m.Partitions() {
 		return fmt.Errorf("controller: partition %d of %d", p, m.Partitions())
@@ -584,8 +650,7 @@ func (c *Controller) SetPartitionWeights(ctx context.Context, p uint32, w []uint
 	}
 	c.st.mu.Lock()
 	c.st.partBuckets[p] = b
-	c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_PARTITIONS, Epoch: m.Epoch(),
-		PartitionBits: uint32(m.Bits()), Partitions: c.st.partitionsProtoLocked()})
+	c.st.publishLocked(directoryUpdate{kind: updatePartitions, partitions: c.st.partitionsLocked()})
 	c.st.mu.Unlock()
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -147,6 +148,9 @@ func testController(t *testing.T) (*Controller, *corePlane, *recStorage) {
 	return c, p, st
 }
 
+// nextUpdate is a watcher's next update as agents receive it.
+func nextUpdate(w <-chan directoryUpdate) *api.DirectoryUpdate { return updateProto(<-w) }
+
 func TestHotKeyPromotedSpreadThenEvicted(t *testing.T) {
 	ctx := context.Background()
 	c, p, st := testController(t)
@@ -156,7 +160,7 @@ func TestHotKeyPromotedSpreadThenEvicted(t *testing.T) {
 	for i := 0; i < 400; i++ {
 		p.get(t, "hot", uint64(i))
 	}
-	c.Report(&api.NodeStats{Node: 1, Version: 1, HotKeys: []*api.KeyCount{{Key: []byte("hot"), Count: 400}, {Key: []byte("cold"), Count: 3}}})
+	c.Report(NodeReport{Node: 1, Version: 1, HotKeys: []sched.KeyCount{{Key: []byte("hot"), Count: 400}, {Key: []byte("cold"), Count: 3}}})
 	if err := c.HotKeyRound(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -172,10 +176,10 @@ func TestHotKeyPromotedSpreadThenEvicted(t *testing.T) {
 		t.Fatalf("head not asked to copy to the extras: %v vs %v", got, e.Locs)
 	}
 	// The watcher saw a snapshot, then the upsert.
-	if u := <-w; u.GetKind() != api.DirectoryUpdate_SNAPSHOT {
+	if u := nextUpdate(w); u.GetKind() != api.DirectoryUpdate_SNAPSHOT {
 		t.Fatalf("first update %v", u.GetKind())
 	}
-	if u := <-w; u.GetKind() != api.DirectoryUpdate_UPSERT || string(u.GetEntries()[0].GetKey()) != "hot" {
+	if u := nextUpdate(w); u.GetKind() != api.DirectoryUpdate_UPSERT || string(u.GetEntries()[0].GetKey()) != "hot" {
 		t.Fatalf("second update %v", u)
 	}
 
@@ -221,7 +225,7 @@ func TestHotKeyPromotedSpreadThenEvicted(t *testing.T) {
 	if len(st.demoted) != 1 || st.demoted[0] != "hot" {
 		t.Fatalf("head not told to drop copies: %v", st.demoted)
 	}
-	if u := <-w; u.GetKind() != api.DirectoryUpdate_DELETE {
+	if u := nextUpdate(w); u.GetKind() != api.DirectoryUpdate_DELETE {
 		t.Fatalf("watcher: %v, want DELETE", u.GetKind())
 	}
 }
@@ -290,11 +294,11 @@ func TestWeights(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Agents are told, and later snapshots carry the weights too.
-	u := <-w
+	u := nextUpdate(w)
 	if u.GetKind() != api.DirectoryUpdate_PARTITIONS || u.GetPartitions()[3].GetBuckets()[5] != 0 || u.GetPartitions()[2].GetBuckets()[1] != 1 {
 		t.Fatalf("weights update %v", u)
 	}
-	if snap := <-c.st.watch(); snap.GetPartitions()[3].GetBuckets()[1] != 0 {
+	if snap := nextUpdate(c.st.watch()); snap.GetPartitions()[3].GetBuckets()[1] != 0 {
 		t.Fatalf("snapshot after weights: %v", snap.GetPartitions()[3])
 	}
 	part, _ := p.d.Partition(3)
@@ -335,7 +339,7 @@ func TestLayoutOverridesAndEpoch(t *testing.T) {
 	if part, ok := p.d.Partition(2); !ok || fmt.Sprint(part.Chain[:part.R]) != "[4 2 1]" {
 		t.Fatalf("partition 2 installed as %+v, want the override [4 2 1]", part)
 	}
-	snap := <-c.st.watch()
+	snap := nextUpdate(c.st.watch())
 	if snap.GetEpoch() != 5 || fmt.Sprint(snap.GetPartitions()[2].GetChain()) != "[4 2 1]" {
 		t.Fatalf("snapshot epoch %d, partition 2 %v", snap.GetEpoch(), snap.GetPartitions()[2].GetChain())
 	}

@@ -11,7 +11,6 @@ import (
 	p4 "github.com/p4lang/p4runtime/go/p4/v1"
 	"google.golang.org/grpc"
 
-	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/controller/p4rt"
@@ -98,11 +97,7 @@ const (
 // nodes do over the API (netdir node --controller).
 func (env *e2eEnv) reportHotKeys() {
 	for _, n := range env.nodes {
-		s := &api.NodeStats{Node: uint32(n.ID()), Version: uint64(time.Now().UnixNano())}
-		for _, kc := range n.HotKeys(8) {
-			s.HotKeys = append(s.HotKeys, &api.KeyCount{Key: kc.Key, Count: kc.Count})
-		}
-		env.ctl.Report(s)
+		env.ctl.Report(controller.NodeReport{Node: n.ID(), Version: uint64(time.Now().UnixNano()), HotKeys: n.HotKeys(8)})
 	}
 }
 

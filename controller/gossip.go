@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/gossip"
 	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/wire"
@@ -42,19 +41,19 @@ func (c *Controller) ObserveNodeStats(s gossip.NodeStats) bool {
 	}
 	gs.stats[s.Node] = s
 	gs.mu.Unlock()
-	trees := make([]*api.TreeStats, len(s.Trees))
+	trees := make([]TreeReport, len(s.Trees))
 	for i, t := range s.Trees {
 		// The mean since the node started, as a report carries it: with
 		// the cumulative reads it gives the cumulative read time.
-		var mean float64
+		var mean time.Duration
 		if t.Reads > 0 {
-			mean = float64(t.ReadNanos) / float64(t.Reads) / 1e3
+			mean = time.Duration(t.ReadNanos / t.Reads)
 		}
-		trees[i] = &api.TreeStats{Position: uint32(t.Position), Reads: t.Reads, MeanReadLatencyUs: mean,
-			CompactionDebtBytes: t.CompactionDebt}
+		trees[i] = TreeReport{Position: uint32(t.Position), Reads: t.Reads, MeanReadLatency: mean,
+			CompactionDebt: t.CompactionDebt}
 	}
 	c.mu.Lock()
-	c.noteTreesLocked(&api.NodeStats{Node: uint32(s.Node), Version: s.Version, Trees: trees, QueueDepth: uint32(s.QueueDepth)})
+	c.noteTreesLocked(s.Node, trees)
 	c.mu.Unlock()
 	return true
 }
@@ -100,15 +99,14 @@ func (c *Controller) PublishExpected(e map[wire.NodeID][]float64) error {
 // partition weights, from the requests each tree served since the last
 // call (sched.TreeExpected), and starts the next interval.
 func (c *Controller) TreeExpected() map[wire.NodeID][]float64 {
-	m := c.Layout()
-	c.st.mu.Lock()
+	parts := c.Partitions()
+	m := parts.Layout
 	weights := make([][]uint32, m.Partitions())
-	for p, b := range c.st.partBuckets {
+	for p, b := range parts.Buckets {
 		if int(p) < len(weights) {
 			weights[p] = bucketWeights(b, len(m.Chain(p)))
 		}
 	}
-	c.st.mu.Unlock()
 	gs := &c.gossip
 	gs.mu.Lock()
 	req := map[wire.NodeID][]uint64{}
@@ -160,6 +158,7 @@ func (c *Controller) RunGossip(ctx context.Context) {
 type StatsCollector struct {
 	c                                           *Controller
 	version, age, reads, lat, debt, l0, rate, q *prometheus.Desc
+	devUtil, devWait                            *prometheus.Desc
 }
 
 // NewStatsCollector returns a collector of the newest gossiped stats of
@@ -167,6 +166,7 @@ type StatsCollector struct {
 func NewStatsCollector(c *Controller) *StatsCollector {
 	node := []string{"node"}
 	tree := []string{"node", "tree"}
+	class := []string{"node", "class"}
 	d := func(name, help string, labels []string) *prometheus.Desc {
 		return prometheus.NewDesc("netdir_controller_node_"+name, help, labels, nil)
 	}
@@ -180,12 +180,14 @@ func NewStatsCollector(c *Controller) *StatsCollector {
 		debt:    d("tree_compaction_debt_bytes", "Pebble's estimated compaction debt per tree (gossiped).", tree),
 		l0:      d("tree_l0_files", "L0 files per tree (gossiped).", tree),
 		rate:    d("tree_compaction_rate_bytes", "Paced compaction rate per tree (gossiped; 0: unthrottled).", tree),
+		devUtil: d("device_utilisation", "Share of the node's device capacity per I/O class over its last window (gossiped).", class),
+		devWait: d("device_queue_wait_seconds", "Mean device queue wait per I/O by class over the node's last window (gossiped).", class),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (m *StatsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.version, m.age, m.q, m.reads, m.lat, m.debt, m.l0, m.rate} {
+	for _, d := range []*prometheus.Desc{m.version, m.age, m.q, m.reads, m.lat, m.debt, m.l0, m.rate, m.devUtil, m.devWait} {
 		ch <- d
 	}
 }
@@ -205,6 +207,10 @@ func (m *StatsCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.debt, prometheus.GaugeValue, float64(t.CompactionDebt), n, tr)
 			ch <- prometheus.MustNewConstMetric(m.l0, prometheus.GaugeValue, float64(t.L0Files), n, tr)
 			ch <- prometheus.MustNewConstMetric(m.rate, prometheus.GaugeValue, float64(t.CompactionRate), n, tr)
+		}
+		for _, d := range s.Device {
+			ch <- prometheus.MustNewConstMetric(m.devUtil, prometheus.GaugeValue, d.Utilisation, n, d.Class)
+			ch <- prometheus.MustNewConstMetric(m.devWait, prometheus.GaugeValue, d.MeanWait.Seconds(), n, d.Class)
 		}
 	}
 }

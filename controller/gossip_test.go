@@ -18,7 +18,7 @@ func TestControllerKeepsNewestNodeStats(t *testing.T) {
 	s := func(v uint64, reads uint64) gossip.NodeStats {
 		return gossip.NodeStats{Node: 2, Version: v, At: time.Now(), Trees: []gossip.TreeStats{
 			{Position: 0, Reads: reads, ReadNanos: reads * 1000, CompactionDebt: 7 << 20, MeanReadLatency: time.Microsecond},
-		}}
+		}, Device: []gossip.DeviceClass{{Class: "compaction", Utilisation: 0.5, MeanWait: time.Millisecond}}}
 	}
 	if !c.ObserveNodeStats(s(10, 100)) || c.ObserveNodeStats(s(9, 50)) || c.ObserveNodeStats(s(10, 60)) {
 		t.Fatal("versions not taken newest-first")
@@ -33,7 +33,7 @@ func TestControllerKeepsNewestNodeStats(t *testing.T) {
 	c.mu.Lock()
 	trees := c.coarse.trees[2]
 	c.mu.Unlock()
-	if len(trees) != 1 || trees[0].GetReads() != 200 || trees[0].GetMeanReadLatencyUs() != 1 || trees[0].GetCompactionDebtBytes() != 7<<20 {
+	if len(trees) != 1 || trees[0].Reads != 200 || trees[0].MeanReadLatency != time.Microsecond || trees[0].CompactionDebt != 7<<20 {
 		t.Fatalf("the coarse loop got %v", trees)
 	}
 	reg := prometheus.NewRegistry()
@@ -42,17 +42,24 @@ func TestControllerKeepsNewestNodeStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	found := false
-	for _, mf := range mfs {
-		if mf.GetName() != "netdir_controller_node_tree_compaction_debt_bytes" {
-			continue
+	gauge := func(name string, want float64) bool {
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if m.GetGauge().GetValue() == want {
+					return true
+				}
+			}
 		}
-		for _, m := range mf.GetMetric() {
-			found = found || m.GetGauge().GetValue() == 7<<20
-		}
+		return false
 	}
-	if !found {
+	if !gauge("netdir_controller_node_tree_compaction_debt_bytes", 7<<20) {
 		t.Fatal("no compaction debt of 7 MiB in the controller's metrics")
+	}
+	if !gauge("netdir_controller_node_device_utilisation", 0.5) || !gauge("netdir_controller_node_device_queue_wait_seconds", 0.001) {
+		t.Fatal("the gossiped device utilisation and queue wait are not in the controller's metrics")
 	}
 }
 

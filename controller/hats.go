@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/wire"
@@ -18,7 +17,7 @@ import (
 type coarseState struct {
 	// trees is each node's latest per-tree report (cumulative reads and
 	// mean read latency), and epochReads the reads at the last epoch.
-	trees      map[wire.NodeID][]*api.TreeStats
+	trees      map[wire.NodeID][]TreeReport
 	epochReads map[wire.NodeID]map[uint32]uint64
 	keyHits    map[wire.KeyHash]uint64 // directory keys' hits since the last epoch
 	share      map[wire.NodeID]float64 // E's shares from the last epoch
@@ -28,16 +27,16 @@ type coarseState struct {
 
 func newCoarseState() coarseState {
 	return coarseState{
-		trees:      map[wire.NodeID][]*api.TreeStats{},
+		trees:      map[wire.NodeID][]TreeReport{},
 		epochReads: map[wire.NodeID]map[uint32]uint64{},
 		keyHits:    map[wire.KeyHash]uint64{},
 	}
 }
 
-// noteTrees keeps a report's tree stats for the next epoch; c.mu held.
-func (c *Controller) noteTreesLocked(s *api.NodeStats) {
-	if len(s.GetTrees()) > 0 {
-		c.coarse.trees[wire.NodeID(s.GetNode())] = s.GetTrees()
+// noteTreesLocked keeps a node's tree stats for the next epoch; c.mu held.
+func (c *Controller) noteTreesLocked(n wire.NodeID, trees []TreeReport) {
+	if len(trees) > 0 {
+		c.coarse.trees[n] = trees
 	}
 }
 
@@ -57,17 +56,17 @@ func (c *Controller) nodeStatsLocked(nodes []wire.NodeID, scale float64) []sched
 		now := map[uint32]uint64{}
 		var reads, latency float64
 		for _, t := range trees {
-			pos := t.GetPosition()
-			now[pos] = t.GetReads()
+			pos := t.Position
+			now[pos] = t.Reads
 			for int(pos) >= len(s.Requests) {
 				s.Requests = append(s.Requests, 0)
 			}
-			s.Requests[pos] = uint64(scale * float64(t.GetReads()-min(last[pos], t.GetReads())))
-			reads += float64(t.GetReads())
-			latency += float64(t.GetReads()) * t.GetMeanReadLatencyUs()
+			s.Requests[pos] = uint64(scale * float64(t.Reads-min(last[pos], t.Reads)))
+			reads += float64(t.Reads)
+			latency += float64(t.Reads) * float64(t.MeanReadLatency)
 		}
 		if reads > 0 {
-			s.ReadLatency = time.Duration(latency / reads * float64(time.Microsecond))
+			s.ReadLatency = time.Duration(latency / reads)
 		}
 		c.coarse.epochReads[id] = now
 		if baseline { // a node's first report counts since it started
@@ -127,11 +126,10 @@ func (c *Controller) runEpochs(ctx context.Context) {
 // the expected shares of E stay for ExpectedShares and for placing the
 // next copies. It returns the plan.
 func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) {
-	m := c.Layout()
-	c.st.mu.Lock()
-	entries := c.st.sortedLocked()
-	installed := maps.Clone(c.st.partBuckets)
-	c.st.mu.Unlock()
+	c.partsMu.Lock()
+	parts := c.Partitions()
+	m := parts.Layout
+	entries := c.Entries()
 	c.mu.Lock()
 	// Counts cover the time since the last epoch read them, which may be
 	// longer than L (an epoch waits for the last one's writes): scaled to L,
@@ -144,7 +142,7 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 	c.coarse.last = now
 	in := sched.CoarseInput{Epoch: c.cfg.Epoch, Nodes: c.nodeStatsLocked(m.Nodes(), scale), Chains: m.Chains(),
 		Weights: make([][]uint32, m.Partitions())}
-	for p, b := range installed {
+	for p, b := range parts.Buckets {
 		in.Weights[p] = bucketWeights(b, len(m.Chain(p)))
 	}
 	for _, e := range entries {
@@ -155,13 +153,14 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 	c.mu.Unlock()
 	plan, err := sched.Coarse(in)
 	if err != nil {
+		c.partsMu.Unlock()
 		return plan, err
 	}
 	var errs []error
 	changed := map[uint32][]uint8{}
 	for p, w := range plan.Partitions {
 		b := directory.BucketsForWeights(w)
-		old, ok := installed[uint32(p)]
+		old, ok := parts.Buckets[uint32(p)]
 		if !ok {
 			old = directory.BucketsForWeights(make([]uint32, len(m.Chain(uint32(p)))))
 		}
@@ -179,25 +178,28 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 	c.st.mu.Lock()
 	maps.Copy(c.st.partBuckets, changed)
 	if len(changed) > 0 {
-		c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_PARTITIONS, Epoch: m.Epoch(),
-			PartitionBits: uint32(m.Bits()), Partitions: c.st.partitionsProtoLocked()})
+		c.st.publishLocked(directoryUpdate{kind: updatePartitions, partitions: c.st.partitionsLocked()})
 	}
 	c.st.mu.Unlock()
+	c.partsMu.Unlock()
+	// The keys' weights: an entry evicted or re-promoted since the plan
+	// was made is left alone.
 	c.keysMu.Lock()
 	defer c.keysMu.Unlock()
 	for i, e := range entries {
 		b := directory.BucketsForWeights(plan.HotKeys[i])
 		c.st.mu.Lock()
-		if c.st.entries[e.Hash] != e || slices.Equal(e.Buckets, b) {
+		cur, ok := c.st.entries[e.Hash]
+		if !ok || cur.Gen != e.Gen || slices.Equal(cur.Buckets, b) {
 			c.st.mu.Unlock()
 			continue
 		}
-		e.Buckets = b
-		cp := *e
-		c.st.publishLocked(&api.DirectoryUpdate{Kind: api.DirectoryUpdate_UPSERT, Entries: []*api.DirectoryEntry{e.proto()}})
+		cur.Buckets = b
+		c.st.entries[e.Hash] = cur
+		c.st.publishLocked(directoryUpdate{kind: updateUpsert, entries: []Entry{cur}})
 		c.st.mu.Unlock()
 		for _, pl := range c.planes {
-			if err := pl.SetSlotBuckets(ctx, &cp); err != nil {
+			if err := pl.SetSlotBuckets(ctx, &cur); err != nil {
 				errs = append(errs, fmt.Errorf("weights of %q on %s: %w", e.Key, pl.Name(), err))
 			}
 		}
@@ -223,7 +225,7 @@ func (c *Controller) ExpectedShares() map[wire.NodeID]float64 {
 // their locations: the load that sched.PlaceExtras places the next copies
 // against, so that copies spread over the nodes rather than go to the lowest
 // ids of a directory's first keys.
-func copyLoad(entries []*Entry, evicted []wire.KeyHash, all uint64) map[wire.NodeID]float64 {
+func copyLoad(entries []Entry, evicted []wire.KeyHash, all uint64) map[wire.NodeID]float64 {
 	load := map[wire.NodeID]float64{}
 	if all == 0 {
 		return load

@@ -70,9 +70,9 @@ func TestCoarseEpochReachesEveryPlane(t *testing.T) {
 	// The nodes' first reports are the baseline that later epochs count from.
 	report := func(version uint64, reads func(n wire.NodeID, pos int) uint64) {
 		for _, n := range nodes {
-			s := &api.NodeStats{Node: uint32(n.ID), Version: version}
+			s := controller.NodeReport{Node: n.ID, Version: version}
 			for j := range 3 {
-				s.Trees = append(s.Trees, &api.TreeStats{Position: uint32(j), Reads: reads(n.ID, j), MeanReadLatencyUs: 10})
+				s.Trees = append(s.Trees, controller.TreeReport{Position: uint32(j), Reads: reads(n.ID, j), MeanReadLatency: 10 * time.Microsecond})
 			}
 			ctl.Report(s)
 		}

@@ -41,9 +41,7 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	rounds, prom, ev := c.rounds, c.promotions, c.evictions
 	c.mu.Unlock()
-	c.st.mu.Lock()
-	size := len(c.st.entries)
-	c.st.mu.Unlock()
+	size := c.directorySize()
 	ch <- prometheus.MustNewConstMetric(m.rounds, prometheus.CounterValue, float64(rounds))
 	ch <- prometheus.MustNewConstMetric(m.promotions, prometheus.CounterValue, float64(prom))
 	ch <- prometheus.MustNewConstMetric(m.evictions, prometheus.CounterValue, float64(ev))

@@ -1,16 +1,17 @@
 package controller
 
 import (
+	"maps"
 	"slices"
 	"sync"
 
-	"github.com/netdir/netdir/api"
-	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
 
 // Entry is a hot key as the controller installed it in every data plane.
+// Entries are values: the controller replaces an entry to change it and
+// never writes into its slices, so a copy stays valid once taken.
 type Entry struct {
 	Hash    wire.KeyHash
 	Key     []byte
@@ -29,42 +30,56 @@ type Entry struct {
 	Ver uint64
 }
 
-func (e *Entry) proto() *api.DirectoryEntry {
-	pe := &api.DirectoryEntry{
-		KeyHash: append([]byte(nil), e.Hash[:]...), Key: e.Key, ChainLength: uint32(e.R),
-		Pinned: e.Pinned, Hits: e.Hits, Version: e.Ver,
-	}
-	for _, n := range e.Locs {
-		pe.Locations = append(pe.Locations, uint32(n))
-	}
-	for _, b := range e.Buckets {
-		pe.Buckets = append(pe.Buckets, uint32(b))
-	}
-	return pe
+// Partitions is the layout with the split weights installed over its
+// partitions.
+type Partitions struct {
+	Layout *layout.Map
+	// Buckets holds the partitions whose weights were set; the others split
+	// evenly.
+	Buckets map[uint32][]uint8
+}
+
+// updateKind says what a directoryUpdate carries.
+type updateKind int
+
+const (
+	updateSnapshot   updateKind = iota // the layout's nodes, the partitions and every entry
+	updateUpsert                       // entries promoted or changed
+	updateDelete                       // entries evicted
+	updatePartitions                   // the partitions, after their weights changed
+)
+
+// directoryUpdate is one change to the directory as watchers get it; the
+// API turns it into the protobuf that agents receive.
+type directoryUpdate struct {
+	kind       updateKind
+	sequence   uint64
+	entries    []Entry
+	partitions Partitions // snapshot and partitions
 }
 
 // state is the controller's intended directory, which agents subscribe to.
 // Watchers get a snapshot and then every delta in order; a watcher that
 // falls 1024 updates behind is cut off and must resubscribe (and so gets a
-// fresh snapshot) rather than stall the controller.
+// fresh snapshot) rather than stall the controller. mu guards every field.
 type state struct {
 	mu      sync.Mutex
 	lay     *layout.Map
-	entries map[wire.KeyHash]*Entry
+	entries map[wire.KeyHash]Entry
 	free    []uint32 // free slot indices
 	// partBuckets holds the partitions whose weights were set; the others
-	// split evenly.
+	// split evenly. Its slices are replaced, never written into.
 	partBuckets map[uint32][]uint8
 	seq         uint64
 	gen         uint32 // the last promotion's generation
-	watchers    map[chan *api.DirectoryUpdate]struct{}
+	watchers    map[chan directoryUpdate]struct{}
 }
 
 func newState(capacity int) *state {
 	s := &state{
-		entries:     map[wire.KeyHash]*Entry{},
+		entries:     map[wire.KeyHash]Entry{},
 		partBuckets: map[uint32][]uint8{},
-		watchers:    map[chan *api.DirectoryUpdate]struct{}{},
+		watchers:    map[chan directoryUpdate]struct{}{},
 	}
 	for i := 0; i < capacity; i++ {
 		s.free = append(s.free, uint32(i))
@@ -72,40 +87,16 @@ func newState(capacity int) *state {
 	return s
 }
 
-func (s *state) partitionsProtoLocked() []*api.Partition {
-	ps := make([]*api.Partition, s.lay.Partitions())
-	for p, c := range s.lay.Chains() {
-		ap := &api.Partition{Index: uint32(p)}
-		for _, n := range c {
-			ap.Chain = append(ap.Chain, uint32(n))
-		}
-		b, ok := s.partBuckets[uint32(p)]
-		for i := 0; i < directory.Buckets; i++ {
-			if ok {
-				ap.Buckets = append(ap.Buckets, uint32(b[i]))
-			} else {
-				ap.Buckets = append(ap.Buckets, uint32(i%len(c)))
-			}
-		}
-		ps[p] = ap
-	}
-	return ps
-}
-
-func (s *state) nodesProtoLocked() []*api.Node {
-	ids := s.lay.Nodes()
-	out := make([]*api.Node, len(ids))
-	for i, id := range ids {
-		n, _ := s.lay.Node(id)
-		out[i] = &api.Node{Id: uint32(id), Addr: n.Addr}
-	}
-	return out
+// partitionsLocked returns the partitions as they are now; later changes
+// do not show in it.
+func (s *state) partitionsLocked() Partitions {
+	return Partitions{Layout: s.lay, Buckets: maps.Clone(s.partBuckets)}
 }
 
 // publishLocked sends an update to every watcher.
-func (s *state) publishLocked(u *api.DirectoryUpdate) {
+func (s *state) publishLocked(u directoryUpdate) {
 	s.seq++
-	u.Sequence = s.seq
+	u.sequence = s.seq
 	for w := range s.watchers {
 		select {
 		case w <- u:
@@ -117,21 +108,17 @@ func (s *state) publishLocked(u *api.DirectoryUpdate) {
 }
 
 // watch registers a watcher and returns its channel, primed with a snapshot.
-func (s *state) watch() chan *api.DirectoryUpdate {
+func (s *state) watch() chan directoryUpdate {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w := make(chan *api.DirectoryUpdate, 1024)
-	snap := &api.DirectoryUpdate{Kind: api.DirectoryUpdate_SNAPSHOT, Sequence: s.seq, Nodes: s.nodesProtoLocked(),
-		Partitions: s.partitionsProtoLocked(), Epoch: s.lay.Epoch(), PartitionBits: uint32(s.lay.Bits())}
-	for _, e := range s.sortedLocked() {
-		snap.Entries = append(snap.Entries, e.proto())
-	}
-	w <- snap
+	w := make(chan directoryUpdate, 1024)
+	w <- directoryUpdate{kind: updateSnapshot, sequence: s.seq, entries: s.sortedLocked(),
+		partitions: s.partitionsLocked()}
 	s.watchers[w] = struct{}{}
 	return w
 }
 
-func (s *state) unwatch(w chan *api.DirectoryUpdate) {
+func (s *state) unwatch(w chan directoryUpdate) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.watchers[w]; ok {
@@ -140,11 +127,9 @@ func (s *state) unwatch(w chan *api.DirectoryUpdate) {
 	}
 }
 
-func (s *state) sortedLocked() []*Entry {
-	es := make([]*Entry, 0, len(s.entries))
-	for _, e := range s.entries {
-		es = append(es, e)
-	}
-	slices.SortFunc(es, func(a, b *Entry) int { return int(a.Slot) - int(b.Slot) })
+// sortedLocked returns a copy of the entries, by slot.
+func (s *state) sortedLocked() []Entry {
+	es := slices.Collect(maps.Values(s.entries))
+	slices.SortFunc(es, func(a, b Entry) int { return int(a.Slot) - int(b.Slot) })
 	return es
 }

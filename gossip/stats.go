@@ -38,6 +38,21 @@ type TreeStats struct {
 	CompactionRate  int64         `json:"crate"` // paced bytes/s (0: unthrottled)
 }
 
+// DeviceClass is one I/O class (read, wal, flush, compaction) of a node's
+// emulated storage device (storagenode/device). The counters are cumulative
+// since the node started; Utilisation and MeanWait cover the window.
+type DeviceClass struct {
+	Class string        `json:"c"`
+	IOs   uint64        `json:"n"`
+	Bytes uint64        `json:"b"`
+	Busy  time.Duration `json:"busy"` // device time the class's I/Os took
+	Wait  time.Duration `json:"wait"` // time they queued, on top of Busy
+	// Utilisation is the class's part of the device's capacity (its queue
+	// depth times the window) over the window.
+	Utilisation float64       `json:"util"`
+	MeanWait    time.Duration `json:"mwait"` // queue wait per I/O over the window
+}
+
 // NodeStats is one version of a node's stats.
 type NodeStats struct {
 	Node    wire.NodeID `json:"node"`
@@ -51,6 +66,9 @@ type NodeStats struct {
 	// --max-ops, the bench's emulation); 0 if none.
 	Capacity float64     `json:"capacity,omitempty"`
 	Trees    []TreeStats `json:"trees"`
+	// Device is the node's storage device, per I/O class (read, wal,
+	// flush, compaction, in that order).
+	Device []DeviceClass `json:"device,omitempty"`
 }
 
 // MeanReadLatency is the node's mean read latency over its trees' reads in

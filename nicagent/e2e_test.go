@@ -22,6 +22,7 @@ import (
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/wire"
 )
@@ -474,7 +475,7 @@ func (e *e2e) promoteWithExtra(ctx context.Context, t *testing.T, hot []byte) co
 	if _, err := e.client.Put(ctx, hot, []byte("v1")); err != nil {
 		t.Fatal(err)
 	}
-	e.ctl.Report(&api.NodeStats{Node: 1, Version: 1, HotKeys: []*api.KeyCount{{Key: hot, Count: 1000}}})
+	e.ctl.Report(controller.NodeReport{Node: 1, Version: 1, HotKeys: []sched.KeyCount{{Key: hot, Count: 1000}}})
 	if err := e.ctl.HotKeyRound(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -103,7 +104,7 @@ func TestReportsDrivePromotion(t *testing.T) {
 	named := func() {
 		// The head names the key with the count its own top-k kept: too
 		// few to promote it (PromoteMin 16).
-		ctl.Report(&api.NodeStats{Node: 1, HotKeys: []*api.KeyCount{{Key: []byte(key), Count: 1}}})
+		ctl.Report(controller.NodeReport{Node: 1, HotKeys: []sched.KeyCount{{Key: []byte(key), Count: 1}}})
 	}
 	report := func() {
 		t.Helper()
@@ -221,7 +222,7 @@ func TestNetnsReportsPromote(t *testing.T) {
 	}
 	// The head names the key with a count below PromoteMin (16): its
 	// top-k lost most of it. The agent's sketch saw every miss.
-	e.ctl.Report(&api.NodeStats{Node: uint32(e.lay.ChainOf(h)[0]), HotKeys: []*api.KeyCount{{Key: hot, Count: 1}}})
+	e.ctl.Report(controller.NodeReport{Node: e.lay.ChainOf(h)[0], HotKeys: []sched.KeyCount{{Key: hot, Count: 1}}})
 	if err := e.ctl.HotKeyRound(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Package sched holds netdir's pure scheduling policies: which keys are hot,
 // where their copies go, and (with HATS) how load is split. Like the
 // directory core it does no I/O and reads no clock, so the controller, the
-// simulator and tests run the same decisions.
+// simulator and tests run the same decisions. Per-tenant QoS (dmClock) is
+// its subpackage dmclock.
 package sched
 
 import (

@@ -128,6 +128,8 @@ type Scheduler struct {
 	floor    int64
 	l0Urgent int64
 
+	configured int64 // the budget SetBudget(0) restores
+
 	mu         sync.Mutex
 	budget     int64 // 0: unthrottled
 	maxRunning int
@@ -145,8 +147,13 @@ type Scheduler struct {
 
 // NewScheduler makes a scheduler with the given budget and floor in bytes/s
 // (zero takes the defaults; a negative budget, Unthrottled, paces nothing)
-// and allocator (nil: ReadShare).
+// and allocator (nil: ReadShare). A positive budget is also what
+// SetBudget(0) restores: the node's, its device's by default.
 func NewScheduler(budget, floor int64, alloc Allocator) *Scheduler {
+	configured := int64(DefaultCompactionBudget)
+	if budget > 0 {
+		configured = budget
+	}
 	maxRunning := DefaultMaxCompactions
 	switch {
 	case budget < 0:
@@ -161,7 +168,7 @@ func NewScheduler(budget, floor int64, alloc Allocator) *Scheduler {
 		alloc = ReadShare{}
 	}
 	s := &Scheduler{
-		budget: budget, floor: floor, maxRunning: maxRunning, l0Urgent: DefaultL0Urgent,
+		configured: configured, budget: budget, floor: floor, maxRunning: maxRunning, l0Urgent: DefaultL0Urgent,
 		alloc: alloc, poke: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	s.wg.Add(1)
@@ -181,16 +188,16 @@ func (s *Scheduler) SetAllocator(a Allocator) {
 	s.kick()
 }
 
-// SetBudget changes the node's compaction budget in bytes/s (0: the
-// default; Unthrottled: no pacing, and no node-level cap on concurrent
-// compactions); the rates follow at once.
+// SetBudget changes the node's compaction budget in bytes/s (0: the one
+// the scheduler was made with, or 64 MiB/s; Unthrottled: no pacing, and no
+// node-level cap on concurrent compactions); the rates follow at once.
 func (s *Scheduler) SetBudget(budget int64) {
 	s.mu.Lock()
 	switch {
 	case budget < 0:
 		s.budget, s.maxRunning = 0, math.MaxInt
 	case budget == 0:
-		s.budget, s.maxRunning = DefaultCompactionBudget, DefaultMaxCompactions
+		s.budget, s.maxRunning = s.configured, DefaultMaxCompactions
 	default:
 		s.budget, s.maxRunning = budget, DefaultMaxCompactions
 	}
@@ -224,7 +231,9 @@ func (s *Scheduler) SetExpected(e []float64) {
 	s.kick()
 }
 
-// Close stops the granting loop. Call it after closing the trees.
+// Close stops the granting loop and the pacing. Call it before closing the
+// trees: Pebble's Close waits for running compactions, which then finish
+// unpaced, and waiting ones are no longer granted.
 func (s *Scheduler) Close() {
 	select {
 	case <-s.stop:

@@ -5,19 +5,23 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/gossip"
+	"github.com/netdir/netdir/storagenode/device"
 )
 
 // GossipStats returns the node's stats as it gossips them (HATS T and C per
-// tree, and compaction debt), versioned with gossip.NextVersion. prev is the
-// previous version this node published (zero for the first): the window
-// figures cover the time since it.
+// tree, compaction debt, and the device's utilisation and queue wait per
+// I/O class), versioned with gossip.NextVersion. prev is the previous
+// version this node published (zero for the first): the window figures
+// cover the time since it.
 func (n *Node) GossipStats(prev gossip.NodeStats) gossip.NodeStats {
 	st := n.Stats()
 	now := time.Now()
+	dev := n.dev.Stats()
 	s := gossip.NodeStats{Node: n.id, Version: gossip.NextVersion(), At: now, QueueDepth: st.Load, Capacity: n.opts.MaxOps}
 	if !prev.At.IsZero() {
 		s.Window = now.Sub(prev.At)
 	}
+	s.Device = deviceClasses(dev, devicePrev(dev, prev.Device, s.Window))
 	before := map[int]gossip.TreeStats{}
 	for _, t := range prev.Trees {
 		before[t.Position] = t
@@ -38,6 +42,24 @@ func (n *Node) GossipStats(prev gossip.NodeStats) gossip.NodeStats {
 		s.Trees = append(s.Trees, g)
 	}
 	return s
+}
+
+// devicePrev rebuilds the device figures of a previous gossiped version
+// that lies window before cur; the zero Stats (the window is since the
+// device was made) if there is none, or if the counters went back (the
+// node restarted).
+func devicePrev(cur device.Stats, prev []gossip.DeviceClass, window time.Duration) device.Stats {
+	if window <= 0 || len(prev) != int(device.NumClasses) {
+		return device.Stats{}
+	}
+	out := device.Stats{Elapsed: cur.Elapsed - window, QueueDepth: cur.QueueDepth}
+	for c, p := range prev {
+		if p.Class != device.Class(c).String() || p.IOs > cur.Class[c].IOs || p.Busy > cur.Class[c].Busy || out.Elapsed < 0 {
+			return device.Stats{}
+		}
+		out.Class[c] = device.ClassStats{IOs: p.IOs, Bytes: p.Bytes, Busy: p.Busy, Wait: p.Wait}
+	}
+	return out
 }
 
 // SetExpected sets the load the controller expects each of the node's trees

@@ -69,6 +69,7 @@ import (
 
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/sched"
+	"github.com/netdir/netdir/storagenode/device"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -97,8 +98,14 @@ type Options struct {
 	// MaxOps emulates a node's capacity for one-machine experiments: client
 	// requests (GET/PUT/DEL) are admitted by a token bucket of MaxOps per
 	// second (burst MaxOps/100, at least 1). Zero means unlimited. It is an
-	// emulation knob, not a production control.
+	// emulation knob, not a production control; Device is the capacity
+	// model that makes compaction contend with reads.
 	MaxOps float64
+	// Device is the emulated storage device beneath the node's trees
+	// (device.Parse: "ssd", "hdd" or "none"; the zero value is "none": I/O
+	// is counted and costs nothing). The trees share it, so compaction I/O
+	// takes device time from reads.
+	Device device.Profile
 
 	CacheBytes    int64  // Pebble block cache shared by the trees
 	MemTableBytes uint64 // per tree
@@ -108,15 +115,22 @@ type Options struct {
 	// experiments).
 	LBaseMaxBytes int64
 
-	CompactionBudget int64     // bytes/s for the node; default 64 MiB/s
-	CompactionFloor  int64     // bytes/s per tree; default 4 MiB/s
-	Allocator        Allocator // default EqualShares
+	// CompactionBudget is the node's paced compaction bytes/s (Unthrottled:
+	// none); 0 takes the device's (Device.CompactionBudget, HATS's 64 MiB/s
+	// scaled like the device; 64 MiB/s with no device).
+	CompactionBudget int64
+	// CompactionFloor is the per-tree floor in bytes/s; 0 takes 4 MiB/s, or,
+	// with the device's budget, the same 1/16 of it.
+	CompactionFloor int64
+	Allocator       Allocator // default ReadShare
 
 	DedupEntries    int           // bounded dedup table at the head
 	MaxPending      int           // uncommitted writes at the head before ERR unavailable
 	RetransmitAfter time.Duration // head retransmits an unacknowledged chain write after this
 
 	Logger *slog.Logger
+
+	clock device.Clock // the device's clock, and the read timer's (nil: the wall clock); tests fake it
 }
 
 func (o *Options) fill() error {
@@ -153,6 +167,18 @@ func (o *Options) fill() error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
+	if o.Device == (device.Profile{}) {
+		o.Device, _ = device.Parse("none")
+	}
+	if o.CompactionBudget == 0 {
+		o.CompactionBudget = o.Device.CompactionBudget
+		if o.CompactionFloor == 0 {
+			o.CompactionFloor = o.CompactionBudget / (DefaultCompactionBudget / DefaultCompactionFloor)
+		}
+	}
+	if o.clock == nil {
+		o.clock = device.RealClock{}
+	}
 	return nil
 }
 
@@ -163,6 +189,7 @@ type Node struct {
 	lay   *layout.Map
 	log   *slog.Logger
 	cache *pebble.Cache
+	dev   *device.Device // shared by the trees
 	sched *Scheduler
 	trees []*tree
 
@@ -208,17 +235,18 @@ func Start(o Options) (*Node, error) {
 	}
 	n.dp = o.Layout.DataPlane()
 	n.cache = pebble.NewCache(o.CacheBytes)
+	n.dev = device.New(o.Device, o.clock)
 	n.sched = NewScheduler(o.CompactionBudget, o.CompactionFloor, o.Allocator)
 	fail := func(err error) (*Node, error) {
+		n.sched.Close()
 		for _, t := range n.trees {
 			t.db.Close()
 		}
-		n.sched.Close()
 		n.cache.Unref()
 		return nil, err
 	}
 	for j := 0; j < o.Layout.R(); j++ {
-		t, err := openTree(o.Dir, j, n.cache, &o, n.sched, n.log)
+		t, err := openTree(o.Dir, j, n.cache, &o, n.sched, n.dev, n.log)
 		if err != nil {
 			return fail(fmt.Errorf("storagenode: open tree %d: %w", j, err))
 		}
@@ -294,11 +322,11 @@ func (n *Node) Close() error {
 	close(n.stop)
 	n.conn.Close()
 	n.wg.Wait()
+	n.sched.Close() // running compactions finish unpaced, so closing waits for the device, not the budget
 	var errs []error
 	for _, t := range n.trees {
 		errs = append(errs, t.db.Close())
 	}
-	n.sched.Close()
 	n.cache.Unref()
 	return errors.Join(errs...)
 }

@@ -9,7 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/netdir/netdir/gossip"
 	"github.com/netdir/netdir/sched"
+	"github.com/netdir/netdir/storagenode/device"
 )
 
 // TreeStats are one tree's counters (one chain position).
@@ -32,6 +34,9 @@ type TreeStats struct {
 	DiskBytes         uint64        `json:"disk_bytes"`
 	MemTableBytes     uint64        `json:"memtable_bytes"`
 	RunningL0Compacts int64         `json:"running_l0_compactions"`
+	// Device is the tree's part of the node's device since the node
+	// started, per I/O class.
+	Device []gossip.DeviceClass `json:"device"`
 }
 
 // Stats is a node's counters.
@@ -56,6 +61,12 @@ type Stats struct {
 	Copies      int         `json:"copies"`   // extra copies held
 	CacheBytes  int64       `json:"cache_bytes"`
 	Trees       []TreeStats `json:"trees"`
+	// DeviceProfile names the node's device profile; Device is the
+	// device since the node started, per I/O class (read, wal, flush,
+	// compaction): I/Os, bytes, busy time and queue wait, utilisation
+	// and mean wait.
+	DeviceProfile string               `json:"device_profile"`
+	Device        []gossip.DeviceClass `json:"device"`
 }
 
 // counters is the stats role: the node's request and packet counters, and
@@ -104,7 +115,8 @@ func (n *Node) Stats() Stats {
 		Noops:       n.ctr.noops.Load(),
 		Retransmits: n.ctr.retransmits.Load(), VerQueries: n.ctr.verQueries.Load(),
 		RxPackets: n.ctr.rxPackets.Load(), TxPackets: n.ctr.txPackets.Load(), SyncedKeys: n.ctr.syncKeys.Load(),
-		CacheBytes: n.opts.CacheBytes,
+		CacheBytes: n.opts.CacheBytes, DeviceProfile: n.opts.Device.Name,
+		Device: deviceClasses(n.dev.Stats(), device.Stats{}),
 	}
 	s.Promoted, s.Copies = n.copies.counts()
 	rates := map[*tree]int64{}
@@ -122,6 +134,7 @@ func (n *Node) Stats() Stats {
 			CompactionRate: rates[t], CompactionPooled: pooled[t], ThrottledTime: time.Duration(t.throttledNanos.Load()),
 			UnpacedBytes:      t.unpacedBytes.Load(),
 			RunningL0Compacts: t.l0Compactions.Load(),
+			Device:            deviceClasses(t.fs.Stats(), device.Stats{}),
 		}
 		if ts.Reads > 0 {
 			ts.MeanReadLatency = time.Duration(t.readNanos.Load() / ts.Reads)
@@ -147,6 +160,22 @@ func (n *Node) Stats() Stats {
 	return s
 }
 
+// deviceClasses gives device figures per class: the counters of cur, and
+// utilisation and mean wait over the interval since prev (the zero Stats:
+// since the device was made).
+func deviceClasses(cur, prev device.Stats) []gossip.DeviceClass {
+	win := cur.Sub(prev)
+	out := make([]gossip.DeviceClass, device.NumClasses)
+	for c := range device.NumClasses {
+		cs := cur.Class[c]
+		out[c] = gossip.DeviceClass{
+			Class: c.String(), IOs: cs.IOs, Bytes: cs.Bytes, Busy: cs.Busy, Wait: cs.Wait,
+			Utilisation: win.Utilisation(c), MeanWait: win.MeanWait(c),
+		}
+	}
+	return out
+}
+
 // Collector returns a Prometheus collector of the node's gauges, labelled
 // by node id and tree (chain position).
 func (n *Node) Collector() prometheus.Collector { return &collector{n: n} }
@@ -165,10 +194,18 @@ var (
 	descOps         = prometheus.NewDesc("netdir_node_requests_total", "Client requests by op.", []string{"node", "op"}, nil)
 	descPending     = prometheus.NewDesc("netdir_node_pending_writes", "Uncommitted writes at this head.", []string{"node"}, nil)
 	descRetransmits = prometheus.NewDesc("netdir_node_retransmits_total", "Chain writes retransmitted by this head.", []string{"node"}, nil)
+
+	descDevSlots = prometheus.NewDesc("netdir_node_device_slots", "I/Os the node's device serves at once (its queue depth): utilisation is rate(busy_seconds) over it.", []string{"node"}, nil)
+	descDevIOs   = prometheus.NewDesc("netdir_node_device_ios_total", "I/Os on the node's device by class.", []string{"node", "class"}, nil)
+	descDevBytes = prometheus.NewDesc("netdir_node_device_bytes_total", "Bytes moved by the node's device by class.", []string{"node", "class"}, nil)
+	descDevBusy  = prometheus.NewDesc("netdir_node_device_busy_seconds_total", "Device time (service plus transfer) by class.", []string{"node", "class"}, nil)
+	descDevWait  = prometheus.NewDesc("netdir_node_device_wait_seconds_total", "Time I/Os queued for the device by class.", []string{"node", "class"}, nil)
+	descTreeBusy = prometheus.NewDesc("netdir_node_tree_device_busy_seconds_total", "Device time per tree by class.", []string{"node", "tree", "class"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descRetransmits} {
+	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descRetransmits,
+		descDevSlots, descDevIOs, descDevBytes, descDevBusy, descDevWait, descTreeBusy} {
 		ch <- d
 	}
 }
@@ -185,6 +222,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCompRate, prometheus.GaugeValue, float64(t.CompactionRate), id, tr)
 		ch <- prometheus.MustNewConstMetric(descCompDebt, prometheus.GaugeValue, float64(t.CompactionDebt), id, tr)
 		ch <- prometheus.MustNewConstMetric(descThrottled, prometheus.CounterValue, t.ThrottledTime.Seconds(), id, tr)
+		for _, d := range t.Device {
+			ch <- prometheus.MustNewConstMetric(descTreeBusy, prometheus.CounterValue, d.Busy.Seconds(), id, tr, d.Class)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descDevSlots, prometheus.GaugeValue, float64(c.n.dev.Profile().QueueDepth), id)
+	for _, d := range s.Device {
+		ch <- prometheus.MustNewConstMetric(descDevIOs, prometheus.CounterValue, float64(d.IOs), id, d.Class)
+		ch <- prometheus.MustNewConstMetric(descDevBytes, prometheus.CounterValue, float64(d.Bytes), id, d.Class)
+		ch <- prometheus.MustNewConstMetric(descDevBusy, prometheus.CounterValue, d.Busy.Seconds(), id, d.Class)
+		ch <- prometheus.MustNewConstMetric(descDevWait, prometheus.CounterValue, d.Wait.Seconds(), id, d.Class)
 	}
 	ch <- prometheus.MustNewConstMetric(descLoad, prometheus.GaugeValue, float64(s.Load), id)
 	ch <- prometheus.MustNewConstMetric(descOps, prometheus.CounterValue, float64(s.Gets), id, "get")

@@ -11,13 +11,17 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/netdir/netdir/storagenode/device"
 )
 
 // tree is one Pebble instance: the partitions for which this node holds one
 // chain position (replica decoupling).
 type tree struct {
-	pos int
-	db  *pebble.DB
+	pos   int
+	db    *pebble.DB
+	fs    *device.FS   // the tree's part of the node's device
+	clock device.Clock // the device's: read latency includes device time in its units
 
 	reads     atomic.Uint64
 	readNanos atomic.Uint64
@@ -46,8 +50,8 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 	os.Exit(2)
 }
 
-func openTree(dir string, pos int, cache *pebble.Cache, o *Options, sched *Scheduler, log *slog.Logger) (*tree, error) {
-	t := &tree{pos: pos, lat: newLatencyRing(4096)}
+func openTree(dir string, pos int, cache *pebble.Cache, o *Options, sched *Scheduler, dev *device.Device, log *slog.Logger) (*tree, error) {
+	t := &tree{pos: pos, lat: newLatencyRing(4096), clock: o.clock}
 	opts := &pebble.Options{
 		Cache:         cache,
 		MemTableSize:  o.MemTableBytes,
@@ -72,6 +76,7 @@ func openTree(dir string, pos int, cache *pebble.Cache, o *Options, sched *Sched
 		},
 	}
 	opts.EventListener = &el
+	t.fs = dev.Configure(opts)
 	db, err := pebble.Open(filepath.Join(dir, fmt.Sprintf("tree-%d", pos)), opts)
 	if err != nil {
 		return nil, err
@@ -97,11 +102,12 @@ func (t *tree) getRaw(k []byte) ([]byte, error) {
 }
 
 // getRecord reads a key's record; a missing key is an empty record. It is
-// the read path whose latency the node exports.
+// the read path whose latency the node exports (HATS's T): it includes the
+// device time of the block reads that miss the cache.
 func (t *tree) getRecord(part uint32, key []byte) (record, error) {
-	start := time.Now()
+	start := t.clock.Now()
 	b, err := t.getRaw(recordKey(part, key))
-	d := time.Since(start)
+	d := t.clock.Now().Sub(start)
 	t.reads.Add(1)
 	t.readNanos.Add(uint64(d))
 	t.lat.add(d)

@@ -13,7 +13,6 @@ import (
 	p4 "github.com/p4lang/p4runtime/go/p4/v1"
 	"google.golang.org/grpc"
 
-	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/bench"
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/controller/p4rt"
@@ -198,14 +197,10 @@ func (p *Plane) report(ctx context.Context) {
 			if n == nil {
 				continue
 			}
-			hk := n.HotKeys(reportTopK)
-			r := &api.NodeStats{Node: uint32(n.ID()), Version: version, HotKeys: make([]*api.KeyCount, len(hk))}
-			for j, k := range hk {
-				r.HotKeys[j] = &api.KeyCount{Key: k.Key, Count: k.Count}
-			}
+			r := controller.NodeReport{Node: n.ID(), Version: version, HotKeys: n.HotKeys(reportTopK)}
 			for _, t := range n.Stats().Trees {
-				r.Trees = append(r.Trees, &api.TreeStats{Position: uint32(t.Position), Reads: t.Reads,
-					MeanReadLatencyUs: float64(t.MeanReadLatency) / float64(time.Microsecond)})
+				r.Trees = append(r.Trees, controller.TreeReport{Position: uint32(t.Position), Reads: t.Reads,
+					MeanReadLatency: t.MeanReadLatency})
 			}
 			p.ctl.Report(r)
 		}
