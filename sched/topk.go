@@ -3,6 +3,7 @@ package sched
 import (
 	"cmp"
 	"slices"
+	"unsafe"
 )
 
 // TopK counts the most frequent keys of a stream in bounded memory with the
@@ -16,9 +17,18 @@ type TopK struct {
 	counts map[string]*topEntry
 }
 
+// topEntry is a counter. Its key is a string over buf, which an evicted
+// entry reuses for the key that takes it over (after leaving the map), so
+// that counting allocates nothing once the k counters exist.
 type topEntry struct {
 	key   string
+	buf   []byte
 	count uint64
+}
+
+func (e *topEntry) setKey(key []byte) {
+	e.buf = append(e.buf[:0], key...)
+	e.key = unsafe.String(unsafe.SliceData(e.buf), len(e.buf))
 }
 
 // KeyCount is a key and its (over)estimated count.
@@ -39,8 +49,9 @@ func (t *TopK) Add(key []byte) {
 		return
 	}
 	if len(t.counts) < t.k {
-		s := string(key)
-		t.counts[s] = &topEntry{key: s, count: 1}
+		e := &topEntry{count: 1}
+		e.setKey(key)
+		t.counts[e.key] = e
 		return
 	}
 	var min *topEntry
@@ -50,7 +61,7 @@ func (t *TopK) Add(key []byte) {
 		}
 	}
 	delete(t.counts, min.key)
-	min.key = string(key)
+	min.setKey(key)
 	min.count++
 	t.counts[min.key] = min
 }

@@ -52,3 +52,27 @@ func TestTopKExactWhileUnderCapacity(t *testing.T) {
 		t.Fatalf("Top = %s", got)
 	}
 }
+
+// TestTopKNoAllocs: once its k counters exist, counting a key, new or not,
+// allocates nothing (an evicted counter's key buffer takes the new key),
+// and the keys reported are still right.
+func TestTopKNoAllocs(t *testing.T) {
+	tk := NewTopK(4)
+	keys := make([][]byte, 64)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "key-%03d", i)
+	}
+	for _, k := range keys[:4] {
+		tk.Add(k)
+	}
+	i := 0
+	if n := testing.AllocsPerRun(1000, func() { tk.Add(keys[i%len(keys)]); i++ }); n != 0 {
+		t.Errorf("%v allocations per Add, want 0", n)
+	}
+	for range 100 {
+		tk.Add(keys[7])
+	}
+	if top := tk.Top(1); len(top) != 1 || string(top[0].Key) != "key-007" {
+		t.Errorf("Top(1) = %v, want key-007", top)
+	}
+}

@@ -26,3 +26,12 @@ func PeerOf(ap netip.AddrPort, v4 bool) Peer {
 	p.Port = ap.Port()
 	return p
 }
+
+// AddrPort is p as an address of an IPv4 (v4) or IPv6 socket, an IPv4
+// address unmapped.
+func (p Peer) AddrPort(v4 bool) netip.AddrPort {
+	if v4 {
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(p.IP[:4])), p.Port)
+	}
+	return netip.AddrPortFrom(netip.AddrFrom16(p.IP).Unmap(), p.Port)
+}
