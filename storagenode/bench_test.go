@@ -224,10 +224,19 @@ func BenchmarkNodeGet(b *testing.B) {
 }
 
 // BenchmarkNodePut: PUTs of 100-byte values, each acknowledged only after
-// every member's synced WAL. R=1 is one node; R=3 a three-node chain.
+// every member's synced WAL. R=1 is one node; R=3 a three-node chain. The
+// load generator keeps 256 writes in flight per chain head, or, with
+// writers=64, 64 in all (split over the heads).
 func BenchmarkNodePut(b *testing.B) {
-	for _, r := range []int{1, 3} {
-		b.Run(fmt.Sprintf("R=%d", r), func(b *testing.B) {
+	for _, bc := range []struct {
+		r, writers int
+	}{{1, 0}, {3, 0}, {3, 64}} {
+		r := bc.r
+		name := fmt.Sprintf("R=%d", r)
+		if bc.writers > 0 {
+			name += fmt.Sprintf("/writers=%d", bc.writers)
+		}
+		b.Run(name, func(b *testing.B) {
 			c := benchCluster(b, r, r)
 			val := make([]byte, 100)
 			keys := make([][]byte, benchKeys)
@@ -256,11 +265,15 @@ func BenchmarkNodePut(b *testing.B) {
 				pk, _ := p.AppendEncode(nil)
 				t.pkts = append(t.pkts, pk)
 			}
+			window := 256
+			if bc.writers > 0 {
+				window = max(1, bc.writers/len(heads))
+			}
 			res := make(chan [2]int64, len(heads))
 			for _, t := range heads {
 				go func() {
 					share := b.N * len(t.pkts) / len(keys)
-					o, e := loadgen(b, t.to, max(share, 1), 256, func(i int, id uint64) []byte {
+					o, e := loadgen(b, t.to, max(share, 1), window, func(i int, id uint64) []byte {
 						p := append([]byte(nil), t.pkts[i%len(t.pkts)]...)
 						wire.Frame(p).SetReqID(id)
 						return p

@@ -34,10 +34,11 @@ type item struct {
 // shard is one worker and its queue; every packet about a key is handled
 // by the key's shard.
 type shard struct {
-	n   *Node
-	idx int
-	ch  chan item
-	out []ipv4.Message
+	n      *Node
+	idx    int
+	ch     chan item
+	out    []ipv4.Message
+	commit groupCommit // the synced writes that out waits for
 	chainShard
 }
 
@@ -69,6 +70,7 @@ func (s *shard) run() {
 			s.flush()
 			s.npend.Store(int64(len(s.pending)))
 		case <-s.n.stop:
+			s.commit.wait()
 			return
 		}
 	}
@@ -97,8 +99,16 @@ func (s *shard) send(to netip.AddrPort, b []byte) {
 }
 
 // flush hands the shard's replies to the node's sender, which writes the
-// replies of all shards with few sendmmsg calls.
+// replies of all shards with few sendmmsg calls, once the writes they follow
+// are synced. If a sync failed nothing leaves: no write is acknowledged or
+// forwarded, and its senders retransmit.
 func (s *shard) flush() {
+	if err := s.commit.wait(); err != nil {
+		s.n.log.Error("WAL sync", "err", err)
+		clear(s.out)
+		s.out = s.out[:0]
+		return
+	}
 	if len(s.out) == 0 {
 		return
 	}

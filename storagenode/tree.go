@@ -138,13 +138,16 @@ func (t *tree) timedGet(k []byte) ([]byte, io.Closer, error) {
 	return v, closer, err
 }
 
-func (t *tree) putRecord(part uint32, key []byte, r *record, sync bool) error {
+// putRecord stores a key's record: synced, in the group commit g, or not
+// synced when g is nil.
+func (t *tree) putRecord(part uint32, key []byte, r *record, g *groupCommit) error {
 	t.writes.Add(1)
-	opt := pebble.NoSync
-	if sync {
-		opt = pebble.Sync
+	if g == nil {
+		return t.db.Set(recordKey(part, key), r.encode(), pebble.NoSync)
 	}
-	return t.db.Set(recordKey(part, key), r.encode(), opt)
+	b := t.db.NewBatch()
+	b.Set(recordKey(part, key), r.encode(), nil)
+	return g.apply(t.db, b)
 }
 
 // latencyRing keeps the last n read latencies for percentiles.
