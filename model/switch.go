@@ -166,7 +166,7 @@ func New(cfg Config) (*Switch, error) {
 	if v4 {
 		s.addr = netip.AddrPortFrom(s.addr.Addr().Unmap(), s.addr.Port())
 	}
-	s.rx, err = udpbatch.NewReader(conn, udpbatch.Buffers(cfg.Batch, wire.MaxPacket+1))
+	s.rx, err = udpbatch.NewReader(conn, udpbatch.Buffers(cfg.Batch, udpbatch.MaxDatagram))
 	if err != nil {
 		conn.Close()
 		return nil, err

@@ -5,6 +5,10 @@ package udpbatch
 
 import "net/netip"
 
+// MaxDatagram is the largest UDP payload: a reader whose buffers all hold
+// it takes segmented datagrams whole (Linux).
+const MaxDatagram = 65535 - 8
+
 // Peer is a UDP address in a form that can be a map key and stored in large
 // tables without pointers (so the GC never scans them): the IP in 16 bytes
 // (an IPv4 address in the first 4) and the port.
