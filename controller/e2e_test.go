@@ -12,13 +12,13 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/cluster"
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/controller/p4rt"
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/model"
 	"github.com/netdir/netdir/model/p4rtserver"
 	"github.com/netdir/netdir/storagenode"
-	"github.com/netdir/netdir/storagenode/cluster"
 	"github.com/netdir/netdir/wire"
 )
 

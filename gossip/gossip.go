@@ -82,6 +82,10 @@ func Start(cfg Config) (*Gossip, error) {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		mc = memberlist.DefaultLocalConfig()
 		mc.PushPullInterval = 5 * time.Second // the table is small: catch up fast
+		// Bandwidth is free on loopback, CPU is not: every member of an
+		// in-process system shares the machine, and LZW allocates tables
+		// per message.
+		mc.EnableCompression = false
 	}
 	mc.Name = cfg.Name
 	mc.BindAddr, mc.BindPort = host, port

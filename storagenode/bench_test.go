@@ -19,9 +19,9 @@ import (
 	"golang.org/x/net/ipv4"
 
 	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/cluster"
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/storagenode"
-	"github.com/netdir/netdir/storagenode/cluster"
 	"github.com/netdir/netdir/wire"
 )
 

@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/cluster"
 	"github.com/netdir/netdir/storagenode"
-	"github.com/netdir/netdir/storagenode/cluster"
 	"github.com/netdir/netdir/wire"
 )
 

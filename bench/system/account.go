@@ -48,6 +48,3 @@ func (a *accounting) latency() (reads, sum []uint64) {
 	}
 	return reads, sum
 }
-
-// reportTopK is how many hot keys each node reports per round.
-const reportTopK = 64

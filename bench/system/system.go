@@ -1,27 +1,24 @@
-// Package system assembles the whole of netdir in one process, over loopback,
-// for `netdir demo`, `netdir bench` and tests:
+// Package system runs netdir's routing policies side by side for `netdir
+// demo`, `netdir bench` and tests, on the in-process system that package
+// cluster assembles over loopback:
 //
-//   - N storage nodes (package storagenode, through storagenode/cluster), each
-//     with Pebble trees in a temporary directory and an emulated capacity of
-//     Config.Capacity requests per second (storagenode.Options.MaxOps, a token
-//     bucket), so that a skewed workload overloads the nodes that hold the hot
-//     keys long before the machine runs out of CPU;
-//   - per policy run, a fresh software data plane (package model) on one fixed
-//     loopback address, with the routing policy of the run
-//     (directory.Config.Policy), a P4Runtime gRPC server in front of it
-//     (model/p4rtserver) on a loopback port, and the controller driving it over
-//     real P4Runtime (controller.P4Plane) with the P4Info embedded in package
-//     p4, or through the model's Go control API if asked (Config.P4Info);
-//   - the controller's hot-key loop, fed with node hot-key reports, promoting
-//     keys at chain heads over UDP (controller.UDPStorage);
+//   - N storage nodes (cluster.StartNode), each with Pebble trees in a
+//     temporary directory and an emulated capacity of Config.Capacity
+//     requests per second (storagenode.Options.MaxOps, a token bucket), so
+//     that a skewed workload overloads the nodes that hold the hot keys long
+//     before the machine runs out of CPU; each reports its hot keys and tree
+//     stats to the controller's gRPC API every round and gossips its stats
+//     with memberlist, as in a deployment;
+//   - per policy run, a fresh plane (cluster.StartPlane): the software data
+//     plane with the routing policy of the run (directory.Config.Policy) on
+//     one fixed loopback address, and a controller on fixed API and gossip
+//     addresses that programs it over real P4Runtime with the P4Info
+//     embedded in package p4, or through the model's Go control API if
+//     asked (Config.P4Info); its hot-key loop promotes keys at chain heads
+//     over UDP (controller.UDPStorage);
 //   - clients (package client) with the switch as their service address, or,
 //     for the client-side policy c3, reading straight from the chain member
 //     that C3's ranking picks.
-//
-// Hot-key reports: each node counts the keys of the client requests it serves
-// (storagenode.Node.HotKeys, a Space-Saving top-k) and the system hands them
-// to controller.Report once per controller round, as `netdir node
-// --controller` does over the controller's API.
 //
 // Measurements: per-node load is the delta of each node's own request counters
 // (GET+PUT+DEL admitted, storagenode.Stats); per-node latency is the mean
@@ -36,8 +33,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
-	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -48,11 +43,11 @@ import (
 
 	"github.com/netdir/netdir/bench"
 	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/cluster"
 	"github.com/netdir/netdir/controller/p4rt"
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/p4"
 	"github.com/netdir/netdir/storagenode"
-	"github.com/netdir/netdir/storagenode/cluster"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -99,7 +94,7 @@ type Config struct {
 	// (p4/build/netdir.p4info.txtpb). "none": drive the switch through the
 	// model's Go control API instead (no P4Runtime).
 	P4Info string
-	// Round is the controller's hot-key round (default 500 ms); the clients
+	// Round is the controller's hot-key round (default 500 ms); the nodes
 	// report hot keys at the same period.
 	Round time.Duration
 	// PromoteMin is the requests per round that make a key hot. Default:
@@ -125,7 +120,6 @@ type System struct {
 	dir    string
 	ownDir bool
 	cl     *cluster.Cluster
-	swAddr netip.AddrPort
 	schema *p4rt.Schema
 	p4path string
 	p4err  error
@@ -179,8 +173,8 @@ func (s *System) progress(format string, args ...any) {
 	}
 }
 
-// Start starts the storage nodes and reserves the switch's address. Data
-// planes start per policy run (StartPlane, Run).
+// Start starts the storage nodes and reserves the addresses of the switch
+// and the controller. Planes start per policy run (StartPlane, Run).
 func Start(ctx context.Context, cfg Config) (*System, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -215,12 +209,6 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		}
 		s.dir, s.ownDir = d, true
 	}
-	a, err := freeUDP()
-	if err != nil {
-		s.Close()
-		return nil, err
-	}
-	s.swAddr = a
 	capText := "unlimited"
 	if cfg.Capacity > 0 {
 		capText = fmt.Sprintf("%.0f ops/s each", cfg.Capacity)
@@ -235,7 +223,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	go func() {
 		cl, err := cluster.Start(cluster.Options{
 			N: cfg.Nodes, R: cfg.Replicas, PartitionBits: cfg.PartitionBits, Epoch: 1,
-			Dir: s.dir, DataPlane: a.String(),
+			Dir: s.dir, Controller: true, Round: cfg.Round,
 			Node: func(o *storagenode.Options) {
 				o.MaxOps = cfg.Capacity
 				o.Logger = cfg.Log.With("component", "node")
@@ -262,6 +250,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		s.Close()
 		return nil, ctx.Err()
 	}
+	var err error
 	if s.direct, err = s.cl.Client(clientOptions("")); err != nil {
 		s.Close()
 		return nil, err
@@ -283,17 +272,6 @@ func (s *System) nodeList() string {
 		out += fmt.Sprintf("%d@%s", id, a)
 	}
 	return out
-}
-
-// freeUDP finds a free loopback UDP port for the switch; every policy run's
-// switch binds it, so the nodes' layout names one data-plane address.
-func freeUDP() (netip.AddrPort, error) {
-	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).AddrPort(), nil
 }
 
 // Close stops everything and removes a temporary data directory.
@@ -318,9 +296,6 @@ func (s *System) N() int { return s.cl.N() }
 
 // Capacity is each node's emulated capacity in requests/s (0: unlimited).
 func (s *System) Capacity() float64 { return s.cfg.Capacity }
-
-// SwitchAddr is the data plane's service address.
-func (s *System) SwitchAddr() netip.AddrPort { return s.swAddr }
 
 // P4Runtime reports whether the controller drives the switch over P4Runtime,
 // and why not when it does not.

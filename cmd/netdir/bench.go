@@ -18,6 +18,7 @@ import (
 
 	"github.com/netdir/netdir/bench"
 	"github.com/netdir/netdir/bench/system"
+	"github.com/netdir/netdir/storagenode"
 )
 
 // benchFlags are the flags that demo and bench share.
@@ -182,6 +183,22 @@ func fmtDuration(d time.Duration) string {
 	return fmt.Sprintf("%.0fµs", float64(d)/1e3)
 }
 
+// systemConfig is the in-process system of n nodes that the flags ask for,
+// with its data under dir ("" for a temporary directory).
+func (f *benchFlags) systemConfig(cmd *cobra.Command, n int, dir string, nodeOptions func(*storagenode.Options)) system.Config {
+	capacity := f.capacity
+	if capacity == 0 {
+		capacity = -1 // unlimited
+	}
+	out := cmd.OutOrStdout()
+	return system.Config{
+		Nodes: n, Replicas: min(f.replicas, n), Capacity: capacity, Dir: dir,
+		P4Info: f.p4info, Log: componentLog(cmd.ErrOrStderr(), f.verbose),
+		Progress:    func(s string) { fmt.Fprintln(out, "==>", s) },
+		NodeOptions: nodeOptions,
+	}
+}
+
 func componentLog(w io.Writer, verbose bool) *slog.Logger {
 	if !verbose {
 		return slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -320,15 +337,7 @@ rate, the Hill tail index (beside α−1 with --pareto), CPU and RSS.`,
 			defer stopProfile()
 			var res bench.Results
 			for _, n := range nodeCounts {
-				capacity := f.capacity
-				if capacity == 0 {
-					capacity = -1
-				}
-				sys, err := system.Start(ctx, system.Config{
-					Nodes: n, Replicas: min(f.replicas, n), Capacity: capacity, Dir: nodeDir(f.dataDir, n),
-					P4Info: f.p4info, Log: componentLog(cmd.ErrOrStderr(), f.verbose),
-					Progress: func(s string) { fmt.Fprintln(out, "==>", s) },
-				})
+				sys, err := system.Start(ctx, f.systemConfig(cmd, n, nodeDir(f.dataDir, n), nil))
 				if err != nil {
 					return err
 				}

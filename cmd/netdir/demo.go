@@ -74,15 +74,7 @@ summary table, and writes a JSON file and an HTML report with figures.`,
 			defer stop()
 
 			fmt.Fprintln(out, "netdir demo: the whole system in this process, over loopback")
-			capacity := f.capacity
-			if capacity == 0 {
-				capacity = -1
-			}
-			sys, err := system.Start(ctx, system.Config{
-				Nodes: n, Replicas: min(f.replicas, n), Capacity: capacity, Dir: f.dataDir,
-				P4Info: f.p4info, Log: componentLog(cmd.ErrOrStderr(), f.verbose),
-				Progress: func(s string) { fmt.Fprintln(out, "==>", s) },
-			})
+			sys, err := system.Start(ctx, f.systemConfig(cmd, n, f.dataDir, nil))
 			if err != nil {
 				return err
 			}

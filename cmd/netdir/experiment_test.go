@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/netdir/netdir/bench/system"
 )
 
 // TestExperimentShort: a compaction experiment runs its phases in ABBA
@@ -39,7 +41,7 @@ func TestExperimentShort(t *testing.T) {
 }
 
 // runExperimentJSON runs netdir bench with args and reads the JSON it wrote.
-func runExperimentJSON(t *testing.T, args ...string) experimentResults {
+func runExperimentJSON(t *testing.T, args ...string) system.ExperimentResults {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "e.json")
 	runCmd(t, append(append([]string{"bench"}, args...), "--json", path)...)
@@ -47,7 +49,7 @@ func runExperimentJSON(t *testing.T, args ...string) experimentResults {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc experimentResults
+	var doc system.ExperimentResults
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
 	}
@@ -75,28 +77,28 @@ func TestAblationSteps(t *testing.T) {
 	doc := runExperimentJSON(t, "--experiment", "ablation", "--nodes", "3", "--keys", "200", "--duration", "700ms",
 		"--warmup", "300ms", "--concurrency", "8", "--capacity", "0", "--workload", "B", "--zipf", "1.2",
 		"--fill-mib", "1", "--fill-lead", "0s", "--live", "off", "--p4info", "none")
-	if len(doc.Runs) != len(ablationSteps) || len(doc.Phases) != len(ablationSteps) {
-		t.Fatalf("%d runs and %d phases, want %d", len(doc.Runs), len(doc.Phases), len(ablationSteps))
+	if len(doc.Runs) != len(system.AblationSteps) || len(doc.Phases) != len(system.AblationSteps) {
+		t.Fatalf("%d runs and %d phases, want %d", len(doc.Runs), len(doc.Phases), len(system.AblationSteps))
 	}
-	for i, st := range ablationSteps {
+	for i, st := range system.AblationSteps {
 		r, p := doc.Runs[i], doc.Phases[i]
-		if r.Policy != st.name || p.Phase != st.name || p.Policy != st.policy || r.Workload != "B" {
-			t.Fatalf("run %d: %s/%s on %s (phase policy %s), want %s/%s on B", i, r.Policy, p.Phase, r.Workload, p.Policy, st.name, st.policy)
+		if r.Policy != st.Name || p.Phase != st.Name || p.Policy != st.Policy || r.Workload != "B" {
+			t.Fatalf("run %d: %s/%s on %s (phase policy %s), want %s/%s on B", i, r.Policy, p.Phase, r.Workload, p.Policy, st.Name, st.Policy)
 		}
 		if r.Ops == 0 {
-			t.Errorf("%s: no operations", st.name)
+			t.Errorf("%s: no operations", st.Name)
 		}
-		if fine := st.policy == "netdir"; fine != (r.SwitchedFraction > 0) {
-			t.Errorf("%s: fine score switched %.3f of requests", st.name, r.SwitchedFraction)
+		if fine := st.Policy == "netdir"; fine != (r.SwitchedFraction > 0) {
+			t.Errorf("%s: fine score switched %.3f of requests", st.Name, r.SwitchedFraction)
 		}
-		if p.Paced != st.paced {
-			t.Errorf("%s: compaction paced %v, want %v", st.name, p.Paced, st.paced)
+		if p.Paced != st.Paced {
+			t.Errorf("%s: compaction paced %v, want %v", st.Name, p.Paced, st.Paced)
 		}
 		if p.FillMiB <= 0 {
-			t.Errorf("%s: no background writes", st.name)
+			t.Errorf("%s: no background writes", st.Name)
 		}
 	}
-	if _, ok := doc.Summary["B p99 "+ablationFull+"/c3 x"]; !ok {
+	if _, ok := doc.Summary["B p99 "+system.AblationFull+"/c3 x"]; !ok {
 		t.Fatalf("summary %v", doc.Summary)
 	}
 }

@@ -9,23 +9,22 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/netdir/netdir/controller"
+	"github.com/netdir/netdir/cluster"
+	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/wire"
 )
 
-const controllerYAML = `api: 127.0.0.1:0
-round: 500ms
-coarse_epoch: 30s
-epoch: 4
-partition_bits: 4
-replicas: 2
-dataplane: 127.0.0.1:7420
-nodes:
-  - {id: 1, addr: 127.0.0.1:7501, port: 1, mac: 02:4e:44:01:00:01}
-  - {id: 2, addr: 127.0.0.1:7502}
-  - {id: 3, addr: 127.0.0.1:7503}
-chains:
-  3: [3, 2]
-`
+// testLayout has what a layout file can say: a data plane, a node's switch
+// port and MAC, a chain override.
+var testLayout = layout.Config{
+	Epoch: 4, PartitionBits: 4, Replicas: 2, DataPlane: "127.0.0.1:7420",
+	Nodes: []layout.Node{
+		{ID: 1, Addr: "127.0.0.1:7501", Port: 1, MAC: layout.MAC{0x02, 0x4e, 0x44, 0x01, 0x00, 0x01}},
+		{ID: 2, Addr: "127.0.0.1:7502"},
+		{ID: 3, Addr: "127.0.0.1:7503"},
+	},
+	Chains: map[uint32][]wire.NodeID{3: {3, 2}},
+}
 
 func writeFile(t *testing.T, text string) string {
 	t.Helper()
@@ -36,48 +35,20 @@ func writeFile(t *testing.T, text string) string {
 	return p
 }
 
-func TestControllerConfigLayout(t *testing.T) {
-	cfg, err := loadControllerConfig(writeFile(t, controllerYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := cfg.layout
-	if m.Epoch() != 4 || m.Bits() != 4 || m.R() != 2 || m.Chain(3)[0] != 3 || cfg.CoarseEpoch.String() != "30s" {
-		t.Fatalf("epoch %d bits %d R %d chain 3 %v coarse %v", m.Epoch(), m.Bits(), m.R(), m.Chain(3), cfg.CoarseEpoch)
-	}
-	if n, _ := m.Node(1); n.Port != 1 || n.MAC.String() != "02:4e:44:01:00:01" {
-		t.Fatalf("node 1 = %+v", n)
-	}
-	for _, tc := range []struct{ yaml, want string }{
-		{strings.Replace(controllerYAML, "coarse_epoch: 30s", "epoch: 30s", 1), "epoch"},       // the old key of the coarse period
-		{strings.Replace(controllerYAML, "round:", "rounds:", 1), "field rounds not found"},    // strict
-		{strings.Replace(controllerYAML, "3: [3, 2]", "3: [3, 9]", 1), "bad chain member 9"},   // the layout's validation
-		{strings.Replace(controllerYAML, "replicas: 2", "replicas: 4", 1), "4 replicas but 3"}, // likewise
-	} {
-		if _, err := loadControllerConfig(writeFile(t, tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("error %v, want one containing %q", err, tc.want)
-		}
-	}
-}
-
 // TestLayoutFromController serves a controller's API on loopback: `netdir
 // ctl layout` prints a layout that a layout file can hold, and loadLayout
 // fetches the same one with --controller.
 func TestLayoutFromController(t *testing.T) {
-	cfg, err := loadControllerConfig(writeFile(t, controllerYAML))
+	want, err := layout.New(testLayout)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctl, err := controller.New(controller.Config{Layout: cfg.layout}, nil, nil)
+	ctl, err := cluster.StartController(context.Background(), cluster.ControllerConfig{API: "127.0.0.1:0", Layout: testLayout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs, apiAddr, err := serveAPI(ctl, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gs.Stop()
-	addr := apiAddr.String()
+	defer ctl.Close()
+	addr := ctl.APIAddr()
 
 	var out bytes.Buffer
 	cmd := ctlCmd()
@@ -95,8 +66,8 @@ func TestLayoutFromController(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range []any{printed.Config(), fetched.Config()} {
-		if !reflect.DeepEqual(m, cfg.layout.Config()) {
-			t.Fatalf("layout %+v, want the controller's %+v", m, cfg.layout.Config())
+		if !reflect.DeepEqual(m, want.Config()) {
+			t.Fatalf("layout %+v, want the controller's %+v", m, want.Config())
 		}
 	}
 	if _, err := loadLayout(context.Background(), "--nodes", "", ""); err == nil || !strings.Contains(err.Error(), "give --nodes FILE, or --controller ADDR") {

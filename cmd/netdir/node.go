@@ -1,24 +1,18 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/cluster"
 	"github.com/netdir/netdir/gossip"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/wire"
@@ -89,41 +83,24 @@ expected load per tree that the controller gossips back.`,
 				level = slog.LevelInfo
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-			n, err := storagenode.Start(storagenode.Options{
-				ID: wire.NodeID(id), Dir: data, Layout: m, Listen: listen,
-				Workers: workers, QueueLen: queue, MaxOps: maxOps,
-				CacheBytes: cacheMiB << 20, MemTableBytes: memMiB << 20,
-				CompactionBudget: budget << 20, Logger: log,
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			n, err := cluster.StartNode(ctx, cluster.NodeConfig{
+				Storage: storagenode.Options{
+					ID: wire.NodeID(id), Dir: data, Layout: m, Listen: listen,
+					Workers: workers, QueueLen: queue, MaxOps: maxOps,
+					CacheBytes: cacheMiB << 20, MemTableBytes: memMiB << 20,
+					CompactionBudget: budget << 20,
+				},
+				Metrics: metrics, Controller: ctlAddr, ReportEvery: every,
+				GossipBind: gBind, GossipSeeds: parseList(gSeeds), GossipEvery: gEvery, Log: log,
 			})
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "node %d listening on %s\n", id, n.Addr())
-			if metrics != "" {
-				reg := prometheus.NewRegistry()
-				reg.MustRegister(n.Collector())
-				mux := http.NewServeMux()
-				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-				go func() {
-					if err := http.ListenAndServe(metrics, mux); err != nil {
-						log.Error("metrics", "err", err)
-					}
-				}()
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			if ctlAddr != "" {
-				go reportHotKeys(ctx, n, ctlAddr, every, log)
-			}
-			if seeds := parseList(gSeeds); len(seeds) > 0 {
-				g, err := gossip.Start(gossip.Config{Name: fmt.Sprintf("node-%d", id), Bind: gBind, Seeds: seeds, Log: log})
-				if err != nil {
-					n.Close()
-					return err
-				}
-				defer g.Close()
-				fmt.Fprintf(cmd.OutOrStdout(), "node %d gossiping on %s (seeds %s)\n", id, g.Addr(), strings.Join(seeds, ","))
-				go n.RunGossip(ctx, g, gEvery)
+			if a := n.GossipAddr(); a != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "node %d gossiping on %s (seeds %s)\n", id, a, strings.Join(parseList(gSeeds), ","))
 			}
 			<-ctx.Done()
 			return n.Close()
@@ -142,40 +119,10 @@ expected load per tree that the controller gossips back.`,
 	f.Uint64Var(&memMiB, "memtable-mib", storagenode.DefaultMemTableBytes>>20, "memtable size per tree (MiB)")
 	f.Int64Var(&budget, "compaction-mib", storagenode.DefaultCompactionBudget>>20, "node compaction budget (MiB/s)")
 	f.BoolVar(&verbose, "v", false, "log at info level")
-	f.StringVar(&ctlAddr, "controller", "", "controller API address to report hot keys to, and to fetch the layout from without --config (empty: don't)")
-	f.DurationVar(&every, "report-every", 500*time.Millisecond, "hot-key report interval (match the controller's round)")
+	f.StringVar(&ctlAddr, "controller", "", "controller API address to report hot keys and tree stats to, and to fetch the layout from without --config (empty: don't)")
+	f.DurationVar(&every, "report-every", cluster.DefaultReportEvery, "hot-key report interval (match the controller's round)")
 	f.StringVar(&gBind, "gossip", gossip.DefaultNodeBind, "gossip (memberlist) bind address; port 0 picks a free one")
 	f.StringVar(&gSeeds, "gossip-seeds", "", "comma list of gossip members to join, e.g. the controller's "+gossip.DefaultControllerBind+" (empty: no gossip)")
 	f.DurationVar(&gEvery, "gossip-every", gossip.DefaultInterval, "how often the node gossips a new version of its stats")
 	return cmd
-}
-
-// reportHotKeys names the keys this node served most to the controller each
-// interval: data planes count by hash, and only nodes know the keys.
-func reportHotKeys(ctx context.Context, n *storagenode.Node, addr string, every time.Duration, log *slog.Logger) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		log.Error("controller", "addr", addr, "err", err)
-		return
-	}
-	defer conn.Close()
-	c := api.NewControllerClient(conn)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for version := uint64(1); ; version++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		r := &api.NodeStats{Node: uint32(n.ID()), Version: version, QueueDepth: uint32(n.Stats().Load)}
-		for _, kc := range n.HotKeys(32) {
-			r.HotKeys = append(r.HotKeys, &api.KeyCount{Key: kc.Key, Count: kc.Count})
-		}
-		rctx, cancel := context.WithTimeout(ctx, every)
-		if _, err := c.ReportStats(rctx, r); err != nil && ctx.Err() == nil {
-			log.Warn("hot-key report", "controller", addr, "err", err)
-		}
-		cancel()
-	}
 }

@@ -3,20 +3,17 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
-	p4 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 
+	"github.com/netdir/netdir/cluster"
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/model"
-	"github.com/netdir/netdir/model/p4rtserver"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -45,43 +42,34 @@ switch.`,
 			if err != nil {
 				return err
 			}
-			sw, err := model.New(model.Config{Listen: listen, Nodes: model.NodesOf(m),
-				Directory: directory.Config{PartitionBits: m.Bits(), Slots: slots}})
+			sw, err := cluster.StartSwitch(cluster.SwitchConfig{
+				Listen: listen, Directory: directory.Config{PartitionBits: m.Bits(), Slots: slots}, Layout: m,
+				P4Runtime: p4rtAddr, DeviceID: deviceID,
+			})
 			if err != nil {
 				return err
 			}
-			if err := directory.InstallLayout(sw, m); err != nil {
-				sw.Close()
-				return err
-			}
-			if p4rtAddr != "" {
-				lis, err := net.Listen("tcp", p4rtAddr)
-				if err != nil {
-					sw.Close()
-					return fmt.Errorf("--p4runtime: %w", err)
-				}
-				gs := grpc.NewServer()
-				p4.RegisterP4RuntimeServer(gs, p4rtserver.New(deviceID, model.NewP4Target(sw)))
-				go gs.Serve(lis)
-				defer gs.Stop()
-				slog.Info("P4Runtime serving", "addr", lis.Addr(), "device_id", deviceID)
-			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			if a := sw.P4RuntimeAddr(); a != "" {
+				log.Info("P4Runtime serving", "addr", a, "device_id", deviceID)
+			}
 			log.Info("switch serving", "addr", sw.Addr(), "nodes", len(m.Nodes()), "partitions", m.Partitions(),
 				"replicas", m.R(), "epoch", m.Epoch(), "slots", sw.DirectoryConfig().Slots)
 
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			errc := make(chan error, 1)
-			go func() { errc <- sw.Run(ctx) }()
 			tick := time.NewTicker(10 * time.Second)
 			defer tick.Stop()
 			for {
 				select {
 				case <-tick.C:
-					log.Info("counters", summary(sw)...)
-				case err := <-errc:
-					log.Info("switch stopped", summary(sw)...)
+					log.Info("counters", summary(sw.Switch)...)
+				case <-sw.Done():
+					log.Info("switch stopped", summary(sw.Switch)...)
+					return sw.Close()
+				case <-ctx.Done():
+					err := sw.Close()
+					log.Info("switch stopped", summary(sw.Switch)...)
 					return err
 				}
 			}

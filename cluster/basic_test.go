@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/client"
-	"github.com/netdir/netdir/storagenode/cluster"
+	"github.com/netdir/netdir/cluster"
 )
 
 func TestBasic(t *testing.T) {

@@ -14,8 +14,8 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/cluster"
 	"github.com/netdir/netdir/storagenode"
-	"github.com/netdir/netdir/storagenode/cluster"
 	"github.com/netdir/netdir/wire"
 )
 

@@ -1,14 +1,22 @@
-// Package cluster is an in-process netdir cluster for tests, demos and
-// benchmarks: N storage nodes on 127.0.0.1, each optionally behind a
+// Package cluster is the one assembly of netdir: it starts storage nodes
+// (StartNode), software data planes (StartSwitch) and controllers
+// (StartController), each with the telemetry it has in a deployment: nodes
+// report hot keys and tree stats to the controller's gRPC API and gossip
+// their stats with hashicorp/memberlist, the controller gossips expected
+// loads back. `netdir node`, `netdir switch` and `netdir controller` each
+// run one of them; the in-process system of `netdir demo`, `netdir bench`
+// and the tests runs them all on loopback (Cluster, Plane).
+//
+// A Cluster is N storage nodes on 127.0.0.1, each optionally behind a
 // fault-injecting UDP proxy (loss, duplication, reordering, delay) that
 // carries all of the node's traffic (clients' and peers'), with node crash
-// and restart.
-//
-// Node i (0-based) has id i+1. The layout's node addresses are the proxies'
-// when proxies are on, so faults hit chain traffic too. A data plane (the
-// model package's software switch) can be placed in front by setting
-// Options.DataPlane to its address and giving clients that address as their
-// service.
+// and restart. Node i (0-based) has id i+1. The layout's node addresses are
+// the proxies' when proxies are on, so faults hit chain traffic too. A data
+// plane (the model package's software switch) can be placed in front by
+// setting Options.DataPlane to its address and giving clients that address
+// as their service; with Options.Controller, StartPlane starts a switch and
+// a controller on addresses the cluster reserved, as often as a caller
+// wants a fresh pair.
 package cluster
 
 import (
@@ -26,6 +34,7 @@ import (
 
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/gossip"
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/model"
 	"github.com/netdir/netdir/storagenode"
@@ -51,6 +60,13 @@ type Options struct {
 	Switch bool
 	// Node adjusts each node's options before it starts (optional).
 	Node func(*storagenode.Options)
+	// Controller reserves loopback addresses for a switch (DataPlane, unless
+	// set), a controller's gRPC API and its gossip member, where StartPlane
+	// starts them; every node reports to that API each Round (default
+	// DefaultReportEvery) and gossips with that member, as `netdir node
+	// --controller --gossip-seeds` does.
+	Controller bool
+	Round      time.Duration
 }
 
 // Cluster is a running in-process cluster.
@@ -58,12 +74,13 @@ type Cluster struct {
 	Layout  *layout.Map
 	opts    Options
 	mu      sync.Mutex
-	nodes   []*storagenode.Node
+	nodes   []*Node
 	listen  []netip.AddrPort
 	proxies []*Proxy
-	sw      *model.Switch
+	sw      *Switch
 	swProxy *Proxy
-	swDone  chan struct{}
+	// The controller's reserved addresses (Options.Controller).
+	api, gossip string
 }
 
 // Start starts the cluster and waits until every node serves.
@@ -80,8 +97,7 @@ func Start(o Options) (*Cluster, error) {
 	if o.Dir == "" {
 		return nil, errors.New("cluster: no data directory")
 	}
-	c := &Cluster{opts: o, nodes: make([]*storagenode.Node, o.N), listen: make([]netip.AddrPort, o.N)}
-	cfg := layout.Config{Epoch: o.Epoch, PartitionBits: o.PartitionBits, Replicas: o.R, DataPlane: o.DataPlane}
+	c := &Cluster{opts: o, nodes: make([]*Node, o.N), listen: make([]netip.AddrPort, o.N)}
 	for i := range o.N {
 		a, err := freePort()
 		if err != nil {
@@ -90,12 +106,20 @@ func Start(o Options) (*Cluster, error) {
 		}
 		c.listen[i] = a
 	}
+	if o.Controller {
+		if err := c.reserveControl(); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	cfg := layout.Config{Epoch: o.Epoch, PartitionBits: o.PartitionBits, Replicas: o.R, DataPlane: c.opts.DataPlane}
 	if o.Switch {
 		if err := c.startSwitch(); err != nil {
 			c.Close()
 			return nil, err
 		}
-		cfg.DataPlane = c.sw.Addr().String()
+		c.opts.DataPlane = c.sw.Addr().String()
+		cfg.DataPlane = c.opts.DataPlane
 	}
 	for i := range o.N {
 		a := c.listen[i]
@@ -150,6 +174,43 @@ func freePort() (netip.AddrPort, error) {
 	return a, nil
 }
 
+// freeTCP finds a loopback port free for TCP and, for memberlist, which
+// binds both, for UDP.
+func freeTCP() (string, error) {
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		a := l.Addr().(*net.TCPAddr)
+		u, err := net.ListenUDP("udp", &net.UDPAddr{IP: a.IP, Port: a.Port})
+		l.Close()
+		if err == nil {
+			u.Close()
+			return a.String(), nil
+		}
+	}
+}
+
+// reserveControl picks the loopback addresses that every plane's switch,
+// controller API and gossip member bind, so the nodes' layout, reports
+// and gossip seeds name one of each for the cluster's life.
+func (c *Cluster) reserveControl() error {
+	if c.opts.DataPlane == "" {
+		a, err := freePort()
+		if err != nil {
+			return err
+		}
+		c.opts.DataPlane = a.String()
+	}
+	var err error
+	if c.api, err = freeTCP(); err != nil {
+		return err
+	}
+	c.gossip, err = freeTCP()
+	return err
+}
+
 func (c *Cluster) start(i int) error {
 	so := storagenode.Options{
 		ID: wire.NodeID(i + 1), Dir: filepath.Join(c.opts.Dir, fmt.Sprintf("node-%d", i+1)),
@@ -160,10 +221,15 @@ func (c *Cluster) start(i int) error {
 	if c.opts.Node != nil {
 		c.opts.Node(&so)
 	}
-	var n *storagenode.Node
+	cfg := NodeConfig{Storage: so, Log: so.Logger}
+	if c.opts.Controller {
+		cfg.Controller, cfg.ReportEvery = c.api, c.opts.Round
+		cfg.GossipBind, cfg.GossipSeeds = gossip.DefaultNodeBind, []string{c.gossip}
+	}
+	var n *Node
 	var err error
 	for try := 0; try < 50; try++ { // the port may linger briefly after a crash
-		if n, err = storagenode.Start(so); err == nil {
+		if n, err = StartNode(context.Background(), cfg); err == nil {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -181,7 +247,10 @@ func (c *Cluster) start(i int) error {
 func (c *Cluster) Node(i int) *storagenode.Node {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.nodes[i]
+	if c.nodes[i] == nil {
+		return nil
+	}
+	return c.nodes[i].Node
 }
 
 // N is the node count.
@@ -251,7 +320,6 @@ func (c *Cluster) Close() {
 	}
 	if c.sw != nil {
 		c.sw.Close()
-		<-c.swDone
 	}
 }
 
@@ -260,7 +328,7 @@ func (c *Cluster) startSwitch() error {
 	for i, a := range c.listen {
 		nodes = append(nodes, model.Node{ID: wire.NodeID(i + 1), Addr: a})
 	}
-	sw, err := model.New(model.Config{
+	sw, err := StartSwitch(SwitchConfig{
 		Listen: "127.0.0.1:0", Nodes: nodes,
 		Directory: directory.Config{PartitionBits: c.opts.PartitionBits, Mode: directory.ModeToR},
 	})
@@ -268,11 +336,6 @@ func (c *Cluster) startSwitch() error {
 		return err
 	}
 	c.sw = sw
-	c.swDone = make(chan struct{})
-	go func() {
-		defer close(c.swDone)
-		sw.Run(context.Background())
-	}()
 	if c.opts.Proxy {
 		p, err := NewProxy(c.opts.Seed*1000 + 999)
 		if err != nil {
@@ -285,8 +348,17 @@ func (c *Cluster) startSwitch() error {
 	return nil
 }
 
+// DataPlane is the address the nodes send VSBs to: the switch's with
+// Options.Switch, StartPlane's with Options.Controller ("" if none).
+func (c *Cluster) DataPlane() string { return c.opts.DataPlane }
+
 // Switch is the software data plane, nil without Options.Switch.
-func (c *Cluster) Switch() *model.Switch { return c.sw }
+func (c *Cluster) Switch() *model.Switch {
+	if c.sw == nil {
+		return nil
+	}
+	return c.sw.Switch
+}
 
 // Service is the address clients send to: the switch (through its proxy
 // when proxies are on), or "" without a switch.

@@ -1,0 +1,194 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/gossip"
+	"github.com/netdir/netdir/storagenode"
+)
+
+// ReportKeys is how many hot keys a node names in each report.
+const ReportKeys = 64
+
+// DefaultReportEvery is a node's report period: the controller's default
+// hot-key round.
+const DefaultReportEvery = 500 * time.Millisecond
+
+// NodeConfig is one storage node process (`netdir node`).
+type NodeConfig struct {
+	Storage storagenode.Options
+	// Metrics serves the node's Prometheus metrics on this HTTP address
+	// (empty: none).
+	Metrics string
+	// Controller is the controller's gRPC API, to which the node reports its
+	// hot keys and its trees' reads and read latencies every ReportEvery
+	// (default DefaultReportEvery). Empty: no reports.
+	Controller  string
+	ReportEvery time.Duration
+	// GossipSeeds, if any, make the node a gossip member bound at GossipBind
+	// (default gossip.DefaultNodeBind) that publishes its stats every
+	// GossipEvery (default gossip.DefaultInterval) and paces compaction by
+	// the expected load the controller gossips back.
+	GossipBind  string
+	GossipSeeds []string
+	GossipEvery time.Duration
+	// Log receives the telemetry's logs, and the node's unless
+	// Storage.Logger is set (default: discarded, the node's to stderr).
+	Log *slog.Logger
+}
+
+// Node is a running storage node with its telemetry: reports to the
+// controller, gossip and metrics.
+type Node struct {
+	*storagenode.Node
+	gossip  *gossip.Gossip
+	metrics *http.Server
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	once    sync.Once
+}
+
+// StartNode starts a storage node and its telemetry; it runs until Close
+// (or ctx ends, for the telemetry).
+func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
+	if cfg.Storage.Logger == nil {
+		cfg.Storage.Logger = cfg.Log
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	sn, err := storagenode.Start(cfg.Storage)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	n := &Node{Node: sn, cancel: cancel}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	if cfg.Metrics != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(sn.Collector())
+		lis, err := net.Listen("tcp", cfg.Metrics)
+		if err != nil {
+			return nil, fmt.Errorf("node %d: metrics: %w", sn.ID(), err)
+		}
+		n.metrics = &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
+		go func() {
+			if err := n.metrics.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				cfg.Log.Error("metrics", "err", err)
+			}
+		}()
+	}
+	if cfg.Controller != "" {
+		every := cfg.ReportEvery
+		if every <= 0 {
+			every = DefaultReportEvery
+		}
+		// Redial a controller that went away within about a report
+		// interval, not gRPC's default of up to two minutes: a restarted
+		// controller (or the bench's next plane) hears from every node in
+		// its first rounds.
+		bo := backoff.DefaultConfig
+		bo.MaxDelay = max(every, time.Second)
+		conn, err := grpc.NewClient(cfg.Controller, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: bo.MaxDelay}))
+		if err != nil {
+			return nil, fmt.Errorf("node %d: controller %s: %w", sn.ID(), cfg.Controller, err)
+		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			defer conn.Close()
+			report(ctx, sn, api.NewControllerClient(conn), every, cfg.Log.With("controller", cfg.Controller))
+		}()
+	}
+	if len(cfg.GossipSeeds) > 0 {
+		bind := cfg.GossipBind
+		if bind == "" {
+			bind = gossip.DefaultNodeBind
+		}
+		n.gossip, err = gossip.Start(gossip.Config{Name: fmt.Sprintf("node-%d", sn.ID()), Bind: bind, Seeds: cfg.GossipSeeds, Log: cfg.Log})
+		if err != nil {
+			return nil, err
+		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			sn.RunGossip(ctx, n.gossip, cfg.GossipEvery)
+		}()
+	}
+	return n, nil
+}
+
+// GossipAddr is where the node gossips ("" without gossip).
+func (n *Node) GossipAddr() string {
+	if n.gossip == nil {
+		return ""
+	}
+	return n.gossip.Addr()
+}
+
+// Close stops the telemetry and the node.
+func (n *Node) Close() error {
+	var errs []error
+	n.once.Do(func() {
+		n.cancel()
+		n.wg.Wait()
+		if n.gossip != nil {
+			errs = append(errs, n.gossip.Close())
+		}
+		if n.metrics != nil {
+			errs = append(errs, n.metrics.Close())
+		}
+		errs = append(errs, n.Node.Close())
+	})
+	return errors.Join(errs...)
+}
+
+// report names the keys the node served most to the controller every
+// interval (data planes count by hash, and only nodes know the keys), with
+// its trees' cumulative reads and mean read latencies for the coarse loop.
+// Versions come from gossip.NextVersion, so they stay monotone across a
+// node's restarts.
+func report(ctx context.Context, n *storagenode.Node, c api.ControllerClient, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st := n.Stats()
+		r := &api.NodeStats{Node: uint32(n.ID()), Version: gossip.NextVersion(), QueueDepth: uint32(st.Load)}
+		for _, kc := range n.HotKeys(ReportKeys) {
+			r.HotKeys = append(r.HotKeys, &api.KeyCount{Key: kc.Key, Count: kc.Count})
+		}
+		for _, t := range st.Trees {
+			r.Trees = append(r.Trees, &api.TreeStats{Position: uint32(t.Position), Reads: t.Reads,
+				MeanReadLatencyUs: float64(t.MeanReadLatency) / float64(time.Microsecond)})
+		}
+		rctx, cancel := context.WithTimeout(ctx, every)
+		if _, err := c.ReportStats(rctx, r); err != nil && ctx.Err() == nil {
+			log.Warn("hot-key report", "err", err)
+		}
+		cancel()
+	}
+}

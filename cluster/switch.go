@@ -1,0 +1,109 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	p4 "github.com/p4lang/p4runtime/go/p4/v1"
+	"google.golang.org/grpc"
+
+	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/model"
+	"github.com/netdir/netdir/model/p4rtserver"
+)
+
+// SwitchConfig is one software data plane (`netdir switch`).
+type SwitchConfig struct {
+	Listen    string // UDP service address
+	Directory directory.Config
+	// Layout, if set, gives the switch its nodes and every partition's
+	// chain, until a controller reprograms it; Directory.PartitionBits
+	// default to its.
+	Layout *layout.Map
+	// Nodes are the node addresses the switch forwards to, if not the
+	// layout's (the cluster's switch reaches the nodes' own sockets, not
+	// their fault proxies).
+	Nodes []model.Node
+	// P4Runtime serves the switch's P4Runtime target here for a controller
+	// (port 0 picks one; empty: none), as device DeviceID (default 1).
+	P4Runtime string
+	DeviceID  uint64
+}
+
+// Switch is a running software data plane and its P4Runtime server.
+type Switch struct {
+	*model.Switch
+	gs   *grpc.Server
+	p4rt net.Addr
+	done chan struct{}
+	err  error // Run's, once done is closed
+}
+
+// StartSwitch starts the switch; it serves until Close.
+func StartSwitch(cfg SwitchConfig) (*Switch, error) {
+	if cfg.Layout != nil {
+		if cfg.Nodes == nil {
+			cfg.Nodes = model.NodesOf(cfg.Layout)
+		}
+		if cfg.Directory.PartitionBits == 0 {
+			cfg.Directory.PartitionBits = cfg.Layout.Bits()
+		}
+	}
+	sw, err := model.New(model.Config{Listen: cfg.Listen, Nodes: cfg.Nodes, Directory: cfg.Directory})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Layout != nil {
+		if err := directory.InstallLayout(sw, cfg.Layout); err != nil {
+			sw.Close()
+			return nil, err
+		}
+	}
+	s := &Switch{Switch: sw, done: make(chan struct{})}
+	go func() {
+		s.err = sw.Run(context.Background())
+		close(s.done)
+	}()
+	if cfg.P4Runtime != "" {
+		lis, err := net.Listen("tcp", cfg.P4Runtime)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("P4Runtime: %w", err)
+		}
+		if cfg.DeviceID == 0 {
+			cfg.DeviceID = 1
+		}
+		s.gs = grpc.NewServer()
+		p4.RegisterP4RuntimeServer(s.gs, p4rtserver.New(cfg.DeviceID, model.NewP4Target(sw)))
+		s.p4rt = lis.Addr()
+		go s.gs.Serve(lis)
+	}
+	return s, nil
+}
+
+// P4RuntimeAddr is where the P4Runtime server listens ("" without one).
+func (s *Switch) P4RuntimeAddr() string {
+	if s.p4rt == nil {
+		return ""
+	}
+	return s.p4rt.String()
+}
+
+// Done is closed when the data plane stops (Close, or a receive error:
+// Err).
+func (s *Switch) Done() <-chan struct{} { return s.done }
+
+// Err is why the data plane stopped (nil after Close); call it after Done.
+func (s *Switch) Err() error { return s.err }
+
+// Close stops the P4Runtime server and the data plane.
+func (s *Switch) Close() error {
+	if s.gs != nil {
+		s.gs.Stop()
+	}
+	s.Switch.Close()
+	<-s.done
+	return s.err
+}
