@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/cluster"
 	"github.com/netdir/netdir/storagenode"
-	"github.com/netdir/netdir/storagenode/cluster"
 )
 
 // BenchmarkWholePath: the whole system in this process, uncapped: N=4

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/netdir/netdir/client"
-	"github.com/netdir/netdir/storagenode/cluster"
+	"github.com/netdir/netdir/cluster"
 	"github.com/netdir/netdir/wire"
 )
 
