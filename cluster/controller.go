@@ -49,6 +49,10 @@ type ControllerConfig struct {
 	// nodes' seed (empty: no gossip); GossipSeeds are members to join.
 	GossipBind  string   `yaml:"-"`
 	GossipSeeds []string `yaml:"-"`
+	// FailureTimeout is about how long gossip takes to declare a silent
+	// node dead, when the controller splices it out of its chains
+	// (default gossip.DefaultFailureTimeout).
+	FailureTimeout time.Duration `yaml:"failure_timeout"`
 	// Schema is the P4Info to program the switches with; nil: load P4Info.
 	Schema *p4rt.Schema `yaml:"-"`
 	// Planes are data planes driven in process, beside Switches.
@@ -270,7 +274,9 @@ func (c *Controller) dialSwitch(ctx context.Context, s SwitchEndpoint, schema *p
 // describes, so the nodes pace by their own reads until its first epoch.
 func (c *Controller) startGossip(ctx context.Context, cfg ControllerConfig, log *slog.Logger) error {
 	g, err := gossip.Start(gossip.Config{Name: "controller", Bind: cfg.GossipBind, Seeds: cfg.GossipSeeds, Log: log,
-		OnStats: func(s gossip.NodeStats) { c.ObserveNodeStats(s) }})
+		FailureTimeout: cfg.FailureTimeout,
+		OnStats:        func(s gossip.NodeStats) { c.ObserveNodeStats(s) },
+		OnMember:       c.MemberChanged})
 	if err != nil {
 		return err
 	}
@@ -283,10 +289,14 @@ func (c *Controller) startGossip(ctx context.Context, cfg ControllerConfig, log 
 	if err := c.PublishExpected(none); err != nil {
 		return err
 	}
-	c.loopsWG.Add(1)
+	c.loopsWG.Add(2)
 	go func() {
 		defer c.loopsWG.Done()
 		c.RunGossip(ctx)
+	}()
+	go func() {
+		defer c.loopsWG.Done()
+		c.RunReconfig(ctx)
 	}()
 	log.Info("gossip serving", "addr", g.Addr())
 	return nil

@@ -18,6 +18,7 @@ import (
 
 	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/gossip"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/storagenode"
 )
 
@@ -46,6 +47,10 @@ type NodeConfig struct {
 	GossipBind  string
 	GossipSeeds []string
 	GossipEvery time.Duration
+	// FailureTimeout is about how long gossip takes to declare a silent
+	// member dead (default gossip.DefaultFailureTimeout). Through gossip
+	// the node also takes the controller's newer layouts.
+	FailureTimeout time.Duration
 	// Log receives the telemetry's logs, and the node's unless
 	// Storage.Logger is set (default: discarded, the node's to stderr).
 	Log *slog.Logger
@@ -124,7 +129,15 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		if bind == "" {
 			bind = gossip.DefaultNodeBind
 		}
-		n.gossip, err = gossip.Start(gossip.Config{Name: fmt.Sprintf("node-%d", sn.ID()), Bind: bind, Seeds: cfg.GossipSeeds, Log: cfg.Log})
+		n.gossip, err = gossip.Start(gossip.Config{Name: fmt.Sprintf("node-%d", sn.ID()), Bind: bind, Seeds: cfg.GossipSeeds,
+			FailureTimeout: cfg.FailureTimeout, Log: cfg.Log,
+			OnLayout: func(y []byte) {
+				if m, err := layout.Parse(y); err != nil {
+					cfg.Log.Warn("gossiped layout", "err", err)
+				} else {
+					sn.SetLayout(m)
+				}
+			}})
 		if err != nil {
 			return nil, err
 		}

@@ -97,7 +97,10 @@ type TreeReport struct {
 // Locks, taken in this order and never the reverse (a goroutine holding
 // one takes only those after it):
 //
-//	partsMu → keysMu → st.mu → mu → gossip.mu
+//	reconfMu → partsMu → keysMu → st.mu → mu → gossip.mu
+//
+// reconfMu serialises layout changes (NodeDown, NodeUp), so that each
+// derives its epoch from the last.
 //
 // partsMu serialises writes of partition weights (a coarse epoch's,
 // SetPartitionWeights, Resync's), so that the planes and st.partBuckets see
@@ -114,9 +117,10 @@ type Controller struct {
 	storage Storage
 	log     *slog.Logger
 
-	partsMu sync.Mutex
-	keysMu  sync.Mutex
-	hot     *sched.HotKeys
+	reconfMu sync.Mutex
+	partsMu  sync.Mutex
+	keysMu   sync.Mutex
+	hot      *sched.HotKeys
 	// lastHits and lastSketch are the counters the last round read, per
 	// slot and per plane.
 	lastHits   map[uint32]uint64
@@ -136,6 +140,8 @@ type Controller struct {
 	agentTotals AgentTotals
 
 	gossip gossipState // gossiped node stats and expected loads (gossip.go)
+
+	members chan memberChange // gossip's joins and deaths, for RunReconfig
 }
 
 // New returns a controller for the nodes; it has not touched any device yet.
@@ -176,6 +182,7 @@ func New(cfg Config, planes []DataPlane, storage Storage) (*Controller, error) {
 		lastHits:   map[uint32]uint64{},
 		lastSketch: make([][directory.SketchRows][directory.SketchCols]uint64, len(planes)),
 		coarse:     newCoarseState(),
+		members:    make(chan memberChange, 256),
 	}
 	c.st.lay = cfg.Layout
 	return c, nil

@@ -112,6 +112,8 @@ func Start(cfg Config) (*Gossip, error) {
 	mc.ProbeInterval = cfg.FailureTimeout / 5
 	mc.ProbeTimeout = cfg.FailureTimeout / 10
 	mc.SuspicionMult = 2
+	// A node restarted on another port after a crash takes its name back.
+	mc.DeadNodeReclaimTime = cfg.FailureTimeout
 	mc.Name = cfg.Name
 	mc.BindAddr, mc.BindPort = host, port
 	mc.AdvertisePort = port

@@ -315,8 +315,8 @@ func (s *shard) query(w *verWait, h wire.KeyHash, tail wire.NodeID, latest uint6
 func (s *shard) verQuery(p *wire.NodePacket, from netip.AddrPort) {
 	n := s.n
 	part, ch, pos := n.where(p.KeyHash)
-	if pos != len(ch)-1 {
-		return
+	if pos != len(ch)-1 || !n.ready.Load() {
+		return // a tail still catching up may not know the committed version
 	}
 	rec, err := n.treeOf(part).getRecord(part, p.Key)
 	if err != nil {

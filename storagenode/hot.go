@@ -245,10 +245,9 @@ func (s *shard) promote(p *wire.NodePacket, from netip.AddrPort) {
 	if noStamp {
 		persisted = append(persisted, promoNoStampMark)
 	}
-	t := n.trees[0]
-	rec, err := t.getRecord(part, p.Key)
+	rec, err := n.treeOf(part).getRecord(part, p.Key)
 	if err == nil {
-		err = t.db.Set(promoKey(p.Key), persisted, pebble.Sync)
+		err = n.trees[0].db.Set(promoKey(p.Key), persisted, pebble.Sync)
 	}
 	if err != nil {
 		s.send(from, n.replyPacket(&p.Header, wire.OpPromote, wire.CodeInternal, 0, nil))

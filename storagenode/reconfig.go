@@ -1,6 +1,7 @@
 package storagenode
 
 import (
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -41,8 +42,9 @@ func (n *Node) treeOf(part uint32) *tree {
 // writes the node holds uncommitted down the new chains. It reports whether
 // m was taken.
 func (n *Node) SetLayout(m *layout.Map) bool {
+	var cur *layout.Map
 	for {
-		cur := n.layout()
+		cur = n.layout()
 		if m.Epoch() <= cur.Epoch() {
 			return false
 		}
@@ -51,9 +53,24 @@ func (n *Node) SetLayout(m *layout.Map) bool {
 		}
 	}
 	n.log.Info("layout", "epoch", m.Epoch(), "down", m.Down())
+	joined := map[uint32]bool{}
+	for p := range m.Partitions() {
+		if m.Position(uint32(p), n.id) >= 0 && cur.Position(uint32(p), n.id) < 0 {
+			joined[uint32(p)] = true
+		}
+	}
+	if len(joined) > 0 {
+		// Back in chains (as tail): catch up before serving reads.
+		n.ready.Store(false)
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
+		if len(joined) > 0 {
+			n.dropDirty(joined)
+			n.recov.catchUp(func(p uint32) bool { return joined[p] })
+			n.ready.Store(true)
+		}
 		n.adoptDirty()
 	}()
 	return true
@@ -76,6 +93,38 @@ func (n *Node) adoptDirty() {
 			n.log.Warn("adopt dirty versions", "err", err)
 		}
 	}
+}
+
+// dropDirty drops the dirty versions of the partitions a node rejoins: it
+// joins as tail, which takes what it holds as committed, and they are
+// writes it took as head before it was spliced out, which either went
+// down the chain (and its new head re-sends them) or were never
+// acknowledged.
+func (n *Node) dropDirty(parts map[uint32]bool) {
+	var wg sync.WaitGroup
+	for _, t := range n.trees {
+		err := t.eachDirty(func(key []byte, h wire.KeyHash, _ *record) {
+			part := n.layout().Partition(h)
+			if !parts[part] {
+				return
+			}
+			s := n.admit.shardOf(h)
+			wg.Add(1)
+			if !n.post(s, func() {
+				defer wg.Done()
+				if rec, err := t.getRecord(part, key); err == nil && len(rec.Dirty) > 0 {
+					rec.Dirty = nil
+					t.putRecord(part, key, &rec, &s.commit)
+				}
+			}) {
+				wg.Done()
+			}
+		})
+		if err != nil {
+			n.log.Warn("drop dirty versions", "err", err)
+		}
+	}
+	wg.Wait()
 }
 
 // post runs fn on shard s; false once the node stops.

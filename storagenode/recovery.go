@@ -60,6 +60,12 @@ func (rc *recovery) run() {
 		n.wg.Add(1)
 		go n.reannounce()
 	}()
+	rc.catchUp(func(uint32) bool { return true })
+}
+
+// catchUp pulls the partitions that want names, of those this node is in.
+func (rc *recovery) catchUp(want func(part uint32) bool) {
+	n := rc.n
 	type job struct {
 		part  uint32
 		pos   int
@@ -69,7 +75,7 @@ func (rc *recovery) run() {
 	for p := 0; p < n.layout().Partitions(); p++ {
 		ch := n.layout().Chain(uint32(p))
 		pos := n.layout().Position(uint32(p), n.id)
-		if pos < 0 || len(ch) < 2 {
+		if pos < 0 || len(ch) < 2 || !want(uint32(p)) {
 			continue
 		}
 		var cands []wire.NodeID
