@@ -45,7 +45,12 @@ func (a *API) ReportStats(_ context.Context, s *api.NodeStats) (*api.ReportStats
 		}
 	}
 	a.c.Report(nodeReportFromProto(s))
-	return &api.ReportStatsResponse{}, nil
+	a.c.ReportQoS(wire.NodeID(s.GetNode()), tenantReportsFromProto(s.GetQos()))
+	resp := &api.ReportStatsResponse{}
+	if cfg, changed := a.c.QoSFor(s.GetQosGeneration()); changed {
+		resp.Qos = qosConfigProto(cfg)
+	}
+	return resp, nil
 }
 
 // ReportAgentStats takes a host agent's counts for the next hot-key round.

@@ -68,7 +68,10 @@ type Config struct {
 	// loop where read latency does not (the bench's emulated capacity); 0:
 	// latency alone.
 	NodeCapacity float64
-	Log          *slog.Logger
+	// QoSStore persists the tenants and their QoS policies (nil: memory
+	// only, lost on restart).
+	QoSStore QoSStore
+	Log      *slog.Logger
 }
 
 // NodeReport is a storage node's report for the next hot-key round and
@@ -107,7 +110,8 @@ type TreeReport struct {
 // writes that carry them; it guards hot, lastHits and lastSketch. st.mu
 // guards st (state.go): every entry is written under keysMu and st.mu, and
 // read under st.mu, as a copy. mu guards the fields below it, and
-// gossip.mu the gossip state. cfg and planes never change after New.
+// gossip.mu the gossip state. qos.mu (qos.go) is taken alone. cfg and
+// planes never change after New.
 type Controller struct {
 	cfg     Config
 	planes  []DataPlane
@@ -136,6 +140,7 @@ type Controller struct {
 	agentTotals AgentTotals
 
 	gossip gossipState // gossiped node stats and expected loads (gossip.go)
+	qos    qosState    // tenants and QoS policies (qos.go)
 }
 
 // New returns a controller for the nodes; it has not touched any device yet.
@@ -178,6 +183,9 @@ func New(cfg Config, planes []DataPlane, storage Storage) (*Controller, error) {
 		coarse:     newCoarseState(),
 	}
 	c.st.lay = cfg.Layout
+	if err := c.qos.load(cfg.QoSStore); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
