@@ -29,8 +29,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/netdir/netdir/layout"
@@ -54,7 +56,13 @@ type Options struct {
 	// Backoff after queue-full, unavailable or stale-epoch; doubles up to
 	// 16×. Default 2 ms.
 	Backoff time.Duration
-	Tenant  uint16
+	// Tenant is stamped on every request (the id `netdir ctl qos set`
+	// registered), except on keys under one of Subvolumes.
+	Tenant uint16
+	// Subvolumes maps key prefixes to tenants, like CephFS subvolume
+	// roots: {"/volumes/grp/a/": 3} stamps tenant 3 on every key under
+	// that root. The longest matching prefix wins.
+	Subvolumes map[string]uint16
 	// Epoch sent on requests (0: the layout's, or none).
 	Epoch uint32
 	// StaleOK asks for bounded-staleness reads (FlagStaleOK).
@@ -66,6 +74,7 @@ type Client struct {
 	opts    Options
 	service netip.AddrPort
 	conn    *Conn
+	roots   []string // Subvolumes' prefixes, longest first
 }
 
 // New opens a client socket on an ephemeral loopback-or-any port.
@@ -85,7 +94,8 @@ func New(o Options) (*Client, error) {
 	if o.Epoch == 0 && o.Layout != nil {
 		o.Epoch = o.Layout.Epoch()
 	}
-	c := &Client{opts: o}
+	c := &Client{opts: o, roots: slices.Collect(maps.Keys(o.Subvolumes))}
+	slices.SortFunc(c.roots, func(a, b string) int { return len(b) - len(a) })
 	if o.Service != "" {
 		ap, err := netip.ParseAddrPort(o.Service)
 		if err != nil {
@@ -122,11 +132,21 @@ func newID() uint64 {
 }
 
 func (c *Client) packet(op wire.Op, reqid uint64, key, val []byte, h wire.KeyHash) *wire.Packet {
-	p := &wire.Packet{Header: wire.Header{Op: op, Tenant: c.opts.Tenant, ReqID: reqid, KeyHash: h, Epoch: c.opts.Epoch}, Key: key, Value: val}
+	p := &wire.Packet{Header: wire.Header{Op: op, Tenant: c.tenantOf(key), ReqID: reqid, KeyHash: h, Epoch: c.opts.Epoch}, Key: key, Value: val}
 	if op == wire.OpGet && c.opts.StaleOK {
 		p.Flags |= wire.FlagStaleOK
 	}
 	return p
+}
+
+// tenantOf is the tenant of key: its subvolume's, or Options.Tenant.
+func (c *Client) tenantOf(key []byte) uint16 {
+	for _, r := range c.roots {
+		if len(key) >= len(r) && string(key[:len(r)]) == r {
+			return c.opts.Subvolumes[r]
+		}
+	}
+	return c.opts.Tenant
 }
 
 // chain is the key's chain from the layout, or nil.
