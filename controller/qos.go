@@ -176,7 +176,9 @@ func (c *Controller) changeQoS(f func(*QoSConfig) error) error {
 	if err := f(&next); err != nil {
 		return err
 	}
-	next.Generation++
+	// Not just +1: a controller that lost its state (or keeps none) must
+	// not reach a generation a node already has with other content.
+	next.Generation = max(next.Generation+1, uint64(time.Now().UnixNano()))
 	if err := c.qos.store.Save(next); err != nil {
 		return fmt.Errorf("controller: saving qos: %w", err)
 	}
