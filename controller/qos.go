@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/sched/dmclock"
 	"github.com/netdir/netdir/wire"
 )
@@ -24,10 +25,6 @@ import (
 // answer carries the configuration whenever it differs, so a restarted
 // node or controller is in step within one report interval, and a lost
 // answer is repeated by the next.
-
-// qosTenants is how many tenant ids the data planes count apart (they
-// index their counters by id modulo this).
-const qosTenants = 256
 
 // ErrQoS wraps every refusal of a QoS change: an unknown tenant, an id in
 // use, an invalid policy.
@@ -188,7 +185,7 @@ func (c *Controller) changeQoS(f func(*QoSConfig) error) error {
 
 // SetQoS gives tenant name policy p, registering the name if it is new
 // (under id, or the lowest free one if id is 0). Data planes count by
-// tenant id modulo qosTenants, so ids are 1 to QoSTenants-1 (0
+// tenant id modulo directory.QoSTenants, so ids are 1 to QoSTenants-1 (0
 // is the unnamed default tenant).
 func (c *Controller) SetQoS(name string, id uint16, p dmclock.Policy) (Tenant, error) {
 	if err := p.Validate(); err != nil {
@@ -249,8 +246,8 @@ func (cfg *QoSConfig) register(name string, id uint16) (int, error) {
 	if name == "" {
 		return 0, fmt.Errorf("%w: a tenant needs a name", ErrQoS)
 	}
-	if id >= qosTenants {
-		return 0, fmt.Errorf("%w: tenant id %d: want 1..%d", ErrQoS, id, qosTenants-1)
+	if id >= directory.QoSTenants {
+		return 0, fmt.Errorf("%w: tenant id %d: want 1..%d", ErrQoS, id, directory.QoSTenants-1)
 	}
 	if i := cfg.find(name); i >= 0 {
 		if id != 0 && cfg.Tenants[i].ID != id {
@@ -265,7 +262,7 @@ func (cfg *QoSConfig) register(name string, id uint16) (int, error) {
 	if id != 0 && used[id] {
 		return 0, fmt.Errorf("%w: tenant id %d is taken", ErrQoS, id)
 	}
-	for cand := uint16(1); id == 0 && cand < qosTenants; cand++ {
+	for cand := uint16(1); id == 0 && cand < directory.QoSTenants; cand++ {
 		if !used[cand] {
 			id = cand
 		}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/sched/dmclock"
 )
 
@@ -40,7 +41,7 @@ func (a *API) QoSSet(_ context.Context, r *api.QoSSetRequest) (*api.QoSTenant, e
 		return &api.QoSTenant{Policy: r.GetPolicy(), IsDefault: true}, nil
 	}
 	if r.GetId() > 0xffff {
-		return nil, status.Errorf(codes.InvalidArgument, "qos: tenant id %d: want 1..%d", r.GetId(), qosTenants-1)
+		return nil, status.Errorf(codes.InvalidArgument, "qos: tenant id %d: want 1..%d", r.GetId(), directory.QoSTenants-1)
 	}
 	t, err := a.c.SetQoS(r.GetTenant(), uint16(r.GetId()), p)
 	if err != nil {

@@ -62,6 +62,9 @@ type qosAdmission struct {
 	origin      time.Time
 	perTenant   int
 	maxInflight int
+	// global schedules with the δ and ρ the data plane stamps (dmClock's
+	// distributed form); false: rank-local, every node on its own.
+	global bool
 	wake        chan struct{} // a request arrived, or one left the shards
 	queued      atomic.Int64  // the queue's length, for the node's load
 
@@ -77,6 +80,7 @@ func (a *qosAdmission) init(n *Node) {
 	a.q, a.origin = q, time.Now()
 	a.perTenant = n.opts.QueueLen
 	a.maxInflight = 2 * n.opts.Workers
+	a.global = !n.opts.QoSRankLocal
 	a.wake = make(chan struct{}, 1)
 	a.inflight = map[uint16]int{}
 	a.clients = map[uint16][]netip.AddrPort{}
@@ -127,7 +131,10 @@ func (a *qosAdmission) apply(c QoS) error {
 func (a *qosAdmission) add(b []byte, op wire.Op, it admitted) bool {
 	f := wire.Frame(b)
 	tenant := f.Tenant()
-	delta, rho := qosCompletionsElsewhere(f)
+	var delta, rho uint32
+	if a.global {
+		delta, rho = f.Delta(), f.Rho()
+	}
 	a.mu.Lock()
 	if a.q.TenantLen(tenant) >= a.perTenant {
 		a.mu.Unlock()
@@ -140,12 +147,6 @@ func (a *qosAdmission) add(b []byte, op wire.Op, it admitted) bool {
 	a.signal()
 	return true
 }
-
-// qosCompletionsElsewhere is where the node reads a request's δ and ρ, the
-// tenant's completions at other nodes since its last request here, which
-// the data plane stamps (global dmClock). Until the header carries them,
-// every node schedules rank-local: δ = ρ = 0.
-func qosCompletionsElsewhere(wire.Frame) (delta, rho uint32) { return 0, 0 }
 
 // seen remembers a requester of tenant (a.mu held).
 func (a *qosAdmission) seen(tenant uint16, from netip.AddrPort) {
@@ -189,16 +190,24 @@ func (a *qosAdmission) pull() (next admitted, ok bool, until time.Duration) {
 	a.inflight[wire.Frame(next.it.b).Tenant()]++
 	a.busy++
 	next.it.qos = true
-	if phase == dmclock.Reservation {
-		markReservation(next.it.b)
-	}
+	markReservation(next.it.b, phase == dmclock.Reservation)
 	return next, true, 0
 }
 
-// markReservation flags a request served in dmClock's reservation phase;
-// replies echo the request's flags, so the data plane counts the
-// completion into the tenant's ρ.
-func markReservation(b []byte) {}
+// markReservation flags a request served in dmClock's reservation phase,
+// and clears the flag otherwise: replies echo the request's flags, so the
+// data plane counts the completion into the tenant's ρ. (A write's reply
+// comes from the chain's tail, which does not know the head's phase: it
+// never carries the flag, so ρ undercounts writes and a tenant's
+// reservation errs towards more service, never less.)
+func markReservation(b []byte, reservation bool) {
+	f := wire.Frame(b)
+	if reservation {
+		f.SetFlags(f.Flags() | wire.FlagReservation)
+	} else {
+		f.SetFlags(f.Flags() &^ wire.FlagReservation)
+	}
+}
 
 // stats is every known tenant's scheduling.
 func (a *qosAdmission) stats() []TenantQoS {

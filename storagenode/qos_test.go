@@ -41,7 +41,7 @@ func TestQoSAdmission(t *testing.T) {
 		p.send(to, raw(wire.Header{Op: wire.OpGet, Tenant: limited, ReqID: uint64(1000 + i), KeyHash: h}, key, nil))
 		p.send(to, raw(wire.Header{Op: wire.OpGet, Tenant: reserved, ReqID: uint64(2000 + i), KeyHash: h}, key, nil))
 	}
-	got := map[uint16]int{}
+	got, flagged := map[uint16]int{}, map[uint16]int{}
 	limitedWhenReservedDone := -1
 	for range 2 * each {
 		r, ok := p.recv(0)
@@ -52,6 +52,9 @@ func TestQoSAdmission(t *testing.T) {
 			t.Fatalf("tenant %d: %s %s: QoS refused a request", r.Tenant, r.Op, r.Code)
 		}
 		got[r.Tenant]++
+		if r.Flags&wire.FlagReservation != 0 {
+			flagged[r.Tenant]++
+		}
 		if r.Tenant == reserved && got[reserved] == each {
 			limitedWhenReservedDone = got[limited]
 		}
@@ -62,6 +65,7 @@ func TestQoSAdmission(t *testing.T) {
 		t.Errorf("the limited tenant had %d of %d served when the other finished", limitedWhenReservedDone, each)
 	}
 	st := map[uint16]storagenode.TenantQoS{}
+
 	for _, q := range n.Stats().QoS {
 		st[q.Tenant] = q
 	}
@@ -70,6 +74,11 @@ func TestQoSAdmission(t *testing.T) {
 	}
 	if s := st[reserved]; s.ServedReservation == 0 || s.ServedReservation+s.ServedWeight != each || s.Queued != 0 || s.Inflight != 0 {
 		t.Errorf("reserved tenant's stats %+v", s)
+	}
+	// Replies say which requests the reservation served (the data plane
+	// counts them into ρ); the limited tenant has no reservation.
+	if flagged[limited] != 0 || uint64(flagged[reserved]) != st[reserved].ServedReservation {
+		t.Errorf("replies flagged reservation: %v; the reserved tenant's served in that phase: %d", flagged, st[reserved].ServedReservation)
 	}
 	if err := n.SetQoS(storagenode.QoS{Generation: 8}); err != nil || n.Stats().QoSOn {
 		t.Fatalf("turning QoS off: %v", err)

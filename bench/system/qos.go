@@ -66,7 +66,7 @@ type QoSExperiment struct {
 	Workers  int     // closed-loop clients per tenant; default 64
 	Warmup   time.Duration
 	Duration time.Duration
-	Modes    []QoSMode // default rank-local, rank-local split, and global if the data plane stamps δ/ρ
+	Modes    []QoSMode // default rank-local, rank-local split, global
 	Tenants  []QoSTenantSpec
 	// Live, if set, gets a line per mode as it starts.
 	Live func(string)
@@ -98,10 +98,6 @@ type QoSModeResult struct {
 	WeightError float64 `json:"weight_error"`
 }
 
-// QoSDeltaRho reports whether the data plane stamps δ and ρ, which global
-// mode needs.
-const QoSDeltaRho = false
-
 // RunQoS runs the experiment: one cluster, one run per mode.
 func RunQoS(ctx context.Context, e QoSExperiment) ([]QoSModeResult, error) {
 	if e.Nodes == 0 {
@@ -120,25 +116,14 @@ func RunQoS(ctx context.Context, e QoSExperiment) ([]QoSModeResult, error) {
 		e.Tenants = QoSTenants
 	}
 	if e.Modes == nil {
-		e.Modes = []QoSMode{QoSRankLocal, QoSRankLocalSplit}
-		if QoSDeltaRho {
-			e.Modes = append(e.Modes, QoSGlobal)
-		}
+		e.Modes = []QoSMode{QoSRankLocal, QoSRankLocalSplit, QoSGlobal}
 	}
-	c, err := cluster.Start(cluster.Options{N: e.Nodes, R: 2, PartitionBits: 6, Dir: filepath.Join(e.Dir, "qos"),
-		Controller: true, Round: 100 * time.Millisecond, Node: func(o *storagenode.Options) {
-			o.MaxOps = e.NodeOps
-		}})
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
 	var out []QoSModeResult
-	for _, mode := range e.Modes {
+	for i, mode := range e.Modes {
 		if e.Live != nil {
 			e.Live(fmt.Sprintf("%s: %d tenants on %d nodes of %.0f ops/s, %d clients each", mode, len(e.Tenants), e.Nodes, e.NodeOps, e.Workers))
 		}
-		r, err := runQoSMode(ctx, c, e, mode)
+		r, err := runQoSMode(ctx, e, mode, filepath.Join(e.Dir, fmt.Sprintf("qos-%d", i)))
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", mode, err)
 		}
@@ -147,13 +132,20 @@ func RunQoS(ctx context.Context, e QoSExperiment) ([]QoSModeResult, error) {
 	return out, nil
 }
 
-// runQoSMode starts a plane, sets the policies as the mode applies them,
-// waits until every node has them, and drives every tenant backlogged.
-func runQoSMode(ctx context.Context, c *cluster.Cluster, e QoSExperiment, mode QoSMode) (QoSModeResult, error) {
+// runQoSMode starts a cluster and its plane, sets the policies as the mode
+// applies them, waits until every node has them, and drives every tenant
+// backlogged.
+func runQoSMode(ctx context.Context, e QoSExperiment, mode QoSMode, dir string) (QoSModeResult, error) {
 	res := QoSModeResult{Mode: mode}
-	if mode == QoSGlobal && !QoSDeltaRho {
-		return res, fmt.Errorf("the data plane does not stamp δ and ρ")
+	c, err := cluster.Start(cluster.Options{N: e.Nodes, R: 2, PartitionBits: 6, Dir: dir,
+		Controller: true, Round: 100 * time.Millisecond, Node: func(o *storagenode.Options) {
+			o.MaxOps = e.NodeOps
+			o.QoSRankLocal = mode != QoSGlobal
+		}})
+	if err != nil {
+		return res, err
 	}
+	defer c.Close()
 	p, err := c.StartPlane(ctx, cluster.PlaneConfig{
 		Directory:  directory.Config{Policy: directory.PolicyReplicas}, // no promotions: keys stay on their chains
 		Controller: cluster.ControllerConfig{Round: 100 * time.Millisecond, ProgramOnly: true},

@@ -47,9 +47,6 @@ func runQoSExperiment(cmd *cobra.Command, f benchFlags) error {
 	if err != nil {
 		return err
 	}
-	if !system.QoSDeltaRho {
-		fmt.Fprintln(out, "global δ/ρ not run: the data plane does not stamp δ and ρ yet")
-	}
 	if f.jsonPath != "" {
 		v := struct {
 			Experiment string                 `json:"experiment"`
