@@ -281,12 +281,12 @@ func rate(x float64) string {
 }
 
 func printQoS(out io.Writer, t *api.QoSTenant) {
-	name := t.GetName()
-	if name == "" {
-		name = "(defaults)"
+	name := fmt.Sprintf("%s id %d", t.GetName(), t.GetId())
+	if t.GetName() == "" {
+		name = "defaults"
 	}
 	p := t.GetPolicy()
-	fmt.Fprintf(out, "%s id %d: reservation %s, weight %g, limit %s", name, t.GetId(), rate(p.GetReservation()), p.GetWeight(), rate(p.GetLimit()))
+	fmt.Fprintf(out, "%s: reservation %s, weight %g, limit %s", name, rate(p.GetReservation()), p.GetWeight(), rate(p.GetLimit()))
 	if t.GetIsDefault() && t.GetName() != "" {
 		fmt.Fprint(out, " (defaults)")
 	}
