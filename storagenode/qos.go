@@ -65,8 +65,8 @@ type qosAdmission struct {
 	// global schedules with the δ and ρ the data plane stamps (dmClock's
 	// distributed form); false: rank-local, every node on its own.
 	global bool
-	wake        chan struct{} // a request arrived, or one left the shards
-	queued      atomic.Int64  // the queue's length, for the node's load
+	wake   chan struct{} // a request arrived, or one left the shards
+	queued atomic.Int64  // the queue's length, for the node's load
 
 	mu       sync.Mutex
 	q        *dmclock.Queue[admitted]
