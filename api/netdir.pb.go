@@ -1415,6 +1415,7 @@ type StatusResponse struct {
 	DirectoryCapacity uint32                 `protobuf:"varint,4,opt,name=directory_capacity,json=directoryCapacity,proto3" json:"directory_capacity,omitempty"`
 	Switches          []string               `protobuf:"bytes,5,rep,name=switches,proto3" json:"switches,omitempty"`
 	Rounds            uint64                 `protobuf:"varint,6,opt,name=rounds,proto3" json:"rounds,omitempty"`
+	LoopsPaused       bool                   `protobuf:"varint,7,opt,name=loops_paused,json=loopsPaused,proto3" json:"loops_paused,omitempty"` // SetLoops
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -1489,6 +1490,93 @@ func (x *StatusResponse) GetRounds() uint64 {
 		return x.Rounds
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetLoopsPaused() bool {
+	if x != nil {
+		return x.LoopsPaused
+	}
+	return false
+}
+
+type SetLoopsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Paused        bool                   `protobuf:"varint,1,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLoopsRequest) Reset() {
+	*x = SetLoopsRequest{}
+	mi := &file_netdir_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLoopsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLoopsRequest) ProtoMessage() {}
+
+func (x *SetLoopsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLoopsRequest.ProtoReflect.Descriptor instead.
+func (*SetLoopsRequest) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SetLoopsRequest) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+type SetLoopsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLoopsResponse) Reset() {
+	*x = SetLoopsResponse{}
+	mi := &file_netdir_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLoopsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLoopsResponse) ProtoMessage() {}
+
+func (x *SetLoopsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLoopsResponse.ProtoReflect.Descriptor instead.
+func (*SetLoopsResponse) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{26}
 }
 
 var File_netdir_proto protoreflect.FileDescriptor
@@ -1591,14 +1679,18 @@ const file_netdir_proto_rawDesc = "" +
 	"\aweights\x18\x03 \x03(\rR\aweightsB\b\n" +
 	"\x06target\"\x14\n" +
 	"\x12SetWeightsResponse\"\x0f\n" +
-	"\rStatusRequest\"\xc6\x01\n" +
+	"\rStatusRequest\"\xe9\x01\n" +
 	"\x0eStatusResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12\x14\n" +
 	"\x05nodes\x18\x02 \x01(\rR\x05nodes\x12%\n" +
 	"\x0edirectory_size\x18\x03 \x01(\rR\rdirectorySize\x12-\n" +
 	"\x12directory_capacity\x18\x04 \x01(\rR\x11directoryCapacity\x12\x1a\n" +
 	"\bswitches\x18\x05 \x03(\tR\bswitches\x12\x16\n" +
-	"\x06rounds\x18\x06 \x01(\x04R\x06rounds2\xde\x05\n" +
+	"\x06rounds\x18\x06 \x01(\x04R\x06rounds\x12!\n" +
+	"\floops_paused\x18\a \x01(\bR\vloopsPaused\")\n" +
+	"\x0fSetLoopsRequest\x12\x16\n" +
+	"\x06paused\x18\x01 \x01(\bR\x06paused\"\x12\n" +
+	"\x10SetLoopsResponse2\xa3\x06\n" +
 	"\n" +
 	"Controller\x12F\n" +
 	"\tGetLayout\x12\x1b.netdir.v1.GetLayoutRequest\x1a\x1c.netdir.v1.GetLayoutResponse\x12C\n" +
@@ -1611,7 +1703,8 @@ const file_netdir_proto_rawDesc = "" +
 	"\x0eListPartitions\x12 .netdir.v1.ListPartitionsRequest\x1a!.netdir.v1.ListPartitionsResponse\x12I\n" +
 	"\n" +
 	"SetWeights\x12\x1c.netdir.v1.SetWeightsRequest\x1a\x1d.netdir.v1.SetWeightsResponse\x12=\n" +
-	"\x06Status\x12\x18.netdir.v1.StatusRequest\x1a\x19.netdir.v1.StatusResponseB\"Z github.com/netdir/netdir/api;apib\x06proto3"
+	"\x06Status\x12\x18.netdir.v1.StatusRequest\x1a\x19.netdir.v1.StatusResponse\x12C\n" +
+	"\bSetLoops\x12\x1a.netdir.v1.SetLoopsRequest\x1a\x1b.netdir.v1.SetLoopsResponseB\"Z github.com/netdir/netdir/api;apib\x06proto3"
 
 var (
 	file_netdir_proto_rawDescOnce sync.Once
@@ -1626,7 +1719,7 @@ func file_netdir_proto_rawDescGZIP() []byte {
 }
 
 var file_netdir_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_netdir_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_netdir_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_netdir_proto_goTypes = []any{
 	(DirectoryUpdate_Kind)(0),        // 0: netdir.v1.DirectoryUpdate.Kind
 	(*Node)(nil),                     // 1: netdir.v1.Node
@@ -1654,6 +1747,8 @@ var file_netdir_proto_goTypes = []any{
 	(*SetWeightsResponse)(nil),       // 23: netdir.v1.SetWeightsResponse
 	(*StatusRequest)(nil),            // 24: netdir.v1.StatusRequest
 	(*StatusResponse)(nil),           // 25: netdir.v1.StatusResponse
+	(*SetLoopsRequest)(nil),          // 26: netdir.v1.SetLoopsRequest
+	(*SetLoopsResponse)(nil),         // 27: netdir.v1.SetLoopsResponse
 }
 var file_netdir_proto_depIdxs = []int32{
 	4,  // 0: netdir.v1.NodeStats.hot_keys:type_name -> netdir.v1.KeyCount
@@ -1677,18 +1772,20 @@ var file_netdir_proto_depIdxs = []int32{
 	20, // 18: netdir.v1.Controller.ListPartitions:input_type -> netdir.v1.ListPartitionsRequest
 	22, // 19: netdir.v1.Controller.SetWeights:input_type -> netdir.v1.SetWeightsRequest
 	24, // 20: netdir.v1.Controller.Status:input_type -> netdir.v1.StatusRequest
-	3,  // 21: netdir.v1.Controller.GetLayout:output_type -> netdir.v1.GetLayoutResponse
-	7,  // 22: netdir.v1.Controller.ReportStats:output_type -> netdir.v1.ReportStatsResponse
-	11, // 23: netdir.v1.Controller.ReportAgentStats:output_type -> netdir.v1.ReportAgentStatsResponse
-	15, // 24: netdir.v1.Controller.WatchDirectory:output_type -> netdir.v1.DirectoryUpdate
-	17, // 25: netdir.v1.Controller.ListDirectory:output_type -> netdir.v1.ListDirectoryResponse
-	19, // 26: netdir.v1.Controller.Pin:output_type -> netdir.v1.PinResponse
-	19, // 27: netdir.v1.Controller.Unpin:output_type -> netdir.v1.PinResponse
-	21, // 28: netdir.v1.Controller.ListPartitions:output_type -> netdir.v1.ListPartitionsResponse
-	23, // 29: netdir.v1.Controller.SetWeights:output_type -> netdir.v1.SetWeightsResponse
-	25, // 30: netdir.v1.Controller.Status:output_type -> netdir.v1.StatusResponse
-	21, // [21:31] is the sub-list for method output_type
-	11, // [11:21] is the sub-list for method input_type
+	26, // 21: netdir.v1.Controller.SetLoops:input_type -> netdir.v1.SetLoopsRequest
+	3,  // 22: netdir.v1.Controller.GetLayout:output_type -> netdir.v1.GetLayoutResponse
+	7,  // 23: netdir.v1.Controller.ReportStats:output_type -> netdir.v1.ReportStatsResponse
+	11, // 24: netdir.v1.Controller.ReportAgentStats:output_type -> netdir.v1.ReportAgentStatsResponse
+	15, // 25: netdir.v1.Controller.WatchDirectory:output_type -> netdir.v1.DirectoryUpdate
+	17, // 26: netdir.v1.Controller.ListDirectory:output_type -> netdir.v1.ListDirectoryResponse
+	19, // 27: netdir.v1.Controller.Pin:output_type -> netdir.v1.PinResponse
+	19, // 28: netdir.v1.Controller.Unpin:output_type -> netdir.v1.PinResponse
+	21, // 29: netdir.v1.Controller.ListPartitions:output_type -> netdir.v1.ListPartitionsResponse
+	23, // 30: netdir.v1.Controller.SetWeights:output_type -> netdir.v1.SetWeightsResponse
+	25, // 31: netdir.v1.Controller.Status:output_type -> netdir.v1.StatusResponse
+	27, // 32: netdir.v1.Controller.SetLoops:output_type -> netdir.v1.SetLoopsResponse
+	22, // [22:33] is the sub-list for method output_type
+	11, // [11:22] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -1709,7 +1806,7 @@ func file_netdir_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_netdir_proto_rawDesc), len(file_netdir_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

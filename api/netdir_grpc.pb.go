@@ -33,6 +33,7 @@ const (
 	Controller_ListPartitions_FullMethodName   = "/netdir.v1.Controller/ListPartitions"
 	Controller_SetWeights_FullMethodName       = "/netdir.v1.Controller/SetWeights"
 	Controller_Status_FullMethodName           = "/netdir.v1.Controller/Status"
+	Controller_SetLoops_FullMethodName         = "/netdir.v1.Controller/SetLoops"
 )
 
 // ControllerClient is the client API for Controller service.
@@ -56,6 +57,10 @@ type ControllerClient interface {
 	ListPartitions(ctx context.Context, in *ListPartitionsRequest, opts ...grpc.CallOption) (*ListPartitionsResponse, error)
 	SetWeights(ctx context.Context, in *SetWeightsRequest, opts ...grpc.CallOption) (*SetWeightsResponse, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// SetLoops pauses or resumes the hot-key rounds and the coarse epochs;
+	// the directory and the weights stay as they are. `netdir bench
+	// --service` pauses them for its baselines on a running deployment.
+	SetLoops(ctx context.Context, in *SetLoopsRequest, opts ...grpc.CallOption) (*SetLoopsResponse, error)
 }
 
 type controllerClient struct {
@@ -175,6 +180,16 @@ func (c *controllerClient) Status(ctx context.Context, in *StatusRequest, opts .
 	return out, nil
 }
 
+func (c *controllerClient) SetLoops(ctx context.Context, in *SetLoopsRequest, opts ...grpc.CallOption) (*SetLoopsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetLoopsResponse)
+	err := c.cc.Invoke(ctx, Controller_SetLoops_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControllerServer is the server API for Controller service.
 // All implementations must embed UnimplementedControllerServer
 // for forward compatibility.
@@ -196,6 +211,10 @@ type ControllerServer interface {
 	ListPartitions(context.Context, *ListPartitionsRequest) (*ListPartitionsResponse, error)
 	SetWeights(context.Context, *SetWeightsRequest) (*SetWeightsResponse, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// SetLoops pauses or resumes the hot-key rounds and the coarse epochs;
+	// the directory and the weights stay as they are. `netdir bench
+	// --service` pauses them for its baselines on a running deployment.
+	SetLoops(context.Context, *SetLoopsRequest) (*SetLoopsResponse, error)
 	mustEmbedUnimplementedControllerServer()
 }
 
@@ -235,6 +254,9 @@ func (UnimplementedControllerServer) SetWeights(context.Context, *SetWeightsRequ
 }
 func (UnimplementedControllerServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedControllerServer) SetLoops(context.Context, *SetLoopsRequest) (*SetLoopsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLoops not implemented")
 }
 func (UnimplementedControllerServer) mustEmbedUnimplementedControllerServer() {}
 func (UnimplementedControllerServer) testEmbeddedByValue()                    {}
@@ -430,6 +452,24 @@ func _Controller_Status_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Controller_SetLoops_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetLoopsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServer).SetLoops(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Controller_SetLoops_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServer).SetLoops(ctx, req.(*SetLoopsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Controller_ServiceDesc is the grpc.ServiceDesc for Controller service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -472,6 +512,10 @@ var Controller_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Controller_Status_Handler,
+		},
+		{
+			MethodName: "SetLoops",
+			Handler:    _Controller_SetLoops_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
