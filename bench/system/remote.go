@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -186,6 +187,7 @@ func (r *Remote) Run(ctx context.Context, policy string, o RunOptions) (bench.Ru
 	}
 	run.CapacityOps = r.cfg.Capacity
 	run.Control = "deployment"
+	run.Note = strings.TrimPrefix(run.Note+"; hit rate not measured (the switch's counters are the controller's)", "; ")
 	return run, nil
 }
 
