@@ -194,6 +194,7 @@ type Node struct {
 	trees []*tree
 
 	conn  *net.UDPConn
+	v4    bool // conn is an IPv4 socket
 	laddr netip.AddrPort
 	peers map[wire.NodeID]netip.AddrPort
 	dp    netip.AddrPort
@@ -274,6 +275,7 @@ func Start(o Options) (*Node, error) {
 	_ = n.conn.SetReadBuffer(8 << 20)
 	_ = n.conn.SetWriteBuffer(8 << 20)
 	n.laddr = n.conn.LocalAddr().(*net.UDPAddr).AddrPort()
+	n.v4 = n.conn.LocalAddr().(*net.UDPAddr).IP.To4() != nil
 	n.admit.init(n)
 	if err := loadPending(n.trees[0], n.admit.shardOf); err != nil {
 		n.conn.Close()
