@@ -1719,6 +1719,7 @@ type StatusResponse struct {
 	DirectoryCapacity uint32                 `protobuf:"varint,4,opt,name=directory_capacity,json=directoryCapacity,proto3" json:"directory_capacity,omitempty"`
 	Switches          []string               `protobuf:"bytes,5,rep,name=switches,proto3" json:"switches,omitempty"`
 	Rounds            uint64                 `protobuf:"varint,6,opt,name=rounds,proto3" json:"rounds,omitempty"`
+	LoopsPaused       bool                   `protobuf:"varint,7,opt,name=loops_paused,json=loopsPaused,proto3" json:"loops_paused,omitempty"` // SetLoops
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -1793,6 +1794,13 @@ func (x *StatusResponse) GetRounds() uint64 {
 		return x.Rounds
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetLoopsPaused() bool {
+	if x != nil {
+		return x.LoopsPaused
+	}
+	return false
 }
 
 // QoSTenant is a tenant's policy and, in a dump, its scheduling summed over
@@ -2183,6 +2191,86 @@ func (*QoSRemoveResponse) Descriptor() ([]byte, []int) {
 	return file_netdir_proto_rawDescGZIP(), []int{34}
 }
 
+type SetLoopsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Paused        bool                   `protobuf:"varint,1,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLoopsRequest) Reset() {
+	*x = SetLoopsRequest{}
+	mi := &file_netdir_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLoopsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLoopsRequest) ProtoMessage() {}
+
+func (x *SetLoopsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLoopsRequest.ProtoReflect.Descriptor instead.
+func (*SetLoopsRequest) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *SetLoopsRequest) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+type SetLoopsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLoopsResponse) Reset() {
+	*x = SetLoopsResponse{}
+	mi := &file_netdir_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLoopsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLoopsResponse) ProtoMessage() {}
+
+func (x *SetLoopsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLoopsResponse.ProtoReflect.Descriptor instead.
+func (*SetLoopsResponse) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{36}
+}
+
 var File_netdir_proto protoreflect.FileDescriptor
 
 const file_netdir_proto_rawDesc = "" +
@@ -2308,14 +2396,15 @@ const file_netdir_proto_rawDesc = "" +
 	"\aweights\x18\x03 \x03(\rR\aweightsB\b\n" +
 	"\x06target\"\x14\n" +
 	"\x12SetWeightsResponse\"\x0f\n" +
-	"\rStatusRequest\"\xc6\x01\n" +
+	"\rStatusRequest\"\xe9\x01\n" +
 	"\x0eStatusResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12\x14\n" +
 	"\x05nodes\x18\x02 \x01(\rR\x05nodes\x12%\n" +
 	"\x0edirectory_size\x18\x03 \x01(\rR\rdirectorySize\x12-\n" +
 	"\x12directory_capacity\x18\x04 \x01(\rR\x11directoryCapacity\x12\x1a\n" +
 	"\bswitches\x18\x05 \x03(\tR\bswitches\x12\x16\n" +
-	"\x06rounds\x18\x06 \x01(\x04R\x06rounds\"\xe0\x02\n" +
+	"\x06rounds\x18\x06 \x01(\x04R\x06rounds\x12!\n" +
+	"\floops_paused\x18\a \x01(\bR\vloopsPaused\"\xe0\x02\n" +
 	"\tQoSTenant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\rR\x02id\x12,\n" +
@@ -2346,7 +2435,10 @@ const file_netdir_proto_rawDesc = "" +
 	"\rQoSGetRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1a\n" +
 	"\bdefaults\x18\x02 \x01(\bR\bdefaults\"\x13\n" +
-	"\x11QoSRemoveResponse2\xd9\a\n" +
+	"\x11QoSRemoveResponse\")\n" +
+	"\x0fSetLoopsRequest\x12\x16\n" +
+	"\x06paused\x18\x01 \x01(\bR\x06paused\"\x12\n" +
+	"\x10SetLoopsResponse2\x9e\b\n" +
 	"\n" +
 	"Controller\x12F\n" +
 	"\tGetLayout\x12\x1b.netdir.v1.GetLayoutRequest\x1a\x1c.netdir.v1.GetLayoutResponse\x12C\n" +
@@ -2363,7 +2455,8 @@ const file_netdir_proto_rawDesc = "" +
 	"\aQoSDump\x12\x19.netdir.v1.QoSDumpRequest\x1a\x1a.netdir.v1.QoSDumpResponse\x128\n" +
 	"\x06QoSSet\x12\x18.netdir.v1.QoSSetRequest\x1a\x14.netdir.v1.QoSTenant\x128\n" +
 	"\x06QoSGet\x12\x18.netdir.v1.QoSGetRequest\x1a\x14.netdir.v1.QoSTenant\x12C\n" +
-	"\tQoSRemove\x12\x18.netdir.v1.QoSGetRequest\x1a\x1c.netdir.v1.QoSRemoveResponseB\"Z github.com/netdir/netdir/api;apib\x06proto3"
+	"\tQoSRemove\x12\x18.netdir.v1.QoSGetRequest\x1a\x1c.netdir.v1.QoSRemoveResponse\x12C\n" +
+	"\bSetLoops\x12\x1a.netdir.v1.SetLoopsRequest\x1a\x1b.netdir.v1.SetLoopsResponseB\"Z github.com/netdir/netdir/api;apib\x06proto3"
 
 var (
 	file_netdir_proto_rawDescOnce sync.Once
@@ -2378,7 +2471,7 @@ func file_netdir_proto_rawDescGZIP() []byte {
 }
 
 var file_netdir_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_netdir_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_netdir_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_netdir_proto_goTypes = []any{
 	(DirectoryUpdate_Kind)(0),        // 0: netdir.v1.DirectoryUpdate.Kind
 	(*Node)(nil),                     // 1: netdir.v1.Node
@@ -2416,6 +2509,8 @@ var file_netdir_proto_goTypes = []any{
 	(*QoSSetRequest)(nil),            // 33: netdir.v1.QoSSetRequest
 	(*QoSGetRequest)(nil),            // 34: netdir.v1.QoSGetRequest
 	(*QoSRemoveResponse)(nil),        // 35: netdir.v1.QoSRemoveResponse
+	(*SetLoopsRequest)(nil),          // 36: netdir.v1.SetLoopsRequest
+	(*SetLoopsResponse)(nil),         // 37: netdir.v1.SetLoopsResponse
 }
 var file_netdir_proto_depIdxs = []int32{
 	4,  // 0: netdir.v1.NodeStats.hot_keys:type_name -> netdir.v1.KeyCount
@@ -2452,22 +2547,24 @@ var file_netdir_proto_depIdxs = []int32{
 	33, // 31: netdir.v1.Controller.QoSSet:input_type -> netdir.v1.QoSSetRequest
 	34, // 32: netdir.v1.Controller.QoSGet:input_type -> netdir.v1.QoSGetRequest
 	34, // 33: netdir.v1.Controller.QoSRemove:input_type -> netdir.v1.QoSGetRequest
-	3,  // 34: netdir.v1.Controller.GetLayout:output_type -> netdir.v1.GetLayoutResponse
-	8,  // 35: netdir.v1.Controller.ReportStats:output_type -> netdir.v1.ReportStatsResponse
-	15, // 36: netdir.v1.Controller.ReportAgentStats:output_type -> netdir.v1.ReportAgentStatsResponse
-	19, // 37: netdir.v1.Controller.WatchDirectory:output_type -> netdir.v1.DirectoryUpdate
-	21, // 38: netdir.v1.Controller.ListDirectory:output_type -> netdir.v1.ListDirectoryResponse
-	23, // 39: netdir.v1.Controller.Pin:output_type -> netdir.v1.PinResponse
-	23, // 40: netdir.v1.Controller.Unpin:output_type -> netdir.v1.PinResponse
-	25, // 41: netdir.v1.Controller.ListPartitions:output_type -> netdir.v1.ListPartitionsResponse
-	27, // 42: netdir.v1.Controller.SetWeights:output_type -> netdir.v1.SetWeightsResponse
-	29, // 43: netdir.v1.Controller.Status:output_type -> netdir.v1.StatusResponse
-	32, // 44: netdir.v1.Controller.QoSDump:output_type -> netdir.v1.QoSDumpResponse
-	30, // 45: netdir.v1.Controller.QoSSet:output_type -> netdir.v1.QoSTenant
-	30, // 46: netdir.v1.Controller.QoSGet:output_type -> netdir.v1.QoSTenant
-	35, // 47: netdir.v1.Controller.QoSRemove:output_type -> netdir.v1.QoSRemoveResponse
-	34, // [34:48] is the sub-list for method output_type
-	20, // [20:34] is the sub-list for method input_type
+	36, // 34: netdir.v1.Controller.SetLoops:input_type -> netdir.v1.SetLoopsRequest
+	3,  // 35: netdir.v1.Controller.GetLayout:output_type -> netdir.v1.GetLayoutResponse
+	8,  // 36: netdir.v1.Controller.ReportStats:output_type -> netdir.v1.ReportStatsResponse
+	15, // 37: netdir.v1.Controller.ReportAgentStats:output_type -> netdir.v1.ReportAgentStatsResponse
+	19, // 38: netdir.v1.Controller.WatchDirectory:output_type -> netdir.v1.DirectoryUpdate
+	21, // 39: netdir.v1.Controller.ListDirectory:output_type -> netdir.v1.ListDirectoryResponse
+	23, // 40: netdir.v1.Controller.Pin:output_type -> netdir.v1.PinResponse
+	23, // 41: netdir.v1.Controller.Unpin:output_type -> netdir.v1.PinResponse
+	25, // 42: netdir.v1.Controller.ListPartitions:output_type -> netdir.v1.ListPartitionsResponse
+	27, // 43: netdir.v1.Controller.SetWeights:output_type -> netdir.v1.SetWeightsResponse
+	29, // 44: netdir.v1.Controller.Status:output_type -> netdir.v1.StatusResponse
+	32, // 45: netdir.v1.Controller.QoSDump:output_type -> netdir.v1.QoSDumpResponse
+	30, // 46: netdir.v1.Controller.QoSSet:output_type -> netdir.v1.QoSTenant
+	30, // 47: netdir.v1.Controller.QoSGet:output_type -> netdir.v1.QoSTenant
+	35, // 48: netdir.v1.Controller.QoSRemove:output_type -> netdir.v1.QoSRemoveResponse
+	37, // 49: netdir.v1.Controller.SetLoops:output_type -> netdir.v1.SetLoopsResponse
+	35, // [35:50] is the sub-list for method output_type
+	20, // [20:35] is the sub-list for method input_type
 	20, // [20:20] is the sub-list for extension type_name
 	20, // [20:20] is the sub-list for extension extendee
 	0,  // [0:20] is the sub-list for field type_name
@@ -2488,7 +2585,7 @@ func file_netdir_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_netdir_proto_rawDesc), len(file_netdir_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,7 @@ const (
 	Controller_QoSSet_FullMethodName           = "/netdir.v1.Controller/QoSSet"
 	Controller_QoSGet_FullMethodName           = "/netdir.v1.Controller/QoSGet"
 	Controller_QoSRemove_FullMethodName        = "/netdir.v1.Controller/QoSRemove"
+	Controller_SetLoops_FullMethodName         = "/netdir.v1.Controller/SetLoops"
 )
 
 // ControllerClient is the client API for Controller service.
@@ -67,6 +68,10 @@ type ControllerClient interface {
 	QoSSet(ctx context.Context, in *QoSSetRequest, opts ...grpc.CallOption) (*QoSTenant, error)
 	QoSGet(ctx context.Context, in *QoSGetRequest, opts ...grpc.CallOption) (*QoSTenant, error)
 	QoSRemove(ctx context.Context, in *QoSGetRequest, opts ...grpc.CallOption) (*QoSRemoveResponse, error)
+	// SetLoops pauses or resumes the hot-key rounds and the coarse epochs;
+	// the directory and the weights stay as they are. `netdir bench
+	// --service` pauses them for its baselines on a running deployment.
+	SetLoops(ctx context.Context, in *SetLoopsRequest, opts ...grpc.CallOption) (*SetLoopsResponse, error)
 }
 
 type controllerClient struct {
@@ -226,6 +231,16 @@ func (c *controllerClient) QoSRemove(ctx context.Context, in *QoSGetRequest, opt
 	return out, nil
 }
 
+func (c *controllerClient) SetLoops(ctx context.Context, in *SetLoopsRequest, opts ...grpc.CallOption) (*SetLoopsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetLoopsResponse)
+	err := c.cc.Invoke(ctx, Controller_SetLoops_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControllerServer is the server API for Controller service.
 // All implementations must embed UnimplementedControllerServer
 // for forward compatibility.
@@ -254,6 +269,10 @@ type ControllerServer interface {
 	QoSSet(context.Context, *QoSSetRequest) (*QoSTenant, error)
 	QoSGet(context.Context, *QoSGetRequest) (*QoSTenant, error)
 	QoSRemove(context.Context, *QoSGetRequest) (*QoSRemoveResponse, error)
+	// SetLoops pauses or resumes the hot-key rounds and the coarse epochs;
+	// the directory and the weights stay as they are. `netdir bench
+	// --service` pauses them for its baselines on a running deployment.
+	SetLoops(context.Context, *SetLoopsRequest) (*SetLoopsResponse, error)
 	mustEmbedUnimplementedControllerServer()
 }
 
@@ -305,6 +324,9 @@ func (UnimplementedControllerServer) QoSGet(context.Context, *QoSGetRequest) (*Q
 }
 func (UnimplementedControllerServer) QoSRemove(context.Context, *QoSGetRequest) (*QoSRemoveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method QoSRemove not implemented")
+}
+func (UnimplementedControllerServer) SetLoops(context.Context, *SetLoopsRequest) (*SetLoopsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLoops not implemented")
 }
 func (UnimplementedControllerServer) mustEmbedUnimplementedControllerServer() {}
 func (UnimplementedControllerServer) testEmbeddedByValue()                    {}
@@ -572,6 +594,24 @@ func _Controller_QoSRemove_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Controller_SetLoops_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetLoopsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServer).SetLoops(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Controller_SetLoops_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServer).SetLoops(ctx, req.(*SetLoopsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Controller_ServiceDesc is the grpc.ServiceDesc for Controller service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -630,6 +670,10 @@ var Controller_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "QoSRemove",
 			Handler:    _Controller_QoSRemove_Handler,
+		},
+		{
+			MethodName: "SetLoops",
+			Handler:    _Controller_SetLoops_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

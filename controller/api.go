@@ -149,11 +149,18 @@ func (a *API) Status(context.Context, *api.StatusRequest) (*api.StatusResponse, 
 	r := &api.StatusResponse{
 		Rounds: a.c.Rounds(), Epoch: lay.Epoch(), Nodes: uint32(len(lay.Nodes())),
 		DirectorySize: uint32(a.c.directorySize()), DirectoryCapacity: uint32(a.c.cfg.Capacity),
+		LoopsPaused: a.c.Paused(),
 	}
 	for _, p := range a.c.planes {
 		r.Switches = append(r.Switches, p.Name())
 	}
 	return r, nil
+}
+
+// SetLoops pauses or resumes the hot-key rounds and coarse epochs.
+func (a *API) SetLoops(_ context.Context, r *api.SetLoopsRequest) (*api.SetLoopsResponse, error) {
+	a.c.SetPaused(r.GetPaused())
+	return &api.SetLoopsResponse{}, nil
 }
 
 // nodeReportFromProto is a node's report as the controller takes it.

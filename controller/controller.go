@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/netdir/netdir/directory"
@@ -141,6 +142,9 @@ type Controller struct {
 
 	gossip gossipState // gossiped node stats and expected loads (gossip.go)
 	qos    qosState    // tenants and QoS policies (qos.go)
+
+	// paused skips the hot-key rounds and coarse epochs (SetPaused).
+	paused atomic.Bool
 }
 
 // New returns a controller for the nodes; it has not touched any device yet.
@@ -242,12 +246,24 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
+			if c.Paused() {
+				continue
+			}
 			if err := c.HotKeyRound(ctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("hot-key round failed", "err", err)
 			}
 		}
 	}
 }
+
+// SetPaused pauses or resumes Run's hot-key rounds and coarse epochs; the
+// directory and the weights stay as they are, and Pin, Unpin and the
+// weight setters still work. A bench's baselines on a running deployment
+// pause them, so that nothing but the baseline routes.
+func (c *Controller) SetPaused(paused bool) { c.paused.Store(paused) }
+
+// Paused reports whether the loops are paused.
+func (c *Controller) Paused() bool { return c.paused.Load() }
 
 func (c *Controller) node(id wire.NodeID) layout.Node {
 	if n, ok := c.Layout().Node(id); ok {
