@@ -29,8 +29,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,7 +58,13 @@ type Options struct {
 	// Backoff after queue-full, unavailable or stale-epoch; doubles up to
 	// 16×. Default 2 ms.
 	Backoff time.Duration
-	Tenant  uint16
+	// Tenant is stamped on every request (the id `netdir ctl qos set`
+	// registered), except on keys under one of Subvolumes.
+	Tenant uint16
+	// Subvolumes maps key prefixes to tenants, like CephFS subvolume
+	// roots: {"/volumes/grp/a/": 3} stamps tenant 3 on every key under
+	// that root. The longest matching prefix wins.
+	Subvolumes map[string]uint16
 	// Epoch sent on requests (0: the layout's, or none).
 	Epoch uint32
 	// Refresh, if set, returns the newest layout: the client calls it when
@@ -79,6 +87,7 @@ type Client struct {
 	refreshing sync.Mutex
 	refreshed  time.Time
 	conn       *Conn
+	roots      []string  // Subvolumes' prefixes, longest first
 	scratch    sync.Pool // *[]byte: reply buffers, so that an operation allocates nothing
 }
 
@@ -99,7 +108,8 @@ func New(o Options) (*Client, error) {
 	if o.Epoch == 0 && o.Layout != nil {
 		o.Epoch = o.Layout.Epoch()
 	}
-	c := &Client{opts: o}
+	c := &Client{opts: o, roots: slices.Collect(maps.Keys(o.Subvolumes))}
+	slices.SortFunc(c.roots, func(a, b string) int { return len(b) - len(a) })
 	c.lay.Store(o.Layout)
 	c.epoch.Store(o.Epoch)
 	if o.Service != "" {
@@ -165,11 +175,21 @@ func newID() uint64 {
 }
 
 func (c *Client) packet(op wire.Op, reqid uint64, key, val []byte, h wire.KeyHash) wire.Packet {
-	p := wire.Packet{Header: wire.Header{Op: op, Tenant: c.opts.Tenant, ReqID: reqid, KeyHash: h, Epoch: c.epoch.Load()}, Key: key, Value: val}
+	p := wire.Packet{Header: wire.Header{Op: op, Tenant: c.tenantOf(key), ReqID: reqid, KeyHash: h, Epoch: c.epoch.Load()}, Key: key, Value: val}
 	if op == wire.OpGet && c.opts.StaleOK {
 		p.Flags |= wire.FlagStaleOK
 	}
 	return p
+}
+
+// tenantOf is the tenant of key: its subvolume's, or Options.Tenant.
+func (c *Client) tenantOf(key []byte) uint16 {
+	for _, r := range c.roots {
+		if len(key) >= len(r) && string(key[:len(r)]) == r {
+			return c.opts.Subvolumes[r]
+		}
+	}
+	return c.opts.Tenant
 }
 
 // chain is the key's chain from the layout, or nil.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -43,7 +44,10 @@ type ControllerConfig struct {
 	P4Info       string           `yaml:"p4info"`
 	Switches     []SwitchEndpoint `yaml:"switches"`
 	VSBPorts     []uint32         `yaml:"vsb_ports"`
-	Layout       layout.Config    `yaml:",inline"`
+	// DataDir keeps the controller's state across restarts: the tenants
+	// and QoS policies (qos.json). Empty: memory only.
+	DataDir string        `yaml:"data_dir"`
+	Layout  layout.Config `yaml:",inline"`
 
 	// GossipBind is the controller's gossip (memberlist) address, the
 	// nodes' seed (empty: no gossip); GossipSeeds are members to join.
@@ -168,9 +172,16 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 		planes = append(planes, pl)
 		log.Info("switch programmed", "switch", s.Name, "addr", s.Addr, "device_id", s.DeviceID)
 	}
+	var qosStore controller.QoSStore
+	if cfg.DataDir != "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, err
+		}
+		qosStore = controller.FileQoSStore{Path: filepath.Join(cfg.DataDir, "qos.json")}
+	}
 	c.Controller, err = controller.New(controller.Config{
 		Layout: lay, Capacity: cfg.Capacity, Round: cfg.Round, Epoch: cfg.CoarseEpoch, PromoteMin: cfg.PromoteMin,
-		VSBGroup: cfg.VSBPorts, NodeCapacity: cfg.NodeCapacity, Log: log,
+		VSBGroup: cfg.VSBPorts, NodeCapacity: cfg.NodeCapacity, QoSStore: qosStore, Log: log,
 	}, planes, &controller.UDPStorage{NoStamp: len(planes) == 0})
 	if err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/netdir/netdir/directory"
@@ -68,7 +69,10 @@ type Config struct {
 	// loop where read latency does not (the bench's emulated capacity); 0:
 	// latency alone.
 	NodeCapacity float64
-	Log          *slog.Logger
+	// QoSStore persists the tenants and their QoS policies (nil: memory
+	// only, lost on restart).
+	QoSStore QoSStore
+	Log      *slog.Logger
 }
 
 // NodeReport is a storage node's report for the next hot-key round and
@@ -110,7 +114,8 @@ type TreeReport struct {
 // writes that carry them; it guards hot, lastHits and lastSketch. st.mu
 // guards st (state.go): every entry is written under keysMu and st.mu, and
 // read under st.mu, as a copy. mu guards the fields below it, and
-// gossip.mu the gossip state. cfg and planes never change after New.
+// gossip.mu the gossip state. qos.mu (qos.go) is taken alone. cfg and
+// planes never change after New.
 type Controller struct {
 	cfg     Config
 	planes  []DataPlane
@@ -140,6 +145,10 @@ type Controller struct {
 	agentTotals AgentTotals
 
 	gossip gossipState // gossiped node stats and expected loads (gossip.go)
+	qos    qosState    // tenants and QoS policies (qos.go)
+
+	// paused skips the hot-key rounds and coarse epochs (SetPaused).
+	paused atomic.Bool
 
 	members chan memberChange // gossip's joins and deaths, for RunReconfig
 }
@@ -185,6 +194,9 @@ func New(cfg Config, planes []DataPlane, storage Storage) (*Controller, error) {
 		members:    make(chan memberChange, 256),
 	}
 	c.st.lay = cfg.Layout
+	if err := c.qos.load(cfg.QoSStore); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -241,12 +253,24 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
+			if c.Paused() {
+				continue
+			}
 			if err := c.HotKeyRound(ctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("hot-key round failed", "err", err)
 			}
 		}
 	}
 }
+
+// SetPaused pauses or resumes Run's hot-key rounds and coarse epochs; the
+// directory and the weights stay as they are, and Pin, Unpin and the
+// weight setters still work. A bench's baselines on a running deployment
+// pause them, so that nothing but the baseline routes.
+func (c *Controller) SetPaused(paused bool) { c.paused.Store(paused) }
+
+// Paused reports whether the loops are paused.
+func (c *Controller) Paused() bool { return c.paused.Load() }
 
 func (c *Controller) node(id wire.NodeID) layout.Node {
 	if n, ok := c.Layout().Node(id); ok {

@@ -30,7 +30,9 @@
 // owns its fields and at most one lock:
 //   - admission (admit.go): the shard workers and their queues, and MaxOps's
 //     token bucket with the client requests waiting for it. No lock: queues
-//     are channels, and the bucket is its goroutine's alone.
+//     are channels, and the bucket is its goroutine's alone. With a QoS
+//     configuration (qos.go), client requests wait in per-tenant dmClock
+//     queues instead (their lock) for admission's goroutine.
 //   - chain (chain.go): CRAQ replication. The head's dedup table (its lock)
 //     node-wide; per key, in the key's shard (chainShard, owned by the
 //     shard's worker, no lock), the writes the head forwarded and
@@ -123,6 +125,11 @@ type Options struct {
 	// with the device's budget, the same 1/16 of it.
 	CompactionFloor int64
 	Allocator       Allocator // default ReadShare
+
+	// QoSRankLocal makes the node's QoS ignore the δ and ρ that the data
+	// plane stamps, so each node enforces the policies alone (CephFS's
+	// rank-local QoS): the bench's baseline, not a production setting.
+	QoSRankLocal bool
 
 	DedupEntries    int           // bounded dedup table at the head
 	MaxPending      int           // uncommitted writes at the head before ERR unavailable

@@ -29,6 +29,7 @@ type item struct {
 	pool *[]byte
 	from netip.AddrPort
 	fn   func()
+	qos  bool // admitted by QoS: tell it when handled
 }
 
 // shard is one worker and its queue; every packet about a key is handled
@@ -81,7 +82,11 @@ func (s *shard) do(it item) {
 		it.fn()
 		return
 	}
+	tenant := wire.Frame(it.b).Tenant()
 	s.handle(it.b, it.from)
+	if it.qos {
+		s.n.admit.qos.done(tenant)
+	}
 	if it.pool != nil {
 		smallPool.Put(it.pool)
 	}
