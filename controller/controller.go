@@ -213,7 +213,8 @@ func (c *Controller) Leading() error { return c.repl.leading() }
 // programs the data planes: it waits for the state to hold every command
 // committed before, then undoes the promotions that the last leader had
 // reserved and not finished, at their heads (left promoted, a head refuses
-// the key's unstamped writes for good).
+// the key's unstamped writes for good). A head it cannot reach keeps its
+// reservation, for the next leader to undo.
 func (c *Controller) TakeOver(ctx context.Context) error {
 	if err := c.Leadership().Barrier(ctx); err != nil {
 		return fmt.Errorf("controller: catch up: %w", err)
@@ -226,7 +227,8 @@ func (c *Controller) TakeOver(ctx context.Context) error {
 	for _, e := range reserved {
 		if c.storage != nil {
 			if err := c.undoPromote(ctx, e.Locs[0], e.Key, e.Locs[e.R:]); err != nil {
-				return fmt.Errorf("controller: undo the promotion of %q: %w", e.Key, err)
+				c.log.Warn("undo an unfinished promotion", "key", string(e.Key), "err", err)
+				continue
 			}
 		}
 		if err := c.repl.apply(command{Op: opRelease, Entries: []Entry{e}}); err != nil {
@@ -589,12 +591,31 @@ func (c *Controller) Rounds() uint64 {
 // Resync programs one data plane from scratch with the current state: the
 // partition map and every directory entry (after a device restart or a
 // reconnect, and by a new leader).
-func (c *Controller) Resync(ctx context.Context, p DataPlane) error {
-	if err := c.resyncPartitions(ctx, p); err != nil {
-		return err
-	}
+func (c *Controller) Resync(ctx context.Context, p DataPlane) error { return c.Reprogram(ctx, p, nil) }
+
+// Reprogram resets a data plane (reset, e.g. a pipeline push, if not nil)
+// and re-syncs it, with every other change to partitions and entries held
+// off until it is done: a promotion between the reset and the re-sync
+// would be installed twice, or lost.
+func (c *Controller) Reprogram(ctx context.Context, p DataPlane, reset func(context.Context) error) error {
+	c.partsMu.Lock()
+	defer c.partsMu.Unlock()
 	c.keysMu.Lock()
 	defer c.keysMu.Unlock()
+	if reset != nil {
+		if err := reset(ctx); err != nil {
+			return err
+		}
+	}
+	parts := c.Partitions()
+	if err := p.Setup(ctx, parts.Layout, c.cfg.VSBGroup); err != nil {
+		return err
+	}
+	for part, b := range parts.Buckets {
+		if err := p.SetPartitionBuckets(ctx, part, parts.Layout.Chain(part), b); err != nil {
+			return err
+		}
+	}
 	entries := c.Entries()
 	// A device that lost its state (a restart, a pipeline push) seeds
 	// each slot from the entry's version, the head's latest when the key
@@ -670,22 +691,6 @@ func installEntries(ctx context.Context, p DataPlane, es []Entry) error {
 	}
 	for i := range es {
 		if err := p.InstallEntry(ctx, &es[i]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// resyncPartitions installs the partition map and its weights in p.
-func (c *Controller) resyncPartitions(ctx context.Context, p DataPlane) error {
-	c.partsMu.Lock()
-	defer c.partsMu.Unlock()
-	parts := c.Partitions()
-	if err := p.Setup(ctx, parts.Layout, c.cfg.VSBGroup); err != nil {
-		return err
-	}
-	for part, b := range parts.Buckets {
-		if err := p.SetPartitionBuckets(ctx, part, parts.Layout.Chain(part), b); err != nil {
 			return err
 		}
 	}

@@ -170,6 +170,11 @@ func (s *state) apply(c command) error {
 		if err := c.Policy.Validate(); err != nil {
 			return err
 		}
+		for t, p := range s.policies {
+			if t != c.Policy.Tenant && p.Name != "" && p.Name == c.Policy.Name {
+				return fmt.Errorf("controller: tenant %d is already named %q", t, p.Name)
+			}
+		}
 		s.policies[c.Policy.Tenant] = c.Policy
 	case opRemovePolicy:
 		delete(s.policies, c.Policy.Tenant)

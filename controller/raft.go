@@ -57,20 +57,22 @@ func (local) close() error   { return nil }
 // RaftConfig makes a controller one of several replicas of the state,
 // over hashicorp/raft.
 type RaftConfig struct {
-	ID   string // this controller's server id, one of Peers
-	Bind string // raft's TCP address (this controller's Peers entry)
+	ID   string `yaml:"id"`   // this controller's server id, one of Peers
+	Bind string `yaml:"bind"` // raft's TCP address (this controller's Peers entry)
 	// Dir keeps the log (BoltDB) and the snapshots; empty keeps them in
 	// memory, lost with the process.
-	Dir string
+	Dir string `yaml:"data"`
 	// Peers are all the controllers, this one included. A controller
 	// without a log bootstraps the cluster from them; they also map a
 	// leader to its API for NotLeaderError.
-	Peers []RaftPeer
-	// Timeouts; zero takes LAN defaults (DefaultRaftTimeouts).
-	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
+	Peers []RaftPeer `yaml:"peers"`
+	// Timeouts; zero takes the LAN defaults (DefaultHeartbeatTimeout...).
+	HeartbeatTimeout   time.Duration `yaml:"heartbeat_timeout"`
+	ElectionTimeout    time.Duration `yaml:"election_timeout"`
+	LeaderLeaseTimeout time.Duration `yaml:"leader_lease_timeout"`
 	// SnapshotThreshold is the number of commands between snapshots
 	// (default 8192).
-	SnapshotThreshold uint64
+	SnapshotThreshold uint64 `yaml:"snapshot_threshold"`
 }
 
 // RaftPeer is one controller of the cluster.
@@ -80,8 +82,7 @@ type RaftPeer struct {
 	API  string `yaml:"api"`  // gRPC API address
 }
 
-// DefaultRaftTimeouts are the heartbeat and election timeouts and the
-// leader lease for a LAN: a follower starts an election 0.5 to 1 s after
+// The heartbeat and election timeouts and the leader lease for a LAN: a follower starts an election 0.5 to 1 s after
 // the leader's last heartbeat, so a failover takes about a second.
 const (
 	DefaultHeartbeatTimeout   = 500 * time.Millisecond
