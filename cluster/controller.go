@@ -136,7 +136,7 @@ type Controller struct {
 type switchSession struct {
 	*p4rt.Client
 	election uint64
-	synced   atomic.Uint64 // the election id of the last session programmed
+	synced   atomic.Uint64 // the last session programmed (p4rt.Client.Session)
 }
 
 // StartController dials and programs every switch (pipeline, partitions,
@@ -194,7 +194,7 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 			return nil, err
 		}
 		for _, s := range c.clients {
-			s.synced.Store(s.election)
+			s.synced.Store(s.Session())
 		}
 		log.Info("partitions installed", "partitions", lay.Partitions(), "nodes", len(lay.Nodes()), "epoch", lay.Epoch())
 	}
@@ -343,7 +343,7 @@ func (c *Controller) dialSwitch(ctx context.Context, s SwitchEndpoint, schema *p
 			if err := c.Reprogram(ctx, pl, push); err != nil {
 				return err
 			}
-			sess.synced.Store(pc.Election())
+			sess.synced.Store(pc.Session())
 			return nil
 		},
 	})
@@ -406,19 +406,14 @@ func (c *Controller) startGossip(ctx context.Context, cfg ControllerConfig, log 
 	return nil
 }
 
-// Serving reports whether the controller leads and has programmed every
-// switch since it won (a lone controller: since the last reconnect).
+// Serving reports whether the controller leads, is every switch's primary
+// and has programmed each in its current session.
 func (c *Controller) Serving() bool {
 	if c.Leading() != nil {
 		return false
 	}
-	term := c.Leadership().Term()
 	for _, s := range c.clients {
-		want := s.election
-		if c.Leadership().Replicated() {
-			want = controller.ElectionID(term, s.election)
-		}
-		if s.synced.Load() != want {
+		if !s.Primary() || s.synced.Load() != s.Session() {
 			return false
 		}
 	}

@@ -607,6 +607,7 @@ func (c *Controller) Reprogram(ctx context.Context, p DataPlane, reset func(cont
 			return err
 		}
 	}
+	start := time.Now()
 	parts := c.Partitions()
 	if err := p.Setup(ctx, parts.Layout, c.cfg.VSBGroup); err != nil {
 		return err
@@ -616,6 +617,7 @@ func (c *Controller) Reprogram(ctx context.Context, p DataPlane, reset func(cont
 			return err
 		}
 	}
+	partsTook := time.Since(start)
 	entries := c.Entries()
 	// A device that lost its state (a restart, a pipeline push) seeds
 	// each slot from the entry's version, the head's latest when the key
@@ -628,33 +630,42 @@ func (c *Controller) Reprogram(ctx context.Context, p DataPlane, reset func(cont
 	// plane stamps none without the slot (another plane that kept it may,
 	// between the two: the same window as a promotion's with several
 	// planes).
+	// In chunks, so the first keys' writes resume before the last keys'
+	// slots are written.
 	var newer []Entry
-	if c.storage != nil {
-		vers, err := c.headVersions(ctx, entries)
-		if err != nil {
-			return err
-		}
-		for i := range entries {
-			if vers[i] > entries[i].Ver {
-				entries[i].Ver = vers[i]
-				newer = append(newer, entries[i])
+	for chunk := range slices.Chunk(entries, resyncChunk) {
+		if c.storage != nil {
+			vers, err := c.headVersions(ctx, chunk)
+			if err != nil {
+				return err
+			}
+			for i := range chunk {
+				if vers[i] > chunk[i].Ver {
+					chunk[i].Ver = vers[i]
+					newer = append(newer, chunk[i])
+				}
 			}
 		}
-	}
-	if err := installEntries(ctx, p, entries); err != nil {
-		return err
+		if err := installEntries(ctx, p, chunk); err != nil {
+			return err
+		}
 	}
 	if len(newer) > 0 {
 		if err := c.repl.apply(command{Op: opUpdate, Entries: newer}); err != nil && !errors.Is(err, errStale) {
 			return fmt.Errorf("re-sync: record the heads' versions: %w", err)
 		}
 	}
-	c.log.Info("data plane re-synced", "plane", p.Name(), "entries", len(entries))
+	c.log.Info("data plane re-synced", "plane", p.Name(), "entries", len(entries),
+		"partitions_took", partsTook, "took", time.Since(start))
 	return nil
 }
 
-// resyncHeads is how many heads a re-sync asks at once.
-const resyncHeads = 64
+// A re-sync asks resyncHeads heads at once, and installs resyncChunk
+// entries per round of writes.
+const (
+	resyncHeads = 64
+	resyncChunk = 256
+)
 
 // headVersions re-promotes every entry at its head, resyncHeads at a time,
 // and returns the heads' latest versions.

@@ -48,6 +48,7 @@ type Client struct {
 
 	mu       sync.Mutex
 	election uint64
+	sessions uint64 // sessions opened
 	stream   p4.P4Runtime_StreamChannelClient
 	end      context.CancelFunc // ends stream
 	primary  bool
@@ -109,11 +110,12 @@ func (c *Client) electionID() *p4.Uint128 {
 	return &p4.Uint128{High: 0, Low: c.election}
 }
 
-// Election is the election id the client arbitrates with (0: a standby).
-func (c *Client) Election() uint64 {
+// Session numbers the current session (it grows with every one opened), so
+// a caller can tell whether what it did for a session was for this one.
+func (c *Client) Session() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.election
+	return c.sessions
 }
 
 // Arbitrate makes Run open a new session with the given election id (a new
@@ -163,6 +165,7 @@ func (c *Client) open(ctx context.Context) error {
 	done := make(chan struct{})
 	c.mu.Lock()
 	c.stream, c.end, c.arbDone, c.arbErr, c.primary = stream, cancel, done, nil, false
+	c.sessions++
 	c.mu.Unlock()
 	if err := c.send(&p4.StreamMessageRequest{Update: &p4.StreamMessageRequest_Arbitration{
 		Arbitration: &p4.MasterArbitrationUpdate{DeviceId: c.cfg.DeviceID, ElectionId: c.electionID()},
