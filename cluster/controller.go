@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,10 @@ type ControllerConfig struct {
 	P4Info       string           `yaml:"p4info"`
 	Switches     []SwitchEndpoint `yaml:"switches"`
 	VSBPorts     []uint32         `yaml:"vsb_ports"`
+	// DataDir keeps a lone controller's state across restarts: the
+	// tenants and QoS policies (qos.json). Empty: memory only. A
+	// replicated controller keeps them in its raft state.
+	DataDir string `yaml:"data_dir"`
 	// Raft makes this controller one of several replicas of the state
 	// (nil: a lone controller). Only the leader is the switches' P4Runtime
 	// primary and runs the control loops; the others keep the state warm
@@ -182,9 +187,16 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 			log.Info("switch programmed", "switch", s.Name, "addr", s.Addr, "device_id", s.DeviceID)
 		}
 	}
+	var qosStore controller.QoSStore
+	if cfg.DataDir != "" && !replicated {
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, err
+		}
+		qosStore = controller.FileQoSStore{Path: filepath.Join(cfg.DataDir, "qos.json")}
+	}
 	c.Controller, err = controller.New(controller.Config{
 		Layout: lay, Capacity: cfg.Capacity, Round: cfg.Round, Epoch: cfg.CoarseEpoch, PromoteMin: cfg.PromoteMin,
-		VSBGroup: cfg.VSBPorts, NodeCapacity: cfg.NodeCapacity, Raft: cfg.Raft, Log: log,
+		VSBGroup: cfg.VSBPorts, NodeCapacity: cfg.NodeCapacity, QoSStore: qosStore, Raft: cfg.Raft, Log: log,
 	}, planes, &controller.UDPStorage{NoStamp: len(planes) == 0})
 	if err != nil {
 		return nil, err

@@ -20,6 +20,7 @@ import (
 	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/gossip"
+	"github.com/netdir/netdir/sched/dmclock"
 	"github.com/netdir/netdir/storagenode"
 )
 
@@ -181,7 +182,8 @@ func report(ctx context.Context, n *storagenode.Node, cs *controller.Controllers
 		case <-t.C:
 		}
 		st := n.Stats()
-		r := &api.NodeStats{Node: uint32(n.ID()), Version: gossip.NextVersion(), QueueDepth: uint32(st.Load)}
+		r := &api.NodeStats{Node: uint32(n.ID()), Version: gossip.NextVersion(), QueueDepth: uint32(st.Load),
+			QosGeneration: n.QoSGeneration(), Qos: tenantStatsProto(st.QoS)}
 		for _, kc := range n.HotKeys(ReportKeys) {
 			r.HotKeys = append(r.HotKeys, &api.KeyCount{Key: kc.Key, Count: kc.Count})
 		}
@@ -190,13 +192,45 @@ func report(ctx context.Context, n *storagenode.Node, cs *controller.Controllers
 				MeanReadLatencyUs: float64(t.MeanReadLatency) / float64(time.Microsecond)})
 		}
 		rctx, cancel := context.WithTimeout(ctx, every)
-		err := cs.Call(rctx, func(ctx context.Context, c api.ControllerClient) error {
-			_, err := c.ReportStats(ctx, r)
+		var resp *api.ReportStatsResponse
+		err := cs.Call(rctx, func(ctx context.Context, c api.ControllerClient) (err error) {
+			resp, err = c.ReportStats(ctx, r)
 			return err
 		})
-		if err != nil && ctx.Err() == nil {
-			log.Warn("hot-key report", "err", err)
-		}
 		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("hot-key report", "err", err)
+		case resp.GetQos() != nil:
+			if err := n.SetQoS(qosFromProto(resp.GetQos())); err != nil {
+				log.Error("qos configuration refused", "err", err)
+			}
+		}
 	}
+}
+
+// qosFromProto is the controller's QoS configuration as the node applies it.
+func qosFromProto(pc *api.QoSConfig) storagenode.QoS {
+	q := storagenode.QoS{Generation: pc.GetGeneration(), Tenants: map[uint16]dmclock.Policy{}}
+	if pc.GetDefaults() != nil {
+		p := controller.PolicyFromProto(pc.GetDefaults())
+		q.Default = &p
+	}
+	for _, t := range pc.GetTenants() {
+		q.Tenants[uint16(t.GetTenant())] = controller.PolicyFromProto(t.GetPolicy())
+	}
+	return q
+}
+
+func tenantStatsProto(ts []storagenode.TenantQoS) []*api.TenantStats {
+	out := make([]*api.TenantStats, len(ts))
+	for i, t := range ts {
+		out[i] = &api.TenantStats{Tenant: uint32(t.Tenant), Queued: uint32(t.Queued), Inflight: uint32(t.Inflight),
+			ServedReservation: t.ServedReservation, ServedWeight: t.ServedWeight, Throttled: t.Throttled,
+			DelayNs: uint64(t.Delay)}
+		for _, a := range t.Clients {
+			out[i].Clients = append(out[i].Clients, a.String())
+		}
+	}
+	return out
 }

@@ -68,7 +68,12 @@ func (a *API) ReportStats(_ context.Context, s *api.NodeStats) (*api.ReportStats
 		}
 	}
 	a.c.Report(nodeReportFromProto(s))
-	return &api.ReportStatsResponse{}, nil
+	a.c.ReportQoS(wire.NodeID(s.GetNode()), tenantReportsFromProto(s.GetQos()))
+	resp := &api.ReportStatsResponse{}
+	if cfg, changed := a.c.QoSFor(s.GetQosGeneration()); changed {
+		resp.Qos = qosConfigProto(cfg)
+	}
+	return resp, nil
 }
 
 // ReportAgentStats takes a host agent's counts for the next hot-key round.
@@ -185,11 +190,21 @@ func (a *API) Status(context.Context, *api.StatusRequest) (*api.StatusResponse, 
 	r := &api.StatusResponse{
 		Rounds: a.c.Rounds(), Epoch: lay.Epoch(), Nodes: uint32(len(lay.Nodes())),
 		DirectorySize: uint32(a.c.directorySize()), DirectoryCapacity: uint32(a.c.cfg.Capacity),
+		LoopsPaused: a.c.Paused(),
 	}
 	for _, p := range a.c.planes {
 		r.Switches = append(r.Switches, p.Name())
 	}
 	return r, nil
+}
+
+// SetLoops pauses or resumes the hot-key rounds and coarse epochs.
+func (a *API) SetLoops(_ context.Context, r *api.SetLoopsRequest) (*api.SetLoopsResponse, error) {
+	if err := a.leading(); err != nil {
+		return nil, err
+	}
+	a.c.SetPaused(r.GetPaused())
+	return &api.SetLoopsResponse{}, nil
 }
 
 // nodeReportFromProto is a node's report as the controller takes it.

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/netdir/netdir/directory"
@@ -68,6 +69,10 @@ type Config struct {
 	// loop where read latency does not (the bench's emulated capacity); 0:
 	// latency alone.
 	NodeCapacity float64
+	// QoSStore persists a lone controller's tenants and QoS policies (nil:
+	// memory only, lost on restart); a replicated one keeps them in its
+	// raft state.
+	QoSStore QoSStore
 	// Raft, if set, makes the controller one of several replicas of its
 	// state (raft.go); nil: a lone controller.
 	Raft *RaftConfig
@@ -111,8 +116,9 @@ type TreeReport struct {
 // guards st (state.go): the replicated state changes only by commands
 // (fsm.go), which repl applies under st.mu; the leader decides them under
 // keysMu or partsMu. Entries are read under st.mu, as copies. mu guards
-// the fields below it, and gossip.mu the gossip state. cfg, planes and repl
-// never change after New.
+// the fields below it, and gossip.mu the gossip state. qos.mu (qos.go) is
+// taken alone, or before st.mu when its store is the raft state. cfg,
+// planes and repl never change after New.
 type Controller struct {
 	cfg     Config
 	planes  []DataPlane
@@ -142,6 +148,10 @@ type Controller struct {
 	agentTotals AgentTotals
 
 	gossip gossipState // gossiped node stats and expected loads (gossip.go)
+	qos    qosState    // tenants and QoS policies (qos.go)
+
+	// paused skips the hot-key rounds and coarse epochs (SetPaused).
+	paused atomic.Bool
 }
 
 // New returns a controller for the nodes; it has not touched any device yet.
@@ -192,6 +202,13 @@ func New(cfg Config, planes []DataPlane, storage Storage) (*Controller, error) {
 		lastSketch: make([][directory.SketchRows][directory.SketchCols]uint64, len(planes)),
 		coarse:     newCoarseState(),
 	}
+	store := cfg.QoSStore
+	if cfg.Raft != nil {
+		store = raftQoSStore{c}
+	}
+	if err := c.qos.load(store); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -218,6 +235,16 @@ func (c *Controller) Leading() error { return c.repl.leading() }
 func (c *Controller) TakeOver(ctx context.Context) error {
 	if err := c.Leadership().Barrier(ctx); err != nil {
 		return fmt.Errorf("controller: catch up: %w", err)
+	}
+	// The QoS configuration as the last leader saved it.
+	c.qos.mu.Lock()
+	q, err := c.qos.store.Load()
+	if err == nil {
+		c.qos.cfg = q
+	}
+	c.qos.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("controller: qos state: %w", err)
 	}
 	c.keysMu.Lock()
 	defer c.keysMu.Unlock()
@@ -292,12 +319,24 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
+			if c.Paused() {
+				continue
+			}
 			if err := c.HotKeyRound(ctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("hot-key round failed", "err", err)
 			}
 		}
 	}
 }
+
+// SetPaused pauses or resumes Run's hot-key rounds and coarse epochs; the
+// directory and the weights stay as they are, and Pin, Unpin and the
+// weight setters still work. A bench's baselines on a running deployment
+// pause them, so that nothing but the baseline routes.
+func (c *Controller) SetPaused(paused bool) { c.paused.Store(paused) }
+
+// Paused reports whether the loops are paused.
+func (c *Controller) Paused() bool { return c.paused.Load() }
 
 func (c *Controller) node(id wire.NodeID) layout.Node {
 	if n, ok := c.Layout().Node(id); ok {

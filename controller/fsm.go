@@ -9,13 +9,12 @@ import (
 	"slices"
 
 	"github.com/netdir/netdir/layout"
-	"github.com/netdir/netdir/sched/dmclock"
 	"github.com/netdir/netdir/wire"
 )
 
 // The replicated state (ARCHITECTURE.md, "Reconfiguration"): the layout
 // with its epoch, the directory entries and their pins, the partition
-// weights and the tenants' QoS policies. It changes only by commands,
+// weights and the tenants' QoS configuration (qos.go). It changes only by commands,
 // applied in the same order on every controller by state.apply: the
 // leader's control loops and API decide (pure functions of the state and
 // their inputs) and hand their decisions to the log as commands; the log is
@@ -35,8 +34,7 @@ const (
 	opUpdate     // entries of the same generation changed (pins, buckets, versions)
 	opPartitions
 	opLayout // a new layout, of a higher epoch
-	opSetPolicy
-	opRemovePolicy
+	opQoS    // the QoS configuration, as QoSStore.Save gives it
 )
 
 // command is one change to the replicated state.
@@ -45,15 +43,7 @@ type command struct {
 	Entries    []Entry            // reserve, commit, release, evict, update
 	Partitions map[uint32][]uint8 // partitions: buckets by partition
 	Layout     *layout.Config     // layout
-	Policy     TenantPolicy       // set and remove policy (by tenant)
-}
-
-// TenantPolicy is a tenant's QoS policy (dmClock reservation, weight and
-// limit) and its name.
-type TenantPolicy struct {
-	Tenant uint16
-	Name   string
-	dmclock.Policy
+	QoS        *QoSConfig         // qos
 }
 
 // errStale refuses a command whose entry changed since it was decided (a
@@ -68,7 +58,7 @@ type snapshot struct {
 	Free        []uint32
 	PartBuckets map[uint32][]uint8
 	Gen         uint32
-	Policies    []TenantPolicy
+	QoS         QoSConfig
 }
 
 func encodeCommand(c command) ([]byte, error) {
@@ -166,18 +156,8 @@ func (s *state) apply(c command) error {
 		// fit them.
 		clear(s.partBuckets)
 		s.publishLocked(directoryUpdate{kind: updateSnapshot, entries: s.sortedLocked(), partitions: s.partitionsLocked()})
-	case opSetPolicy:
-		if err := c.Policy.Validate(); err != nil {
-			return err
-		}
-		for t, p := range s.policies {
-			if t != c.Policy.Tenant && p.Name != "" && p.Name == c.Policy.Name {
-				return fmt.Errorf("controller: tenant %d is already named %q", t, p.Name)
-			}
-		}
-		s.policies[c.Policy.Tenant] = c.Policy
-	case opRemovePolicy:
-		delete(s.policies, c.Policy.Tenant)
+	case opQoS:
+		s.qos = cloneQoS(*c.QoS)
 	default:
 		return fmt.Errorf("controller: unknown command %d", c.Op)
 	}
@@ -194,11 +174,8 @@ func (s *state) has(h wire.KeyHash) bool {
 // snapshotLocked copies the replicated state; s.mu is held.
 func (s *state) snapshotLocked() snapshot {
 	sn := snapshot{Layout: s.lay.Config(), Entries: s.sortedLocked(), Free: slices.Clone(s.free),
-		PartBuckets: maps.Clone(s.partBuckets), Gen: s.gen}
+		PartBuckets: maps.Clone(s.partBuckets), Gen: s.gen, QoS: cloneQoS(s.qos)}
 	sn.Reserved = bySlot(s.reserved)
-	for _, t := range slices.Sorted(maps.Keys(s.policies)) {
-		sn.Policies = append(sn.Policies, s.policies[t])
-	}
 	for i := range sn.Entries {
 		sn.Entries[i].Hits = 0 // this controller's last round: not replicated
 	}
@@ -217,16 +194,13 @@ func (s *state) restoreLocked(sn snapshot) error {
 	if s.partBuckets == nil {
 		s.partBuckets = map[uint32][]uint8{}
 	}
-	s.entries, s.reserved, s.policies = map[wire.KeyHash]Entry{}, map[wire.KeyHash]Entry{}, map[uint16]TenantPolicy{}
+	s.entries, s.reserved, s.qos = map[wire.KeyHash]Entry{}, map[wire.KeyHash]Entry{}, sn.QoS
 	clear(s.hits)
 	for _, e := range sn.Entries {
 		s.entries[e.Hash] = e
 	}
 	for _, e := range sn.Reserved {
 		s.reserved[e.Hash] = e
-	}
-	for _, p := range sn.Policies {
-		s.policies[p.Tenant] = p
 	}
 	s.publishLocked(directoryUpdate{kind: updateSnapshot, entries: s.sortedLocked(), partitions: s.partitionsLocked()})
 	return nil
@@ -237,4 +211,18 @@ func bySlot(m map[wire.KeyHash]Entry) []Entry {
 	es := slices.Collect(maps.Values(m))
 	slices.SortFunc(es, func(a, b Entry) int { return int(a.Slot) - int(b.Slot) })
 	return es
+}
+
+// raftQoSStore keeps a replicated controller's QoS configuration in the
+// raft state: Save is a command, so only the leader saves.
+type raftQoSStore struct{ c *Controller }
+
+func (r raftQoSStore) Load() (QoSConfig, error) {
+	r.c.st.mu.Lock()
+	defer r.c.st.mu.Unlock()
+	return cloneQoS(r.c.st.qos), nil
+}
+
+func (r raftQoSStore) Save(q QoSConfig) error {
+	return r.c.repl.apply(command{Op: opQoS, QoS: &q})
 }

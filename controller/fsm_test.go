@@ -21,10 +21,10 @@ func (*memSink) Cancel() error { return nil }
 func (*memSink) Close() error  { return nil }
 
 // TestSnapshotRestore: a state built by commands (promotions, a pin,
-// weights, a reservation left behind, policies) survives a raft snapshot
-// into a fresh controller's state: same entries, reservations, free slots
-// in the same order, generation, weights and policies, and the next
-// promotion decided on either takes the same slot.
+// weights, a reservation left behind, the QoS configuration) survives a
+// raft snapshot into a fresh controller's state: same entries,
+// reservations, free slots in the same order, generation, weights and QoS;
+// the restored controller, leading, undoes the reservation at its head.
 func TestSnapshotRestore(t *testing.T) {
 	ctx := context.Background()
 	c, _, _ := testController(t)
@@ -42,11 +42,10 @@ func TestSnapshotRestore(t *testing.T) {
 	if err := c.SetPartitionWeights(ctx, 2, []uint32{1, 0, 2}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.SetPolicy(TenantPolicy{Tenant: 7, Name: "gold", Policy: dmclock.Policy{Reservation: 100, Weight: 2}}); err != nil {
+	q := QoSConfig{Generation: 3, Default: &dmclock.Policy{Weight: 1},
+		Tenants: []Tenant{{Name: "gold", ID: 7, Policy: &dmclock.Policy{Reservation: 100, Weight: 2}}}}
+	if err := (raftQoSStore{c}).Save(q); err != nil {
 		t.Fatal(err)
-	}
-	if err := c.SetPolicy(TenantPolicy{Tenant: 8, Name: "gold", Policy: dmclock.Policy{Weight: 1}}); err == nil {
-		t.Fatal("a second tenant named gold was taken")
 	}
 	left := Entry{Hash: [16]byte{9}, Key: []byte("half-promoted"), Slot: c.st.free[0], Locs: []uint16{1, 2, 3}, R: 3, Gen: c.st.gen + 1}
 	if err := c.repl.apply(command{Op: opReserve, Entries: []Entry{left}}); err != nil {
@@ -74,8 +73,8 @@ func TestSnapshotRestore(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("restored\n%+v\nwant\n%+v", got, want)
 	}
-	if p, ok := d.Policy(7); !ok || p.Name != "gold" || p.Reservation != 100 {
-		t.Fatalf("tenant 7's policy: %+v, %v", p, ok)
+	if got, _ := (raftQoSStore{d}).Load(); !reflect.DeepEqual(got, q) {
+		t.Fatalf("QoS %+v, want %+v", got, q)
 	}
 	// The restored controller, leading, undoes the reservation at its head.
 	if err := d.TakeOver(ctx); err != nil {

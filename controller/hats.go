@@ -100,7 +100,7 @@ func bucketWeights(buckets []uint8, n int) []uint32 {
 	return w
 }
 
-// runEpochs runs CoarseRound every epoch until ctx ends; the next epoch
+// runEpochs runs CoarseRound every epoch, unless paused, until ctx ends; the next epoch
 // starts a whole epoch after the last one ended, however long installing its
 // weights took.
 func (c *Controller) runEpochs(ctx context.Context) {
@@ -112,8 +112,10 @@ func (c *Controller) runEpochs(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if _, err := c.CoarseRound(ctx); err != nil && ctx.Err() == nil {
-			c.log.Warn("coarse epoch failed", "err", err)
+		if !c.Paused() {
+			if _, err := c.CoarseRound(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("coarse epoch failed", "err", err)
+			}
 		}
 		t.Reset(c.cfg.Epoch)
 	}

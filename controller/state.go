@@ -73,7 +73,7 @@ type state struct {
 	// split evenly. Its slices are replaced, never written into.
 	partBuckets map[uint32][]uint8
 	gen         uint32 // the last promotion's generation
-	policies    map[uint16]TenantPolicy
+	qos         QoSConfig
 	// This controller's own.
 	hits     map[wire.KeyHash]uint64 // each entry's hits in the last round
 	seq      uint64
@@ -86,7 +86,6 @@ func newState(lay *layout.Map, capacity int) *state {
 		entries:     map[wire.KeyHash]Entry{},
 		reserved:    map[wire.KeyHash]Entry{},
 		partBuckets: map[uint32][]uint8{},
-		policies:    map[uint16]TenantPolicy{},
 		hits:        map[wire.KeyHash]uint64{},
 		watchers:    map[chan directoryUpdate]struct{}{},
 	}

@@ -60,6 +60,12 @@ type Gossip struct {
 	tab table
 	log *slog.Logger
 
+	// live holds the addresses of live members, kept by memberlist's join
+	// and leave events: the *Node values that Members returns are written
+	// by memberlist's own goroutines, so reading them races.
+	liveMu sync.Mutex
+	live   map[string]bool
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 	once sync.Once
@@ -97,8 +103,9 @@ func Start(cfg Config) (*Gossip, error) {
 		}
 		mc.AdvertiseAddr, mc.AdvertisePort = ah, ap
 	}
-	g := &Gossip{cfg: cfg, log: cfg.Log.With("component", "gossip", "member", cfg.Name), stop: make(chan struct{})}
+	g := &Gossip{cfg: cfg, log: cfg.Log.With("component", "gossip", "member", cfg.Name), live: map[string]bool{}, stop: make(chan struct{})}
 	mc.Delegate = (*delegate)(g)
+	mc.Events = (*events)(g)
 	mc.Logger = log.New(slogWriter{g.log}, "", 0)
 	// Every entry is sent to more members than memberlist's own messages:
 	// a piggybacked entry is lost with its packet, and the push-pull that
@@ -137,17 +144,15 @@ func splitHostPort(s string) (string, int, error) {
 
 // join joins the seeds that are not live members.
 func (g *Gossip) join() {
-	live := map[string]bool{}
-	for _, m := range g.ml.Members() {
-		live[m.Address()] = true
-	}
 	var todo []string
+	g.liveMu.Lock()
 	for _, s := range g.cfg.Seeds {
-		if a, err := net.ResolveUDPAddr("udp", s); err == nil && live[a.String()] {
+		if a, err := net.ResolveUDPAddr("udp", s); err == nil && g.live[a.String()] {
 			continue
 		}
 		todo = append(todo, s)
 	}
+	g.liveMu.Unlock()
 	if len(todo) == 0 {
 		return
 	}
@@ -365,3 +370,21 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// events tracks live members' addresses. memberlist calls it with the node
+// under its own lock, so the node may be read here.
+type events Gossip
+
+func (e *events) NotifyJoin(n *memberlist.Node) {
+	e.liveMu.Lock()
+	e.live[n.Address()] = true
+	e.liveMu.Unlock()
+}
+
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	e.liveMu.Lock()
+	delete(e.live, n.Address())
+	e.liveMu.Unlock()
+}
+
+func (e *events) NotifyUpdate(*memberlist.Node) {}

@@ -354,7 +354,7 @@ func (s *shard) verAnswer(p *wire.NodePacket) {
 				cv = *d
 			}
 			if rec.setClean(cv) {
-				n.trees[pos].putRecord(part, p.Key, &rec, false)
+				n.trees[pos].putRecord(part, p.Key, &rec, nil)
 			}
 			if len(rec.Dirty) == 0 {
 				// Nothing dirty any more: later waiters read the record.
@@ -438,12 +438,10 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 	b.Set(recordKey(part, p.Key), rec.encode(), nil)
 	b.Set(dedupKey(p.ReqID), entry.encode(), nil)
 	t.writes.Add(1)
-	if err := b.Commit(pebble.Sync); err != nil {
-		b.Close()
+	if err := s.commit.apply(t.db, b); err != nil {
 		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
 		return
 	}
-	b.Close()
 	if _, evict := n.chain.dedup.add(p.ReqID, entry); len(evict) > 0 {
 		eb := t.db.NewBatch()
 		for _, id := range evict {
@@ -501,7 +499,7 @@ func (s *shard) noop(p *wire.NodePacket, part uint32, ch []wire.NodeID) {
 	}
 	alone := len(ch) == 1
 	rec.place(nv, alone)
-	if err := t.putRecord(part, p.Key, &rec, true); err != nil {
+	if err := t.putRecord(part, p.Key, &rec, &s.commit); err != nil {
 		return
 	}
 	n.ctr.noops.Add(1)
@@ -563,7 +561,7 @@ func (s *shard) chainWrite(p *wire.NodePacket) {
 	}
 	if pos < len(ch)-1 {
 		if rec.addDirty(nv) {
-			if err := t.putRecord(part, p.Key, &rec, true); err != nil {
+			if err := t.putRecord(part, p.Key, &rec, &s.commit); err != nil {
 				return // not stored: the head retransmits
 			}
 		}
@@ -572,7 +570,7 @@ func (s *shard) chainWrite(p *wire.NodePacket) {
 	}
 	// Tail.
 	if rec.setClean(nv) {
-		if err := t.putRecord(part, p.Key, &rec, true); err != nil {
+		if err := t.putRecord(part, p.Key, &rec, &s.commit); err != nil {
 			return
 		}
 	}
@@ -622,7 +620,7 @@ func (s *shard) chainAck(p *wire.NodePacket) {
 		return
 	}
 	if rec.commit(p.Stamp) {
-		t.putRecord(part, p.Key, &rec, false)
+		t.putRecord(part, p.Key, &rec, nil)
 	}
 	if pos > 0 {
 		ack := wire.Header{Op: wire.OpChainAck, KeyHash: p.KeyHash, Stamp: p.Stamp, Node: n.id, Epoch: n.lay.Epoch()}

@@ -19,11 +19,13 @@ const (
 )
 
 func recordKey(part uint32, key []byte) []byte {
-	b := make([]byte, 5+len(key))
-	b[0] = kindRecord
-	binary.BigEndian.PutUint32(b[1:], part)
-	copy(b[5:], key)
-	return b
+	return appendRecordKey(make([]byte, 0, 5+len(key)), part, key)
+}
+
+func appendRecordKey(dst []byte, part uint32, key []byte) []byte {
+	dst = append(dst, kindRecord)
+	dst = binary.BigEndian.AppendUint32(dst, part)
+	return append(dst, key...)
 }
 
 func partitionBounds(part uint32) (lo, hi []byte) {

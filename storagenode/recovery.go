@@ -180,7 +180,7 @@ func (rc *recovery) syncPartition(part uint32, pos int, peer wire.NodeID) bool {
 				}
 				if rec.setClean(r.V) {
 					n.ctr.syncKeys.Add(1)
-					t.putRecord(part, r.Key, &rec, false)
+					t.putRecord(part, r.Key, &rec, nil)
 				}
 			}
 			select {

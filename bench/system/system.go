@@ -319,8 +319,14 @@ func (s *System) nodeRequests() []uint64 {
 // Preload writes the workload's keys straight to their chain heads with
 // workers goroutines, calling progress (if set) about once a second.
 func (s *System) Preload(ctx context.Context, src *bench.Source, workers int, progress func(done, total int64)) error {
+	return preload(ctx, s.direct, src, workers, progress)
+}
+
+// preload writes the workload's keys through t with workers goroutines,
+// calling progress (if set) about once a second.
+func preload(ctx context.Context, t bench.Target, src *bench.Source, workers int, progress func(done, total int64)) error {
 	total := src.Workload().Keys
-	ct := &countingTarget{t: s.direct}
+	ct := &countingTarget{t: t}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	if progress != nil {
