@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,7 +40,8 @@ type NodeConfig struct {
 	Metrics string
 	// Controller is the controller's gRPC API, to which the node reports its
 	// hot keys and its trees' reads and read latencies every ReportEvery
-	// (default DefaultReportEvery). Empty: no reports.
+	// (default DefaultReportEvery): a comma list of a replicated
+	// controller's, whose leader takes the reports. Empty: no reports.
 	Controller  string
 	ReportEvery time.Duration
 	// GossipSeeds, if any, make the node a gossip member bound at GossipBind
@@ -114,7 +116,8 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		// its first rounds.
 		bo := backoff.DefaultConfig
 		bo.MaxDelay = max(every, time.Second)
-		conn, err := grpc.NewClient(cfg.Controller, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		cs, err := controller.DialControllers(strings.Split(cfg.Controller, ","),
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: bo.MaxDelay}))
 		if err != nil {
 			return nil, fmt.Errorf("node %d: controller %s: %w", sn.ID(), cfg.Controller, err)
@@ -122,8 +125,8 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			defer conn.Close()
-			report(ctx, sn, api.NewControllerClient(conn), every, cfg.Log.With("controller", cfg.Controller))
+			defer cs.Close()
+			report(ctx, sn, cs, every, cfg.Log.With("controller", cfg.Controller))
 		}()
 	}
 	if len(cfg.GossipSeeds) > 0 {
@@ -182,7 +185,7 @@ func (n *Node) Close() error {
 // its trees' cumulative reads and mean read latencies for the coarse loop.
 // Versions come from gossip.NextVersion, so they stay monotone across a
 // node's restarts.
-func report(ctx context.Context, n *storagenode.Node, c api.ControllerClient, every time.Duration, log *slog.Logger) {
+func report(ctx context.Context, n *storagenode.Node, cs *controller.Controllers, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -202,7 +205,11 @@ func report(ctx context.Context, n *storagenode.Node, c api.ControllerClient, ev
 				MeanReadLatencyUs: float64(t.MeanReadLatency) / float64(time.Microsecond)})
 		}
 		rctx, cancel := context.WithTimeout(ctx, every)
-		resp, err := c.ReportStats(rctx, r)
+		var resp *api.ReportStatsResponse
+		err := cs.Call(rctx, func(ctx context.Context, c api.ControllerClient) (err error) {
+			resp, err = c.ReportStats(ctx, r)
+			return err
+		})
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil:

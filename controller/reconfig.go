@@ -50,26 +50,10 @@ func (c *Controller) NodeUp(ctx context.Context, id wire.NodeID) error {
 // plane sees the new location lists; then every plane is programmed with
 // the new partitions and entries, and the layout is gossiped to the nodes.
 func (c *Controller) SetLayout(ctx context.Context, m *layout.Map) error {
-	c.st.mu.Lock()
-	old := c.st.lay
-	if m.Epoch() <= old.Epoch() {
-		c.st.mu.Unlock()
-		return fmt.Errorf("controller: layout epoch %d is not above %d", m.Epoch(), old.Epoch())
+	cfg := m.Config()
+	if err := c.repl.apply(command{Op: opLayout, Layout: &cfg}); err != nil {
+		return err
 	}
-	c.st.lay = m
-	for p := range c.st.partBuckets {
-		if !slices.Equal(old.Chain(p), m.Chain(p)) {
-			delete(c.st.partBuckets, p) // the weights indexed the old chain
-		}
-	}
-	down := m.Down()
-	isDown := func(id wire.NodeID) bool { return slices.Contains(down, id) }
-	for h, e := range c.st.entries {
-		if ch := m.ChainOf(h); !slices.Equal(e.Locs[:e.R], ch) || slices.ContainsFunc(e.Locs, isDown) {
-			c.st.entries[h] = relocate(e, ch, down, &c.st.gen)
-		}
-	}
-	c.st.mu.Unlock()
 	// The nodes first: a new head takes a promotion only once it knows it
 	// heads the chain.
 	if err := c.publishLayout(m); err != nil {
