@@ -34,6 +34,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/netdir/netdir/layout"
@@ -66,6 +67,11 @@ type Options struct {
 	Subvolumes map[string]uint16
 	// Epoch sent on requests (0: the layout's, or none).
 	Epoch uint32
+	// Refresh, if set, returns the newest layout: the client calls it when
+	// a node answers stale-epoch or wrong-node, or does not answer (it may
+	// have been spliced out of its chains), at most every RefreshEvery,
+	// and takes a layout of a newer epoch.
+	Refresh func(context.Context) (*layout.Map, error)
 	// StaleOK asks for bounded-staleness reads (FlagStaleOK).
 	StaleOK bool
 }
@@ -73,10 +79,16 @@ type Options struct {
 // Client is safe for concurrent use.
 type Client struct {
 	opts    Options
+	lay     atomic.Pointer[layout.Map] // Options.Layout, then Refresh's newer ones
+	epoch   atomic.Uint32              // sent on requests
 	service netip.AddrPort
-	conn    *Conn
-	roots   []string  // Subvolumes' prefixes, longest first
-	scratch sync.Pool // *[]byte: reply buffers, so that an operation allocates nothing
+	// refreshing is held by the one goroutine calling Options.Refresh;
+	// refreshed is when it last returned.
+	refreshing sync.Mutex
+	refreshed  time.Time
+	conn       *Conn
+	roots      []string  // Subvolumes' prefixes, longest first
+	scratch    sync.Pool // *[]byte: reply buffers, so that an operation allocates nothing
 }
 
 // New opens a client socket on an ephemeral loopback-or-any port.
@@ -98,6 +110,8 @@ func New(o Options) (*Client, error) {
 	}
 	c := &Client{opts: o, roots: slices.Collect(maps.Keys(o.Subvolumes))}
 	slices.SortFunc(c.roots, func(a, b string) int { return len(b) - len(a) })
+	c.lay.Store(o.Layout)
+	c.epoch.Store(o.Epoch)
 	if o.Service != "" {
 		ap, err := netip.ParseAddrPort(o.Service)
 		if err != nil {
@@ -111,6 +125,33 @@ func New(o Options) (*Client, error) {
 	}
 	c.conn = conn
 	return c, nil
+}
+
+// RefreshEvery is the least time between two calls of Options.Refresh.
+const RefreshEvery = 100 * time.Millisecond
+
+// layout is the newest layout the client has, nil in service-only mode.
+func (c *Client) layout() *layout.Map { return c.lay.Load() }
+
+// refresh takes a newer layout from Options.Refresh, unless another
+// goroutine is at it or it was asked within RefreshEvery.
+func (c *Client) refresh(ctx context.Context) {
+	if c.opts.Refresh == nil || !c.refreshing.TryLock() {
+		return
+	}
+	defer c.refreshing.Unlock()
+	if time.Since(c.refreshed) < RefreshEvery {
+		return
+	}
+	m, err := c.opts.Refresh(ctx)
+	c.refreshed = time.Now()
+	if err != nil || m == nil {
+		return
+	}
+	if cur := c.layout(); cur == nil || m.Epoch() > cur.Epoch() {
+		c.lay.Store(m)
+		c.epoch.Store(m.Epoch())
+	}
 }
 
 // Close closes the socket.
@@ -134,7 +175,7 @@ func newID() uint64 {
 }
 
 func (c *Client) packet(op wire.Op, reqid uint64, key, val []byte, h wire.KeyHash) wire.Packet {
-	p := wire.Packet{Header: wire.Header{Op: op, Tenant: c.tenantOf(key), ReqID: reqid, KeyHash: h, Epoch: c.opts.Epoch}, Key: key, Value: val}
+	p := wire.Packet{Header: wire.Header{Op: op, Tenant: c.tenantOf(key), ReqID: reqid, KeyHash: h, Epoch: c.epoch.Load()}, Key: key, Value: val}
 	if op == wire.OpGet && c.opts.StaleOK {
 		p.Flags |= wire.FlagStaleOK
 	}
@@ -153,14 +194,14 @@ func (c *Client) tenantOf(key []byte) uint16 {
 
 // chain is the key's chain from the layout, or nil.
 func (c *Client) chain(h wire.KeyHash) []wire.NodeID {
-	if c.opts.Layout == nil {
+	if c.layout() == nil {
 		return nil
 	}
-	return c.opts.Layout.ChainOf(h)
+	return c.layout().ChainOf(h)
 }
 
 func (c *Client) nodeAddr(id wire.NodeID) netip.AddrPort {
-	a, _ := c.opts.Layout.Addr(id)
+	a, _ := c.layout().Addr(id)
 	return a
 }
 
@@ -266,6 +307,7 @@ func (c *Client) get(ctx context.Context, key []byte, p *wire.Packet, buf []byte
 		var err error
 		buf, err = c.conn.Exchange(ctx, addr, &req, Retry{Timeout: timeout, Tries: 1}, p, buf)
 		if err == ErrTimeout {
+			c.refresh(ctx)
 			last = err
 			timeout = min(2*timeout, c.opts.MaxTimeout)
 			continue
@@ -281,13 +323,17 @@ func (c *Client) get(ctx context.Context, key []byte, p *wire.Packet, buf []byte
 		case permanent(p.Code):
 			return buf, p.Code
 		case p.Code == wire.CodeWrongNode:
-			if c.opts.Layout != nil {
+			c.refresh(ctx)
+			if c.layout() != nil {
 				direct = true // home path: the chain itself
 			}
-		case p.Code == wire.CodeUnavailable && c.opts.Layout != nil && !direct:
+		case p.Code == wire.CodeUnavailable && c.layout() != nil && !direct:
 			direct = true
 			fallthrough
 		default: // queue-full, unavailable, stale-epoch
+			if p.Code == wire.CodeStaleEpoch {
+				c.refresh(ctx)
+			}
 			if err := c.sleep(ctx, backoff); err != nil {
 				return buf, fmt.Errorf("netdir get: %w (last: %v)", err, last)
 			}
@@ -334,6 +380,7 @@ func (c *Client) write(ctx context.Context, op wire.Op, key, val []byte) (uint64
 		var err error
 		*bp, err = c.conn.Exchange(ctx, addr, &req, Retry{Timeout: timeout, Tries: 1}, &p, *bp)
 		if err == ErrTimeout {
+			c.refresh(ctx)
 			last = err
 			timeout = min(2*timeout, c.opts.MaxTimeout)
 			continue // same id: the head dedups
@@ -363,10 +410,14 @@ func (c *Client) write(ctx context.Context, op wire.Op, key, val []byte) (uint64
 			}
 			backoff = min(2*backoff, 16*c.opts.Backoff)
 		case p.Code == wire.CodeWrongNode:
-			if c.opts.Layout != nil {
+			c.refresh(ctx)
+			if c.layout() != nil {
 				direct = true
 			}
 		default: // queue-full, unavailable, stale-epoch: same id
+			if p.Code == wire.CodeStaleEpoch {
+				c.refresh(ctx)
+			}
 			if err := c.sleep(ctx, backoff); err != nil {
 				return 0, fmt.Errorf("netdir %s: outcome unknown: %w (last: %v)", op, err, last)
 			}
@@ -393,7 +444,7 @@ func (c *Client) control(ctx context.Context, req wire.Packet) (uint64, error) {
 	if len(ch) == 0 {
 		return 0, errors.New("netdir: promote/demote need the layout")
 	}
-	req.ReqID, req.Epoch = newID(), c.opts.Epoch
+	req.ReqID, req.Epoch = newID(), c.epoch.Load()
 	r, err := c.conn.Call(ctx, c.nodeAddr(ch[0]), &req, c.controlRetry())
 	if err != nil {
 		return 0, err
@@ -412,7 +463,7 @@ func (c *Client) controlRetry() Retry {
 // NodeStats asks a node for its counters and decodes the JSON into out
 // (a *storagenode.Stats).
 func (c *Client) NodeStats(ctx context.Context, node wire.NodeID, out any) error {
-	if c.opts.Layout == nil {
+	if c.layout() == nil {
 		return errors.New("netdir: stats need the layout")
 	}
 	req := wire.NewStats()

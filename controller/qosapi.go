@@ -15,6 +15,9 @@ import (
 
 // QoSDump lists the defaults and every tenant with its scheduling.
 func (a *API) QoSDump(context.Context, *api.QoSDumpRequest) (*api.QoSDumpResponse, error) {
+	if err := a.leading(); err != nil {
+		return nil, err
+	}
 	def, set, tenants := a.c.QoSDump()
 	r := &api.QoSDumpResponse{Generation: a.c.QoS().Generation, Defaults: PolicyProto(def), DefaultsSet: set}
 	for _, t := range tenants {
@@ -30,6 +33,9 @@ func (a *API) QoSDump(context.Context, *api.QoSDumpRequest) (*api.QoSDumpRespons
 
 // QoSSet sets a tenant's policy (registering it) or the defaults.
 func (a *API) QoSSet(_ context.Context, r *api.QoSSetRequest) (*api.QoSTenant, error) {
+	if err := a.leading(); err != nil {
+		return nil, err
+	}
 	if r.GetPolicy() == nil {
 		return nil, status.Error(codes.InvalidArgument, "qos set: no policy")
 	}
@@ -52,6 +58,9 @@ func (a *API) QoSSet(_ context.Context, r *api.QoSSetRequest) (*api.QoSTenant, e
 
 // QoSGet is a tenant's policy in force, or the defaults.
 func (a *API) QoSGet(_ context.Context, r *api.QoSGetRequest) (*api.QoSTenant, error) {
+	if err := a.leading(); err != nil {
+		return nil, err
+	}
 	def, _, tenants := a.c.QoSDump()
 	if r.GetDefaults() {
 		return &api.QoSTenant{Policy: PolicyProto(def), IsDefault: true}, nil
@@ -66,6 +75,9 @@ func (a *API) QoSGet(_ context.Context, r *api.QoSGetRequest) (*api.QoSTenant, e
 
 // QoSRemove puts a tenant back under the defaults, or drops the defaults.
 func (a *API) QoSRemove(_ context.Context, r *api.QoSGetRequest) (*api.QoSRemoveResponse, error) {
+	if err := a.leading(); err != nil {
+		return nil, err
+	}
 	var err error
 	if r.GetDefaults() {
 		err = a.c.RemoveQoSDefault()
@@ -81,6 +93,10 @@ func (a *API) QoSRemove(_ context.Context, r *api.QoSGetRequest) (*api.QoSRemove
 // qosStatus is a QoS refusal as the client sees it: bad input is
 // InvalidArgument (an unknown tenant NotFound), a failed save Internal.
 func qosStatus(err error) error {
+	var nl *NotLeaderError
+	if errors.As(err, &nl) {
+		return notLeaderStatus(nl)
+	}
 	if errors.Is(err, ErrQoS) {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}

@@ -50,7 +50,7 @@ func (g *fastGet) serve(b []byte, from udpbatch.Peer) bool {
 		g.reply(&p, &v, from)
 		return true
 	}
-	rec, closer, err := n.trees[pos].viewRecord(part, p.Key, g.kb[:0])
+	rec, closer, err := n.treeOf(part).viewRecord(part, p.Key, g.kb[:0])
 	if err != nil {
 		return false
 	}

@@ -193,7 +193,7 @@ func (o *Options) fill() error {
 type Node struct {
 	opts  Options
 	id    wire.NodeID
-	lay   *layout.Map
+	lay   atomic.Pointer[layout.Map] // the newest layout heard of (SetLayout)
 	log   *slog.Logger
 	cache *pebble.Cache
 	dev   *device.Device // shared by the trees
@@ -230,11 +230,12 @@ func Start(o Options) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		opts: o, id: o.ID, lay: o.Layout, log: o.Logger.With("node", o.ID),
+		opts: o, id: o.ID, log: o.Logger.With("node", o.ID),
 		peers: make(map[wire.NodeID]netip.AddrPort),
 		stop:  make(chan struct{}),
 		ctr:   counters{hot: sched.NewTopK(hotKeyCounters)},
 	}
+	n.lay.Store(o.Layout)
 	n.chain.queryIDs.Store(uint64(time.Now().UnixNano()))
 	n.recov.init(n)
 	for _, id := range o.Layout.Nodes() {
@@ -284,7 +285,7 @@ func Start(o Options) (*Node, error) {
 	n.laddr = n.conn.LocalAddr().(*net.UDPAddr).AddrPort()
 	n.v4 = n.conn.LocalAddr().(*net.UDPAddr).IP.To4() != nil
 	n.admit.init(n)
-	if err := loadPending(n.trees[0], n.admit.shardOf); err != nil {
+	if err := loadPending(n.trees, n.admit.shardOf); err != nil {
 		n.conn.Close()
 		return fail(err)
 	}

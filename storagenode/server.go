@@ -273,7 +273,7 @@ func (n *Node) replyPacket(h *wire.Header, op wire.Op, code wire.Code, stamp uin
 func (n *Node) appendReply(dst []byte, h *wire.Header, op wire.Op, code wire.Code, stamp uint64, val []byte) []byte {
 	r := wire.Header{
 		Op: op, Flags: h.Flags &^ wire.FlagStamped, Code: code, Tenant: h.Tenant, ReqID: h.ReqID,
-		KeyHash: h.KeyHash, Stamp: stamp, Node: n.id, Load: n.load(), Epoch: n.lay.Epoch(),
+		KeyHash: h.KeyHash, Stamp: stamp, Node: n.id, Load: n.load(), Epoch: n.layout().Epoch(),
 		Timestamp: h.Timestamp,
 	}
 	return wire.AppendNodeOp(dst, &r, nil, val, nil)

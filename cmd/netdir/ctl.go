@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/controller"
 )
 
 // ctlCmd is `netdir ctl`: the controller's admin client.
@@ -25,35 +26,41 @@ func ctlCmd() *cobra.Command {
 		Use:   "ctl",
 		Short: "Administer a running controller over its gRPC API",
 	}
-	cmd.PersistentFlags().StringVar(&addr, "controller", "127.0.0.1:7400", "controller API address")
-	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 5*time.Second, "per-call timeout")
+	cmd.PersistentFlags().StringVar(&addr, "controller", "127.0.0.1:7400",
+		"controller API address, or a comma list of a replicated controller's (the leader answers)")
+	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 5*time.Second, "per-call timeout, finding the leader included")
+	// leader is the controller that answered the last call.
+	var leader string
 	call := func(f func(ctx context.Context, c api.ControllerClient) error) error {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cs, err := controller.DialControllers(parseList(addr), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			return err
 		}
-		defer conn.Close()
+		defer cs.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		if err := f(ctx, api.NewControllerClient(conn)); err != nil {
-			return fmt.Errorf("controller at %s: %w", addr, err)
+		if err := cs.Call(ctx, f); err != nil {
+			return err
 		}
+		leader = cs.Current()
 		return nil
 	}
 	cmd.AddCommand(
 		&cobra.Command{
 			Use: "status", Short: "Show the controller's state", Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				return call(func(ctx context.Context, c api.ControllerClient) error {
-					s, err := c.Status(ctx, &api.StatusRequest{})
-					if err != nil {
-						return err
-					}
-					fmt.Fprintf(cmd.OutOrStdout(), "epoch %d, %d nodes, directory %d/%d, %d hot-key rounds\nswitches: %s\n",
-						s.GetEpoch(), s.GetNodes(), s.GetDirectorySize(), s.GetDirectoryCapacity(), s.GetRounds(),
-						strings.Join(s.GetSwitches(), ", "))
-					return nil
+				var s *api.StatusResponse
+				err := call(func(ctx context.Context, c api.ControllerClient) (err error) {
+					s, err = c.Status(ctx, &api.StatusRequest{})
+					return err
 				})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "controller %s (the leader)\nepoch %d, %d nodes, directory %d/%d, %d hot-key rounds\nswitches: %s\n",
+					leader, s.GetEpoch(), s.GetNodes(), s.GetDirectorySize(), s.GetDirectoryCapacity(), s.GetRounds(),
+					strings.Join(s.GetSwitches(), ", "))
+				return nil
 			},
 		},
 		&cobra.Command{
