@@ -282,7 +282,7 @@ func (d *Directory) reply(f wire.Frame, h *wire.KeyHash, op wire.Op, now uint64)
 	d.counter.Replies++
 	d.learn(f, now)
 	if op != wire.OpErr {
-		d.qos.complete(f)
+		d.qos.complete(f, d.scheduler(f, h, op))
 	}
 	if op == wire.OpPutReply || op == wire.OpDelReply {
 		if s := d.slot(h); s != nil && f.Code() == wire.CodeOK {
@@ -290,6 +290,17 @@ func (d *Directory) reply(f wire.Frame, h *wire.KeyHash, op wire.Op, now uint64)
 		}
 	}
 	return Verdict{Action: ToClient}
+}
+
+// scheduler is the node whose dmClock scheduled the request that reply f
+// answers: a write's chain head (the partition's), else the replying node.
+func (d *Directory) scheduler(f wire.Frame, h *wire.KeyHash, op wire.Op) wire.NodeID {
+	if op == wire.OpPutReply || op == wire.OpDelReply {
+		if p := &d.parts[h.Partition(d.cfg.PartitionBits)]; p.R > 0 {
+			return p.Chain[0]
+		}
+	}
+	return f.Node()
 }
 
 // complete records that version v committed at the tail.

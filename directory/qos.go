@@ -30,6 +30,13 @@ import "github.com/netdir/netdir/wire"
 // one each. A reply flagged wire.FlagReservation counts into ρ as well. Only
 // requests that the plane forwards are stamped; dropped ones stamp nothing
 // and move no mark.
+//
+// A completion is charged to the node whose dmClock scheduled the request. A
+// get's is the node that replies. A write is scheduled at its chain head but
+// answered by the tail, so a put or del reply is charged to the head of the
+// key's partition (a key without a chain falls back to the replying node):
+// charged at the tail, the head would see its own writes again in δ and the
+// tail would miss them.
 const (
 	QoSTenants = 256
 	QoSNodes   = 32
@@ -56,12 +63,13 @@ func (q *qosCounters) stamp(f wire.Frame, n wire.NodeID) {
 	q.doneMark[i], q.resMark[i] = q.done[t], q.res[t]
 }
 
-// complete counts a reply that node f.Node() sent, if it is a completion.
-func (q *qosCounters) complete(f wire.Frame) {
+// complete counts reply f, if it is a completion, at node n, the node that
+// scheduled its request.
+func (q *qosCounters) complete(f wire.Frame, n wire.NodeID) {
 	if c := f.Code(); c != wire.CodeOK && c != wire.CodeNotFound {
 		return
 	}
-	t, i := f.Tenant()%QoSTenants, QoSIndex(f.Tenant(), f.Node())
+	t, i := f.Tenant()%QoSTenants, QoSIndex(f.Tenant(), n)
 	q.done[t]++
 	q.doneMark[i]++
 	if f.Flags()&wire.FlagReservation != 0 {

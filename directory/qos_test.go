@@ -55,7 +55,7 @@ func TestQoSMatchesDefinition(t *testing.T) {
 			if res {
 				flags = wire.FlagReservation
 			}
-			q.complete(qosFrame(wire.OpGetReply, tenant, n, flags))
+			q.complete(qosFrame(wire.OpGetReply, tenant, n, flags), n)
 			ref.events = append(ref.events, completion{tenant, n, res})
 			continue
 		}
@@ -78,10 +78,10 @@ func TestQoSCountersWrap(t *testing.T) {
 	i := QoSIndex(tenant, here)
 	q.doneMark[i], q.resMark[i] = top, top
 	for range 5 {
-		q.complete(qosFrame(wire.OpPutReply, tenant, there, wire.FlagReservation))
+		q.complete(qosFrame(wire.OpPutReply, tenant, there, wire.FlagReservation), there)
 	}
-	q.complete(qosFrame(wire.OpGetReply, tenant, there, 0))
-	q.complete(qosFrame(wire.OpGetReply, tenant, here, wire.FlagReservation))
+	q.complete(qosFrame(wire.OpGetReply, tenant, there, 0), there)
+	q.complete(qosFrame(wire.OpGetReply, tenant, here, wire.FlagReservation), here)
 	f := qosFrame(wire.OpGet, tenant, here, 0)
 	q.stamp(f, here)
 	if f.Delta() != 6 || f.Rho() != 5 || q.done[tenant] >= top {

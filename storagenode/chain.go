@@ -381,6 +381,7 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 		case pw != nil:
 			// Still in flight: send it down again, replying to the retry.
 			pw.v.Addr, pw.v.TS = from, p.Timestamp
+			pw.v.Reservation = p.Flags&wire.FlagReservation != 0
 			s.forward(pw, ch)
 		default:
 			s.send(from, n.replyPacket(&p.Header, wire.Op(e.Op).Reply(), wire.CodeOK, e.Ver, nil))
@@ -418,7 +419,8 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 		}
 		v = latest + 1
 	}
-	nv := version{Ver: v, Del: p.Op == wire.OpDel, ReqID: p.ReqID, TS: p.Timestamp, Tenant: p.Tenant, Op: uint8(p.Op), Addr: from}
+	nv := version{Ver: v, Del: p.Op == wire.OpDel, ReqID: p.ReqID, TS: p.Timestamp, Tenant: p.Tenant, Op: uint8(p.Op), Addr: from,
+		Reservation: p.Flags&wire.FlagReservation != 0}
 	if !nv.Del {
 		nv.Val = slices.Clone(p.Value)
 	}
@@ -525,7 +527,7 @@ func (n *Node) chainPacket(h wire.KeyHash, key []byte, v *version, promoted bool
 	if op != wire.OpDel {
 		op = wire.OpPut
 	}
-	ext := (&wire.ChainExt{Op: op, Promoted: promoted, Addr: v.Addr, Extras: extras}).Append(nil)
+	ext := (&wire.ChainExt{Op: op, Promoted: promoted, Reservation: v.Reservation, Addr: v.Addr, Extras: extras}).Append(nil)
 	return wire.AppendNodeOp(nil, &hd, key, v.Val, ext)
 }
 
@@ -541,7 +543,8 @@ func (s *shard) chainWrite(p *wire.NodePacket) {
 	if ext.Decode(p.Ext) != nil || len(p.Value) > wire.MaxValue {
 		return
 	}
-	nv := version{Ver: p.Stamp, Del: ext.Op == wire.OpDel, ReqID: p.ReqID, TS: p.Timestamp, Tenant: p.Tenant, Op: uint8(ext.Op), Addr: ext.Addr}
+	nv := version{Ver: p.Stamp, Del: ext.Op == wire.OpDel, ReqID: p.ReqID, TS: p.Timestamp, Tenant: p.Tenant, Op: uint8(ext.Op), Addr: ext.Addr,
+		Reservation: ext.Reservation}
 	if !nv.Del {
 		nv.Val = slices.Clone(p.Value)
 	}

@@ -196,16 +196,30 @@ func (a *qosAdmission) pull() (next admitted, ok bool, until time.Duration) {
 
 // markReservation flags a request served in dmClock's reservation phase,
 // and clears the flag otherwise: replies echo the request's flags, so the
-// data plane counts the completion into the tenant's ρ. (A write's reply
-// comes from the chain's tail, which does not know the head's phase: it
-// never carries the flag, so ρ undercounts writes and a tenant's
-// reservation errs towards more service, never less.)
+// data plane counts the completion into the tenant's ρ. A write's reply
+// comes from the chain's tail, which learns the head's phase from the
+// chain-write (wire.ChainExt.Reservation).
 func markReservation(b []byte, reservation bool) {
 	f := wire.Frame(b)
 	if reservation {
 		f.SetFlags(f.Flags() | wire.FlagReservation)
 	} else {
 		f.SetFlags(f.Flags() &^ wire.FlagReservation)
+	}
+}
+
+// clearClientReservation drops FlagReservation from a client request as it
+// arrives: only this node's dmClock sets it (markReservation), and replies
+// echo a request's flags, so a forged flag would skew the tenant's ρ at the
+// data plane.
+func clearClientReservation(b []byte) {
+	f := wire.Frame(b)
+	if f.Check() != nil {
+		return
+	}
+	switch f.Op() {
+	case wire.OpGet, wire.OpPut, wire.OpDel:
+		markReservation(b, false)
 	}
 }
 

@@ -91,3 +91,59 @@ func TestQoSAdmission(t *testing.T) {
 		t.Errorf("with QoS off the request went through the scheduler, or tenants kept overrides: %+v", s)
 	}
 }
+
+// TestQoSReservationOnWriteReplies: the head's dmClock decides a write's
+// phase and the tail replies, so the phase travels down the chain; a
+// client's own FlagReservation is never echoed, with QoS on or off.
+func TestQoSReservationOnWriteReplies(t *testing.T) {
+	c := startCluster(t, cluster.Options{N: 3})
+	p := newPeer(t)
+	key := []byte("reserved-write")
+	h := wire.HashKey(key)
+	ch := c.Layout.ChainOf(h)
+	if len(ch) != 3 {
+		t.Fatalf("chain %v", ch)
+	}
+	head := addrOf(c, ch[0])
+	const reserved, other = 5, 6
+	err := c.Node(int(ch[0]) - 1).SetQoS(storagenode.QoS{Generation: 1, Tenants: map[uint16]dmclock.Policy{
+		reserved: {Reservation: 1000, Weight: 1},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func(op wire.Op, tenant uint16, id uint64, flags uint8) wire.Packet {
+		var val []byte
+		if op == wire.OpPut {
+			val = []byte("v")
+		}
+		return p.call(head, raw(wire.Header{Op: op, Flags: flags, Tenant: tenant, ReqID: id, KeyHash: h}, key, val))
+	}
+	if r := req(wire.OpPut, reserved, 1, 0); r.Op != wire.OpPutReply || r.Node != ch[2] || r.Flags&wire.FlagReservation == 0 {
+		t.Errorf("write in the reservation phase: %s from node %d, flags %#x", r.Op, r.Node, r.Flags)
+	}
+	if r := req(wire.OpDel, reserved, 2, 0); r.Op != wire.OpDelReply || r.Node != ch[2] || r.Flags&wire.FlagReservation == 0 {
+		t.Errorf("delete in the reservation phase: %s from node %d, flags %#x", r.Op, r.Node, r.Flags)
+	}
+	if r := req(wire.OpPut, other, 3, wire.FlagReservation); r.Op != wire.OpPutReply || r.Flags&wire.FlagReservation != 0 {
+		t.Errorf("write in the weight phase, flag forged: %s, flags %#x", r.Op, r.Flags)
+	}
+	var st storagenode.TenantQoS
+	for _, q := range c.Node(int(ch[0]) - 1).QoSStats() {
+		if q.Tenant == reserved {
+			st = q
+		}
+	}
+	if st.ServedReservation != 2 {
+		t.Errorf("the head served %d of the reserved tenant's writes in the reservation phase, want 2", st.ServedReservation)
+	}
+	if err := c.Node(int(ch[0]) - 1).SetQoS(storagenode.QoS{Generation: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if r := req(wire.OpPut, reserved, 4, wire.FlagReservation); r.Op != wire.OpPutReply || r.Flags&wire.FlagReservation != 0 {
+		t.Errorf("QoS off, write with a forged flag: %s, flags %#x", r.Op, r.Flags)
+	}
+	if r := req(wire.OpGet, reserved, 5, wire.FlagReservation); r.Op != wire.OpGetReply || r.Flags&wire.FlagReservation != 0 {
+		t.Errorf("QoS off, read with a forged flag: %s, flags %#x", r.Op, r.Flags)
+	}
+}

@@ -193,13 +193,16 @@ func (s *shard) adopt(key []byte, h wire.KeyHash) {
 }
 
 // replyCommitted answers the requester of a committed version (a no-op
-// version has none).
+// version has none), flagged with the head's dmClock phase.
 func (s *shard) replyCommitted(h wire.KeyHash, v *version) {
 	if !v.Addr.IsValid() {
 		return
 	}
 	op := wire.Op(v.Op)
 	req := wire.Header{Op: op, Tenant: v.Tenant, ReqID: v.ReqID, KeyHash: h, Timestamp: v.TS}
+	if v.Reservation {
+		req.Flags = wire.FlagReservation
+	}
 	s.send(v.Addr, s.n.replyPacket(&req, op.Reply(), wire.CodeOK, v.Ver, nil))
 }
 

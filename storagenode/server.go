@@ -194,6 +194,7 @@ func (n *Node) readLoop() {
 		n.ctr.rxPackets.Add(uint64(k))
 		for i := range k {
 			b, from := rx.Msg(i)
+			clearClientReservation(b)
 			if !g.serve(b, from) {
 				n.dispatch(b, from.AddrPort(n.v4))
 			}

@@ -38,6 +38,7 @@ partition_bits, replicas, dataplane, nodes, chains; see netdir node --help):
   metrics: 127.0.0.1:9400
   round: 500ms
   coarse_epoch: 60s
+  data_dir: /var/lib/netdir/controller
   p4info: p4/build/netdir.p4info.txtpb
   switches:
     - {name: tor1, addr: 127.0.0.1:9559, device_id: 1, election_id: 1}
@@ -56,7 +57,9 @@ reconnect): routes: [{prefix: 10.0.1.1/32, port: 1, smac: 02:4e:44:ff:ff:fe,
 dmac: 02:4e:44:01:00:01}]. Nodes behind a switch give its port and their mac
 in the layout: {id: 1, addr: 10.0.1.1:7420, port: 1, mac: 02:4e:44:01:00:01}.
 node_capacity (requests/s, the nodes' --max-ops) bounds each node's rate for
-the coarse loop where read latency does not.
+the coarse loop where read latency does not. data_dir keeps the controller's
+state across restarts: the tenants and their QoS policies (netdir ctl qos),
+in data_dir/qos.json; without it they live in memory only.
 
 The controller gossips (hashicorp/memberlist) on --gossip: nodes started with
 --gossip-seeds at that address send it their stats per tree (read latency,

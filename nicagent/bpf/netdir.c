@@ -679,14 +679,27 @@ static __always_inline void qos_stamp(struct nd_hdr *h, __u16 n)
 	h->rho = bpf_htonl(rho);
 }
 
+// qos_scheduler is the node whose dmClock scheduled the request that reply h
+// answers: a write's chain head (its partition's), though the tail replies;
+// else the replying node.
+static __always_inline __u16 qos_scheduler(struct nd_hdr *h, __u8 op)
+{
+	if (op == OP_PUT_REPLY || op == OP_DEL_REPLY) {
+		struct nd_part *pt = lookup_part(h);
+		if (pt && pt->r > 0)
+			return pt->chain[0];
+	}
+	return bpf_ntohs(h->node);
+}
+
 // qos_complete counts a served reply (get, put or del reply, code ok or
-// not-found) at the node that sent it.
+// not-found) at the node that scheduled its request.
 static __always_inline void qos_complete(struct nd_hdr *h, __u8 op)
 {
 	if (op == OP_ERR || (h->code != CODE_OK && h->code != CODE_NOT_FOUND))
 		return;
 	__u16 tenant = bpf_ntohs(h->tenant);
-	__u32 t = tenant % QOS_TENANTS, i = qos_index(tenant, bpf_ntohs(h->node));
+	__u32 t = tenant % QOS_TENANTS, i = qos_index(tenant, qos_scheduler(h, op));
 	struct nd_qos *tot = bpf_map_lookup_elem(&qos_totals, &t);
 	struct nd_qos_mark *m = bpf_map_lookup_elem(&qos_marks, &i);
 	if (!tot || !m)

@@ -129,6 +129,7 @@ struct local_meta_t {
     // dmClock (qos.p4)
     bit<32>     qos_done;       // the tenant's completions (TNA: read in the done pass)
     bit<32>     qos_res;        // its reservation-phase completions
+    node_t      qos_node;       // the node whose mark moves: a request's target, a completion's scheduler
     // TNA only (incremental UDP checksum, 32-bit coherence and latency)
     bit<16>     udp_residual;
     bool        udp_csum_update;

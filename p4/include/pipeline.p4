@@ -102,7 +102,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         // 2. Lookups: directory, partition, VSB admission.
         if (meta.op_class != CLASS_OTHER && meta.op_class != CLASS_NODE_OP) {
             directory.apply(hdr, meta);
-            if (meta.op_class == CLASS_GET || meta.op_class == CLASS_WRITE) {
+            if (meta.op_class == CLASS_GET || meta.op_class == CLASS_WRITE || meta.op_class == CLASS_WREPLY) {
                 partition.apply(hdr, meta);
             }
             if (meta.op_class == CLASS_VSB) {
@@ -218,6 +218,12 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             learn = true;
             qos_complete = hdr.netdir.op != OP_ERR &&
                 (hdr.netdir.code == CODE_OK || hdr.netdir.code == CODE_NOT_FOUND);
+            // Charge the completion to the node that scheduled the request:
+            // a write's chain head, though the tail replies.
+            meta.qos_node = hdr.netdir.node;
+            if (meta.op_class == CLASS_WREPLY && meta.part_hit) {
+                meta.qos_node = meta.part_head;
+            }
         } else if (meta.op_class == CLASS_VSB) {
             meta.verdict = OUT_MULTICAST;
             count_event = true;
@@ -257,6 +263,9 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         // node (not one dropped for want of the node's address), or count a
         // completion.
         bool qos_stamp = meta.verdict == OUT_FORWARD && meta.reason == REASON_NONE;
+        if (qos_stamp) {
+            meta.qos_node = meta.target;
+        }
         if (qos_stamp || qos_complete) {
             qos.apply(hdr, meta, qos_stamp);
         }

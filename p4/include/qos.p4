@@ -6,15 +6,18 @@
 // id mod 32) a mark, so that a request forwarded to node n is stamped with
 // δ = done − mark, the tenant's completions at other nodes since its last
 // request to n (ρ likewise), and the mark is set to done. A completion at n
-// raises done and n's mark alike. 32-bit registers; the differences wrap.
+// raises done and n's mark alike; it is at the node that scheduled the
+// request, the replying node for a get and the partition's chain head for a
+// put or del (the pipeline puts it in meta.qos_node). 32-bit registers; the
+// differences wrap.
 //
 // Registers:
 //   qos_done, qos_res            index tenant mod 256
 //   qos_done_mark, qos_res_mark  index (tenant mod 256) * 32 + node mod 32
 //                                (directory.QoSIndex)
 //
-// stamp: a request forwarded to meta.target; otherwise a completion (a get,
-// put or del reply of code ok or not-found) from hdr.netdir.node.
+// stamp: a request forwarded to meta.qos_node; otherwise a completion (a
+// get, put or del reply of code ok or not-found) charged to meta.qos_node.
 #ifndef NETDIR_QOS_P4
 #define NETDIR_QOS_P4
 
@@ -28,9 +31,9 @@ control Qos(inout headers_t hdr, inout local_meta_t meta, in bool stamp) {
 
     apply {
         bit<32> t = (bit<32>)hdr.netdir.tenant[7:0];
+        bit<32> i = (bit<32>)(hdr.netdir.tenant[7:0] ++ meta.qos_node[4:0]);
         bit<32> mark;
         if (stamp) {
-            bit<32> i = (bit<32>)(hdr.netdir.tenant[7:0] ++ meta.target[4:0]);
             qos_done.read(meta.qos_done, t);
             qos_done_mark.read(mark, i);
             hdr.netdir.delta = meta.qos_done - mark;
@@ -40,7 +43,6 @@ control Qos(inout headers_t hdr, inout local_meta_t meta, in bool stamp) {
             hdr.netdir.rho = meta.qos_res - mark;
             qos_res_mark.write(i, meta.qos_res);
         } else {
-            bit<32> i = (bit<32>)(hdr.netdir.tenant[7:0] ++ hdr.netdir.node[4:0]);
             qos_done.read(meta.qos_done, t);
             qos_done.write(t, meta.qos_done + 1);
             qos_done_mark.read(mark, i);

@@ -6,15 +6,16 @@
 // swap returning done − old mark, which is δ (ρ likewise); a completion increments
 // all four (the res pair only when the reply is flagged reservation). The
 // register index is the tenant's low 8 bits, and for the marks those
-// followed by the node's low 5 bits (directory.QoSIndex).
+// followed by the low 5 bits of meta.qos_node (directory.QoSIndex): a
+// request's target, or the node that scheduled a completion's request (a
+// put or del reply's partition head, a get reply's sender).
 #ifndef NETDIR_TNA_QOS_P4
 #define NETDIR_TNA_QOS_P4
 
 control Qos(inout headers_t hdr, inout local_meta_t meta, in bool stamp) {
     // The marks' index, tenant[7:0] ++ node[4:0], through the hash unit
     // (identity), as Tofino computes register indices.
-    Hash<bit<13>>(HashAlgorithm_t.IDENTITY) target_index;
-    Hash<bit<13>>(HashAlgorithm_t.IDENTITY) sender_index;
+    Hash<bit<13>>(HashAlgorithm_t.IDENTITY) mark_index;
     Register<bit<32>, bit<8>>(NETDIR_QOS_TENANTS, 0) qos_done;
     Register<bit<32>, bit<8>>(NETDIR_QOS_TENANTS, 0) qos_res;
     Register<bit<32>, bit<13>>(NETDIR_QOS_MARKS, 0) qos_done_mark;
@@ -65,14 +66,13 @@ control Qos(inout headers_t hdr, inout local_meta_t meta, in bool stamp) {
 
     apply {
         bit<8> t = hdr.netdir.tenant[7:0];
+        bit<13> i = mark_index.get({t, meta.qos_node[4:0]});
         if (stamp) {
-            bit<13> i = target_index.get({t, meta.target[4:0]});
             meta.qos_done = done_read.execute(t);
             meta.qos_res = res_read.execute(t);
             hdr.netdir.delta = done_mark_swap.execute(i);
             hdr.netdir.rho = res_mark_swap.execute(i);
         } else {
-            bit<13> i = sender_index.get({t, hdr.netdir.node[4:0]});
             done_count.execute(t);
             done_mark_count.execute(i);
             if ((hdr.netdir.flags & FLAG_RESERVATION) != 0) {
