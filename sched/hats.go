@@ -550,3 +550,28 @@ func quantise(u *coarseUnit) {
 		u.load[m] = t * float64(count[m]) / directory.Buckets
 	}
 }
+
+// FineWindowReads is how many mean read times the fine score's window
+// spans (FineWindow). Two: the planes learn t per reply (EWMA weight 0.5),
+// and on a device a node's replies are cache hits of a millisecond and
+// misses of tens, so t jumps reply to reply. A window of 16 mean read times
+// made Window/t (1–32) outweigh the queue, and requests herded to whichever
+// node had just answered from its cache: netdir demo --workload C on ssd
+// fell from 4,100–5,300 ops/s (1 ms window, or 2 read times) to 570.
+const FineWindowReads = 2
+
+// DefaultFineWindow is directory.Config's default window: 1 ms.
+const DefaultFineWindow = time.Millisecond
+
+// FineWindow fits the fine score's window (directory.Config.Window, in ns)
+// to the nodes' mean read time t (HATS §4.3: of two candidates take the
+// larger L/t − Q). The planes compute Window/t in integers, so a fixed 1 ms
+// window makes the term 0 for every node slower than 1 ms, and the score
+// falls back to the queue alone; a window of FineWindowReads read times
+// keeps it FineWindowReads for a node at the mean and less for slower ones
+// at any service time, so that the term tells fast nodes from slow ones
+// without outweighing the queue. t ≤ 0 (unknown) and windows under
+// DefaultFineWindow give DefaultFineWindow.
+func FineWindow(t time.Duration) uint64 {
+	return uint64(max(DefaultFineWindow, FineWindowReads*t))
+}

@@ -410,3 +410,28 @@ func TestCoarseSettles(t *testing.T) {
 		}
 	}
 }
+
+// TestFineWindow: the window spans FineWindowReads mean read times, so
+// Window/t stays FineWindowReads at the mean and halves for a node twice
+// as slow, at any service time (with a 1 ms window it is 0 for all of
+// them); unknown or fast nodes keep the 1 ms default.
+func TestFineWindow(t *testing.T) {
+	if w := FineWindow(0); w != uint64(time.Millisecond) {
+		t.Errorf("unknown t: window %d, want 1 ms", w)
+	}
+	if w := FineWindow(10 * time.Microsecond); w != uint64(time.Millisecond) {
+		t.Errorf("t 10 µs: window %d, want 1 ms", w)
+	}
+	for _, mean := range []time.Duration{2 * time.Millisecond, 16 * time.Millisecond, 200 * time.Millisecond} {
+		w := FineWindow(mean)
+		if q := w / uint64(mean); q != FineWindowReads {
+			t.Errorf("t %v: Window/t = %d at the mean, want %d", mean, q, FineWindowReads)
+		}
+		if q := w / uint64(2*mean); q != FineWindowReads/2 {
+			t.Errorf("t %v: Window/t = %d at twice the mean, want %d", mean, q, FineWindowReads/2)
+		}
+		if q := uint64(DefaultFineWindow) / uint64(mean); q != 0 {
+			t.Errorf("t %v: the 1 ms window gives %d, the test assumes 0", mean, q)
+		}
+	}
+}

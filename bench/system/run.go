@@ -154,6 +154,15 @@ func (s *System) Run(ctx context.Context, policy string, o RunOptions) (bench.Ru
 	}
 	run := bench.Summarize(info, res)
 	run.CapacityOps = s.Capacity()
+	run.Device = s.cfg.Device.Name
+	var gets, reads uint64
+	for i := range after.Gets {
+		gets += after.Gets[i] - before.Gets[i]
+		reads += after.DeviceReads[i] - before.DeviceReads[i]
+	}
+	if gets > 0 {
+		run.DeviceReadsPerGet = float64(reads) / float64(gets)
+	}
 	run.Control = s.controlName(policy)
 	if err := p.Close(); err != nil {
 		return run, fmt.Errorf("system: after %s: %w", policy, err)

@@ -19,12 +19,14 @@ import (
 	"github.com/netdir/netdir/bench"
 	"github.com/netdir/netdir/bench/system"
 	"github.com/netdir/netdir/storagenode"
+	"github.com/netdir/netdir/storagenode/device"
 )
 
 // benchFlags are the flags that demo and bench share.
 type benchFlags struct {
 	nodes       string
 	capacity    float64
+	device      string
 	replicas    int
 	keys        int64
 	valueSize   int
@@ -51,8 +53,9 @@ func (f *benchFlags) register(cmd *cobra.Command, demo bool) {
 	} else {
 		fl.StringVar(&f.nodes, "nodes", "8", "storage nodes; a comma list sweeps (a fresh cluster each)")
 	}
-	fl.Float64Var(&f.capacity, "capacity", system.DefaultCapacity,
-		"emulated capacity of each node in requests/s (a token bucket; 0: unlimited)")
+	fl.StringVar(&f.device, "device", "ssd", "each node's emulated storage device, whose time is its capacity: ssd, hdd or none (I/O costs nothing)")
+	fl.Float64Var(&f.capacity, "capacity", 0,
+		"also cap each node's client requests/s with a token bucket, the capacity model before --device (0: none)")
 	fl.IntVar(&f.replicas, "replicas", 3, "chain length R")
 	fl.IntVar(&f.valueSize, "value-size", bench.DefaultValueSize, "value size in bytes (the Pareto scale x_m with --pareto)")
 	fl.Float64Var(&f.pareto, "pareto", 0, "Pareto(α) value sizes with this α (0: fixed --value-size)")
@@ -185,18 +188,18 @@ func fmtDuration(d time.Duration) string {
 
 // systemConfig is the in-process system of n nodes that the flags ask for,
 // with its data under dir ("" for a temporary directory).
-func (f *benchFlags) systemConfig(cmd *cobra.Command, n int, dir string, nodeOptions func(*storagenode.Options)) system.Config {
-	capacity := f.capacity
-	if capacity == 0 {
-		capacity = -1 // unlimited
+func (f *benchFlags) systemConfig(cmd *cobra.Command, n int, dir string, nodeOptions func(*storagenode.Options)) (system.Config, error) {
+	dev, err := device.Parse(f.device)
+	if err != nil {
+		return system.Config{}, fmt.Errorf("--device: %w", err)
 	}
 	out := cmd.OutOrStdout()
 	return system.Config{
-		Nodes: n, Replicas: min(f.replicas, n), Capacity: capacity, Dir: dir,
+		Nodes: n, Replicas: min(f.replicas, n), Device: dev, Capacity: f.capacity, Dir: dir,
 		P4Info: f.p4info, Log: componentLog(cmd.ErrOrStderr(), f.verbose),
 		Progress:    func(s string) { fmt.Fprintln(out, "==>", s) },
 		NodeOptions: nodeOptions,
-	}
+	}, nil
 }
 
 func componentLog(w io.Writer, verbose bool) *slog.Logger {
@@ -245,9 +248,10 @@ func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure policies side by side on the in-process system (YCSB, skew, node and write-ratio sweeps)",
-		Long: `Run the whole system in this process (storage nodes with an emulated capacity,
-the software switch programmed by the controller, clients) and measure the
-routing policies side by side on the same cluster and the same seeds:
+		Long: `Run the whole system in this process (storage nodes on an emulated storage
+device, --device, whose time is their capacity; the software switch programmed
+by the controller; clients) and measure the routing policies side by side on
+the same cluster and the same seeds:
 
   static    the chain head only (the directory off)
   replicas  uniform over the chain
@@ -337,7 +341,11 @@ rate, the Hill tail index (beside α−1 with --pareto), CPU and RSS.`,
 			defer stopProfile()
 			var res bench.Results
 			for _, n := range nodeCounts {
-				sys, err := system.Start(ctx, f.systemConfig(cmd, n, nodeDir(f.dataDir, n), nil))
+				cfg, err := f.systemConfig(cmd, n, nodeDir(f.dataDir, n), nil)
+				if err != nil {
+					return err
+				}
+				sys, err := system.Start(ctx, cfg)
 				if err != nil {
 					return err
 				}
@@ -348,7 +356,7 @@ rate, the Hill tail index (beside α−1 with --pareto), CPU and RSS.`,
 					return err
 				}
 				fmt.Fprintf(out, "==> preloading %d keys\n", keys)
-				if err := sys.Preload(ctx, src, 64, func(done, total int64) {
+				if err := sys.Preload(ctx, src, preloadWorkers, func(done, total int64) {
 					fmt.Fprintf(out, "    preload %d/%d\n", done, total)
 				}); err != nil {
 					sys.Close()
@@ -431,3 +439,8 @@ func loopName(f benchFlags) string {
 	}
 	return fmt.Sprintf("closed loop, %d in flight", f.concurrency)
 }
+
+// preloadWorkers is how many preload writes are in flight: on a device each
+// write waits for three WAL syncs in sequence down its chain, and more
+// writers let Pebble commit them in groups.
+const preloadWorkers = 256
