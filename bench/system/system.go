@@ -66,7 +66,7 @@ const (
 	DefaultBlockCache = 256 << 10
 	// DefaultMemTable is each tree's memtable on a device: small, so that
 	// the workloads' own writes flush and compact within a run.
-	DefaultMemTable = 1 << 20
+	DefaultMemTable = 256 << 10
 	DefaultReplicas = layout.DefaultReplicas
 	// DefaultPartitionBits gives 1024 partitions, as in a deployment.
 	DefaultPartitionBits = layout.DefaultPartitionBits

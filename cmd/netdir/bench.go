@@ -57,7 +57,7 @@ func (f *benchFlags) register(cmd *cobra.Command, demo bool) {
 	fl.Float64Var(&f.capacity, "capacity", 0,
 		"also cap each node's client requests/s with a token bucket, the capacity model before --device (0: none)")
 	fl.IntVar(&f.replicas, "replicas", 3, "chain length R")
-	fl.IntVar(&f.valueSize, "value-size", bench.DefaultValueSize, "value size in bytes (the Pareto scale x_m with --pareto)")
+	fl.IntVar(&f.valueSize, "value-size", defaultValueSize, "value size in bytes (the Pareto scale x_m with --pareto)")
 	fl.Float64Var(&f.pareto, "pareto", 0, "Pareto(α) value sizes with this α (0: fixed --value-size)")
 	fl.IntVar(&f.concurrency, "concurrency", 64, "closed loop: operations in flight; open loop: the most in flight")
 	fl.Float64Var(&f.rate, "rate", 0, "open loop: Poisson arrivals at this many ops/s (0: closed loop)")
@@ -411,7 +411,7 @@ rate, the Hill tail index (beside α−1 with --pareto), CPU and RSS.`,
 	fl.StringVar(&workloads, "workload", "B", "YCSB core workloads, a comma list of A–F")
 	fl.StringVar(&writeRatio, "write-ratio", "", "instead of --workload: read/update mixes with these write fractions (e.g. 0,0.05,0.5)")
 	fl.StringVar(&zipfs, "zipf", "0.99", "key distributions: zipf θ values (0.9–1.2 are typical) and/or \"uniform\"")
-	fl.Int64Var(&keys, "keys", bench.DefaultKeys, "keys preloaded and drawn from")
+	fl.Int64Var(&keys, "keys", 10_000, "keys preloaded and drawn from (a device preloads a few hundred keys/s per node: each write syncs three WALs)")
 	fl.StringVar(&f.policies, "policies", strings.Join(bench.Policies, ","), "policies to run, in order")
 	fl.DurationVar(&f.duration, "duration", 10*time.Second, "measured time per run")
 	fl.DurationVar(&f.warmup, "warmup", 5*time.Second, "unmeasured time before each run (the controller promotes hot keys)")
@@ -440,7 +440,13 @@ func loopName(f benchFlags) string {
 	return fmt.Sprintf("closed loop, %d in flight", f.concurrency)
 }
 
-// preloadWorkers is how many preload writes are in flight: on a device each
-// write waits for three WAL syncs in sequence down its chain, and more
-// writers let Pebble commit them in groups.
-const preloadWorkers = 256
+// defaultValueSize: values of 1000 random bytes, four to a 4 KiB block, so
+// that ten thousand keys are several times a node's memory on a device
+// (block cache and memtables, about 1 MiB) and GETs beyond the hottest keys
+// read the device.
+const defaultValueSize = 1000
+
+// preloadWorkers is how many preload writes are in flight. On a device
+// more writers let Pebble commit in groups, but 256 queued for over the
+// 10 s write timeout behind the preload's own flushes and compactions.
+const preloadWorkers = 64
