@@ -77,7 +77,7 @@ func (x DirectoryUpdate_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DirectoryUpdate_Kind.Descriptor instead.
 func (DirectoryUpdate_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{14, 0}
+	return file_netdir_proto_rawDescGZIP(), []int{18, 0}
 }
 
 type Node struct {
@@ -344,6 +344,8 @@ type NodeStats struct {
 	HotKeys       []*KeyCount            `protobuf:"bytes,3,rep,name=hot_keys,json=hotKeys,proto3" json:"hot_keys,omitempty"`
 	Trees         []*TreeStats           `protobuf:"bytes,4,rep,name=trees,proto3" json:"trees,omitempty"`
 	QueueDepth    uint32                 `protobuf:"varint,5,opt,name=queue_depth,json=queueDepth,proto3" json:"queue_depth,omitempty"`
+	QosGeneration uint64                 `protobuf:"varint,6,opt,name=qos_generation,json=qosGeneration,proto3" json:"qos_generation,omitempty"` // the QoS configuration the node applied (0: none)
+	Qos           []*TenantStats         `protobuf:"bytes,7,rep,name=qos,proto3" json:"qos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -413,15 +415,134 @@ func (x *NodeStats) GetQueueDepth() uint32 {
 	return 0
 }
 
+func (x *NodeStats) GetQosGeneration() uint64 {
+	if x != nil {
+		return x.QosGeneration
+	}
+	return 0
+}
+
+func (x *NodeStats) GetQos() []*TenantStats {
+	if x != nil {
+		return x.Qos
+	}
+	return nil
+}
+
+// TenantStats is one tenant's dmClock scheduling at a node, cumulative
+// since the node started.
+type TenantStats struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Tenant            uint32                 `protobuf:"varint,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Queued            uint32                 `protobuf:"varint,2,opt,name=queued,proto3" json:"queued,omitempty"`
+	Inflight          uint32                 `protobuf:"varint,3,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	ServedReservation uint64                 `protobuf:"varint,4,opt,name=served_reservation,json=servedReservation,proto3" json:"served_reservation,omitempty"`
+	ServedWeight      uint64                 `protobuf:"varint,5,opt,name=served_weight,json=servedWeight,proto3" json:"served_weight,omitempty"`
+	Throttled         uint64                 `protobuf:"varint,6,opt,name=throttled,proto3" json:"throttled,omitempty"`            // requests that waited for the tenant's limit
+	DelayNs           uint64                 `protobuf:"varint,7,opt,name=delay_ns,json=delayNs,proto3" json:"delay_ns,omitempty"` // total queueing delay of the served requests
+	Clients           []string               `protobuf:"bytes,8,rep,name=clients,proto3" json:"clients,omitempty"`                 // requester addresses the node saw
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *TenantStats) Reset() {
+	*x = TenantStats{}
+	mi := &file_netdir_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantStats) ProtoMessage() {}
+
+func (x *TenantStats) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantStats.ProtoReflect.Descriptor instead.
+func (*TenantStats) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *TenantStats) GetTenant() uint32 {
+	if x != nil {
+		return x.Tenant
+	}
+	return 0
+}
+
+func (x *TenantStats) GetQueued() uint32 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *TenantStats) GetInflight() uint32 {
+	if x != nil {
+		return x.Inflight
+	}
+	return 0
+}
+
+func (x *TenantStats) GetServedReservation() uint64 {
+	if x != nil {
+		return x.ServedReservation
+	}
+	return 0
+}
+
+func (x *TenantStats) GetServedWeight() uint64 {
+	if x != nil {
+		return x.ServedWeight
+	}
+	return 0
+}
+
+func (x *TenantStats) GetThrottled() uint64 {
+	if x != nil {
+		return x.Throttled
+	}
+	return 0
+}
+
+func (x *TenantStats) GetDelayNs() uint64 {
+	if x != nil {
+		return x.DelayNs
+	}
+	return 0
+}
+
+func (x *TenantStats) GetClients() []string {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
 type ReportStatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The controller's QoS configuration, when the node's qos_generation is
+	// not its generation.
+	Qos           *QoSConfig `protobuf:"bytes,1,opt,name=qos,proto3" json:"qos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportStatsResponse) Reset() {
 	*x = ReportStatsResponse{}
-	mi := &file_netdir_proto_msgTypes[6]
+	mi := &file_netdir_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +554,7 @@ func (x *ReportStatsResponse) String() string {
 func (*ReportStatsResponse) ProtoMessage() {}
 
 func (x *ReportStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[6]
+	mi := &file_netdir_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +567,190 @@ func (x *ReportStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatsResponse.ProtoReflect.Descriptor instead.
 func (*ReportStatsResponse) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{6}
+	return file_netdir_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ReportStatsResponse) GetQos() *QoSConfig {
+	if x != nil {
+		return x.Qos
+	}
+	return nil
+}
+
+// QoSPolicy is a dmClock triple, in ops per second (a GET costs 1, a write
+// 1 per 4 KiB started): reservation 0 and limit 0 mean none; weight > 0.
+type QoSPolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reservation   float64                `protobuf:"fixed64,1,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	Weight        float64                `protobuf:"fixed64,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	Limit         float64                `protobuf:"fixed64,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QoSPolicy) Reset() {
+	*x = QoSPolicy{}
+	mi := &file_netdir_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QoSPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QoSPolicy) ProtoMessage() {}
+
+func (x *QoSPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QoSPolicy.ProtoReflect.Descriptor instead.
+func (*QoSPolicy) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *QoSPolicy) GetReservation() float64 {
+	if x != nil {
+		return x.Reservation
+	}
+	return 0
+}
+
+func (x *QoSPolicy) GetWeight() float64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *QoSPolicy) GetLimit() float64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// TenantPolicy is a tenant id's own policy.
+type TenantPolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        uint32                 `protobuf:"varint,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Policy        *QoSPolicy             `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantPolicy) Reset() {
+	*x = TenantPolicy{}
+	mi := &file_netdir_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantPolicy) ProtoMessage() {}
+
+func (x *TenantPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantPolicy.ProtoReflect.Descriptor instead.
+func (*TenantPolicy) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TenantPolicy) GetTenant() uint32 {
+	if x != nil {
+		return x.Tenant
+	}
+	return 0
+}
+
+func (x *TenantPolicy) GetPolicy() *QoSPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+// QoSConfig is what nodes apply; with no defaults and no tenants QoS is off.
+type QoSConfig struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Defaults      *QoSPolicy             `protobuf:"bytes,2,opt,name=defaults,proto3" json:"defaults,omitempty"` // unset: weight 1, no reservation, no limit
+	Tenants       []*TenantPolicy        `protobuf:"bytes,3,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QoSConfig) Reset() {
+	*x = QoSConfig{}
+	mi := &file_netdir_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QoSConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QoSConfig) ProtoMessage() {}
+
+func (x *QoSConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QoSConfig.ProtoReflect.Descriptor instead.
+func (*QoSConfig) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *QoSConfig) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *QoSConfig) GetDefaults() *QoSPolicy {
+	if x != nil {
+		return x.Defaults
+	}
+	return nil
+}
+
+func (x *QoSConfig) GetTenants() []*TenantPolicy {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
 }
 
 // SlotHits is a directory key's hits counted by an agent since its last
@@ -461,7 +765,7 @@ type SlotHits struct {
 
 func (x *SlotHits) Reset() {
 	*x = SlotHits{}
-	mi := &file_netdir_proto_msgTypes[7]
+	mi := &file_netdir_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +777,7 @@ func (x *SlotHits) String() string {
 func (*SlotHits) ProtoMessage() {}
 
 func (x *SlotHits) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[7]
+	mi := &file_netdir_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +790,7 @@ func (x *SlotHits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotHits.ProtoReflect.Descriptor instead.
 func (*SlotHits) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{7}
+	return file_netdir_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SlotHits) GetKeyHash() []byte {
@@ -516,7 +820,7 @@ type SketchCell struct {
 
 func (x *SketchCell) Reset() {
 	*x = SketchCell{}
-	mi := &file_netdir_proto_msgTypes[8]
+	mi := &file_netdir_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +832,7 @@ func (x *SketchCell) String() string {
 func (*SketchCell) ProtoMessage() {}
 
 func (x *SketchCell) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[8]
+	mi := &file_netdir_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +845,7 @@ func (x *SketchCell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SketchCell.ProtoReflect.Descriptor instead.
 func (*SketchCell) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{8}
+	return file_netdir_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SketchCell) GetIndex() uint32 {
@@ -577,7 +881,7 @@ type AgentStats struct {
 
 func (x *AgentStats) Reset() {
 	*x = AgentStats{}
-	mi := &file_netdir_proto_msgTypes[9]
+	mi := &file_netdir_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -589,7 +893,7 @@ func (x *AgentStats) String() string {
 func (*AgentStats) ProtoMessage() {}
 
 func (x *AgentStats) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[9]
+	mi := &file_netdir_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -602,7 +906,7 @@ func (x *AgentStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentStats.ProtoReflect.Descriptor instead.
 func (*AgentStats) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{9}
+	return file_netdir_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AgentStats) GetAgent() string {
@@ -663,7 +967,7 @@ type ReportAgentStatsResponse struct {
 
 func (x *ReportAgentStatsResponse) Reset() {
 	*x = ReportAgentStatsResponse{}
-	mi := &file_netdir_proto_msgTypes[10]
+	mi := &file_netdir_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +979,7 @@ func (x *ReportAgentStatsResponse) String() string {
 func (*ReportAgentStatsResponse) ProtoMessage() {}
 
 func (x *ReportAgentStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[10]
+	mi := &file_netdir_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +992,7 @@ func (x *ReportAgentStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAgentStatsResponse.ProtoReflect.Descriptor instead.
 func (*ReportAgentStatsResponse) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{10}
+	return file_netdir_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReportAgentStatsResponse) GetDuplicate() bool {
@@ -709,7 +1013,7 @@ type Partition struct {
 
 func (x *Partition) Reset() {
 	*x = Partition{}
-	mi := &file_netdir_proto_msgTypes[11]
+	mi := &file_netdir_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -721,7 +1025,7 @@ func (x *Partition) String() string {
 func (*Partition) ProtoMessage() {}
 
 func (x *Partition) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[11]
+	mi := &file_netdir_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -734,7 +1038,7 @@ func (x *Partition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partition.ProtoReflect.Descriptor instead.
 func (*Partition) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{11}
+	return file_netdir_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Partition) GetIndex() uint32 {
@@ -777,7 +1081,7 @@ type DirectoryEntry struct {
 
 func (x *DirectoryEntry) Reset() {
 	*x = DirectoryEntry{}
-	mi := &file_netdir_proto_msgTypes[12]
+	mi := &file_netdir_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +1093,7 @@ func (x *DirectoryEntry) String() string {
 func (*DirectoryEntry) ProtoMessage() {}
 
 func (x *DirectoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[12]
+	mi := &file_netdir_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +1106,7 @@ func (x *DirectoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectoryEntry.ProtoReflect.Descriptor instead.
 func (*DirectoryEntry) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{12}
+	return file_netdir_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DirectoryEntry) GetKeyHash() []byte {
@@ -869,7 +1173,7 @@ type WatchDirectoryRequest struct {
 
 func (x *WatchDirectoryRequest) Reset() {
 	*x = WatchDirectoryRequest{}
-	mi := &file_netdir_proto_msgTypes[13]
+	mi := &file_netdir_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +1185,7 @@ func (x *WatchDirectoryRequest) String() string {
 func (*WatchDirectoryRequest) ProtoMessage() {}
 
 func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[13]
+	mi := &file_netdir_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +1198,7 @@ func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{13}
+	return file_netdir_proto_rawDescGZIP(), []int{17}
 }
 
 type DirectoryUpdate struct {
@@ -912,7 +1216,7 @@ type DirectoryUpdate struct {
 
 func (x *DirectoryUpdate) Reset() {
 	*x = DirectoryUpdate{}
-	mi := &file_netdir_proto_msgTypes[14]
+	mi := &file_netdir_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1228,7 @@ func (x *DirectoryUpdate) String() string {
 func (*DirectoryUpdate) ProtoMessage() {}
 
 func (x *DirectoryUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[14]
+	mi := &file_netdir_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1241,7 @@ func (x *DirectoryUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectoryUpdate.ProtoReflect.Descriptor instead.
 func (*DirectoryUpdate) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{14}
+	return file_netdir_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DirectoryUpdate) GetKind() DirectoryUpdate_Kind {
@@ -997,7 +1301,7 @@ type ListDirectoryRequest struct {
 
 func (x *ListDirectoryRequest) Reset() {
 	*x = ListDirectoryRequest{}
-	mi := &file_netdir_proto_msgTypes[15]
+	mi := &file_netdir_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1313,7 @@ func (x *ListDirectoryRequest) String() string {
 func (*ListDirectoryRequest) ProtoMessage() {}
 
 func (x *ListDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[15]
+	mi := &file_netdir_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1326,7 @@ func (x *ListDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*ListDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{15}
+	return file_netdir_proto_rawDescGZIP(), []int{19}
 }
 
 type ListDirectoryResponse struct {
@@ -1034,7 +1338,7 @@ type ListDirectoryResponse struct {
 
 func (x *ListDirectoryResponse) Reset() {
 	*x = ListDirectoryResponse{}
-	mi := &file_netdir_proto_msgTypes[16]
+	mi := &file_netdir_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1046,7 +1350,7 @@ func (x *ListDirectoryResponse) String() string {
 func (*ListDirectoryResponse) ProtoMessage() {}
 
 func (x *ListDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[16]
+	mi := &file_netdir_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1059,7 +1363,7 @@ func (x *ListDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*ListDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{16}
+	return file_netdir_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListDirectoryResponse) GetEntries() []*DirectoryEntry {
@@ -1078,7 +1382,7 @@ type PinRequest struct {
 
 func (x *PinRequest) Reset() {
 	*x = PinRequest{}
-	mi := &file_netdir_proto_msgTypes[17]
+	mi := &file_netdir_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1394,7 @@ func (x *PinRequest) String() string {
 func (*PinRequest) ProtoMessage() {}
 
 func (x *PinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[17]
+	mi := &file_netdir_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1407,7 @@ func (x *PinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinRequest.ProtoReflect.Descriptor instead.
 func (*PinRequest) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{17}
+	return file_netdir_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PinRequest) GetKey() []byte {
@@ -1122,7 +1426,7 @@ type PinResponse struct {
 
 func (x *PinResponse) Reset() {
 	*x = PinResponse{}
-	mi := &file_netdir_proto_msgTypes[18]
+	mi := &file_netdir_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1438,7 @@ func (x *PinResponse) String() string {
 func (*PinResponse) ProtoMessage() {}
 
 func (x *PinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[18]
+	mi := &file_netdir_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1451,7 @@ func (x *PinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinResponse.ProtoReflect.Descriptor instead.
 func (*PinResponse) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{18}
+	return file_netdir_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PinResponse) GetEntry() *DirectoryEntry {
@@ -1165,7 +1469,7 @@ type ListPartitionsRequest struct {
 
 func (x *ListPartitionsRequest) Reset() {
 	*x = ListPartitionsRequest{}
-	mi := &file_netdir_proto_msgTypes[19]
+	mi := &file_netdir_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1481,7 @@ func (x *ListPartitionsRequest) String() string {
 func (*ListPartitionsRequest) ProtoMessage() {}
 
 func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[19]
+	mi := &file_netdir_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1494,7 @@ func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{19}
+	return file_netdir_proto_rawDescGZIP(), []int{23}
 }
 
 type ListPartitionsResponse struct {
@@ -1203,7 +1507,7 @@ type ListPartitionsResponse struct {
 
 func (x *ListPartitionsResponse) Reset() {
 	*x = ListPartitionsResponse{}
-	mi := &file_netdir_proto_msgTypes[20]
+	mi := &file_netdir_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1519,7 @@ func (x *ListPartitionsResponse) String() string {
 func (*ListPartitionsResponse) ProtoMessage() {}
 
 func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[20]
+	mi := &file_netdir_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1532,7 @@ func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{20}
+	return file_netdir_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListPartitionsResponse) GetEpoch() uint32 {
@@ -1259,7 +1563,7 @@ type SetWeightsRequest struct {
 
 func (x *SetWeightsRequest) Reset() {
 	*x = SetWeightsRequest{}
-	mi := &file_netdir_proto_msgTypes[21]
+	mi := &file_netdir_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1271,7 +1575,7 @@ func (x *SetWeightsRequest) String() string {
 func (*SetWeightsRequest) ProtoMessage() {}
 
 func (x *SetWeightsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[21]
+	mi := &file_netdir_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,7 +1588,7 @@ func (x *SetWeightsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWeightsRequest.ProtoReflect.Descriptor instead.
 func (*SetWeightsRequest) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{21}
+	return file_netdir_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetWeightsRequest) GetTarget() isSetWeightsRequest_Target {
@@ -1343,7 +1647,7 @@ type SetWeightsResponse struct {
 
 func (x *SetWeightsResponse) Reset() {
 	*x = SetWeightsResponse{}
-	mi := &file_netdir_proto_msgTypes[22]
+	mi := &file_netdir_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1659,7 @@ func (x *SetWeightsResponse) String() string {
 func (*SetWeightsResponse) ProtoMessage() {}
 
 func (x *SetWeightsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[22]
+	mi := &file_netdir_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1672,7 @@ func (x *SetWeightsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWeightsResponse.ProtoReflect.Descriptor instead.
 func (*SetWeightsResponse) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{22}
+	return file_netdir_proto_rawDescGZIP(), []int{26}
 }
 
 type StatusRequest struct {
@@ -1379,7 +1683,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_netdir_proto_msgTypes[23]
+	mi := &file_netdir_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1695,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[23]
+	mi := &file_netdir_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1708,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{23}
+	return file_netdir_proto_rawDescGZIP(), []int{27}
 }
 
 type StatusResponse struct {
@@ -1415,13 +1719,14 @@ type StatusResponse struct {
 	DirectoryCapacity uint32                 `protobuf:"varint,4,opt,name=directory_capacity,json=directoryCapacity,proto3" json:"directory_capacity,omitempty"`
 	Switches          []string               `protobuf:"bytes,5,rep,name=switches,proto3" json:"switches,omitempty"`
 	Rounds            uint64                 `protobuf:"varint,6,opt,name=rounds,proto3" json:"rounds,omitempty"`
+	LoopsPaused       bool                   `protobuf:"varint,7,opt,name=loops_paused,json=loopsPaused,proto3" json:"loops_paused,omitempty"` // SetLoops
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_netdir_proto_msgTypes[24]
+	mi := &file_netdir_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1738,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netdir_proto_msgTypes[24]
+	mi := &file_netdir_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1751,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_netdir_proto_rawDescGZIP(), []int{24}
+	return file_netdir_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StatusResponse) GetEpoch() uint32 {
@@ -1491,6 +1796,481 @@ func (x *StatusResponse) GetRounds() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetLoopsPaused() bool {
+	if x != nil {
+		return x.LoopsPaused
+	}
+	return false
+}
+
+// QoSTenant is a tenant's policy and, in a dump, its scheduling summed over
+// the nodes.
+type QoSTenant struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Name              string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // empty: an id the nodes saw that is not registered
+	Id                uint32                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	Policy            *QoSPolicy             `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`                         // in force
+	IsDefault         bool                   `protobuf:"varint,4,opt,name=is_default,json=isDefault,proto3" json:"is_default,omitempty"` // policy is the defaults
+	Queued            uint32                 `protobuf:"varint,5,opt,name=queued,proto3" json:"queued,omitempty"`
+	Inflight          uint32                 `protobuf:"varint,6,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	ServedReservation uint64                 `protobuf:"varint,7,opt,name=served_reservation,json=servedReservation,proto3" json:"served_reservation,omitempty"`
+	ServedWeight      uint64                 `protobuf:"varint,8,opt,name=served_weight,json=servedWeight,proto3" json:"served_weight,omitempty"`
+	Throttled         uint64                 `protobuf:"varint,9,opt,name=throttled,proto3" json:"throttled,omitempty"`
+	MeanDelayUs       float64                `protobuf:"fixed64,10,opt,name=mean_delay_us,json=meanDelayUs,proto3" json:"mean_delay_us,omitempty"`
+	Clients           []string               `protobuf:"bytes,11,rep,name=clients,proto3" json:"clients,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *QoSTenant) Reset() {
+	*x = QoSTenant{}
+	mi := &file_netdir_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QoSTenant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QoSTenant) ProtoMessage() {}
+
+func (x *QoSTenant) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QoSTenant.ProtoReflect.Descriptor instead.
+func (*QoSTenant) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *QoSTenant) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *QoSTenant) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QoSTenant) GetPolicy() *QoSPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *QoSTenant) GetIsDefault() bool {
+	if x != nil {
+		return x.IsDefault
+	}
+	return false
+}
+
+func (x *QoSTenant) GetQueued() uint32 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *QoSTenant) GetInflight() uint32 {
+	if x != nil {
+		return x.Inflight
+	}
+	return 0
+}
+
+func (x *QoSTenant) GetServedReservation() uint64 {
+	if x != nil {
+		return x.ServedReservation
+	}
+	return 0
+}
+
+func (x *QoSTenant) GetServedWeight() uint64 {
+	if x != nil {
+		return x.ServedWeight
+	}
+	return 0
+}
+
+func (x *QoSTenant) GetThrottled() uint64 {
+	if x != nil {
+		return x.Throttled
+	}
+	return 0
+}
+
+func (x *QoSTenant) GetMeanDelayUs() float64 {
+	if x != nil {
+		return x.MeanDelayUs
+	}
+	return 0
+}
+
+func (x *QoSTenant) GetClients() []string {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
+type QoSDumpRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QoSDumpRequest) Reset() {
+	*x = QoSDumpRequest{}
+	mi := &file_netdir_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QoSDumpRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QoSDumpRequest) ProtoMessage() {}
+
+func (x *QoSDumpRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QoSDumpRequest.ProtoReflect.Descriptor instead.
+func (*QoSDumpRequest) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{30}
+}
+
+type QoSDumpResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Defaults      *QoSPolicy             `protobuf:"bytes,2,opt,name=defaults,proto3" json:"defaults,omitempty"`
+	DefaultsSet   bool                   `protobuf:"varint,3,opt,name=defaults_set,json=defaultsSet,proto3" json:"defaults_set,omitempty"` // false: the built-in defaults
+	Tenants       []*QoSTenant           `protobuf:"bytes,4,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QoSDumpResponse) Reset() {
+	*x = QoSDumpResponse{}
+	mi := &file_netdir_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QoSDumpResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QoSDumpResponse) ProtoMessage() {}
+
+func (x *QoSDumpResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QoSDumpResponse.ProtoReflect.Descriptor instead.
+func (*QoSDumpResponse) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *QoSDumpResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *QoSDumpResponse) GetDefaults() *QoSPolicy {
+	if x != nil {
+		return x.Defaults
+	}
+	return nil
+}
+
+func (x *QoSDumpResponse) GetDefaultsSet() bool {
+	if x != nil {
+		return x.DefaultsSet
+	}
+	return false
+}
+
+func (x *QoSDumpResponse) GetTenants() []*QoSTenant {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
+}
+
+// QoSSetRequest sets a tenant's policy, registering the name if it is new,
+// or, with defaults, the defaults.
+type QoSSetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Defaults      bool                   `protobuf:"varint,2,opt,name=defaults,proto3" json:"defaults,omitempty"`
+	Policy        *QoSPolicy             `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	Id            uint32                 `protobuf:"varint,4,opt,name=id,proto3" json:"id,omitempty"` // a new tenant's id (0: the lowest free)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QoSSetRequest) Reset() {
+	*x = QoSSetRequest{}
+	mi := &file_netdir_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QoSSetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QoSSetRequest) ProtoMessage() {}
+
+func (x *QoSSetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QoSSetRequest.ProtoReflect.Descriptor instead.
+func (*QoSSetRequest) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *QoSSetRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *QoSSetRequest) GetDefaults() bool {
+	if x != nil {
+		return x.Defaults
+	}
+	return false
+}
+
+func (x *QoSSetRequest) GetPolicy() *QoSPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *QoSSetRequest) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type QoSGetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Defaults      bool                   `protobuf:"varint,2,opt,name=defaults,proto3" json:"defaults,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QoSGetRequest) Reset() {
+	*x = QoSGetRequest{}
+	mi := &file_netdir_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QoSGetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QoSGetRequest) ProtoMessage() {}
+
+func (x *QoSGetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QoSGetRequest.ProtoReflect.Descriptor instead.
+func (*QoSGetRequest) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *QoSGetRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *QoSGetRequest) GetDefaults() bool {
+	if x != nil {
+		return x.Defaults
+	}
+	return false
+}
+
+type QoSRemoveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QoSRemoveResponse) Reset() {
+	*x = QoSRemoveResponse{}
+	mi := &file_netdir_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QoSRemoveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QoSRemoveResponse) ProtoMessage() {}
+
+func (x *QoSRemoveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QoSRemoveResponse.ProtoReflect.Descriptor instead.
+func (*QoSRemoveResponse) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{34}
+}
+
+type SetLoopsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Paused        bool                   `protobuf:"varint,1,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLoopsRequest) Reset() {
+	*x = SetLoopsRequest{}
+	mi := &file_netdir_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLoopsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLoopsRequest) ProtoMessage() {}
+
+func (x *SetLoopsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLoopsRequest.ProtoReflect.Descriptor instead.
+func (*SetLoopsRequest) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *SetLoopsRequest) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+type SetLoopsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLoopsResponse) Reset() {
+	*x = SetLoopsResponse{}
+	mi := &file_netdir_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLoopsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLoopsResponse) ProtoMessage() {}
+
+func (x *SetLoopsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_netdir_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLoopsResponse.ProtoReflect.Descriptor instead.
+func (*SetLoopsResponse) Descriptor() ([]byte, []int) {
+	return file_netdir_proto_rawDescGZIP(), []int{36}
+}
+
 var File_netdir_proto protoreflect.FileDescriptor
 
 const file_netdir_proto_rawDesc = "" +
@@ -1509,15 +2289,40 @@ const file_netdir_proto_rawDesc = "" +
 	"\bposition\x18\x01 \x01(\rR\bposition\x12\x14\n" +
 	"\x05reads\x18\x02 \x01(\x04R\x05reads\x12/\n" +
 	"\x14mean_read_latency_us\x18\x03 \x01(\x01R\x11meanReadLatencyUs\x122\n" +
-	"\x15compaction_debt_bytes\x18\x04 \x01(\x04R\x13compactionDebtBytes\"\xb6\x01\n" +
+	"\x15compaction_debt_bytes\x18\x04 \x01(\x04R\x13compactionDebtBytes\"\x87\x02\n" +
 	"\tNodeStats\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\rR\x04node\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12.\n" +
 	"\bhot_keys\x18\x03 \x03(\v2\x13.netdir.v1.KeyCountR\ahotKeys\x12*\n" +
 	"\x05trees\x18\x04 \x03(\v2\x14.netdir.v1.TreeStatsR\x05trees\x12\x1f\n" +
 	"\vqueue_depth\x18\x05 \x01(\rR\n" +
-	"queueDepth\"\x15\n" +
-	"\x13ReportStatsResponse\"9\n" +
+	"queueDepth\x12%\n" +
+	"\x0eqos_generation\x18\x06 \x01(\x04R\rqosGeneration\x12(\n" +
+	"\x03qos\x18\a \x03(\v2\x16.netdir.v1.TenantStatsR\x03qos\"\x80\x02\n" +
+	"\vTenantStats\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\rR\x06tenant\x12\x16\n" +
+	"\x06queued\x18\x02 \x01(\rR\x06queued\x12\x1a\n" +
+	"\binflight\x18\x03 \x01(\rR\binflight\x12-\n" +
+	"\x12served_reservation\x18\x04 \x01(\x04R\x11servedReservation\x12#\n" +
+	"\rserved_weight\x18\x05 \x01(\x04R\fservedWeight\x12\x1c\n" +
+	"\tthrottled\x18\x06 \x01(\x04R\tthrottled\x12\x19\n" +
+	"\bdelay_ns\x18\a \x01(\x04R\adelayNs\x12\x18\n" +
+	"\aclients\x18\b \x03(\tR\aclients\"=\n" +
+	"\x13ReportStatsResponse\x12&\n" +
+	"\x03qos\x18\x01 \x01(\v2\x14.netdir.v1.QoSConfigR\x03qos\"[\n" +
+	"\tQoSPolicy\x12 \n" +
+	"\vreservation\x18\x01 \x01(\x01R\vreservation\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x01R\x06weight\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x01R\x05limit\"T\n" +
+	"\fTenantPolicy\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\rR\x06tenant\x12,\n" +
+	"\x06policy\x18\x02 \x01(\v2\x14.netdir.v1.QoSPolicyR\x06policy\"\x90\x01\n" +
+	"\tQoSConfig\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x120\n" +
+	"\bdefaults\x18\x02 \x01(\v2\x14.netdir.v1.QoSPolicyR\bdefaults\x121\n" +
+	"\atenants\x18\x03 \x03(\v2\x17.netdir.v1.TenantPolicyR\atenants\"9\n" +
 	"\bSlotHits\x12\x19\n" +
 	"\bkey_hash\x18\x01 \x01(\fR\akeyHash\x12\x12\n" +
 	"\x04hits\x18\x02 \x01(\x04R\x04hits\"8\n" +
@@ -1591,14 +2396,49 @@ const file_netdir_proto_rawDesc = "" +
 	"\aweights\x18\x03 \x03(\rR\aweightsB\b\n" +
 	"\x06target\"\x14\n" +
 	"\x12SetWeightsResponse\"\x0f\n" +
-	"\rStatusRequest\"\xc6\x01\n" +
+	"\rStatusRequest\"\xe9\x01\n" +
 	"\x0eStatusResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12\x14\n" +
 	"\x05nodes\x18\x02 \x01(\rR\x05nodes\x12%\n" +
 	"\x0edirectory_size\x18\x03 \x01(\rR\rdirectorySize\x12-\n" +
 	"\x12directory_capacity\x18\x04 \x01(\rR\x11directoryCapacity\x12\x1a\n" +
 	"\bswitches\x18\x05 \x03(\tR\bswitches\x12\x16\n" +
-	"\x06rounds\x18\x06 \x01(\x04R\x06rounds2\xde\x05\n" +
+	"\x06rounds\x18\x06 \x01(\x04R\x06rounds\x12!\n" +
+	"\floops_paused\x18\a \x01(\bR\vloopsPaused\"\xe0\x02\n" +
+	"\tQoSTenant\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\rR\x02id\x12,\n" +
+	"\x06policy\x18\x03 \x01(\v2\x14.netdir.v1.QoSPolicyR\x06policy\x12\x1d\n" +
+	"\n" +
+	"is_default\x18\x04 \x01(\bR\tisDefault\x12\x16\n" +
+	"\x06queued\x18\x05 \x01(\rR\x06queued\x12\x1a\n" +
+	"\binflight\x18\x06 \x01(\rR\binflight\x12-\n" +
+	"\x12served_reservation\x18\a \x01(\x04R\x11servedReservation\x12#\n" +
+	"\rserved_weight\x18\b \x01(\x04R\fservedWeight\x12\x1c\n" +
+	"\tthrottled\x18\t \x01(\x04R\tthrottled\x12\"\n" +
+	"\rmean_delay_us\x18\n" +
+	" \x01(\x01R\vmeanDelayUs\x12\x18\n" +
+	"\aclients\x18\v \x03(\tR\aclients\"\x10\n" +
+	"\x0eQoSDumpRequest\"\xb6\x01\n" +
+	"\x0fQoSDumpResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x120\n" +
+	"\bdefaults\x18\x02 \x01(\v2\x14.netdir.v1.QoSPolicyR\bdefaults\x12!\n" +
+	"\fdefaults_set\x18\x03 \x01(\bR\vdefaultsSet\x12.\n" +
+	"\atenants\x18\x04 \x03(\v2\x14.netdir.v1.QoSTenantR\atenants\"\x81\x01\n" +
+	"\rQoSSetRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1a\n" +
+	"\bdefaults\x18\x02 \x01(\bR\bdefaults\x12,\n" +
+	"\x06policy\x18\x03 \x01(\v2\x14.netdir.v1.QoSPolicyR\x06policy\x12\x0e\n" +
+	"\x02id\x18\x04 \x01(\rR\x02id\"C\n" +
+	"\rQoSGetRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1a\n" +
+	"\bdefaults\x18\x02 \x01(\bR\bdefaults\"\x13\n" +
+	"\x11QoSRemoveResponse\")\n" +
+	"\x0fSetLoopsRequest\x12\x16\n" +
+	"\x06paused\x18\x01 \x01(\bR\x06paused\"\x12\n" +
+	"\x10SetLoopsResponse2\x9e\b\n" +
 	"\n" +
 	"Controller\x12F\n" +
 	"\tGetLayout\x12\x1b.netdir.v1.GetLayoutRequest\x1a\x1c.netdir.v1.GetLayoutResponse\x12C\n" +
@@ -1611,7 +2451,12 @@ const file_netdir_proto_rawDesc = "" +
 	"\x0eListPartitions\x12 .netdir.v1.ListPartitionsRequest\x1a!.netdir.v1.ListPartitionsResponse\x12I\n" +
 	"\n" +
 	"SetWeights\x12\x1c.netdir.v1.SetWeightsRequest\x1a\x1d.netdir.v1.SetWeightsResponse\x12=\n" +
-	"\x06Status\x12\x18.netdir.v1.StatusRequest\x1a\x19.netdir.v1.StatusResponseB\"Z github.com/netdir/netdir/api;apib\x06proto3"
+	"\x06Status\x12\x18.netdir.v1.StatusRequest\x1a\x19.netdir.v1.StatusResponse\x12@\n" +
+	"\aQoSDump\x12\x19.netdir.v1.QoSDumpRequest\x1a\x1a.netdir.v1.QoSDumpResponse\x128\n" +
+	"\x06QoSSet\x12\x18.netdir.v1.QoSSetRequest\x1a\x14.netdir.v1.QoSTenant\x128\n" +
+	"\x06QoSGet\x12\x18.netdir.v1.QoSGetRequest\x1a\x14.netdir.v1.QoSTenant\x12C\n" +
+	"\tQoSRemove\x12\x18.netdir.v1.QoSGetRequest\x1a\x1c.netdir.v1.QoSRemoveResponse\x12C\n" +
+	"\bSetLoops\x12\x1a.netdir.v1.SetLoopsRequest\x1a\x1b.netdir.v1.SetLoopsResponseB\"Z github.com/netdir/netdir/api;apib\x06proto3"
 
 var (
 	file_netdir_proto_rawDescOnce sync.Once
@@ -1626,7 +2471,7 @@ func file_netdir_proto_rawDescGZIP() []byte {
 }
 
 var file_netdir_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_netdir_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_netdir_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_netdir_proto_goTypes = []any{
 	(DirectoryUpdate_Kind)(0),        // 0: netdir.v1.DirectoryUpdate.Kind
 	(*Node)(nil),                     // 1: netdir.v1.Node
@@ -1635,63 +2480,94 @@ var file_netdir_proto_goTypes = []any{
 	(*KeyCount)(nil),                 // 4: netdir.v1.KeyCount
 	(*TreeStats)(nil),                // 5: netdir.v1.TreeStats
 	(*NodeStats)(nil),                // 6: netdir.v1.NodeStats
-	(*ReportStatsResponse)(nil),      // 7: netdir.v1.ReportStatsResponse
-	(*SlotHits)(nil),                 // 8: netdir.v1.SlotHits
-	(*SketchCell)(nil),               // 9: netdir.v1.SketchCell
-	(*AgentStats)(nil),               // 10: netdir.v1.AgentStats
-	(*ReportAgentStatsResponse)(nil), // 11: netdir.v1.ReportAgentStatsResponse
-	(*Partition)(nil),                // 12: netdir.v1.Partition
-	(*DirectoryEntry)(nil),           // 13: netdir.v1.DirectoryEntry
-	(*WatchDirectoryRequest)(nil),    // 14: netdir.v1.WatchDirectoryRequest
-	(*DirectoryUpdate)(nil),          // 15: netdir.v1.DirectoryUpdate
-	(*ListDirectoryRequest)(nil),     // 16: netdir.v1.ListDirectoryRequest
-	(*ListDirectoryResponse)(nil),    // 17: netdir.v1.ListDirectoryResponse
-	(*PinRequest)(nil),               // 18: netdir.v1.PinRequest
-	(*PinResponse)(nil),              // 19: netdir.v1.PinResponse
-	(*ListPartitionsRequest)(nil),    // 20: netdir.v1.ListPartitionsRequest
-	(*ListPartitionsResponse)(nil),   // 21: netdir.v1.ListPartitionsResponse
-	(*SetWeightsRequest)(nil),        // 22: netdir.v1.SetWeightsRequest
-	(*SetWeightsResponse)(nil),       // 23: netdir.v1.SetWeightsResponse
-	(*StatusRequest)(nil),            // 24: netdir.v1.StatusRequest
-	(*StatusResponse)(nil),           // 25: netdir.v1.StatusResponse
+	(*TenantStats)(nil),              // 7: netdir.v1.TenantStats
+	(*ReportStatsResponse)(nil),      // 8: netdir.v1.ReportStatsResponse
+	(*QoSPolicy)(nil),                // 9: netdir.v1.QoSPolicy
+	(*TenantPolicy)(nil),             // 10: netdir.v1.TenantPolicy
+	(*QoSConfig)(nil),                // 11: netdir.v1.QoSConfig
+	(*SlotHits)(nil),                 // 12: netdir.v1.SlotHits
+	(*SketchCell)(nil),               // 13: netdir.v1.SketchCell
+	(*AgentStats)(nil),               // 14: netdir.v1.AgentStats
+	(*ReportAgentStatsResponse)(nil), // 15: netdir.v1.ReportAgentStatsResponse
+	(*Partition)(nil),                // 16: netdir.v1.Partition
+	(*DirectoryEntry)(nil),           // 17: netdir.v1.DirectoryEntry
+	(*WatchDirectoryRequest)(nil),    // 18: netdir.v1.WatchDirectoryRequest
+	(*DirectoryUpdate)(nil),          // 19: netdir.v1.DirectoryUpdate
+	(*ListDirectoryRequest)(nil),     // 20: netdir.v1.ListDirectoryRequest
+	(*ListDirectoryResponse)(nil),    // 21: netdir.v1.ListDirectoryResponse
+	(*PinRequest)(nil),               // 22: netdir.v1.PinRequest
+	(*PinResponse)(nil),              // 23: netdir.v1.PinResponse
+	(*ListPartitionsRequest)(nil),    // 24: netdir.v1.ListPartitionsRequest
+	(*ListPartitionsResponse)(nil),   // 25: netdir.v1.ListPartitionsResponse
+	(*SetWeightsRequest)(nil),        // 26: netdir.v1.SetWeightsRequest
+	(*SetWeightsResponse)(nil),       // 27: netdir.v1.SetWeightsResponse
+	(*StatusRequest)(nil),            // 28: netdir.v1.StatusRequest
+	(*StatusResponse)(nil),           // 29: netdir.v1.StatusResponse
+	(*QoSTenant)(nil),                // 30: netdir.v1.QoSTenant
+	(*QoSDumpRequest)(nil),           // 31: netdir.v1.QoSDumpRequest
+	(*QoSDumpResponse)(nil),          // 32: netdir.v1.QoSDumpResponse
+	(*QoSSetRequest)(nil),            // 33: netdir.v1.QoSSetRequest
+	(*QoSGetRequest)(nil),            // 34: netdir.v1.QoSGetRequest
+	(*QoSRemoveResponse)(nil),        // 35: netdir.v1.QoSRemoveResponse
+	(*SetLoopsRequest)(nil),          // 36: netdir.v1.SetLoopsRequest
+	(*SetLoopsResponse)(nil),         // 37: netdir.v1.SetLoopsResponse
 }
 var file_netdir_proto_depIdxs = []int32{
 	4,  // 0: netdir.v1.NodeStats.hot_keys:type_name -> netdir.v1.KeyCount
 	5,  // 1: netdir.v1.NodeStats.trees:type_name -> netdir.v1.TreeStats
-	8,  // 2: netdir.v1.AgentStats.hits:type_name -> netdir.v1.SlotHits
-	9,  // 3: netdir.v1.AgentStats.sketch:type_name -> netdir.v1.SketchCell
-	0,  // 4: netdir.v1.DirectoryUpdate.kind:type_name -> netdir.v1.DirectoryUpdate.Kind
-	13, // 5: netdir.v1.DirectoryUpdate.entries:type_name -> netdir.v1.DirectoryEntry
-	12, // 6: netdir.v1.DirectoryUpdate.partitions:type_name -> netdir.v1.Partition
-	1,  // 7: netdir.v1.DirectoryUpdate.nodes:type_name -> netdir.v1.Node
-	13, // 8: netdir.v1.ListDirectoryResponse.entries:type_name -> netdir.v1.DirectoryEntry
-	13, // 9: netdir.v1.PinResponse.entry:type_name -> netdir.v1.DirectoryEntry
-	12, // 10: netdir.v1.ListPartitionsResponse.partitions:type_name -> netdir.v1.Partition
-	2,  // 11: netdir.v1.Controller.GetLayout:input_type -> netdir.v1.GetLayoutRequest
-	6,  // 12: netdir.v1.Controller.ReportStats:input_type -> netdir.v1.NodeStats
-	10, // 13: netdir.v1.Controller.ReportAgentStats:input_type -> netdir.v1.AgentStats
-	14, // 14: netdir.v1.Controller.WatchDirectory:input_type -> netdir.v1.WatchDirectoryRequest
-	16, // 15: netdir.v1.Controller.ListDirectory:input_type -> netdir.v1.ListDirectoryRequest
-	18, // 16: netdir.v1.Controller.Pin:input_type -> netdir.v1.PinRequest
-	18, // 17: netdir.v1.Controller.Unpin:input_type -> netdir.v1.PinRequest
-	20, // 18: netdir.v1.Controller.ListPartitions:input_type -> netdir.v1.ListPartitionsRequest
-	22, // 19: netdir.v1.Controller.SetWeights:input_type -> netdir.v1.SetWeightsRequest
-	24, // 20: netdir.v1.Controller.Status:input_type -> netdir.v1.StatusRequest
-	3,  // 21: netdir.v1.Controller.GetLayout:output_type -> netdir.v1.GetLayoutResponse
-	7,  // 22: netdir.v1.Controller.ReportStats:output_type -> netdir.v1.ReportStatsResponse
-	11, // 23: netdir.v1.Controller.ReportAgentStats:output_type -> netdir.v1.ReportAgentStatsResponse
-	15, // 24: netdir.v1.Controller.WatchDirectory:output_type -> netdir.v1.DirectoryUpdate
-	17, // 25: netdir.v1.Controller.ListDirectory:output_type -> netdir.v1.ListDirectoryResponse
-	19, // 26: netdir.v1.Controller.Pin:output_type -> netdir.v1.PinResponse
-	19, // 27: netdir.v1.Controller.Unpin:output_type -> netdir.v1.PinResponse
-	21, // 28: netdir.v1.Controller.ListPartitions:output_type -> netdir.v1.ListPartitionsResponse
-	23, // 29: netdir.v1.Controller.SetWeights:output_type -> netdir.v1.SetWeightsResponse
-	25, // 30: netdir.v1.Controller.Status:output_type -> netdir.v1.StatusResponse
-	21, // [21:31] is the sub-list for method output_type
-	11, // [11:21] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	7,  // 2: netdir.v1.NodeStats.qos:type_name -> netdir.v1.TenantStats
+	11, // 3: netdir.v1.ReportStatsResponse.qos:type_name -> netdir.v1.QoSConfig
+	9,  // 4: netdir.v1.TenantPolicy.policy:type_name -> netdir.v1.QoSPolicy
+	9,  // 5: netdir.v1.QoSConfig.defaults:type_name -> netdir.v1.QoSPolicy
+	10, // 6: netdir.v1.QoSConfig.tenants:type_name -> netdir.v1.TenantPolicy
+	12, // 7: netdir.v1.AgentStats.hits:type_name -> netdir.v1.SlotHits
+	13, // 8: netdir.v1.AgentStats.sketch:type_name -> netdir.v1.SketchCell
+	0,  // 9: netdir.v1.DirectoryUpdate.kind:type_name -> netdir.v1.DirectoryUpdate.Kind
+	17, // 10: netdir.v1.DirectoryUpdate.entries:type_name -> netdir.v1.DirectoryEntry
+	16, // 11: netdir.v1.DirectoryUpdate.partitions:type_name -> netdir.v1.Partition
+	1,  // 12: netdir.v1.DirectoryUpdate.nodes:type_name -> netdir.v1.Node
+	17, // 13: netdir.v1.ListDirectoryResponse.entries:type_name -> netdir.v1.DirectoryEntry
+	17, // 14: netdir.v1.PinResponse.entry:type_name -> netdir.v1.DirectoryEntry
+	16, // 15: netdir.v1.ListPartitionsResponse.partitions:type_name -> netdir.v1.Partition
+	9,  // 16: netdir.v1.QoSTenant.policy:type_name -> netdir.v1.QoSPolicy
+	9,  // 17: netdir.v1.QoSDumpResponse.defaults:type_name -> netdir.v1.QoSPolicy
+	30, // 18: netdir.v1.QoSDumpResponse.tenants:type_name -> netdir.v1.QoSTenant
+	9,  // 19: netdir.v1.QoSSetRequest.policy:type_name -> netdir.v1.QoSPolicy
+	2,  // 20: netdir.v1.Controller.GetLayout:input_type -> netdir.v1.GetLayoutRequest
+	6,  // 21: netdir.v1.Controller.ReportStats:input_type -> netdir.v1.NodeStats
+	14, // 22: netdir.v1.Controller.ReportAgentStats:input_type -> netdir.v1.AgentStats
+	18, // 23: netdir.v1.Controller.WatchDirectory:input_type -> netdir.v1.WatchDirectoryRequest
+	20, // 24: netdir.v1.Controller.ListDirectory:input_type -> netdir.v1.ListDirectoryRequest
+	22, // 25: netdir.v1.Controller.Pin:input_type -> netdir.v1.PinRequest
+	22, // 26: netdir.v1.Controller.Unpin:input_type -> netdir.v1.PinRequest
+	24, // 27: netdir.v1.Controller.ListPartitions:input_type -> netdir.v1.ListPartitionsRequest
+	26, // 28: netdir.v1.Controller.SetWeights:input_type -> netdir.v1.SetWeightsRequest
+	28, // 29: netdir.v1.Controller.Status:input_type -> netdir.v1.StatusRequest
+	31, // 30: netdir.v1.Controller.QoSDump:input_type -> netdir.v1.QoSDumpRequest
+	33, // 31: netdir.v1.Controller.QoSSet:input_type -> netdir.v1.QoSSetRequest
+	34, // 32: netdir.v1.Controller.QoSGet:input_type -> netdir.v1.QoSGetRequest
+	34, // 33: netdir.v1.Controller.QoSRemove:input_type -> netdir.v1.QoSGetRequest
+	36, // 34: netdir.v1.Controller.SetLoops:input_type -> netdir.v1.SetLoopsRequest
+	3,  // 35: netdir.v1.Controller.GetLayout:output_type -> netdir.v1.GetLayoutResponse
+	8,  // 36: netdir.v1.Controller.ReportStats:output_type -> netdir.v1.ReportStatsResponse
+	15, // 37: netdir.v1.Controller.ReportAgentStats:output_type -> netdir.v1.ReportAgentStatsResponse
+	19, // 38: netdir.v1.Controller.WatchDirectory:output_type -> netdir.v1.DirectoryUpdate
+	21, // 39: netdir.v1.Controller.ListDirectory:output_type -> netdir.v1.ListDirectoryResponse
+	23, // 40: netdir.v1.Controller.Pin:output_type -> netdir.v1.PinResponse
+	23, // 41: netdir.v1.Controller.Unpin:output_type -> netdir.v1.PinResponse
+	25, // 42: netdir.v1.Controller.ListPartitions:output_type -> netdir.v1.ListPartitionsResponse
+	27, // 43: netdir.v1.Controller.SetWeights:output_type -> netdir.v1.SetWeightsResponse
+	29, // 44: netdir.v1.Controller.Status:output_type -> netdir.v1.StatusResponse
+	32, // 45: netdir.v1.Controller.QoSDump:output_type -> netdir.v1.QoSDumpResponse
+	30, // 46: netdir.v1.Controller.QoSSet:output_type -> netdir.v1.QoSTenant
+	30, // 47: netdir.v1.Controller.QoSGet:output_type -> netdir.v1.QoSTenant
+	35, // 48: netdir.v1.Controller.QoSRemove:output_type -> netdir.v1.QoSRemoveResponse
+	37, // 49: netdir.v1.Controller.SetLoops:output_type -> netdir.v1.SetLoopsResponse
+	35, // [35:50] is the sub-list for method output_type
+	20, // [20:35] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_netdir_proto_init() }
@@ -1699,7 +2575,7 @@ func file_netdir_proto_init() {
 	if File_netdir_proto != nil {
 		return
 	}
-	file_netdir_proto_msgTypes[21].OneofWrappers = []any{
+	file_netdir_proto_msgTypes[25].OneofWrappers = []any{
 		(*SetWeightsRequest_Partition)(nil),
 		(*SetWeightsRequest_Key)(nil),
 	}
@@ -1709,7 +2585,7 @@ func file_netdir_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_netdir_proto_rawDesc), len(file_netdir_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,11 @@ const (
 	Controller_ListPartitions_FullMethodName   = "/netdir.v1.Controller/ListPartitions"
 	Controller_SetWeights_FullMethodName       = "/netdir.v1.Controller/SetWeights"
 	Controller_Status_FullMethodName           = "/netdir.v1.Controller/Status"
+	Controller_QoSDump_FullMethodName          = "/netdir.v1.Controller/QoSDump"
+	Controller_QoSSet_FullMethodName           = "/netdir.v1.Controller/QoSSet"
+	Controller_QoSGet_FullMethodName           = "/netdir.v1.Controller/QoSGet"
+	Controller_QoSRemove_FullMethodName        = "/netdir.v1.Controller/QoSRemove"
+	Controller_SetLoops_FullMethodName         = "/netdir.v1.Controller/SetLoops"
 )
 
 // ControllerClient is the client API for Controller service.
@@ -56,6 +61,17 @@ type ControllerClient interface {
 	ListPartitions(ctx context.Context, in *ListPartitionsRequest, opts ...grpc.CallOption) (*ListPartitionsResponse, error)
 	SetWeights(ctx context.Context, in *SetWeightsRequest, opts ...grpc.CallOption) (*SetWeightsResponse, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Per-tenant QoS (dmClock): the tenants' policies and their scheduling
+	// at the nodes. Set registers a new tenant name; policies reach the nodes
+	// in the answers to their ReportStats.
+	QoSDump(ctx context.Context, in *QoSDumpRequest, opts ...grpc.CallOption) (*QoSDumpResponse, error)
+	QoSSet(ctx context.Context, in *QoSSetRequest, opts ...grpc.CallOption) (*QoSTenant, error)
+	QoSGet(ctx context.Context, in *QoSGetRequest, opts ...grpc.CallOption) (*QoSTenant, error)
+	QoSRemove(ctx context.Context, in *QoSGetRequest, opts ...grpc.CallOption) (*QoSRemoveResponse, error)
+	// SetLoops pauses or resumes the hot-key rounds and the coarse epochs;
+	// the directory and the weights stay as they are. `netdir bench
+	// --service` pauses them for its baselines on a running deployment.
+	SetLoops(ctx context.Context, in *SetLoopsRequest, opts ...grpc.CallOption) (*SetLoopsResponse, error)
 }
 
 type controllerClient struct {
@@ -175,6 +191,56 @@ func (c *controllerClient) Status(ctx context.Context, in *StatusRequest, opts .
 	return out, nil
 }
 
+func (c *controllerClient) QoSDump(ctx context.Context, in *QoSDumpRequest, opts ...grpc.CallOption) (*QoSDumpResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QoSDumpResponse)
+	err := c.cc.Invoke(ctx, Controller_QoSDump_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerClient) QoSSet(ctx context.Context, in *QoSSetRequest, opts ...grpc.CallOption) (*QoSTenant, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QoSTenant)
+	err := c.cc.Invoke(ctx, Controller_QoSSet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerClient) QoSGet(ctx context.Context, in *QoSGetRequest, opts ...grpc.CallOption) (*QoSTenant, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QoSTenant)
+	err := c.cc.Invoke(ctx, Controller_QoSGet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerClient) QoSRemove(ctx context.Context, in *QoSGetRequest, opts ...grpc.CallOption) (*QoSRemoveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QoSRemoveResponse)
+	err := c.cc.Invoke(ctx, Controller_QoSRemove_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controllerClient) SetLoops(ctx context.Context, in *SetLoopsRequest, opts ...grpc.CallOption) (*SetLoopsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetLoopsResponse)
+	err := c.cc.Invoke(ctx, Controller_SetLoops_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControllerServer is the server API for Controller service.
 // All implementations must embed UnimplementedControllerServer
 // for forward compatibility.
@@ -196,6 +262,17 @@ type ControllerServer interface {
 	ListPartitions(context.Context, *ListPartitionsRequest) (*ListPartitionsResponse, error)
 	SetWeights(context.Context, *SetWeightsRequest) (*SetWeightsResponse, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// Per-tenant QoS (dmClock): the tenants' policies and their scheduling
+	// at the nodes. Set registers a new tenant name; policies reach the nodes
+	// in the answers to their ReportStats.
+	QoSDump(context.Context, *QoSDumpRequest) (*QoSDumpResponse, error)
+	QoSSet(context.Context, *QoSSetRequest) (*QoSTenant, error)
+	QoSGet(context.Context, *QoSGetRequest) (*QoSTenant, error)
+	QoSRemove(context.Context, *QoSGetRequest) (*QoSRemoveResponse, error)
+	// SetLoops pauses or resumes the hot-key rounds and the coarse epochs;
+	// the directory and the weights stay as they are. `netdir bench
+	// --service` pauses them for its baselines on a running deployment.
+	SetLoops(context.Context, *SetLoopsRequest) (*SetLoopsResponse, error)
 	mustEmbedUnimplementedControllerServer()
 }
 
@@ -235,6 +312,21 @@ func (UnimplementedControllerServer) SetWeights(context.Context, *SetWeightsRequ
 }
 func (UnimplementedControllerServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedControllerServer) QoSDump(context.Context, *QoSDumpRequest) (*QoSDumpResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QoSDump not implemented")
+}
+func (UnimplementedControllerServer) QoSSet(context.Context, *QoSSetRequest) (*QoSTenant, error) {
+	return nil, status.Error(codes.Unimplemented, "method QoSSet not implemented")
+}
+func (UnimplementedControllerServer) QoSGet(context.Context, *QoSGetRequest) (*QoSTenant, error) {
+	return nil, status.Error(codes.Unimplemented, "method QoSGet not implemented")
+}
+func (UnimplementedControllerServer) QoSRemove(context.Context, *QoSGetRequest) (*QoSRemoveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QoSRemove not implemented")
+}
+func (UnimplementedControllerServer) SetLoops(context.Context, *SetLoopsRequest) (*SetLoopsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLoops not implemented")
 }
 func (UnimplementedControllerServer) mustEmbedUnimplementedControllerServer() {}
 func (UnimplementedControllerServer) testEmbeddedByValue()                    {}
@@ -430,6 +522,96 @@ func _Controller_Status_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Controller_QoSDump_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QoSDumpRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServer).QoSDump(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Controller_QoSDump_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServer).QoSDump(ctx, req.(*QoSDumpRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Controller_QoSSet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QoSSetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServer).QoSSet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Controller_QoSSet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServer).QoSSet(ctx, req.(*QoSSetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Controller_QoSGet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QoSGetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServer).QoSGet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Controller_QoSGet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServer).QoSGet(ctx, req.(*QoSGetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Controller_QoSRemove_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QoSGetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServer).QoSRemove(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Controller_QoSRemove_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServer).QoSRemove(ctx, req.(*QoSGetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Controller_SetLoops_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetLoopsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControllerServer).SetLoops(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Controller_SetLoops_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControllerServer).SetLoops(ctx, req.(*SetLoopsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Controller_ServiceDesc is the grpc.ServiceDesc for Controller service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -472,6 +654,26 @@ var Controller_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Controller_Status_Handler,
+		},
+		{
+			MethodName: "QoSDump",
+			Handler:    _Controller_QoSDump_Handler,
+		},
+		{
+			MethodName: "QoSSet",
+			Handler:    _Controller_QoSSet_Handler,
+		},
+		{
+			MethodName: "QoSGet",
+			Handler:    _Controller_QoSGet_Handler,
+		},
+		{
+			MethodName: "QoSRemove",
+			Handler:    _Controller_QoSRemove_Handler,
+		},
+		{
+			MethodName: "SetLoops",
+			Handler:    _Controller_SetLoops_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

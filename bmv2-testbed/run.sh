@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bmv2-testbed/run.sh: netdir on a Mininet network with one BMv2 switch.
 #
-#   sudo bmv2-testbed/run.sh [--storage N] [--clients K] [--no-cli] [--smoke]
+#   sudo bmv2-testbed/run.sh [--storage N] [--clients K] [--no-cli] [--smoke | --bench]
 #
 # Needs root, Debian's mininet package (for /usr/bin/python3), simple_switch_grpc
 # (BMv2 built with PI; p4/README.md), ethtool, curl, and Go to build netdir.
@@ -21,18 +21,26 @@
 # Everything it starts is stopped when the CLI exits.
 #   --smoke  runs the smoke checks (bmv2-testbed/smoke) instead of the CLI and
 #            exits non-zero if one fails.
+#   --bench  runs a short `netdir bench --service` (static, then netdir)
+#            from c2 through BMv2 instead (bench.sh), the nodes capped at
+#            --max-ops ops/s each (default 50, which BMv2 carries),
+#            and writes /tmp/netdir-testbed/bench.{json,html};
+#            NETDIR_BENCH_ARGS adds netdir bench flags (default: a
+#            minute in all, open loop at 60% of the nodes' capacity).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 work=/tmp/netdir-testbed
-storage=6 clients=2 nocli="" then=()
-usage() { echo "usage: $0 [--storage N] [--clients K] [--no-cli] [--smoke]" >&2; exit 2; }
+storage=6 clients=2 nocli="" then=() bench="" maxops=50
+usage() { echo "usage: $0 [--storage N] [--clients K] [--no-cli] [--smoke | --bench [--max-ops N]]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
 	case $1 in
 	--storage) storage=$2; shift 2 ;;
 	--clients) clients=$2; shift 2 ;;
 	--no-cli) nocli=--no-cli; shift ;;
 	--smoke) then=(--exec "$here/smoke.sh") nocli=--no-cli; shift ;;
+	--bench) then=(--exec "$here/bench.sh") nocli=--no-cli bench=1; shift ;;
+	--max-ops) maxops=$2; shift 2 ;;
 	*) usage ;;
 	esac
 done
@@ -52,6 +60,11 @@ mkdir -p "$work"
 (cd "$root" && go build -o "$work/netdir" ./cmd/netdir && go build -o "$work/smoke" ./bmv2-testbed/smoke)
 
 export NETDIR_ROOT=$root
+if [ -n "$bench" ]; then
+	export NETDIR_MAX_OPS=$maxops
+	export NETDIR_BENCH_ARGS=${NETDIR_BENCH_ARGS:-"--keys 1000 --workload B --zipf 0.99 --warmup 10s --duration 20s
+		--rate $((storage * maxops * 6 / 10)) --concurrency 64"}
+fi
 # If topo.py dies without running stop.sh, end what start.sh started.
 trap '[ -f "$work/plan.json" ] && bash "$here/stop.sh" "$work/plan.json"' EXIT
 rm -f "$work/plan.json"

@@ -27,7 +27,8 @@ for id in $(q '" ".join(str(n["id"]) for n in p["nodes"])'); do
 	rm -rf "$work/node$id"
 	mkdir -p "$work/node$id"
 	start "n$id" "node$id" "$work/netdir" node --id "$id" --data "$work/node$id" --config "$work/layout.yaml" \
-		--listen "$ip:7420" --controller "$ctl:7400" --gossip "$mgmt:7946" --gossip-seeds "$ctl:7946"
+		--listen "$ip:7420" --controller "$ctl:7400" --gossip "$mgmt:7946" --gossip-seeds "$ctl:7946" \
+		--max-ops "${NETDIR_MAX_OPS:-0}"
 done
 
 # The controller: the switch's P4Runtime over the management network, the
@@ -38,6 +39,12 @@ done
 	echo "metrics: $ctl:9400"
 	echo "round: 500ms"
 	echo "coarse_epoch: 5s"
+	# run.sh --bench: the nodes' emulated capacity, and a key hot at 0.5%
+	# of the cluster's capacity per round (as in the in-process bench).
+	if [ "${NETDIR_MAX_OPS:-0}" != 0 ]; then
+		echo "node_capacity: $NETDIR_MAX_OPS"
+		echo "promote_min: $(q "max(2, round(0.005 * len(p['nodes']) * $NETDIR_MAX_OPS * 0.5))")"
+	fi
 	echo "p4info: $NETDIR_ROOT/p4/build/netdir.p4info.txtpb"
 	echo "switches:"
 	echo "  - {name: s1, addr: $(q 'p["switch"]["grpc"]'), device_id: $(q 'p["switch"]["device_id"]'), election_id: 1,"

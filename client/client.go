@@ -29,8 +29,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/netdir/netdir/layout"
@@ -54,9 +58,20 @@ type Options struct {
 	// Backoff after queue-full, unavailable or stale-epoch; doubles up to
 	// 16×. Default 2 ms.
 	Backoff time.Duration
-	Tenant  uint16
+	// Tenant is stamped on every request (the id `netdir ctl qos set`
+	// registered), except on keys under one of Subvolumes.
+	Tenant uint16
+	// Subvolumes maps key prefixes to tenants, like CephFS subvolume
+	// roots: {"/volumes/grp/a/": 3} stamps tenant 3 on every key under
+	// that root. The longest matching prefix wins.
+	Subvolumes map[string]uint16
 	// Epoch sent on requests (0: the layout's, or none).
 	Epoch uint32
+	// Refresh, if set, returns the newest layout: the client calls it when
+	// a node answers stale-epoch or wrong-node, or does not answer (it may
+	// have been spliced out of its chains), at most every RefreshEvery,
+	// and takes a layout of a newer epoch.
+	Refresh func(context.Context) (*layout.Map, error)
 	// StaleOK asks for bounded-staleness reads (FlagStaleOK).
 	StaleOK bool
 }
@@ -64,8 +79,16 @@ type Options struct {
 // Client is safe for concurrent use.
 type Client struct {
 	opts    Options
+	lay     atomic.Pointer[layout.Map] // Options.Layout, then Refresh's newer ones
+	epoch   atomic.Uint32              // sent on requests
 	service netip.AddrPort
-	conn    *Conn
+	// refreshing is held by the one goroutine calling Options.Refresh;
+	// refreshed is when it last returned.
+	refreshing sync.Mutex
+	refreshed  time.Time
+	conn       *Conn
+	roots      []string  // Subvolumes' prefixes, longest first
+	scratch    sync.Pool // *[]byte: reply buffers, so that an operation allocates nothing
 }
 
 // New opens a client socket on an ephemeral loopback-or-any port.
@@ -85,7 +108,10 @@ func New(o Options) (*Client, error) {
 	if o.Epoch == 0 && o.Layout != nil {
 		o.Epoch = o.Layout.Epoch()
 	}
-	c := &Client{opts: o}
+	c := &Client{opts: o, roots: slices.Collect(maps.Keys(o.Subvolumes))}
+	slices.SortFunc(c.roots, func(a, b string) int { return len(b) - len(a) })
+	c.lay.Store(o.Layout)
+	c.epoch.Store(o.Epoch)
 	if o.Service != "" {
 		ap, err := netip.ParseAddrPort(o.Service)
 		if err != nil {
@@ -99,6 +125,33 @@ func New(o Options) (*Client, error) {
 	}
 	c.conn = conn
 	return c, nil
+}
+
+// RefreshEvery is the least time between two calls of Options.Refresh.
+const RefreshEvery = 100 * time.Millisecond
+
+// layout is the newest layout the client has, nil in service-only mode.
+func (c *Client) layout() *layout.Map { return c.lay.Load() }
+
+// refresh takes a newer layout from Options.Refresh, unless another
+// goroutine is at it or it was asked within RefreshEvery.
+func (c *Client) refresh(ctx context.Context) {
+	if c.opts.Refresh == nil || !c.refreshing.TryLock() {
+		return
+	}
+	defer c.refreshing.Unlock()
+	if time.Since(c.refreshed) < RefreshEvery {
+		return
+	}
+	m, err := c.opts.Refresh(ctx)
+	c.refreshed = time.Now()
+	if err != nil || m == nil {
+		return
+	}
+	if cur := c.layout(); cur == nil || m.Epoch() > cur.Epoch() {
+		c.lay.Store(m)
+		c.epoch.Store(m.Epoch())
+	}
 }
 
 // Close closes the socket.
@@ -121,24 +174,34 @@ func newID() uint64 {
 	}
 }
 
-func (c *Client) packet(op wire.Op, reqid uint64, key, val []byte, h wire.KeyHash) *wire.Packet {
-	p := &wire.Packet{Header: wire.Header{Op: op, Tenant: c.opts.Tenant, ReqID: reqid, KeyHash: h, Epoch: c.opts.Epoch}, Key: key, Value: val}
+func (c *Client) packet(op wire.Op, reqid uint64, key, val []byte, h wire.KeyHash) wire.Packet {
+	p := wire.Packet{Header: wire.Header{Op: op, Tenant: c.tenantOf(key), ReqID: reqid, KeyHash: h, Epoch: c.epoch.Load()}, Key: key, Value: val}
 	if op == wire.OpGet && c.opts.StaleOK {
 		p.Flags |= wire.FlagStaleOK
 	}
 	return p
 }
 
+// tenantOf is the tenant of key: its subvolume's, or Options.Tenant.
+func (c *Client) tenantOf(key []byte) uint16 {
+	for _, r := range c.roots {
+		if len(key) >= len(r) && string(key[:len(r)]) == r {
+			return c.opts.Subvolumes[r]
+		}
+	}
+	return c.opts.Tenant
+}
+
 // chain is the key's chain from the layout, or nil.
 func (c *Client) chain(h wire.KeyHash) []wire.NodeID {
-	if c.opts.Layout == nil {
+	if c.layout() == nil {
 		return nil
 	}
-	return c.opts.Layout.ChainOf(h)
+	return c.layout().ChainOf(h)
 }
 
 func (c *Client) nodeAddr(id wire.NodeID) netip.AddrPort {
-	a, _ := c.opts.Layout.Addr(id)
+	a, _ := c.layout().Addr(id)
 	return a
 }
 
@@ -177,20 +240,51 @@ func checkSizes(key, val []byte) error {
 // Get reads key. It returns the value and its version, or ErrNotFound (with
 // the version of the deletion, or 0 for a key never written).
 func (c *Client) Get(ctx context.Context, key []byte) ([]byte, uint64, error) {
-	r, err := c.GetResult(ctx, key)
+	v, ver, err := c.AppendGet(ctx, []byte{}, key)
 	if err != nil {
-		return nil, 0, err
+		return nil, ver, err
 	}
-	if r.Code == wire.CodeNotFound {
-		return nil, r.Version, ErrNotFound
+	return v, ver, nil
+}
+
+// AppendGet is Get appending the value to dst; it returns dst unchanged on
+// an error. It allocates nothing when dst has room for the value.
+func (c *Client) AppendGet(ctx context.Context, dst, key []byte) ([]byte, uint64, error) {
+	bp := c.borrow()
+	defer c.scratch.Put(bp)
+	var p wire.Packet
+	var err error
+	*bp, err = c.get(ctx, key, &p, *bp)
+	if err != nil {
+		return dst, 0, err
 	}
-	return r.Value, r.Version, nil
+	if p.Code == wire.CodeNotFound {
+		return dst, p.Stamp, ErrNotFound
+	}
+	return append(dst, p.Value...), p.Stamp, nil
 }
 
 // GetResult is Get returning the whole reply (node, load).
 func (c *Client) GetResult(ctx context.Context, key []byte) (*Result, error) {
-	if err := checkSizes(key, nil); err != nil {
+	var p wire.Packet
+	if _, err := c.get(ctx, key, &p, nil); err != nil {
 		return nil, err
+	}
+	return &Result{Code: p.Code, Version: p.Stamp, Node: p.Node, Load: p.Load, Value: p.Value}, nil
+}
+
+func (c *Client) borrow() *[]byte {
+	if bp, ok := c.scratch.Get().(*[]byte); ok {
+		return bp
+	}
+	return new([]byte)
+}
+
+// get runs a GET to its reply, decoded into p, whose Key and Value point into
+// the returned buffer (buf's storage when it has room).
+func (c *Client) get(ctx context.Context, key []byte, p *wire.Packet, buf []byte) ([]byte, error) {
+	if err := checkSizes(key, nil); err != nil {
+		return buf, err
 	}
 	h := wire.HashKey(key)
 	timeout, backoff := c.opts.Timeout, c.opts.Backoff
@@ -199,42 +293,49 @@ func (c *Client) GetResult(ctx context.Context, key []byte) (*Result, error) {
 	var last error = ErrTimeout
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("netdir get: %w (last: %v)", err, last)
+			return buf, fmt.Errorf("netdir get: %w (last: %v)", err, last)
 		}
 		addr := c.service
 		if direct {
 			ch := c.chain(h)
 			if len(ch) == 0 {
-				return nil, errors.New("netdir get: no chain for key")
+				return buf, errors.New("netdir get: no chain for key")
 			}
 			addr = c.nodeAddr(ch[(start+attempt)%len(ch)])
 		}
-		p, err := c.conn.Call(ctx, addr, c.packet(wire.OpGet, newID(), key, nil, h), Retry{Timeout: timeout, Tries: 1})
+		req := c.packet(wire.OpGet, newID(), key, nil, h)
+		var err error
+		buf, err = c.conn.Exchange(ctx, addr, &req, Retry{Timeout: timeout, Tries: 1}, p, buf)
 		if err == ErrTimeout {
+			c.refresh(ctx)
 			last = err
 			timeout = min(2*timeout, c.opts.MaxTimeout)
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return buf, err
 		}
 		if p.Op == wire.OpGetReply {
-			return &Result{Code: p.Code, Version: p.Stamp, Node: p.Node, Load: p.Load, Value: p.Value}, nil
+			return buf, nil
 		}
 		last = p.Code
 		switch {
 		case permanent(p.Code):
-			return nil, p.Code
+			return buf, p.Code
 		case p.Code == wire.CodeWrongNode:
-			if c.opts.Layout != nil {
+			c.refresh(ctx)
+			if c.layout() != nil {
 				direct = true // home path: the chain itself
 			}
-		case p.Code == wire.CodeUnavailable && c.opts.Layout != nil && !direct:
+		case p.Code == wire.CodeUnavailable && c.layout() != nil && !direct:
 			direct = true
 			fallthrough
 		default: // queue-full, unavailable, stale-epoch
+			if p.Code == wire.CodeStaleEpoch {
+				c.refresh(ctx)
+			}
 			if err := c.sleep(ctx, backoff); err != nil {
-				return nil, fmt.Errorf("netdir get: %w (last: %v)", err, last)
+				return buf, fmt.Errorf("netdir get: %w (last: %v)", err, last)
 			}
 			backoff = min(2*backoff, 16*c.opts.Backoff)
 		}
@@ -255,6 +356,9 @@ func (c *Client) write(ctx context.Context, op wire.Op, key, val []byte) (uint64
 	if err := checkSizes(key, val); err != nil {
 		return 0, err
 	}
+	bp := c.borrow()
+	defer c.scratch.Put(bp)
+	var p wire.Packet
 	h := wire.HashKey(key)
 	timeout, backoff := c.opts.Timeout, c.opts.Backoff
 	direct := !c.service.IsValid()
@@ -272,8 +376,11 @@ func (c *Client) write(ctx context.Context, op wire.Op, key, val []byte) (uint64
 			}
 			addr = c.nodeAddr(ch[0])
 		}
-		p, err := c.conn.Call(ctx, addr, c.packet(op, id, key, val, h), Retry{Timeout: timeout, Tries: 1})
+		req := c.packet(op, id, key, val, h)
+		var err error
+		*bp, err = c.conn.Exchange(ctx, addr, &req, Retry{Timeout: timeout, Tries: 1}, &p, *bp)
 		if err == ErrTimeout {
+			c.refresh(ctx)
 			last = err
 			timeout = min(2*timeout, c.opts.MaxTimeout)
 			continue // same id: the head dedups
@@ -303,10 +410,14 @@ func (c *Client) write(ctx context.Context, op wire.Op, key, val []byte) (uint64
 			}
 			backoff = min(2*backoff, 16*c.opts.Backoff)
 		case p.Code == wire.CodeWrongNode:
-			if c.opts.Layout != nil {
+			c.refresh(ctx)
+			if c.layout() != nil {
 				direct = true
 			}
 		default: // queue-full, unavailable, stale-epoch: same id
+			if p.Code == wire.CodeStaleEpoch {
+				c.refresh(ctx)
+			}
 			if err := c.sleep(ctx, backoff); err != nil {
 				return 0, fmt.Errorf("netdir %s: outcome unknown: %w (last: %v)", op, err, last)
 			}
@@ -333,7 +444,7 @@ func (c *Client) control(ctx context.Context, req wire.Packet) (uint64, error) {
 	if len(ch) == 0 {
 		return 0, errors.New("netdir: promote/demote need the layout")
 	}
-	req.ReqID, req.Epoch = newID(), c.opts.Epoch
+	req.ReqID, req.Epoch = newID(), c.epoch.Load()
 	r, err := c.conn.Call(ctx, c.nodeAddr(ch[0]), &req, c.controlRetry())
 	if err != nil {
 		return 0, err
@@ -352,7 +463,7 @@ func (c *Client) controlRetry() Retry {
 // NodeStats asks a node for its counters and decodes the JSON into out
 // (a *storagenode.Stats).
 func (c *Client) NodeStats(ctx context.Context, node wire.NodeID, out any) error {
-	if c.opts.Layout == nil {
+	if c.layout() == nil {
 		return errors.New("netdir: stats need the layout")
 	}
 	req := wire.NewStats()

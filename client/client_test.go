@@ -205,3 +205,28 @@ func TestPermanentAndContext(t *testing.T) {
 		t.Fatal("client with neither service nor layout")
 	}
 }
+
+// TestTenants: requests carry Options.Tenant, and keys under a subvolume
+// root its tenant, the longest root winning.
+func TestTenants(t *testing.T) {
+	f := newFake(t, func(_ int, p *wire.Packet) *wire.Packet { return reply(p, wire.OpGetReply, wire.CodeOK, 1, "v") })
+	o := opts(netip.AddrPort{}, oneNode(t, f.addr()))
+	o.Tenant = 5
+	o.Subvolumes = map[string]uint16{"/volumes/g/": 7, "/volumes/g/a/": 8}
+	c, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	keys := map[string]uint16{"plain": 5, "/volumes/g/b/x": 7, "/volumes/g/a/x": 8, "/volumes/h/x": 5, "/volumes/g": 5}
+	for k := range keys {
+		if _, _, err := c.Get(context.Background(), []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range f.requests() {
+		if want := keys[string(r.Key)]; r.Tenant != want {
+			t.Errorf("key %q: tenant %d, want %d", r.Key, r.Tenant, want)
+		}
+	}
+}

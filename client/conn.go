@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/netdir/netdir/internal/udpbatch"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -24,18 +25,59 @@ type Retry struct {
 	Tries int
 }
 
+// Batch sizes: datagrams per sendmmsg and per recvmmsg.
+const (
+	sendBatch = 64
+	recvBatch = 16
+	// recvSize holds any datagram: a node's JSON stats may exceed
+	// wire.MaxPacket.
+	recvSize = 64 << 10
+)
+
 // Conn is a UDP socket for netdir requests: it sends a request, matches the
-// reply by request id, and resends on timeout. A read loop delivers replies
-// to the calls waiting for them, so calls may run concurrently. The client,
-// the controller's node calls and the benchmarks' direct reads share it.
+// reply by request id, and resends on timeout. Calls may run concurrently:
+// requests sent together leave in one sendmmsg, and one read loop receives
+// replies in batches (recvmmsg) and hands each to its call. The client, the
+// controller's node calls and the benchmarks' direct reads share it.
+//
+// A call allocates nothing in steady state: it borrows a waiter (a signal
+// channel, a timer and a reply buffer, all reused) from the Conn.
 type Conn struct {
 	conn *net.UDPConn
+	v4   bool
+	rx   *udpbatch.Reader
+	bufs *[][]byte // rx's buffers, back to recvBuffers on Close
 
-	mu    sync.Mutex
-	waits map[uint64]chan []byte
+	mu    sync.Mutex // guards waits and free
+	waits map[uint64]*waiter
+	free  []*waiter
+
+	smu      sync.Mutex // guards the send queues
+	queued   *sendQueue // where calls add their requests
+	spare    *sendQueue // the queue being sent, or idle
+	flushing bool       // a call is sending queued requests
 
 	closed chan struct{}
 	wg     sync.WaitGroup
+}
+
+// sendQueue is one batch of requests: copies of their bytes (so that a call
+// may return before its request is sent) and the writer that sends them.
+type sendQueue struct {
+	w    *udpbatch.Writer
+	bufs [][]byte
+}
+
+// waiter is a call waiting for its reply. The read loop fills reply and
+// signals ready, once, after removing the waiter from Conn.waits; until
+// then only the read loop (under Conn.mu) touches reply.
+type waiter struct {
+	id    uint64
+	want  wire.Op
+	ready chan struct{} // capacity 1
+	timer *time.Timer
+	req   []byte // the request datagram
+	reply []byte // the reply datagram
 }
 
 // Listen opens a Conn on an ephemeral port of every address.
@@ -45,10 +87,24 @@ func Listen() (*Conn, error) {
 		return nil, err
 	}
 	_ = conn.SetReadBuffer(4 << 20)
-	c := &Conn{conn: conn, waits: make(map[uint64]chan []byte), closed: make(chan struct{})}
+	_ = conn.SetWriteBuffer(4 << 20)
+	v4 := conn.LocalAddr().(*net.UDPAddr).IP.To4() != nil
+	bufs := recvBuffers.Get().(*[][]byte)
+	rx, err := udpbatch.NewReader(conn, *bufs)
+	if err != nil {
+		recvBuffers.Put(bufs)
+		conn.Close()
+		return nil, err
+	}
+	c := &Conn{conn: conn, v4: v4, rx: rx, bufs: bufs, waits: make(map[uint64]*waiter), closed: make(chan struct{})}
+	c.queued, c.spare = c.newQueue(), c.newQueue()
 	c.wg.Add(1)
 	go c.readLoop()
 	return c, nil
+}
+
+func (c *Conn) newQueue() *sendQueue {
+	return &sendQueue{w: udpbatch.NewWriter(c.conn, c.v4, sendBatch), bufs: make([][]byte, sendBatch)}
 }
 
 // Close closes the socket; calls under way return net.ErrClosed.
@@ -61,14 +117,21 @@ func (c *Conn) Close() error {
 	close(c.closed)
 	err := c.conn.Close()
 	c.wg.Wait()
+	recvBuffers.Put(c.bufs)
 	return err
 }
 
+// recvBuffers are read loops' receive buffers (1 MiB a Conn), reused by the
+// next Listen: some callers open a Conn per call.
+var recvBuffers = sync.Pool{New: func() any {
+	b := udpbatch.Buffers(recvBatch, recvSize)
+	return &b
+}}
+
 func (c *Conn) readLoop() {
 	defer c.wg.Done()
-	buf := make([]byte, 64<<10)
 	for {
-		n, _, err := c.conn.ReadFromUDPAddrPort(buf)
+		n, err := c.rx.Read()
 		if err != nil {
 			select {
 			case <-c.closed:
@@ -77,21 +140,43 @@ func (c *Conn) readLoop() {
 				continue
 			}
 		}
-		f := wire.Frame(buf[:n])
-		if f.Check() != nil {
-			continue
-		}
 		c.mu.Lock()
-		ch := c.waits[f.ReqID()]
+		for i := range n {
+			b, _ := c.rx.Msg(i)
+			c.deliver(b)
+		}
 		c.mu.Unlock()
-		if ch == nil {
-			continue
-		}
-		select {
-		case ch <- append([]byte(nil), f...):
-		default:
-		}
 	}
+}
+
+// deliver hands datagram b to the call waiting for it, if any, and if it is
+// that call's reply op or an ERR; c.mu is held.
+func (c *Conn) deliver(b []byte) {
+	f := wire.Frame(b)
+	if f.Check() != nil {
+		return
+	}
+	w := c.waits[f.ReqID()]
+	if w == nil {
+		return
+	}
+	var p wire.Packet
+	if !decodeReply(&p, b, w.want) {
+		return
+	}
+	w.reply = append(w.reply[:0], b...)
+	delete(c.waits, w.id)
+	w.ready <- struct{}{}
+}
+
+// decodeReply decodes b into p and reports whether it is a reply of op want
+// or an ERR.
+func decodeReply(p *wire.Packet, b []byte, want wire.Op) bool {
+	// A node's JSON stats may exceed MaxValue.
+	if err := p.Decode(b); err != nil && !(want == wire.OpStats && errors.Is(err, wire.ErrValLarge)) {
+		return false
+	}
+	return p.Op == want || p.Op == wire.OpErr
 }
 
 // Call sends req to addr and waits for its reply: the reply op of req's op
@@ -99,60 +184,132 @@ func (c *Conn) readLoop() {
 // same id, each time a try's timeout passes, as r says, and then returns
 // ErrTimeout. A reply's Key and Value are its own.
 func (c *Conn) Call(ctx context.Context, addr netip.AddrPort, req *wire.Packet, r Retry) (*wire.Packet, error) {
-	pkt, err := req.AppendEncode(nil)
-	if err != nil {
+	var p wire.Packet
+	if _, err := c.Exchange(ctx, addr, req, r, &p, nil); err != nil {
 		return nil, err
 	}
-	want := req.Op.Reply()
-	ch := make(chan []byte, 4)
+	return &p, nil
+}
+
+// Exchange is Call without allocation: the reply datagram is appended to
+// buf[:0], and the returned buffer is where reply's Key and Value point.
+func (c *Conn) Exchange(ctx context.Context, addr netip.AddrPort, req *wire.Packet, r Retry, reply *wire.Packet, buf []byte) ([]byte, error) {
+	w := c.borrow()
+	defer c.giveBack(w)
+	out, err := req.AppendEncode(w.req[:0])
+	w.req = out
+	if err != nil {
+		return buf, err
+	}
+	to := udpbatch.PeerOf(addr, c.v4)
+	w.id, w.want = req.ReqID, req.Op.Reply()
 	c.mu.Lock()
-	c.waits[req.ReqID] = ch
+	c.waits[w.id] = w
 	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		if c.waits[req.ReqID] == ch {
-			delete(c.waits, req.ReqID)
-		}
-		c.mu.Unlock()
-	}()
 	timeout := r.Timeout
 	for try := 0; r.Tries == 0 || try < r.Tries; try++ {
 		if try > 0 {
 			timeout = min(2*timeout, max(r.MaxTimeout, r.Timeout))
 		}
-		if _, err := c.conn.WriteToUDPAddrPort(pkt, addr); err != nil {
-			return nil, err
+		if err := c.send(out, to); err != nil {
+			c.cancel(w)
+			return buf, err
 		}
-		p, err := c.await(ctx, ch, want, timeout)
-		if err != ErrTimeout {
-			return p, err
+		switch err := c.await(ctx, w, timeout); err {
+		case nil:
+			buf = append(buf[:0], w.reply...)
+			decodeReply(reply, buf, w.want)
+			return buf, nil
+		case ErrTimeout:
+		default:
+			c.cancel(w)
+			return buf, err
 		}
 	}
-	return nil, ErrTimeout
+	c.cancel(w)
+	return buf, ErrTimeout
 }
 
-// await waits up to timeout for a reply of op want (or an ERR) on ch.
-func (c *Conn) await(ctx context.Context, ch chan []byte, want wire.Op, timeout time.Duration) (*wire.Packet, error) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	for {
-		select {
-		case b := <-ch:
-			var p wire.Packet
-			// A node's JSON stats may exceed MaxValue.
-			if err := p.Decode(b); err != nil && !(want == wire.OpStats && errors.Is(err, wire.ErrValLarge)) {
-				continue
-			}
-			if p.Op != want && p.Op != wire.OpErr {
-				continue
-			}
-			return &p, nil
-		case <-t.C:
-			return nil, ErrTimeout
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-c.closed:
-			return nil, net.ErrClosed
-		}
+// await waits up to timeout for w's reply.
+func (c *Conn) await(ctx context.Context, w *waiter, timeout time.Duration) error {
+	w.timer.Reset(timeout)
+	defer w.timer.Stop()
+	select {
+	case <-w.ready:
+		return nil
+	case <-w.timer.C:
+		return ErrTimeout
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.closed:
+		return net.ErrClosed
 	}
+}
+
+// cancel stops waiting for w's reply: w leaves the waits, and a reply that
+// came meanwhile is dropped.
+func (c *Conn) cancel(w *waiter) {
+	c.mu.Lock()
+	if c.waits[w.id] == w {
+		delete(c.waits, w.id)
+	}
+	c.mu.Unlock()
+	select {
+	case <-w.ready:
+	default:
+	}
+}
+
+func (c *Conn) borrow() *waiter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := len(c.free); n > 0 {
+		w := c.free[n-1]
+		c.free = c.free[:n-1]
+		return w
+	}
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &waiter{ready: make(chan struct{}, 1), timer: t}
+}
+
+func (c *Conn) giveBack(w *waiter) {
+	c.mu.Lock()
+	c.free = append(c.free, w)
+	c.mu.Unlock()
+}
+
+// send queues a copy of b for to. The first call to find no send under way
+// sends the queue, and what other calls queue meanwhile, in batches; the
+// others return at once. A datagram the kernel refuses is lost, as on the
+// wire, and its call's timeout resends it.
+func (c *Conn) send(b []byte, to udpbatch.Peer) error {
+	select {
+	case <-c.closed:
+		return net.ErrClosed
+	default:
+	}
+	c.smu.Lock()
+	if c.queued.w.Full() {
+		c.queued.w.Flush()
+	}
+	q := c.queued
+	i := q.w.Len()
+	q.bufs[i] = append(q.bufs[i][:0], b...)
+	q.w.AddPeer(q.bufs[i], to)
+	if c.flushing {
+		c.smu.Unlock()
+		return nil
+	}
+	c.flushing = true
+	for c.queued.w.Len() > 0 {
+		q := c.queued
+		c.queued, c.spare = c.spare, q
+		c.smu.Unlock()
+		q.w.Flush()
+		c.smu.Lock()
+	}
+	c.flushing = false
+	c.smu.Unlock()
+	return nil
 }

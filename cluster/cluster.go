@@ -302,9 +302,30 @@ func (c *Cluster) Restart(i int) error {
 
 // Client makes a client of the cluster; o.Layout is filled in, and with no
 // Service the client talks to the nodes (through their proxies) directly.
+// Unless o.Refresh is set, the client refreshes its layout from
+// CurrentLayout.
 func (c *Cluster) Client(o client.Options) (*client.Client, error) {
 	o.Layout = c.Layout
+	if o.Refresh == nil {
+		o.Refresh = func(context.Context) (*layout.Map, error) { return c.CurrentLayout(), nil }
+	}
 	return client.New(o)
+}
+
+// CurrentLayout is the newest layout a running node holds (the nodes take
+// the controller's through gossip), or the cluster's first.
+func (c *Cluster) CurrentLayout() *layout.Map {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.Layout
+	for _, n := range c.nodes {
+		if n != nil {
+			if l := n.Layout(); l.Epoch() > m.Epoch() {
+				m = l
+			}
+		}
+	}
+	return m
 }
 
 // Close stops every node, proxy and the switch.

@@ -10,7 +10,9 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,12 +45,25 @@ type ControllerConfig struct {
 	P4Info       string           `yaml:"p4info"`
 	Switches     []SwitchEndpoint `yaml:"switches"`
 	VSBPorts     []uint32         `yaml:"vsb_ports"`
-	Layout       layout.Config    `yaml:",inline"`
+	// DataDir keeps a lone controller's state across restarts: the
+	// tenants and QoS policies (qos.json). Empty: memory only. A
+	// replicated controller keeps them in its raft state.
+	DataDir string `yaml:"data_dir"`
+	// Raft makes this controller one of several replicas of the state
+	// (nil: a lone controller). Only the leader is the switches' P4Runtime
+	// primary and runs the control loops; the others keep the state warm
+	// and refuse the API's calls but GetLayout, naming the leader.
+	Raft   *controller.RaftConfig `yaml:"raft"`
+	Layout layout.Config          `yaml:",inline"`
 
 	// GossipBind is the controller's gossip (memberlist) address, the
 	// nodes' seed (empty: no gossip); GossipSeeds are members to join.
 	GossipBind  string   `yaml:"-"`
 	GossipSeeds []string `yaml:"-"`
+	// FailureTimeout is about how long gossip takes to declare a silent
+	// node dead, when the controller splices it out of its chains
+	// (default gossip.DefaultFailureTimeout).
+	FailureTimeout time.Duration `yaml:"failure_timeout"`
 	// Schema is the P4Info to program the switches with; nil: load P4Info.
 	Schema *p4rt.Schema `yaml:"-"`
 	// Planes are data planes driven in process, beside Switches.
@@ -117,7 +132,7 @@ type Controller struct {
 	gs      *grpc.Server
 	gossip  *gossip.Gossip
 	metrics *http.Server
-	clients []*p4rt.Client
+	clients []*switchSession
 	cancel  context.CancelFunc // the switch sessions and everything below
 	loops   context.CancelFunc // the control loops
 	wg      sync.WaitGroup     // the switch sessions
@@ -125,11 +140,20 @@ type Controller struct {
 	once    sync.Once
 }
 
+// switchSession is the P4Runtime session with one switch, and the election
+// id configured for it.
+type switchSession struct {
+	*p4rt.Client
+	election uint64
+	synced   atomic.Uint64 // the last session programmed (p4rt.Client.Session)
+}
+
 // StartController dials and programs every switch (pipeline, partitions,
 // nodes), starts the control loops, the gossip member and the gRPC API; ctx
 // bounds the setup, and the controller runs until Close. A switch that
 // restarts, or whose stream breaks, gets the pipeline and the whole state
-// again.
+// again. With cfg.Raft, the controller programs the switches and runs the
+// loops only while it leads (lead).
 func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, err error) {
 	log := cfg.Log
 	if log == nil {
@@ -155,26 +179,41 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 	if err != nil {
 		return nil, err
 	}
+	replicated := cfg.Raft != nil
 	planes := append([]controller.DataPlane(nil), cfg.Planes...)
 	for _, s := range cfg.Switches {
-		pl, err := c.dialSwitch(ctx, s, schema, log)
+		pl, err := c.dialSwitch(ctx, s, schema, replicated, log)
 		if err != nil {
 			return nil, fmt.Errorf("switch %s: %w", s.Name, err)
 		}
 		planes = append(planes, pl)
-		log.Info("switch programmed", "switch", s.Name, "addr", s.Addr, "device_id", s.DeviceID)
+		if !replicated {
+			log.Info("switch programmed", "switch", s.Name, "addr", s.Addr, "device_id", s.DeviceID)
+		}
+	}
+	var qosStore controller.QoSStore
+	if cfg.DataDir != "" && !replicated {
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, err
+		}
+		qosStore = controller.FileQoSStore{Path: filepath.Join(cfg.DataDir, "qos.json")}
 	}
 	c.Controller, err = controller.New(controller.Config{
 		Layout: lay, Capacity: cfg.Capacity, Round: cfg.Round, Epoch: cfg.CoarseEpoch, PromoteMin: cfg.PromoteMin,
-		VSBGroup: cfg.VSBPorts, NodeCapacity: cfg.NodeCapacity, Log: log,
+		VSBGroup: cfg.VSBPorts, NodeCapacity: cfg.NodeCapacity, QoSStore: qosStore, Raft: cfg.Raft, Log: log,
 	}, planes, &controller.UDPStorage{NoStamp: len(planes) == 0})
 	if err != nil {
 		return nil, err
 	}
-	if err := c.Setup(ctx); err != nil {
-		return nil, err
+	if !replicated {
+		if err := c.Setup(ctx); err != nil {
+			return nil, err
+		}
+		for _, s := range c.clients {
+			s.synced.Store(s.Session())
+		}
+		log.Info("partitions installed", "partitions", lay.Partitions(), "nodes", len(lay.Nodes()), "epoch", lay.Epoch())
 	}
-	log.Info("partitions installed", "partitions", lay.Partitions(), "nodes", len(lay.Nodes()), "epoch", lay.Epoch())
 	if cfg.GossipBind != "" {
 		if err := c.startGossip(lctx, cfg, log); err != nil {
 			return nil, err
@@ -211,7 +250,14 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 			pc.Run(rctx)
 		}()
 	}
-	if !cfg.ProgramOnly {
+	switch {
+	case replicated:
+		c.loopsWG.Add(1)
+		go func() {
+			defer c.loopsWG.Done()
+			c.lead(lctx, cfg, log)
+		}()
+	case !cfg.ProgramOnly:
 		c.loopsWG.Add(1)
 		go func() {
 			defer c.loopsWG.Done()
@@ -221,8 +267,74 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 	return c, nil
 }
 
-// dialSwitch connects to a switch over P4Runtime and pushes the pipeline.
-func (c *Controller) dialSwitch(ctx context.Context, s SwitchEndpoint, schema *p4rt.Schema, log *slog.Logger) (*controller.P4Plane, error) {
+// lead follows the controller's raft leadership until ctx ends: while it
+// leads, it is every switch's P4Runtime primary, with an election id above
+// its predecessors' (controller.ElectionID), and runs the control loops; on
+// losing leadership it stops both.
+func (c *Controller) lead(ctx context.Context, cfg ControllerConfig, log *slog.Logger) {
+	var stop func()
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case leader := <-c.Leadership().Changes():
+			if stop != nil {
+				stop()
+				stop = nil
+			}
+			if leader {
+				stop = c.serveTerm(ctx, cfg, log)
+			} else {
+				log.Info("lost the lead", "leader", c.Leadership().Leader().ID)
+			}
+		}
+	}
+}
+
+// serveTerm is the leader's work for one term: take over the state, become
+// the switches' primary (OnPrimary pushes the pipeline and re-syncs each
+// from the state), re-sync the in-process planes, then run the loops. The
+// function it returns stops all of it and releases the switches.
+func (c *Controller) serveTerm(ctx context.Context, cfg ControllerConfig, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		term := c.Leadership().Term()
+		log.Info("leading", "term", term)
+		if err := c.TakeOver(ctx); err != nil {
+			log.Warn("take over", "err", err)
+			return
+		}
+		for _, s := range c.clients {
+			s.Arbitrate(controller.ElectionID(term, s.election))
+		}
+		for _, p := range cfg.Planes {
+			if err := c.Resync(ctx, p); err != nil {
+				log.Warn("re-sync", "plane", p.Name(), "err", err)
+			}
+		}
+		if !cfg.ProgramOnly {
+			c.Run(ctx)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		for _, s := range c.clients {
+			s.Release()
+		}
+	}
+}
+
+// dialSwitch connects to a switch over P4Runtime and pushes the pipeline;
+// a replicated controller only prepares the session, which lead opens.
+func (c *Controller) dialSwitch(ctx context.Context, s SwitchEndpoint, schema *p4rt.Schema, replicated bool, log *slog.Logger) (*controller.P4Plane, error) {
 	var devCfg []byte
 	if s.DeviceConfig != "" {
 		var err error
@@ -233,21 +345,29 @@ func (c *Controller) dialSwitch(ctx context.Context, s SwitchEndpoint, schema *p
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var pl *controller.P4Plane
+	sess := &switchSession{}
+	election := s.ElectionID
+	if replicated {
+		election = 0 // a standby until it leads
+	}
 	pc, err := p4rt.Dial(dctx, p4rt.Config{
-		Addr: s.Addr, DeviceID: s.DeviceID, Election: s.ElectionID, Log: log,
+		Addr: s.Addr, DeviceID: s.DeviceID, Election: election, Log: log,
 		// A device that restarted, or a stream that broke, gets the
 		// pipeline and the whole state again.
-		OnPrimary: func(ctx context.Context, _ *p4rt.Client) error {
-			if err := pl.PushPipeline(ctx, devCfg); err != nil {
+		OnPrimary: func(ctx context.Context, pc *p4rt.Client) error {
+			push := func(ctx context.Context) error { return pl.PushPipeline(ctx, devCfg) }
+			if err := c.Reprogram(ctx, pl, push); err != nil {
 				return err
 			}
-			return c.Resync(ctx, pl)
+			sess.synced.Store(pc.Session())
+			return nil
 		},
 	})
 	if err != nil {
 		return nil, err
 	}
-	c.clients = append(c.clients, pc)
+	sess.Client, sess.election = pc, s.ElectionID
+	c.clients = append(c.clients, sess)
 	pl = controller.NewP4Plane(s.Name, pc, schema)
 	pl.Window = s.WindowNS
 	for _, r := range s.Routes {
@@ -257,8 +377,10 @@ func (c *Controller) dialSwitch(ctx context.Context, s SwitchEndpoint, schema *p
 		}
 		pl.Routes = append(pl.Routes, rt)
 	}
-	if err := pl.PushPipeline(ctx, devCfg); err != nil {
-		return nil, err
+	if !replicated {
+		if err := pl.PushPipeline(ctx, devCfg); err != nil {
+			return nil, err
+		}
 	}
 	return pl, nil
 }
@@ -269,27 +391,55 @@ func (c *Controller) dialSwitch(ctx context.Context, s SwitchEndpoint, schema *p
 // its Setup installed even partition weights, which that load no longer
 // describes, so the nodes pace by their own reads until its first epoch.
 func (c *Controller) startGossip(ctx context.Context, cfg ControllerConfig, log *slog.Logger) error {
-	g, err := gossip.Start(gossip.Config{Name: "controller", Bind: cfg.GossipBind, Seeds: cfg.GossipSeeds, Log: log,
-		OnStats: func(s gossip.NodeStats) { c.ObserveNodeStats(s) }})
+	name := "controller"
+	if cfg.Raft != nil {
+		name += "-" + cfg.Raft.ID
+	}
+	g, err := gossip.Start(gossip.Config{Name: name, Bind: cfg.GossipBind, Seeds: cfg.GossipSeeds, Log: log,
+		FailureTimeout: cfg.FailureTimeout,
+		OnStats:        func(s gossip.NodeStats) { c.ObserveNodeStats(s) },
+		OnMember:       c.MemberChanged})
 	if err != nil {
 		return err
 	}
 	c.gossip = g
 	c.AttachGossip(g)
-	none := map[wire.NodeID][]float64{}
-	for _, n := range cfg.Layout.Nodes {
-		none[n.ID] = nil
+	// A replica keeps the partition weights of the state, so the expected
+	// loads gossiped under them still hold.
+	if cfg.Raft == nil {
+		none := map[wire.NodeID][]float64{}
+		for _, n := range cfg.Layout.Nodes {
+			none[n.ID] = nil
+		}
+		if err := c.PublishExpected(none); err != nil {
+			return err
+		}
 	}
-	if err := c.PublishExpected(none); err != nil {
-		return err
-	}
-	c.loopsWG.Add(1)
+	c.loopsWG.Add(2)
 	go func() {
 		defer c.loopsWG.Done()
 		c.RunGossip(ctx)
 	}()
+	go func() {
+		defer c.loopsWG.Done()
+		c.RunReconfig(ctx)
+	}()
 	log.Info("gossip serving", "addr", g.Addr())
 	return nil
+}
+
+// Serving reports whether the controller leads, is every switch's primary
+// and has programmed each in its current session.
+func (c *Controller) Serving() bool {
+	if c.Leading() != nil {
+		return false
+	}
+	for _, s := range c.clients {
+		if !s.Primary() || s.synced.Load() != s.Session() {
+			return false
+		}
+	}
+	return true
 }
 
 // APIAddr is where the gRPC API listens.
@@ -330,6 +480,9 @@ func (c *Controller) Close() error {
 		}
 		if c.metrics != nil {
 			errs = append(errs, c.metrics.Close())
+		}
+		if c.Controller != nil {
+			errs = append(errs, c.Controller.Close())
 		}
 	})
 	return errors.Join(errs...)

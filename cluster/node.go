@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,7 +18,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/gossip"
+	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/sched/dmclock"
 	"github.com/netdir/netdir/storagenode"
 )
 
@@ -36,7 +40,8 @@ type NodeConfig struct {
 	Metrics string
 	// Controller is the controller's gRPC API, to which the node reports its
 	// hot keys and its trees' reads and read latencies every ReportEvery
-	// (default DefaultReportEvery). Empty: no reports.
+	// (default DefaultReportEvery): a comma list of a replicated
+	// controller's, whose leader takes the reports. Empty: no reports.
 	Controller  string
 	ReportEvery time.Duration
 	// GossipSeeds, if any, make the node a gossip member bound at GossipBind
@@ -46,6 +51,10 @@ type NodeConfig struct {
 	GossipBind  string
 	GossipSeeds []string
 	GossipEvery time.Duration
+	// FailureTimeout is about how long gossip takes to declare a silent
+	// member dead (default gossip.DefaultFailureTimeout). Through gossip
+	// the node also takes the controller's newer layouts.
+	FailureTimeout time.Duration
 	// Log receives the telemetry's logs, and the node's unless
 	// Storage.Logger is set (default: discarded, the node's to stderr).
 	Log *slog.Logger
@@ -107,7 +116,8 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		// its first rounds.
 		bo := backoff.DefaultConfig
 		bo.MaxDelay = max(every, time.Second)
-		conn, err := grpc.NewClient(cfg.Controller, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		cs, err := controller.DialControllers(strings.Split(cfg.Controller, ","),
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: bo.MaxDelay}))
 		if err != nil {
 			return nil, fmt.Errorf("node %d: controller %s: %w", sn.ID(), cfg.Controller, err)
@@ -115,8 +125,8 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			defer conn.Close()
-			report(ctx, sn, api.NewControllerClient(conn), every, cfg.Log.With("controller", cfg.Controller))
+			defer cs.Close()
+			report(ctx, sn, cs, every, cfg.Log.With("controller", cfg.Controller))
 		}()
 	}
 	if len(cfg.GossipSeeds) > 0 {
@@ -124,7 +134,15 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		if bind == "" {
 			bind = gossip.DefaultNodeBind
 		}
-		n.gossip, err = gossip.Start(gossip.Config{Name: fmt.Sprintf("node-%d", sn.ID()), Bind: bind, Seeds: cfg.GossipSeeds, Log: cfg.Log})
+		n.gossip, err = gossip.Start(gossip.Config{Name: fmt.Sprintf("node-%d", sn.ID()), Bind: bind, Seeds: cfg.GossipSeeds,
+			FailureTimeout: cfg.FailureTimeout, Log: cfg.Log,
+			OnLayout: func(y []byte) {
+				if m, err := layout.Parse(y); err != nil {
+					cfg.Log.Warn("gossiped layout", "err", err)
+				} else {
+					sn.SetLayout(m)
+				}
+			}})
 		if err != nil {
 			return nil, err
 		}
@@ -167,7 +185,7 @@ func (n *Node) Close() error {
 // its trees' cumulative reads and mean read latencies for the coarse loop.
 // Versions come from gossip.NextVersion, so they stay monotone across a
 // node's restarts.
-func report(ctx context.Context, n *storagenode.Node, c api.ControllerClient, every time.Duration, log *slog.Logger) {
+func report(ctx context.Context, n *storagenode.Node, cs *controller.Controllers, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -177,7 +195,8 @@ func report(ctx context.Context, n *storagenode.Node, c api.ControllerClient, ev
 		case <-t.C:
 		}
 		st := n.Stats()
-		r := &api.NodeStats{Node: uint32(n.ID()), Version: gossip.NextVersion(), QueueDepth: uint32(st.Load)}
+		r := &api.NodeStats{Node: uint32(n.ID()), Version: gossip.NextVersion(), QueueDepth: uint32(st.Load),
+			QosGeneration: n.QoSGeneration(), Qos: tenantStatsProto(st.QoS)}
 		for _, kc := range n.HotKeys(ReportKeys) {
 			r.HotKeys = append(r.HotKeys, &api.KeyCount{Key: kc.Key, Count: kc.Count})
 		}
@@ -186,9 +205,45 @@ func report(ctx context.Context, n *storagenode.Node, c api.ControllerClient, ev
 				MeanReadLatencyUs: float64(t.MeanReadLatency) / float64(time.Microsecond)})
 		}
 		rctx, cancel := context.WithTimeout(ctx, every)
-		if _, err := c.ReportStats(rctx, r); err != nil && ctx.Err() == nil {
-			log.Warn("hot-key report", "err", err)
-		}
+		var resp *api.ReportStatsResponse
+		err := cs.Call(rctx, func(ctx context.Context, c api.ControllerClient) (err error) {
+			resp, err = c.ReportStats(ctx, r)
+			return err
+		})
 		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("hot-key report", "err", err)
+		case resp.GetQos() != nil:
+			if err := n.SetQoS(qosFromProto(resp.GetQos())); err != nil {
+				log.Error("qos configuration refused", "err", err)
+			}
+		}
 	}
+}
+
+// qosFromProto is the controller's QoS configuration as the node applies it.
+func qosFromProto(pc *api.QoSConfig) storagenode.QoS {
+	q := storagenode.QoS{Generation: pc.GetGeneration(), Tenants: map[uint16]dmclock.Policy{}}
+	if pc.GetDefaults() != nil {
+		p := controller.PolicyFromProto(pc.GetDefaults())
+		q.Default = &p
+	}
+	for _, t := range pc.GetTenants() {
+		q.Tenants[uint16(t.GetTenant())] = controller.PolicyFromProto(t.GetPolicy())
+	}
+	return q
+}
+
+func tenantStatsProto(ts []storagenode.TenantQoS) []*api.TenantStats {
+	out := make([]*api.TenantStats, len(ts))
+	for i, t := range ts {
+		out[i] = &api.TenantStats{Tenant: uint32(t.Tenant), Queued: uint32(t.Queued), Inflight: uint32(t.Inflight),
+			ServedReservation: t.ServedReservation, ServedWeight: t.ServedWeight, Throttled: t.Throttled,
+			DelayNs: uint64(t.Delay)}
+		for _, a := range t.Clients {
+			out[i].Clients = append(out[i].Clients, a.String())
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,8 +23,27 @@ type API struct {
 	c *Controller
 }
 
-// NewAPI returns the gRPC service of c.
+// NewAPI returns the gRPC service of c. A controller that does not lead
+// answers only GetLayout; it refuses every other call with Unavailable,
+// naming the leader (LeaderHint), since only the leader runs the loops
+// that take reports and holds the newest state.
 func NewAPI(c *Controller) *API { return &API{c: c} }
+
+// leading refuses a call at a follower, naming the leader.
+func (a *API) leading() error { return statusOf(codes.Unavailable, a.c.Leading()) }
+
+// statusOf is err as a gRPC status of the given code, or a follower's
+// refusal if leadership was lost on the way.
+func statusOf(code codes.Code, err error) error {
+	var nl *NotLeaderError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &nl):
+		return notLeaderStatus(nl)
+	}
+	return status.Error(code, err.Error())
+}
 
 // GetLayout returns the current layout as its YAML.
 func (a *API) GetLayout(context.Context, *api.GetLayoutRequest) (*api.GetLayoutResponse, error) {
@@ -36,6 +56,9 @@ func (a *API) GetLayout(context.Context, *api.GetLayoutRequest) (*api.GetLayoutR
 
 // ReportStats records a node's report for the next hot-key round.
 func (a *API) ReportStats(_ context.Context, s *api.NodeStats) (*api.ReportStatsResponse, error) {
+	if err := a.leading(); err != nil {
+		return nil, err
+	}
 	if _, ok := a.c.Layout().Node(wire.NodeID(s.GetNode())); !ok {
 		return nil, status.Errorf(codes.NotFound, "node %d is not in the controller's configuration", s.GetNode())
 	}
@@ -45,11 +68,19 @@ func (a *API) ReportStats(_ context.Context, s *api.NodeStats) (*api.ReportStats
 		}
 	}
 	a.c.Report(nodeReportFromProto(s))
-	return &api.ReportStatsResponse{}, nil
+	a.c.ReportQoS(wire.NodeID(s.GetNode()), tenantReportsFromProto(s.GetQos()))
+	resp := &api.ReportStatsResponse{}
+	if cfg, changed := a.c.QoSFor(s.GetQosGeneration()); changed {
+		resp.Qos = qosConfigProto(cfg)
+	}
+	return resp, nil
 }
 
 // ReportAgentStats takes a host agent's counts for the next hot-key round.
 func (a *API) ReportAgentStats(_ context.Context, s *api.AgentStats) (*api.ReportAgentStatsResponse, error) {
+	if err := a.leading(); err != nil {
+		return nil, err
+	}
 	r, err := agentReportFromProto(s)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -63,6 +94,9 @@ func (a *API) ReportAgentStats(_ context.Context, s *api.AgentStats) (*api.Repor
 
 // WatchDirectory streams a snapshot, then deltas.
 func (a *API) WatchDirectory(_ *api.WatchDirectoryRequest, stream api.Controller_WatchDirectoryServer) error {
+	if err := a.leading(); err != nil {
+		return err
+	}
 	w := a.c.st.watch()
 	defer a.c.st.unwatch(w)
 	for {
@@ -82,6 +116,9 @@ func (a *API) WatchDirectory(_ *api.WatchDirectoryRequest, stream api.Controller
 
 // ListDirectory lists the directory by slot.
 func (a *API) ListDirectory(context.Context, *api.ListDirectoryRequest) (*api.ListDirectoryResponse, error) {
+	if err := a.leading(); err != nil {
+		return nil, err
+	}
 	return &api.ListDirectoryResponse{Entries: entriesProto(a.c.Entries())}, nil
 }
 
@@ -99,7 +136,7 @@ func (a *API) Pin(ctx context.Context, r *api.PinRequest) (*api.PinResponse, err
 	}
 	e, err := a.c.Pin(ctx, r.GetKey())
 	if err != nil {
-		return nil, status.Error(codes.FailedPrecondition, err.Error())
+		return nil, statusOf(codes.FailedPrecondition, err)
 	}
 	return &api.PinResponse{Entry: entryProto(e)}, nil
 }
@@ -109,14 +146,20 @@ func (a *API) Unpin(ctx context.Context, r *api.PinRequest) (*api.PinResponse, e
 	if err := checkKey(r.GetKey()); err != nil {
 		return nil, err
 	}
+	if err := a.leading(); err != nil {
+		return nil, err
+	}
 	if err := a.c.Unpin(ctx, r.GetKey()); err != nil {
-		return nil, status.Error(codes.NotFound, err.Error())
+		return nil, statusOf(codes.NotFound, err)
 	}
 	return &api.PinResponse{}, nil
 }
 
 // ListPartitions returns the partition map.
 func (a *API) ListPartitions(context.Context, *api.ListPartitionsRequest) (*api.ListPartitionsResponse, error) {
+	if err := a.leading(); err != nil {
+		return nil, err
+	}
 	parts := a.c.Partitions()
 	return &api.ListPartitionsResponse{Epoch: parts.Layout.Epoch(), Partitions: partitionsProto(parts)}, nil
 }
@@ -133,22 +176,35 @@ func (a *API) SetWeights(ctx context.Context, r *api.SetWeightsRequest) (*api.Se
 		return nil, status.Error(codes.InvalidArgument, "name a partition or a key")
 	}
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, statusOf(codes.InvalidArgument, err)
 	}
 	return &api.SetWeightsResponse{}, nil
 }
 
 // Status summarises the controller.
 func (a *API) Status(context.Context, *api.StatusRequest) (*api.StatusResponse, error) {
+	if err := a.leading(); err != nil {
+		return nil, err
+	}
 	lay := a.c.Layout()
 	r := &api.StatusResponse{
 		Rounds: a.c.Rounds(), Epoch: lay.Epoch(), Nodes: uint32(len(lay.Nodes())),
 		DirectorySize: uint32(a.c.directorySize()), DirectoryCapacity: uint32(a.c.cfg.Capacity),
+		LoopsPaused: a.c.Paused(),
 	}
 	for _, p := range a.c.planes {
 		r.Switches = append(r.Switches, p.Name())
 	}
 	return r, nil
+}
+
+// SetLoops pauses or resumes the hot-key rounds and coarse epochs.
+func (a *API) SetLoops(_ context.Context, r *api.SetLoopsRequest) (*api.SetLoopsResponse, error) {
+	if err := a.leading(); err != nil {
+		return nil, err
+	}
+	a.c.SetPaused(r.GetPaused())
+	return &api.SetLoopsResponse{}, nil
 }
 
 // nodeReportFromProto is a node's report as the controller takes it.

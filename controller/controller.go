@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/netdir/netdir/directory"
@@ -68,7 +69,14 @@ type Config struct {
 	// loop where read latency does not (the bench's emulated capacity); 0:
 	// latency alone.
 	NodeCapacity float64
-	Log          *slog.Logger
+	// QoSStore persists a lone controller's tenants and QoS policies (nil:
+	// memory only, lost on restart); a replicated one keeps them in its
+	// raft state.
+	QoSStore QoSStore
+	// Raft, if set, makes the controller one of several replicas of its
+	// state (raft.go); nil: a lone controller.
+	Raft *RaftConfig
+	Log  *slog.Logger
 }
 
 // NodeReport is a storage node's report for the next hot-key round and
@@ -97,7 +105,10 @@ type TreeReport struct {
 // Locks, taken in this order and never the reverse (a goroutine holding
 // one takes only those after it):
 //
-//	partsMu → keysMu → st.mu → mu → gossip.mu
+//	reconfMu → partsMu → keysMu → st.mu → mu → gossip.mu
+//
+// reconfMu serialises layout changes (NodeDown, NodeUp), so that each
+// derives its epoch from the last.
 //
 // partsMu serialises writes of partition weights (a coarse epoch's,
 // SetPartitionWeights, Resync's), so that the planes and st.partBuckets see
@@ -105,18 +116,23 @@ type TreeReport struct {
 // hot-key round's promotions and evictions, Pin, Unpin, SetKeyWeights, a
 // coarse epoch's key weights, Resync) together with the plane and head
 // writes that carry them; it guards hot, lastHits and lastSketch. st.mu
-// guards st (state.go): every entry is written under keysMu and st.mu, and
-// read under st.mu, as a copy. mu guards the fields below it, and
-// gossip.mu the gossip state. cfg and planes never change after New.
+// guards st (state.go): the replicated state changes only by commands
+// (fsm.go), which repl applies under st.mu; the leader decides them under
+// keysMu or partsMu. Entries are read under st.mu, as copies. mu guards
+// the fields below it, and gossip.mu the gossip state. qos.mu (qos.go) is
+// taken alone, or before st.mu when its store is the raft state. cfg,
+// planes and repl never change after New.
 type Controller struct {
 	cfg     Config
 	planes  []DataPlane
 	storage Storage
+	repl    replication
 	log     *slog.Logger
 
-	partsMu sync.Mutex
-	keysMu  sync.Mutex
-	hot     *sched.HotKeys
+	reconfMu sync.Mutex
+	partsMu  sync.Mutex
+	keysMu   sync.Mutex
+	hot      *sched.HotKeys
 	// lastHits and lastSketch are the counters the last round read, per
 	// slot and per plane.
 	lastHits   map[uint32]uint64
@@ -136,6 +152,12 @@ type Controller struct {
 	agentTotals AgentTotals
 
 	gossip gossipState // gossiped node stats and expected loads (gossip.go)
+	qos    qosState    // tenants and QoS policies (qos.go)
+
+	// paused skips the hot-key rounds and coarse epochs (SetPaused).
+	paused atomic.Bool
+
+	members chan memberChange // gossip's joins and deaths, for RunReconfig
 }
 
 // New returns a controller for the nodes; it has not touched any device yet.
@@ -167,8 +189,17 @@ func New(cfg Config, planes []DataPlane, storage Storage) (*Controller, error) {
 	if cfg.Capacity > cfg.DataPlaneCapacity {
 		return nil, fmt.Errorf("controller: capacity %d over the data plane's %d", cfg.Capacity, cfg.DataPlaneCapacity)
 	}
+	st := newState(cfg.Layout, cfg.Capacity)
+	var repl replication = local{st}
+	if cfg.Raft != nil {
+		rp, err := startRaft(*cfg.Raft, st, cfg.Log)
+		if err != nil {
+			return nil, err
+		}
+		repl = rp
+	}
 	c := &Controller{
-		cfg: cfg, planes: planes, storage: storage, st: newState(cfg.Capacity), log: cfg.Log,
+		cfg: cfg, planes: planes, storage: storage, st: st, repl: repl, log: cfg.Log,
 		hot: sched.NewHotKeys(sched.HotKeyConfig{
 			Capacity: cfg.Capacity, PromoteMin: cfg.PromoteMin, Nodes: len(cfg.Layout.Nodes()), Chain: cfg.Layout.R(),
 		}),
@@ -176,9 +207,70 @@ func New(cfg Config, planes []DataPlane, storage Storage) (*Controller, error) {
 		lastHits:   map[uint32]uint64{},
 		lastSketch: make([][directory.SketchRows][directory.SketchCols]uint64, len(planes)),
 		coarse:     newCoarseState(),
+		members:    make(chan memberChange, 256),
 	}
-	c.st.lay = cfg.Layout
+	store := cfg.QoSStore
+	if cfg.Raft != nil {
+		store = raftQoSStore{c}
+	}
+	if err := c.qos.load(store); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// Close stops the controller's replication (its raft server); the
+// controller no longer leads.
+func (c *Controller) Close() error { return c.repl.close() }
+
+// Leadership is the controller's raft leadership.
+func (c *Controller) Leadership() Leadership {
+	rp, _ := c.repl.(*replica)
+	return Leadership{rp}
+}
+
+// Leading returns nil while the controller leads (always, for a lone
+// one), and a *NotLeaderError naming the leader otherwise.
+func (c *Controller) Leading() error { return c.repl.leading() }
+
+// TakeOver is a new leader's first step, before its loops run and before it
+// programs the data planes: it waits for the state to hold every command
+// committed before, then undoes the promotions that the last leader had
+// reserved and not finished, at their heads (left promoted, a head refuses
+// the key's unstamped writes for good). A head it cannot reach keeps its
+// reservation, for the next leader to undo.
+func (c *Controller) TakeOver(ctx context.Context) error {
+	if err := c.Leadership().Barrier(ctx); err != nil {
+		return fmt.Errorf("controller: catch up: %w", err)
+	}
+	// The QoS configuration as the last leader saved it.
+	c.qos.mu.Lock()
+	q, err := c.qos.store.Load()
+	if err == nil {
+		c.qos.cfg = q
+	}
+	c.qos.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("controller: qos state: %w", err)
+	}
+	c.keysMu.Lock()
+	defer c.keysMu.Unlock()
+	c.st.mu.Lock()
+	reserved := bySlot(c.st.reserved)
+	c.st.mu.Unlock()
+	for _, e := range reserved {
+		if c.storage != nil {
+			if err := c.undoPromote(ctx, e.Locs[0], e.Key, e.Locs[e.R:]); err != nil {
+				c.log.Warn("undo an unfinished promotion", "key", string(e.Key), "err", err)
+				continue
+			}
+		}
+		if err := c.repl.apply(command{Op: opRelease, Entries: []Entry{e}}); err != nil {
+			return err
+		}
+		c.log.Info("undid an unfinished promotion", "key", string(e.Key), "slot", e.Slot)
+	}
+	return nil
 }
 
 // Layout returns the current layout.
@@ -234,12 +326,24 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
+			if c.Paused() {
+				continue
+			}
 			if err := c.HotKeyRound(ctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("hot-key round failed", "err", err)
 			}
 		}
 	}
 }
+
+// SetPaused pauses or resumes Run's hot-key rounds and coarse epochs; the
+// directory and the weights stay as they are, and Pin, Unpin and the
+// weight setters still work. A bench's baselines on a running deployment
+// pause them, so that nothing but the baseline routes.
+func (c *Controller) SetPaused(paused bool) { c.paused.Store(paused) }
+
+// Paused reports whether the loops are paused.
+func (c *Controller) Paused() bool { return c.paused.Load() }
 
 func (c *Controller) node(id wire.NodeID) layout.Node {
 	if n, ok := c.Layout().Node(id); ok {
@@ -261,6 +365,9 @@ func (c *Controller) nodes(ids []wire.NodeID) []layout.Node {
 func (c *Controller) HotKeyRound(ctx context.Context) error {
 	c.keysMu.Lock()
 	defer c.keysMu.Unlock()
+	if err := c.repl.leading(); err != nil {
+		return err
+	}
 	entries := c.Entries()
 	slots := make([]uint32, len(entries))
 	for i, e := range entries {
@@ -325,7 +432,7 @@ func (c *Controller) HotKeyRound(ctx context.Context) error {
 	}
 	c.st.mu.Lock()
 	for _, e := range entries {
-		c.st.entries[e.Hash] = e
+		c.st.hits[e.Hash] = e.Hits
 	}
 	c.st.mu.Unlock()
 	c.mu.Lock()
@@ -386,6 +493,8 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 		c.st.mu.Unlock()
 		return Entry{}, directory.ErrFull
 	}
+	// The decision, from the state as it is: keysMu keeps every other
+	// decision out until its commands are applied.
 	chain := c.st.lay.ChainOf(h)
 	ids := c.st.lay.Nodes()
 	k := sched.CopyCount(share, len(ids), len(chain)) - len(chain)
@@ -402,16 +511,16 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 	// that does not hold the key is answered wrong-node and retried on the
 	// chain.
 	slot := c.st.free[0]
-	c.st.free = c.st.free[1:]
-	c.st.gen++
 	e := Entry{Hash: h, Key: slices.Clone(key), Slot: slot, Locs: locs, R: len(chain),
-		Buckets: directory.BucketsForWeights(weights), Pinned: pinned, Gen: c.st.gen}
+		Buckets: directory.BucketsForWeights(weights), Pinned: pinned, Gen: c.st.gen + 1}
 	c.st.mu.Unlock()
-
+	if err := c.repl.apply(command{Op: opReserve, Entries: []Entry{e}}); err != nil {
+		return Entry{}, err
+	}
 	release := func() {
-		c.st.mu.Lock()
-		c.st.free = append(c.st.free, slot)
-		c.st.mu.Unlock()
+		if err := c.repl.apply(command{Op: opRelease, Entries: []Entry{e}}); err != nil {
+			c.log.Warn("release a failed promotion's slot", "key", string(key), "err", err)
+		}
 	}
 	// The head first: from then on it refuses unstamped writes, and its
 	// latest version (clean or dirty) seeds the slot. Installing the slot
@@ -449,10 +558,11 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 			return Entry{}, fmt.Errorf("install %q on %s: %w", key, p.Name(), err)
 		}
 	}
-	c.st.mu.Lock()
-	c.st.entries[h] = e
-	c.st.publishLocked(directoryUpdate{kind: updateUpsert, entries: []Entry{e}})
-	c.st.mu.Unlock()
+	if err := c.repl.apply(command{Op: opCommit, Entries: []Entry{e}}); err != nil {
+		// Installed and not committed: the next leader re-syncs the planes
+		// from the state, and undoes the head's promotion (TakeOver).
+		return Entry{}, fmt.Errorf("commit %q: %w", key, err)
+	}
 	c.mu.Lock()
 	c.promotions++
 	c.mu.Unlock()
@@ -472,6 +582,13 @@ func (c *Controller) undoPromote(ctx context.Context, head wire.NodeID, key []by
 // evict removes e from every plane and has its head drop the copies.
 // keysMu is held.
 func (c *Controller) evict(ctx context.Context, e Entry) error {
+	// The planes and the head first: a leader that fails before the command
+	// leaves the entry in the state, and the next one installs it again.
+	// The other way round, it would leave the head refusing the key's
+	// unstamped writes for good.
+	if err := c.repl.leading(); err != nil {
+		return err
+	}
 	var errs []error
 	for _, p := range c.planes {
 		if err := p.RemoveEntry(ctx, &e); err != nil {
@@ -483,11 +600,9 @@ func (c *Controller) evict(ctx context.Context, e Entry) error {
 			c.log.Warn("demote at head failed", "key", string(e.Key), "err", err)
 		}
 	}
-	c.st.mu.Lock()
-	delete(c.st.entries, e.Hash)
-	c.st.free = append(c.st.free, e.Slot)
-	c.st.publishLocked(directoryUpdate{kind: updateDelete, entries: []Entry{e}})
-	c.st.mu.Unlock()
+	if err := c.repl.apply(command{Op: opEvict, Entries: []Entry{e}}); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
 	delete(c.lastHits, e.Slot)
 	c.mu.Lock()
 	c.evictions++
@@ -521,46 +636,24 @@ func (c *Controller) Rounds() uint64 {
 
 // Resync programs one data plane from scratch with the current state: the
 // partition map and every directory entry (after a device restart or a
-// reconnect).
-func (c *Controller) Resync(ctx context.Context, p DataPlane) error {
-	if err := c.resyncPartitions(ctx, p); err != nil {
-		return err
-	}
+// reconnect, and by a new leader).
+func (c *Controller) Resync(ctx context.Context, p DataPlane) error { return c.Reprogram(ctx, p, nil) }
+
+// Reprogram resets a data plane (reset, e.g. a pipeline push, if not nil)
+// and re-syncs it, with every other change to partitions and entries held
+// off until it is done: a promotion between the reset and the re-sync
+// would be installed twice, or lost.
+func (c *Controller) Reprogram(ctx context.Context, p DataPlane, reset func(context.Context) error) error {
+	c.partsMu.Lock()
+	defer c.partsMu.Unlock()
 	c.keysMu.Lock()
 	defer c.keysMu.Unlock()
-	for _, e := range c.Entries() {
-		// A device that lost its state (a restart, a pipeline push) seeds
-		// the slot from the entry's version, the head's latest when the key
-		// was promoted: stale once the key has been written since, and a
-		// stale seed lets an extra whose copy lags at that version pass for
-		// fresh (flaw A again) and has every write refused as stale until
-		// the stamps catch up. So the head is asked again, as a promotion
-		// does; no write commits until the slot is back, since the head
-		// refuses unstamped writes of a promoted key and this plane stamps
-		// none without the slot (another plane that kept it may, between
-		// the two: the same window as a promotion's with several planes).
-		if c.storage != nil {
-			ver, err := c.storage.Promote(ctx, c.node(e.Locs[0]), e.Key, c.nodes(e.Locs[e.R:]))
-			if err != nil {
-				return fmt.Errorf("re-sync %q at its head: %w", e.Key, err)
-			}
-			e.Ver = max(e.Ver, ver)
-			c.st.mu.Lock()
-			c.st.entries[e.Hash] = e
-			c.st.mu.Unlock()
-		}
-		if err := p.InstallEntry(ctx, &e); err != nil {
+	if reset != nil {
+		if err := reset(ctx); err != nil {
 			return err
 		}
 	}
-	c.log.Info("data plane re-synced", "plane", p.Name())
-	return nil
-}
-
-// resyncPartitions installs the partition map and its weights in p.
-func (c *Controller) resyncPartitions(ctx context.Context, p DataPlane) error {
-	c.partsMu.Lock()
-	defer c.partsMu.Unlock()
+	start := time.Now()
 	parts := c.Partitions()
 	if err := p.Setup(ctx, parts.Layout, c.cfg.VSBGroup); err != nil {
 		return err
@@ -570,22 +663,121 @@ func (c *Controller) resyncPartitions(ctx context.Context, p DataPlane) error {
 			return err
 		}
 	}
+	partsTook := time.Since(start)
+	entries := c.Entries()
+	// A device that lost its state (a restart, a pipeline push) seeds
+	// each slot from the entry's version, the head's latest when the key
+	// was promoted: stale once the key has been written since, and a stale
+	// seed lets an extra whose copy lags at that version pass for fresh
+	// (flaw A again) and has every write refused as stale until the stamps
+	// catch up. So the heads are asked again, as a promotion does, each
+	// before its key's slot is installed; no write commits in between,
+	// since a head refuses unstamped writes of a promoted key and this
+	// plane stamps none without the slot (another plane that kept it may,
+	// between the two: the same window as a promotion's with several
+	// planes).
+	// In chunks, so the first keys' writes resume before the last keys'
+	// slots are written.
+	var newer []Entry
+	for chunk := range slices.Chunk(entries, resyncChunk) {
+		if c.storage != nil {
+			vers, err := c.headVersions(ctx, chunk)
+			if err != nil {
+				return err
+			}
+			for i := range chunk {
+				if vers[i] > chunk[i].Ver {
+					chunk[i].Ver = vers[i]
+					newer = append(newer, chunk[i])
+				}
+			}
+		}
+		if err := installEntries(ctx, p, chunk); err != nil {
+			return err
+		}
+	}
+	if len(newer) > 0 {
+		if err := c.repl.apply(command{Op: opUpdate, Entries: newer}); err != nil && !errors.Is(err, errStale) {
+			return fmt.Errorf("re-sync: record the heads' versions: %w", err)
+		}
+	}
+	c.log.Info("data plane re-synced", "plane", p.Name(), "entries", len(entries),
+		"partitions_took", partsTook, "took", time.Since(start))
 	return nil
+}
+
+// A re-sync asks resyncHeads heads at once, and installs resyncChunk
+// entries per round of writes.
+const (
+	resyncHeads = 64
+	resyncChunk = 256
+)
+
+// headVersions re-promotes every entry at its head, resyncHeads at a time,
+// and returns the heads' latest versions.
+func (c *Controller) headVersions(ctx context.Context, entries []Entry) ([]uint64, error) {
+	vers := make([]uint64, len(entries))
+	errs := make([]error, len(entries))
+	sem := make(chan struct{}, resyncHeads)
+	var wg sync.WaitGroup
+	for i, e := range entries {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			v, err := c.storage.Promote(ctx, c.node(e.Locs[0]), e.Key, c.nodes(e.Locs[e.R:]))
+			if err != nil {
+				err = fmt.Errorf("re-sync %q at its head: %w", e.Key, err)
+			}
+			vers[i], errs[i] = v, err
+		}()
+	}
+	wg.Wait()
+	return vers, errors.Join(errs...)
+}
+
+// EntryInstaller is a data plane that installs many entries in fewer
+// device writes than one InstallEntry each (a re-sync's).
+type EntryInstaller interface {
+	InstallEntries(ctx context.Context, es []Entry) error
+}
+
+func installEntries(ctx context.Context, p DataPlane, es []Entry) error {
+	if b, ok := p.(EntryInstaller); ok {
+		return b.InstallEntries(ctx, es)
+	}
+	for i := range es {
+		if err := p.InstallEntry(ctx, &es[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// entry returns key's directory entry.
+func (c *Controller) entry(key []byte) (Entry, bool) {
+	c.st.mu.Lock()
+	defer c.st.mu.Unlock()
+	e, ok := c.st.entries[wire.HashKey(key)]
+	return e, ok
 }
 
 // Pin promotes key at once and keeps it until unpinned.
 func (c *Controller) Pin(ctx context.Context, key []byte) (Entry, error) {
 	c.keysMu.Lock()
 	defer c.keysMu.Unlock()
-	h := wire.HashKey(key)
-	c.st.mu.Lock()
-	if e, ok := c.st.entries[h]; ok {
-		e.Pinned = true
-		c.st.entries[h] = e
-		c.st.mu.Unlock()
+	if err := c.repl.leading(); err != nil {
+		return Entry{}, err
+	}
+	if e, ok := c.entry(key); ok {
+		if !e.Pinned {
+			e.Pinned = true
+			if err := c.repl.apply(command{Op: opUpdate, Entries: []Entry{e}}); err != nil {
+				return Entry{}, err
+			}
+		}
 		return e, nil
 	}
-	c.st.mu.Unlock()
 	return c.promote(ctx, key, 1/float64(len(c.Layout().Nodes())), map[wire.NodeID]float64{}, true)
 }
 
@@ -593,10 +785,7 @@ func (c *Controller) Pin(ctx context.Context, key []byte) (Entry, error) {
 func (c *Controller) Unpin(ctx context.Context, key []byte) error {
 	c.keysMu.Lock()
 	defer c.keysMu.Unlock()
-	h := wire.HashKey(key)
-	c.st.mu.Lock()
-	e, ok := c.st.entries[h]
-	c.st.mu.Unlock()
+	e, ok := c.entry(key)
 	if !ok {
 		return fmt.Errorf("controller: %q is not in the directory", key)
 	}
@@ -607,21 +796,19 @@ func (c *Controller) Unpin(ctx context.Context, key []byte) error {
 func (c *Controller) SetKeyWeights(ctx context.Context, key []byte, w []uint32) error {
 	c.keysMu.Lock()
 	defer c.keysMu.Unlock()
-	h := wire.HashKey(key)
-	c.st.mu.Lock()
-	e, ok := c.st.entries[h]
+	e, ok := c.entry(key)
 	if !ok {
-		c.st.mu.Unlock()
 		return fmt.Errorf("controller: %q is not in the directory", key)
 	}
 	if len(w) != len(e.Locs) {
-		c.st.mu.Unlock()
 		return fmt.Errorf("controller: %d weights for %d locations", len(w), len(e.Locs))
 	}
 	e.Buckets = directory.BucketsForWeights(w)
-	c.st.entries[h] = e
-	c.st.publishLocked(directoryUpdate{kind: updateUpsert, entries: []Entry{e}})
-	c.st.mu.Unlock()
+	// The state first: a leader that fails before the planes have the
+	// weights leaves them to the next one's re-sync.
+	if err := c.repl.apply(command{Op: opUpdate, Entries: []Entry{e}}); err != nil {
+		return err
+	}
 	for _, p := range c.planes {
 		if err := p.SetSlotBuckets(ctx, &e); err != nil {
 			return err
@@ -643,14 +830,13 @@ func (c *Controller) SetPartitionWeights(ctx context.Context, p uint32, w []uint
 		return fmt.Errorf("controller: %d weights for a chain of %d", len(w), len(chain))
 	}
 	b := directory.BucketsForWeights(w)
+	if err := c.repl.apply(command{Op: opPartitions, Partitions: map[uint32][]uint8{p: b}}); err != nil {
+		return err
+	}
 	for _, pl := range c.planes {
 		if err := pl.SetPartitionBuckets(ctx, p, chain, b); err != nil {
 			return err
 		}
 	}
-	c.st.mu.Lock()
-	c.st.partBuckets[p] = b
-	c.st.publishLocked(directoryUpdate{kind: updatePartitions, partitions: c.st.partitionsLocked()})
-	c.st.mu.Unlock()
 	return nil
 }

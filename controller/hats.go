@@ -100,7 +100,7 @@ func bucketWeights(buckets []uint8, n int) []uint32 {
 	return w
 }
 
-// runEpochs runs CoarseRound every epoch until ctx ends; the next epoch
+// runEpochs runs CoarseRound every epoch, unless paused, until ctx ends; the next epoch
 // starts a whole epoch after the last one ended, however long installing its
 // weights took.
 func (c *Controller) runEpochs(ctx context.Context) {
@@ -112,8 +112,10 @@ func (c *Controller) runEpochs(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if _, err := c.CoarseRound(ctx); err != nil && ctx.Err() == nil {
-			c.log.Warn("coarse epoch failed", "err", err)
+		if !c.Paused() {
+			if _, err := c.CoarseRound(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("coarse epoch failed", "err", err)
+			}
 		}
 		t.Reset(c.cfg.Epoch)
 	}
@@ -168,6 +170,14 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 			changed[uint32(p)] = b
 		}
 	}
+	// The state first, then the planes: a leader that fails in between
+	// leaves them to the next one's re-sync.
+	if len(changed) > 0 {
+		if err := c.repl.apply(command{Op: opPartitions, Partitions: changed}); err != nil {
+			c.partsMu.Unlock()
+			return plan, err
+		}
+	}
 	for p, b := range changed {
 		for _, pl := range c.planes {
 			if err := pl.SetPartitionBuckets(ctx, p, m.Chain(p), b); err != nil {
@@ -175,32 +185,30 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 			}
 		}
 	}
-	c.st.mu.Lock()
-	maps.Copy(c.st.partBuckets, changed)
-	if len(changed) > 0 {
-		c.st.publishLocked(directoryUpdate{kind: updatePartitions, partitions: c.st.partitionsLocked()})
-	}
-	c.st.mu.Unlock()
 	c.partsMu.Unlock()
 	// The keys' weights: an entry evicted or re-promoted since the plan
 	// was made is left alone.
 	c.keysMu.Lock()
 	defer c.keysMu.Unlock()
+	var reweighed []Entry
 	for i, e := range entries {
 		b := directory.BucketsForWeights(plan.HotKeys[i])
-		c.st.mu.Lock()
-		cur, ok := c.st.entries[e.Hash]
+		cur, ok := c.entry(e.Key)
 		if !ok || cur.Gen != e.Gen || slices.Equal(cur.Buckets, b) {
-			c.st.mu.Unlock()
 			continue
 		}
 		cur.Buckets = b
-		c.st.entries[e.Hash] = cur
-		c.st.publishLocked(directoryUpdate{kind: updateUpsert, entries: []Entry{cur}})
-		c.st.mu.Unlock()
+		reweighed = append(reweighed, cur)
+	}
+	if len(reweighed) > 0 {
+		if err := c.repl.apply(command{Op: opUpdate, Entries: reweighed}); err != nil {
+			return plan, errors.Join(append(errs, err)...)
+		}
+	}
+	for _, cur := range reweighed {
 		for _, pl := range c.planes {
 			if err := pl.SetSlotBuckets(ctx, &cur); err != nil {
-				errs = append(errs, fmt.Errorf("weights of %q on %s: %w", e.Key, pl.Name(), err))
+				errs = append(errs, fmt.Errorf("weights of %q on %s: %w", cur.Key, pl.Name(), err))
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"maps"
-	"slices"
 	"sync"
 
 	"github.com/netdir/netdir/layout"
@@ -20,7 +19,7 @@ type Entry struct {
 	R       int           // chain length
 	Buckets []uint8       // directory.Buckets entries indexing Locs
 	Pinned  bool          // never evicted by the hot-key manager
-	Hits    uint64        // hits in the last round
+	Hits    uint64        // hits in this controller's last round (not replicated)
 	// Gen is the promotion's generation, unique per controller: a P4 slot
 	// re-seeds its registers when it sees a new one, so a reused slot does
 	// not inherit the evicted key's versions and fresh bits.
@@ -59,26 +58,35 @@ type directoryUpdate struct {
 }
 
 // state is the controller's intended directory, which agents subscribe to.
-// Watchers get a snapshot and then every delta in order; a watcher that
-// falls 1024 updates behind is cut off and must resubscribe (and so gets a
-// fresh snapshot) rather than stall the controller. mu guards every field.
+// Its replicated part changes only through apply (fsm.go). Watchers get a
+// snapshot and then every delta in order; a watcher that falls 1024
+// updates behind is cut off and must resubscribe (and so gets a fresh
+// snapshot) rather than stall the controller. mu guards every field.
 type state struct {
-	mu      sync.Mutex
-	lay     *layout.Map
-	entries map[wire.KeyHash]Entry
-	free    []uint32 // free slot indices
+	mu sync.Mutex
+	// Replicated.
+	lay      *layout.Map
+	entries  map[wire.KeyHash]Entry
+	reserved map[wire.KeyHash]Entry // promotions under way (opReserve)
+	free     []uint32               // free slot indices, oldest-freed first
 	// partBuckets holds the partitions whose weights were set; the others
 	// split evenly. Its slices are replaced, never written into.
 	partBuckets map[uint32][]uint8
-	seq         uint64
 	gen         uint32 // the last promotion's generation
-	watchers    map[chan directoryUpdate]struct{}
+	qos         QoSConfig
+	// This controller's own.
+	hits     map[wire.KeyHash]uint64 // each entry's hits in the last round
+	seq      uint64
+	watchers map[chan directoryUpdate]struct{}
 }
 
-func newState(capacity int) *state {
+func newState(lay *layout.Map, capacity int) *state {
 	s := &state{
+		lay:         lay,
 		entries:     map[wire.KeyHash]Entry{},
+		reserved:    map[wire.KeyHash]Entry{},
 		partBuckets: map[uint32][]uint8{},
+		hits:        map[wire.KeyHash]uint64{},
 		watchers:    map[chan directoryUpdate]struct{}{},
 	}
 	for i := 0; i < capacity; i++ {
@@ -127,9 +135,11 @@ func (s *state) unwatch(w chan directoryUpdate) {
 	}
 }
 
-// sortedLocked returns a copy of the entries, by slot.
+// sortedLocked returns a copy of the entries, by slot, with their hits.
 func (s *state) sortedLocked() []Entry {
-	es := slices.Collect(maps.Values(s.entries))
-	slices.SortFunc(es, func(a, b Entry) int { return int(a.Slot) - int(b.Slot) })
+	es := bySlot(s.entries)
+	for i := range es {
+		es[i].Hits = s.hits[es[i].Hash]
+	}
 	return es
 }

@@ -187,6 +187,7 @@ type Directory struct {
 	sketch  [SketchRows][SketchCols]uint32
 	floors  []uint64 // by FloorIndex: the highest stamp issued, kept across evictions
 	counter Counters
+	qos     qosCounters
 }
 
 // New returns an empty directory; partitions have no chain until set.

@@ -55,7 +55,7 @@ func FuzzProcess(f *testing.F) {
 			}
 		}
 	}
-	f.Add([]byte{}, []byte{0x4e, 0x44, 0x01}, uint8(0), uint64(0))
+	f.Add([]byte{}, []byte{0x4e, 0x44, wire.Version}, uint8(0), uint64(0))
 	f.Fuzz(func(t *testing.T, p1, p2 []byte, ports uint8, now uint64) {
 		d := fuzzDir(t)
 		// Port nibbles: 0..15, of which 1..5 are storage ports.

@@ -137,16 +137,22 @@ func (d *Directory) slot(h *wire.KeyHash) *Slot {
 	return &d.slots[i]
 }
 
-// forward rewrites the target node and the request timestamp.
-func forward(f wire.Frame, n wire.NodeID, now uint64) Verdict {
+// requestFlags are the flags only a data plane or a node sets; a request
+// arrives with them cleared, so no client can forge them.
+const requestFlags = wire.FlagStamped | wire.FlagHit | wire.FlagReservation
+
+// forward rewrites the target node, the request timestamp and the tenant's
+// dmClock δ and ρ for that node.
+func (d *Directory) forward(f wire.Frame, n wire.NodeID, now uint64) Verdict {
 	f.SetNode(n)
 	f.SetTimestamp(now)
+	d.qos.stamp(f, n)
 	return Verdict{Action: Forward, Node: n}
 }
 
 func (d *Directory) get(f wire.Frame, h *wire.KeyHash, now uint64) Verdict {
 	reqid := f.ReqID()
-	flags := f.Flags() &^ (wire.FlagStamped | wire.FlagHit)
+	flags := f.Flags() &^ requestFlags
 	p := &d.parts[h.Partition(d.cfg.PartitionBits)]
 	if s := d.slot(h); s != nil && d.cfg.Policy.routesHotKeys() {
 		eligible := s.Fresh
@@ -161,14 +167,14 @@ func (d *Directory) get(f wire.Frame, h *wire.KeyHash, now uint64) Verdict {
 		s.Hits++
 		d.counter.Hits++
 		f.SetFlags(flags | wire.FlagHit)
-		return forward(f, s.Locs[i], now)
+		return d.forward(f, s.Locs[i], now)
 	}
 	if p.R == 0 {
 		return d.drop(ReasonNoRoute)
 	}
 	d.miss(h)
 	f.SetFlags(flags)
-	return forward(f, p.Chain[d.pickChain(p, reqid)], now)
+	return d.forward(f, p.Chain[d.pickChain(p, reqid)], now)
 }
 
 // pickSlot chooses a LocationList index among eligible members.
@@ -244,7 +250,7 @@ func (d *Directory) miss(h *wire.KeyHash) {
 }
 
 func (d *Directory) write(f wire.Frame, h *wire.KeyHash, now uint64) Verdict {
-	flags := f.Flags() &^ (wire.FlagStamped | wire.FlagHit)
+	flags := f.Flags() &^ requestFlags
 	if s := d.slot(h); s != nil {
 		s.Hits++
 		d.counter.Hits++
@@ -260,7 +266,7 @@ func (d *Directory) write(f wire.Frame, h *wire.KeyHash, now uint64) Verdict {
 			f.SetStamp(0) // a host agent does not stamp: the head assigns the version
 		}
 		f.SetFlags(flags | wire.FlagHit)
-		return forward(f, s.Locs[0], now)
+		return d.forward(f, s.Locs[0], now)
 	}
 	p := &d.parts[h.Partition(d.cfg.PartitionBits)]
 	if p.R == 0 {
@@ -269,18 +275,32 @@ func (d *Directory) write(f wire.Frame, h *wire.KeyHash, now uint64) Verdict {
 	d.miss(h)
 	f.SetFlags(flags)
 	f.SetStamp(0) // only a data plane stamps; the head assigns the version
-	return forward(f, p.Chain[0], now)
+	return d.forward(f, p.Chain[0], now)
 }
 
 func (d *Directory) reply(f wire.Frame, h *wire.KeyHash, op wire.Op, now uint64) Verdict {
 	d.counter.Replies++
 	d.learn(f, now)
+	if op != wire.OpErr {
+		d.qos.complete(f, d.scheduler(f, h, op))
+	}
 	if op == wire.OpPutReply || op == wire.OpDelReply {
 		if s := d.slot(h); s != nil && f.Code() == wire.CodeOK {
 			s.complete(f.Stamp())
 		}
 	}
 	return Verdict{Action: ToClient}
+}
+
+// scheduler is the node whose dmClock scheduled the request that reply f
+// answers: a write's chain head (the partition's), else the replying node.
+func (d *Directory) scheduler(f wire.Frame, h *wire.KeyHash, op wire.Op) wire.NodeID {
+	if op == wire.OpPutReply || op == wire.OpDelReply {
+		if p := &d.parts[h.Partition(d.cfg.PartitionBits)]; p.R > 0 {
+			return p.Chain[0]
+		}
+	}
+	return f.Node()
 }
 
 // complete records that version v committed at the tail.

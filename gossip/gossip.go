@@ -27,6 +27,9 @@ const (
 	DefaultNodeBind = "127.0.0.1:0"
 	// DefaultInterval is how often a node publishes a new version.
 	DefaultInterval = time.Second
+	// DefaultFailureTimeout is about how long a member that stopped
+	// answering takes to be declared dead.
+	DefaultFailureTimeout = time.Second
 )
 
 // Config configures a gossip member.
@@ -44,11 +47,19 @@ type Config struct {
 	// background while a seed is not a live member, so members may start in
 	// any order.
 	Seeds []string
-	// OnStats and OnExpected, if set, are called for every version newer
-	// than the member held, its own included, from memberlist's goroutines:
-	// they must not block.
+	// FailureTimeout is about how long a member that stopped answering
+	// takes to be declared dead (default DefaultFailureTimeout): a fifth of
+	// it is the probe interval, a tenth the probe timeout, and two fifths
+	// the suspicion time before a suspect is declared dead.
+	FailureTimeout time.Duration
+	// OnStats, OnExpected and OnLayout, if set, are called for every
+	// version newer than the member held, its own included, and OnMember
+	// when a member joins (alive) or leaves or is declared dead (not
+	// alive); all from memberlist's goroutines: they must not block.
 	OnStats    func(NodeStats)
 	OnExpected func(Expected)
+	OnLayout   func(yaml []byte)
+	OnMember   func(name string, alive bool)
 	Log        *slog.Logger
 }
 
@@ -59,6 +70,12 @@ type Gossip struct {
 	q   *memberlist.TransmitLimitedQueue
 	tab table
 	log *slog.Logger
+
+	// live holds the addresses of live members, kept by memberlist's join
+	// and leave events: the *Node values that Members returns are written
+	// by memberlist's own goroutines, so reading them races.
+	liveMu sync.Mutex
+	live   map[string]bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -87,6 +104,16 @@ func Start(cfg Config) (*Gossip, error) {
 		// per message.
 		mc.EnableCompression = false
 	}
+	if cfg.FailureTimeout <= 0 {
+		cfg.FailureTimeout = DefaultFailureTimeout
+	}
+	// Suspicion lasts SuspicionMult probe intervals with fewer than ten
+	// members (memberlist scales it by log10 of the members above that).
+	mc.ProbeInterval = cfg.FailureTimeout / 5
+	mc.ProbeTimeout = cfg.FailureTimeout / 10
+	mc.SuspicionMult = 2
+	// A node restarted on another port after a crash takes its name back.
+	mc.DeadNodeReclaimTime = cfg.FailureTimeout
 	mc.Name = cfg.Name
 	mc.BindAddr, mc.BindPort = host, port
 	mc.AdvertisePort = port
@@ -97,8 +124,9 @@ func Start(cfg Config) (*Gossip, error) {
 		}
 		mc.AdvertiseAddr, mc.AdvertisePort = ah, ap
 	}
-	g := &Gossip{cfg: cfg, log: cfg.Log.With("component", "gossip", "member", cfg.Name), stop: make(chan struct{})}
+	g := &Gossip{cfg: cfg, log: cfg.Log.With("component", "gossip", "member", cfg.Name), live: map[string]bool{}, stop: make(chan struct{})}
 	mc.Delegate = (*delegate)(g)
+	mc.Events = (*events)(g)
 	mc.Logger = log.New(slogWriter{g.log}, "", 0)
 	// Every entry is sent to more members than memberlist's own messages:
 	// a piggybacked entry is lost with its packet, and the push-pull that
@@ -137,17 +165,15 @@ func splitHostPort(s string) (string, int, error) {
 
 // join joins the seeds that are not live members.
 func (g *Gossip) join() {
-	live := map[string]bool{}
-	for _, m := range g.ml.Members() {
-		live[m.Address()] = true
-	}
 	var todo []string
+	g.liveMu.Lock()
 	for _, s := range g.cfg.Seeds {
-		if a, err := net.ResolveUDPAddr("udp", s); err == nil && live[a.String()] {
+		if a, err := net.ResolveUDPAddr("udp", s); err == nil && g.live[a.String()] {
 			continue
 		}
 		todo = append(todo, s)
 	}
+	g.liveMu.Unlock()
 	if len(todo) == 0 {
 		return
 	}
@@ -195,6 +221,25 @@ func (g *Gossip) Close() error {
 // must be above every earlier version of the node (NextVersion).
 func (g *Gossip) PublishStats(s NodeStats) error {
 	return g.publish(statsKey(s.Node), s.Version, s)
+}
+
+// PublishLayout gossips the controller's layout (its YAML) at its epoch;
+// members that join later get it with memberlist's state exchange.
+func (g *Gossip) PublishLayout(epoch uint32, yaml []byte) error {
+	return g.publish(layoutKey, uint64(epoch), string(yaml))
+}
+
+// Layout returns the newest layout gossiped (its YAML), if any.
+func (g *Gossip) Layout() ([]byte, bool) {
+	e, ok := g.tab.get(layoutKey)
+	if !ok {
+		return nil, false
+	}
+	var y string
+	if json.Unmarshal(e.Data, &y) != nil {
+		return nil, false
+	}
+	return []byte(y), true
 }
 
 // PublishExpected gossips the controller's expected load for a node.
@@ -260,6 +305,13 @@ func (g *Gossip) deliver(e entry) {
 			var s NodeStats
 			if json.Unmarshal(e.Data, &s) == nil {
 				g.cfg.OnStats(s)
+			}
+		}
+	case e.Key == layoutKey:
+		if g.cfg.OnLayout != nil {
+			var y string
+			if json.Unmarshal(e.Data, &y) == nil {
+				g.cfg.OnLayout([]byte(y))
 			}
 		}
 	case len(e.Key) > len(expectedPrefix) && e.Key[:len(expectedPrefix)] == expectedPrefix:
@@ -365,3 +417,27 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// events tracks live members' addresses. memberlist calls it with the node
+// under its own lock, so the node may be read here.
+type events Gossip
+
+func (e *events) NotifyJoin(n *memberlist.Node) {
+	e.liveMu.Lock()
+	e.live[n.Address()] = true
+	e.liveMu.Unlock()
+	if e.cfg.OnMember != nil {
+		e.cfg.OnMember(n.Name, true)
+	}
+}
+
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	e.liveMu.Lock()
+	delete(e.live, n.Address())
+	e.liveMu.Unlock()
+	if e.cfg.OnMember != nil {
+		e.cfg.OnMember(n.Name, false)
+	}
+}
+
+func (e *events) NotifyUpdate(*memberlist.Node) {}

@@ -19,6 +19,7 @@ type entry struct {
 const (
 	statsPrefix    = "s/"
 	expectedPrefix = "e/"
+	layoutKey      = "layout" // the controller's newest layout, versioned by its epoch
 )
 
 func statsKey(id wire.NodeID) string    { return fmt.Sprintf("%s%d", statsPrefix, id) }

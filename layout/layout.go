@@ -76,6 +76,12 @@ func (m MAC) String() string { return net.HardwareAddr(m).String() }
 //	  - {id: 3, addr: 127.0.0.1:7503, port: 3, mac: 02:4e:44:01:00:03}
 //	chains:                      # optional overrides: partition -> node ids
 //	  7: [3, 1, 2]
+//	down: [2]                    # spliced out of every chain (Without)
+//	tails: [1]                   # rejoined: at the tail of their chains (WithTail)
+//
+// The placement (ring and overrides) fixes each node's slot in each chain,
+// which is the tree it keeps the partition in; Down and Tails reconfigure
+// the chains without moving data between a node's trees.
 type Config struct {
 	Epoch         uint32                   `yaml:"epoch"`
 	PartitionBits uint                     `yaml:"partition_bits"`
@@ -83,6 +89,8 @@ type Config struct {
 	DataPlane     string                   `yaml:"dataplane,omitempty"`
 	Nodes         []Node                   `yaml:"nodes"`
 	Chains        map[uint32][]wire.NodeID `yaml:"chains,omitempty"`
+	Down          []wire.NodeID            `yaml:"down,omitempty,flow"`
+	Tails         []wire.NodeID            `yaml:"tails,omitempty,flow"`
 }
 
 // Load reads a YAML layout file.
@@ -114,8 +122,9 @@ type Map struct {
 	cfg    Config
 	nodes  map[wire.NodeID]Node
 	addrs  map[wire.NodeID]netip.AddrPort
-	ids    []wire.NodeID // sorted
-	chains [][]wire.NodeID
+	ids    []wire.NodeID   // sorted
+	placed [][]wire.NodeID // placement: ring and overrides, R members each
+	chains [][]wire.NodeID // placement less Down, Tails moved last
 	dp     netip.AddrPort
 }
 
@@ -170,14 +179,14 @@ func New(c Config) (*Map, error) {
 		m.dp = ap
 	}
 	np := 1 << c.PartitionBits
-	m.chains = make([][]wire.NodeID, np)
+	m.placed = make([][]wire.NodeID, np)
 	n := len(m.ids)
 	for p := range np {
 		ch := make([]wire.NodeID, c.Replicas)
 		for i := range ch {
 			ch[i] = m.ids[(p+i)%n]
 		}
-		m.chains[p] = ch
+		m.placed[p] = ch
 	}
 	for p, ch := range c.Chains {
 		if int(p) >= np {
@@ -193,14 +202,98 @@ func New(c Config) (*Map, error) {
 			}
 			seen[id] = true
 		}
-		m.chains[p] = slices.Clone(ch)
+		m.placed[p] = slices.Clone(ch)
+	}
+	if err := m.reconfigure(); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// reconfigure derives the chains from the placement: members in Down are
+// spliced out, members in Tails move to the end, in Tails' order.
+func (m *Map) reconfigure() error {
+	for _, list := range [][]wire.NodeID{m.cfg.Down, m.cfg.Tails} {
+		for _, id := range list {
+			if _, ok := m.nodes[id]; !ok {
+				return fmt.Errorf("layout: down or tail node %d is not in the node table", id)
+			}
+		}
+	}
+	for _, id := range m.cfg.Tails {
+		if slices.Contains(m.cfg.Down, id) {
+			return fmt.Errorf("layout: node %d is both down and a tail", id)
+		}
+	}
+	m.chains = make([][]wire.NodeID, len(m.placed))
+	for p, placed := range m.placed {
+		ch := make([]wire.NodeID, 0, len(placed))
+		for _, id := range placed {
+			if !slices.Contains(m.cfg.Down, id) && !slices.Contains(m.cfg.Tails, id) {
+				ch = append(ch, id)
+			}
+		}
+		for _, id := range m.cfg.Tails {
+			if slices.Contains(placed, id) {
+				ch = append(ch, id)
+			}
+		}
+		if len(ch) == 0 {
+			return fmt.Errorf("layout: partition %d: every member is down", p)
+		}
+		m.chains[p] = ch
+	}
+	return nil
+}
+
+// Without returns the next layout (epoch+1) with node id spliced out of
+// every chain it is in, head, middle or tail. It fails if that leaves a
+// chain with no member.
+func (m *Map) Without(id wire.NodeID) (*Map, error) {
+	if _, ok := m.nodes[id]; !ok {
+		return nil, fmt.Errorf("layout: node %d is not in the node table", id)
+	}
+	if slices.Contains(m.cfg.Down, id) {
+		return nil, fmt.Errorf("layout: node %d is down already", id)
+	}
+	c := m.Config()
+	c.Epoch++
+	c.Tails = slices.DeleteFunc(c.Tails, func(x wire.NodeID) bool { return x == id })
+	c.Down = append(c.Down, id)
+	return New(c)
+}
+
+// WithTail returns the next layout (epoch+1) with a node that was spliced
+// out back in every chain of its placement, as the tail: it holds the
+// committed versions only once it has caught up, and a tail commits what
+// it receives.
+func (m *Map) WithTail(id wire.NodeID) (*Map, error) {
+	if !slices.Contains(m.cfg.Down, id) {
+		return nil, fmt.Errorf("layout: node %d is not down", id)
+	}
+	c := m.Config()
+	c.Epoch++
+	c.Down = slices.DeleteFunc(c.Down, func(x wire.NodeID) bool { return x == id })
+	c.Tails = append(c.Tails, id)
+	return New(c)
+}
+
+// Down lists the nodes spliced out of every chain.
+func (m *Map) Down() []wire.NodeID { return slices.Clone(m.cfg.Down) }
+
+// Slot is node id's index in partition p's placement, or -1: the tree in
+// which the node keeps the partition, whatever its position in the chain.
+func (m *Map) Slot(p uint32, id wire.NodeID) int {
+	if int(p) >= len(m.placed) {
+		return -1
+	}
+	return slices.Index(m.placed[p], id)
 }
 
 // clone copies c deeply, so that a Map shares nothing with its caller.
 func (c Config) clone() Config {
 	c.Nodes = slices.Clone(c.Nodes)
+	c.Down, c.Tails = slices.Clone(c.Down), slices.Clone(c.Tails)
 	for i := range c.Nodes {
 		c.Nodes[i].MAC = slices.Clone(c.Nodes[i].MAC)
 	}

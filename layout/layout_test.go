@@ -183,3 +183,68 @@ func TestMarshalRoundTrip(t *testing.T) {
 		t.Fatalf("round trip:\n%s\n%+v\nwant %+v", b, back.Config(), m.Config())
 	}
 }
+
+// TestWithoutWithTail splices a head, a middle and a tail out and back in,
+// and checks epochs, chains, slots and the YAML round trip.
+func TestWithoutWithTail(t *testing.T) {
+	m, err := Parse([]byte("epoch: 4\npartition_bits: 2\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}, {id: 3, addr: 127.0.0.1:3}, {id: 4, addr: 127.0.0.1:4}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Placement: 0:[1 2 3] 1:[2 3 4] 2:[3 4 1] 3:[4 1 2]; node 2 is head
+	// of 1, middle of 0, tail of 3.
+	w, err := m.Without(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint32][]wire.NodeID{0: {1, 3}, 1: {3, 4}, 2: {3, 4, 1}, 3: {4, 1}}
+	for p, ch := range want {
+		if got := w.Chain(p); !slices.Equal(got, ch) {
+			t.Errorf("without 2: chain %d = %v, want %v", p, got, ch)
+		}
+	}
+	if w.Epoch() != 5 || w.Slot(0, 3) != 2 || w.Slot(0, 2) != 1 || w.Position(0, 2) != -1 {
+		t.Errorf("without 2: epoch %d, slot(0,3) %d, slot(0,2) %d, position(0,2) %d", w.Epoch(), w.Slot(0, 3), w.Slot(0, 2), w.Position(0, 2))
+	}
+	if _, err := w.Without(2); err == nil {
+		t.Error("without 2 twice: no error")
+	}
+	back, err := w.WithTail(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = map[uint32][]wire.NodeID{0: {1, 3, 2}, 1: {3, 4, 2}, 2: {3, 4, 1}, 3: {4, 1, 2}}
+	for p, ch := range want {
+		if got := back.Chain(p); !slices.Equal(got, ch) {
+			t.Errorf("with tail 2: chain %d = %v, want %v", p, got, ch)
+		}
+	}
+	if back.Epoch() != 6 || back.Slot(1, 2) != 0 {
+		t.Errorf("with tail 2: epoch %d, slot(1,2) %d", back.Epoch(), back.Slot(1, 2))
+	}
+	if _, err := back.WithTail(2); err == nil {
+		t.Error("with tail 2 twice: no error")
+	}
+	b, err := back.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Parse(b)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	if !reflect.DeepEqual(again.Chains(), back.Chains()) || again.Epoch() != back.Epoch() {
+		t.Errorf("round trip changed the layout:\n%s", b)
+	}
+	// One member left: splicing it out too fails.
+	one, err := Parse([]byte("replicas: 2\npartition_bits: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one, err = one.Without(1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.Without(2); err == nil {
+		t.Error("splicing out the last member: no error")
+	}
+}

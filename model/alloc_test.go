@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/netdir/netdir/internal/udpbatch"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -15,8 +16,8 @@ import (
 type loadgen struct {
 	conn *net.UDPConn
 	to   *net.UDPAddr
-	tx   *batchWriter
-	rx   *batchReader
+	tx   *udpbatch.Writer
+	rx   *udpbatch.Reader
 	pkts [][]byte // one batch of GETs with distinct keys
 	next uint64   // next request id
 }
@@ -26,9 +27,9 @@ func newLoadgen(t testing.TB, s *Switch, batch int) *loadgen {
 	c := udp(t)
 	c.SetReadBuffer(4 << 20)
 	c.SetWriteBuffer(4 << 20)
-	g := &loadgen{conn: c, to: net.UDPAddrFromAddrPort(s.Addr()), tx: newBatchWriter(c, true, batch)}
+	g := &loadgen{conn: c, to: net.UDPAddrFromAddrPort(s.Addr()), tx: udpbatch.NewWriter(c, true, batch)}
 	var err error
-	if g.rx, err = newBatchReader(c, rxBuffers(batch, wire.MaxPacket+1)); err != nil {
+	if g.rx, err = udpbatch.NewReader(c, udpbatch.Buffers(batch, wire.MaxPacket+1)); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < batch; i++ {
@@ -45,23 +46,23 @@ func (g *loadgen) send(n int) {
 	for _, p := range g.pkts[:n] {
 		g.next++
 		wire.Frame(p).SetReqID(g.next)
-		g.tx.add(p, g.to)
+		g.tx.Add(p, g.to)
 	}
-	g.tx.flush()
+	g.tx.Flush()
 }
 
 // echo reads n requests on a node socket and answers each as a GET reply.
 type echo struct {
-	rx *batchReader
-	tx *batchWriter
+	rx *udpbatch.Reader
+	tx *udpbatch.Writer
 	to *net.UDPAddr
 }
 
 func newEcho(t testing.TB, c *net.UDPConn, s *Switch, batch int) *echo {
 	t.Helper()
-	e := &echo{tx: newBatchWriter(c, true, batch), to: net.UDPAddrFromAddrPort(s.Addr())}
+	e := &echo{tx: udpbatch.NewWriter(c, true, batch), to: net.UDPAddrFromAddrPort(s.Addr())}
 	var err error
-	if e.rx, err = newBatchReader(c, rxBuffers(batch, wire.MaxPacket+1)); err != nil {
+	if e.rx, err = udpbatch.NewReader(c, udpbatch.Buffers(batch, wire.MaxPacket+1)); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -69,19 +70,19 @@ func newEcho(t testing.TB, c *net.UDPConn, s *Switch, batch int) *echo {
 
 // drain reads until n datagrams have arrived. If e is not nil, it answers
 // each request as a GET reply, before the next read reuses the buffers.
-func drain(t testing.TB, rx *batchReader, n int, e *echo) {
+func drain(t testing.TB, rx *udpbatch.Reader, n int, e *echo) {
 	for got := 0; got < n; {
-		k, err := rx.read()
+		k, err := rx.Read()
 		if err != nil {
 			t.Fatalf("after %d of %d datagrams: %v", got, n, err)
 		}
 		if e != nil {
 			for i := 0; i < k; i++ {
-				b, _ := rx.msg(i)
+				b, _ := rx.Msg(i)
 				wire.Frame(b).SetOp(wire.OpGetReply)
-				e.tx.add(b, e.to)
+				e.tx.Add(b, e.to)
 			}
-			e.tx.flush()
+			e.tx.Flush()
 		}
 		got += k
 	}

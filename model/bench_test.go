@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/internal/udpbatch"
 	"github.com/netdir/netdir/wire"
 	"golang.org/x/sys/unix"
 )
@@ -58,7 +59,7 @@ func BenchmarkForward(b *testing.B) {
 	}
 	g := newLoadgen(b, s, batch)
 	sink.SetReadBuffer(4 << 20)
-	rx, err := newBatchReader(sink, rxBuffers(batch, wire.MaxPacket+1))
+	rx, err := udpbatch.NewReader(sink, udpbatch.Buffers(batch, wire.MaxPacket+1))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func BenchmarkForward(b *testing.B) {
 	progress := make(chan struct{}, 1)
 	go func() {
 		for {
-			n, err := rx.read()
+			n, err := rx.Read()
 			if err != nil {
 				return // the socket closed at cleanup
 			}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/internal/udpbatch"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -178,20 +179,20 @@ func (s *Switch) nodesLocked() []Node {
 }
 
 // udpAddr checks that ap can be sent to from the switch's socket.
-func (s *Switch) udpAddr(ap netip.AddrPort) (*net.UDPAddr, peer, error) {
+func (s *Switch) udpAddr(ap netip.AddrPort) (*net.UDPAddr, udpbatch.Peer, error) {
 	a := ap.Addr()
 	switch {
 	case !ap.IsValid() || ap.Port() == 0:
-		return nil, peer{}, fmt.Errorf("model: address %s: want IP:port with a non-zero port", ap)
+		return nil, udpbatch.Peer{}, fmt.Errorf("model: address %s: want IP:port with a non-zero port", ap)
 	case s.v4 && !a.Unmap().Is4():
-		return nil, peer{}, fmt.Errorf("model: address %s: the switch serves on IPv4 (%s)", ap, s.addr)
+		return nil, udpbatch.Peer{}, fmt.Errorf("model: address %s: the switch serves on IPv4 (%s)", ap, s.addr)
 	case !s.v4 && (a.Is4() || a.Is4In6()):
-		return nil, peer{}, fmt.Errorf("model: address %s: the switch serves on IPv6 (%s)", ap, s.addr)
+		return nil, udpbatch.Peer{}, fmt.Errorf("model: address %s: the switch serves on IPv6 (%s)", ap, s.addr)
 	}
 	if s.v4 {
 		ap = netip.AddrPortFrom(a.Unmap(), ap.Port())
 	}
-	return net.UDPAddrFromAddrPort(ap), peerOf(ap, s.v4), nil
+	return net.UDPAddrFromAddrPort(ap), udpbatch.PeerOf(ap, s.v4), nil
 }
 
 // SetNodes replaces the node table. Node ids must be distinct and below the
@@ -201,9 +202,9 @@ func (s *Switch) SetNodes(nodes []Node) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	addrs := make([]*net.UDPAddr, len(nodes))
-	peers := make([]peer, len(nodes))
+	peers := make([]udpbatch.Peer, len(nodes))
 	seenID := make(map[wire.NodeID]bool, len(nodes))
-	seenAddr := make(map[peer]wire.NodeID, len(nodes))
+	seenAddr := make(map[udpbatch.Peer]wire.NodeID, len(nodes))
 	for i, n := range nodes {
 		if int(n.ID) >= len(s.nodes) {
 			return fmt.Errorf("model: node id %d: want below %d", n.ID, len(s.nodes))
@@ -249,13 +250,13 @@ func (s *Switch) AddNode(n Node) error {
 		return fmt.Errorf("model: node %d already has address %s", other, n.Addr)
 	}
 	if old := s.nodes[n.ID]; old != nil {
-		delete(s.byAddr, peerOf(old.AddrPort(), s.v4))
+		delete(s.byAddr, udpbatch.PeerOf(old.AddrPort(), s.v4))
 	}
 	s.register(n.ID, a, p)
 	return nil
 }
 
-func (s *Switch) register(id wire.NodeID, a *net.UDPAddr, p peer) {
+func (s *Switch) register(id wire.NodeID, a *net.UDPAddr, p udpbatch.Peer) {
 	s.nodes[id] = a
 	s.byAddr[p] = id
 	s.dir.SetPort(PortOf(id), directory.PortStorage)

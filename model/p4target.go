@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"math/big"
 	"math/bits"
@@ -91,6 +92,13 @@ func (t *P4Target) SetPipeline(info *p4config.P4Info, _ []byte) error {
 	}
 	t.slots = map[uint32]*slotShadow{}
 	t.parts = map[uint32]*partShadow{}
+	// A pipeline push empties a switch's tables: the directory goes with
+	// them (a new leader's push, then its re-sync of every entry).
+	for _, sl := range t.sw.Snapshot().Slots {
+		if err := t.sw.Evict(sl.Slot.Hash); err != nil && !errors.Is(err, directory.ErrNotFound) {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -1,34 +1,6 @@
 package model
 
-import "net/netip"
-
-// peer is a UDP address in a form that can be a map key and stored in large
-// tables without pointers (so the GC never scans them): the IP in 16 bytes
-// (an IPv4 address in the first 4) and the port.
-type peer struct {
-	ip   [16]byte
-	port uint16
-}
-
-func peerOf(ap netip.AddrPort, v4 bool) peer {
-	var p peer
-	a := ap.Addr().Unmap()
-	if v4 {
-		b := a.As4()
-		copy(p.ip[:], b[:])
-	} else {
-		p.ip = a.As16()
-	}
-	p.port = ap.Port()
-	return p
-}
-
-func (p peer) addrPort(v4 bool) netip.AddrPort {
-	if v4 {
-		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(p.ip[:4])), p.port)
-	}
-	return netip.AddrPortFrom(netip.AddrFrom16(p.ip), p.port)
-}
+import "github.com/netdir/netdir/internal/udpbatch"
 
 // pending remembers which client sent each request in flight, so that the
 // reply, which the node sends back to the switch, can be relayed. It is a
@@ -49,7 +21,7 @@ type pending struct {
 
 type pendEntry struct {
 	id   uint64
-	to   peer
+	to   udpbatch.Peer
 	live bool
 }
 
@@ -95,7 +67,7 @@ func (t *pending) find(id uint64) int {
 
 // put records that request id came from to. A request id already in flight
 // (a retransmission) keeps its place and takes the new address.
-func (t *pending) put(id uint64, to peer) {
+func (t *pending) put(id uint64, to udpbatch.Peer) {
 	if i := t.find(id); i >= 0 {
 		t.ring[t.index[i].pos-1].to = to
 		return
@@ -120,10 +92,10 @@ func (t *pending) put(id uint64, to peer) {
 }
 
 // take returns and forgets the client of request id.
-func (t *pending) take(id uint64) (peer, bool) {
+func (t *pending) take(id uint64) (udpbatch.Peer, bool) {
 	i := t.find(id)
 	if i < 0 {
-		return peer{}, false
+		return udpbatch.Peer{}, false
 	}
 	e := &t.ring[t.index[i].pos-1]
 	e.live = false

@@ -3,9 +3,11 @@ package model
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/netdir/netdir/internal/udpbatch"
 )
 
-func pe(n int) peer { return peer{ip: [16]byte{127, 0, 0, 1}, port: uint16(n)} }
+func pe(n int) udpbatch.Peer { return udpbatch.Peer{IP: [16]byte{127, 0, 0, 1}, Port: uint16(n)} }
 
 func TestPendingPutTake(t *testing.T) {
 	p := newPending(4)
@@ -63,7 +65,7 @@ func TestPendingOverwritesOldest(t *testing.T) {
 func TestPendingMatchesReference(t *testing.T) {
 	const size = 16
 	p := newPending(size)
-	ref := map[uint64]peer{}
+	ref := map[uint64]udpbatch.Peer{}
 	var order []uint64 // ids in ring order, with answered ones left in place
 	answered := map[int]bool{}
 	var evicted uint64

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/internal/udpbatch"
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
@@ -99,16 +100,16 @@ type Switch struct {
 	conn *net.UDPConn
 	addr netip.AddrPort
 	v4   bool
-	rx   *batchReader
-	tx   *batchWriter
+	rx   *udpbatch.Reader
+	tx   *udpbatch.Writer
 	now  func() uint64 // the clock; tests replace it before Run
 
 	mu     sync.Mutex // guards everything below
 	dir    *directory.Directory
 	pend   *pending
-	nodes  []*net.UDPAddr       // by node id; nil when unregistered
-	byAddr map[peer]wire.NodeID // registered node addresses
-	group  []*net.UDPAddr       // VSB multicast group
+	nodes  []*net.UDPAddr                // by node id; nil when unregistered
+	byAddr map[udpbatch.Peer]wire.NodeID // registered node addresses
+	group  []*net.UDPAddr                // VSB multicast group
 	stats  Stats
 
 	closeOnce sync.Once
@@ -158,21 +159,21 @@ func New(cfg Config) (*Switch, error) {
 		dir:     dir,
 		pend:    newPending(cfg.Pending),
 		nodes:   make([]*net.UDPAddr, dir.Config().MaxNodes),
-		byAddr:  make(map[peer]wire.NodeID),
+		byAddr:  make(map[udpbatch.Peer]wire.NodeID),
 		running: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
 	if v4 {
 		s.addr = netip.AddrPortFrom(s.addr.Addr().Unmap(), s.addr.Port())
 	}
-	s.rx, err = newBatchReader(conn, rxBuffers(cfg.Batch, wire.MaxPacket+1))
+	s.rx, err = udpbatch.NewReader(conn, udpbatch.Buffers(cfg.Batch, udpbatch.MaxDatagram))
 	if err != nil {
 		conn.Close()
 		return nil, err
 	}
 	// Room for a whole batch and one multicast copy each; a larger group
 	// flushes mid-batch.
-	s.tx = newBatchWriter(conn, v4, 2*cfg.Batch)
+	s.tx = udpbatch.NewWriter(conn, v4, 2*cfg.Batch)
 	if err := s.SetNodes(cfg.Nodes); err != nil {
 		conn.Close()
 		return nil, err
@@ -203,7 +204,7 @@ func (s *Switch) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { _ = s.conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	for {
-		n, err := s.rx.read()
+		n, err := s.rx.Read()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
 				return nil
@@ -222,13 +223,13 @@ func (s *Switch) handleBatch(n int) {
 	s.mu.Lock()
 	var st Stats
 	for i := 0; i < n; i++ {
-		b, from := s.rx.msg(i)
+		b, from := s.rx.Msg(i)
 		s.handle(b, from, now, &st)
 	}
 	s.mu.Unlock()
 
-	sent0, errs0 := s.tx.sent, s.tx.errs
-	s.tx.flush()
+	sent0, errs0 := s.tx.Sent, s.tx.Errs
+	s.tx.Flush()
 
 	s.mu.Lock()
 	s.stats.Received += uint64(n)
@@ -240,13 +241,13 @@ func (s *Switch) handleBatch(n int) {
 	s.stats.UnknownReply += st.UnknownReply
 	s.stats.NodeOps += st.NodeOps
 	s.stats.NoNodeAddr += st.NoNodeAddr
-	s.stats.Sent += s.tx.sent - sent0
-	s.stats.SendErrors += s.tx.errs - errs0
+	s.stats.Sent += s.tx.Sent - sent0
+	s.stats.SendErrors += s.tx.Errs - errs0
 	s.mu.Unlock()
 }
 
 // handle processes one datagram; s.mu is held.
-func (s *Switch) handle(b []byte, from peer, now uint64, st *Stats) {
+func (s *Switch) handle(b []byte, from udpbatch.Peer, now uint64, st *Stats) {
 	if len(b) > wire.MaxPacket {
 		st.Oversize++
 		return
@@ -267,7 +268,7 @@ func (s *Switch) handle(b []byte, from peer, now uint64, st *Stats) {
 			return
 		}
 		s.pend.put(wire.Frame(b).ReqID(), from)
-		s.tx.add(b, to)
+		s.tx.Add(b, to)
 		st.Forwarded++
 	case directory.ToClient:
 		to, ok := s.pend.take(wire.Frame(b).ReqID())
@@ -275,11 +276,11 @@ func (s *Switch) handle(b []byte, from peer, now uint64, st *Stats) {
 			st.UnknownReply++
 			return
 		}
-		s.tx.addPeer(b, to)
+		s.tx.AddPeer(b, to)
 		st.Relayed++
 	case directory.Multicast:
 		for _, m := range s.group {
-			s.tx.add(b, m)
+			s.tx.Add(b, m)
 		}
 		st.VSBCopies += uint64(len(s.group))
 	case directory.Pass:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/directory/vectors"
+	"github.com/netdir/netdir/internal/udpbatch"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -326,7 +327,7 @@ func (p *udpPlane) Process(pkt []byte, port uint32, now uint64) (directory.Verdi
 	if isReply(pkt) {
 		// As if the plane's client had sent the request.
 		p.sw.mu.Lock()
-		p.sw.pend.put(wire.Frame(pkt).ReqID(), peerOf(p.client.addr(), true))
+		p.sw.pend.put(wire.Frame(pkt).ReqID(), udpbatch.PeerOf(p.client.addr(), true))
 		p.sw.mu.Unlock()
 	}
 	in := append([]byte(nil), pkt...)

@@ -107,6 +107,10 @@ func Load(o Options) (*Dataplane, error) {
 	if n := spec.Maps[netdirMapFloors].MaxEntries; n != directory.StampFloors {
 		return nil, fmt.Errorf("nicagent: the programs have %d stamp floors, the directory contract %d", n, directory.StampFloors)
 	}
+	if t, m := spec.Maps[netdirMapQosTotals].MaxEntries, spec.Maps[netdirMapQosMarks].MaxEntries; t != directory.QoSTenants || m != directory.QoSTenants*directory.QoSNodes {
+		return nil, fmt.Errorf("nicagent: the programs count dmClock completions for %d tenants and %d marks, the directory contract %d and %d",
+			t, m, directory.QoSTenants, directory.QoSTenants*directory.QoSNodes)
+	}
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, err
@@ -218,6 +222,13 @@ func (d *Dataplane) Reset(cfg directory.Config) error {
 		return err
 	}
 	if err := d.resetSketchLocked(); err != nil {
+		return err
+	}
+	// Nor dmClock completions (directory.New).
+	if err := zeroArray(d.objs.QosTotals, directory.QoSTenants, netdirNdQos{}); err != nil {
+		return err
+	}
+	if err := zeroArray(d.objs.QosMarks, directory.QoSTenants*directory.QoSNodes, netdirNdQosMark{}); err != nil {
 		return err
 	}
 	// A fresh directory has no stamp floors (directory.New).

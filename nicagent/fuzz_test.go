@@ -33,7 +33,7 @@ func randomPacket(r *rand.Rand, now uint64) []byte {
 			wire.OpCopy, wire.Op(0x3f), wire.Op(r.IntN(256))}
 		var p wire.Packet
 		p.Op = ops[r.IntN(len(ops))]
-		p.Flags = uint8(r.IntN(8))
+		p.Flags = uint8(r.IntN(16))
 		if r.IntN(4) == 0 {
 			p.Flags = uint8(r.Uint32())
 		}
@@ -56,6 +56,11 @@ func randomPacket(r *rand.Rand, now uint64) []byte {
 			p.Node = wire.NodeID(r.Uint32())
 		}
 		p.Load = uint16(r.IntN(50))
+		p.Tenant = uint16(r.IntN(3)) // dmClock: a few tenants, now and then one that aliases
+		if r.IntN(10) == 0 {
+			p.Tenant = uint16(r.Uint32())
+		}
+		p.Delta, p.Rho = r.Uint32(), r.Uint32()
 		p.Epoch = r.Uint32()
 		p.Timestamp = uint64(r.Int64N(int64(now) + 20))
 		p.Key = make([]byte, r.IntN(24))

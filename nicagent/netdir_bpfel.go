@@ -106,6 +106,22 @@ type netdirNdPart struct {
 	Buckets [32]uint8
 }
 
+type netdirNdQos struct {
+	_    structs.HostLayout
+	Done uint32
+	Res  uint32
+}
+
+type netdirNdQosMark struct {
+	_    structs.HostLayout
+	Lock struct {
+		_   structs.HostLayout
+		Val uint32
+	}
+	Done uint32
+	Res  uint32
+}
+
 type netdirNdSketch struct {
 	_    structs.HostLayout
 	Cell [4096]uint32
@@ -145,6 +161,8 @@ const (
 	netdirMapNodeAddrs   = "node_addrs"
 	netdirMapNodes       = "nodes"
 	netdirMapParts       = "parts"
+	netdirMapQosMarks    = "qos_marks"
+	netdirMapQosTotals   = "qos_totals"
 	netdirMapSketch      = "sketch"
 	netdirMapSlotBuckets = "slot_buckets"
 	netdirMapSlotHits    = "slot_hits"
@@ -211,6 +229,8 @@ type netdirMapSpecs struct {
 	NodeAddrs   *ebpf.MapSpec `ebpf:"node_addrs"`
 	Nodes       *ebpf.MapSpec `ebpf:"nodes"`
 	Parts       *ebpf.MapSpec `ebpf:"parts"`
+	QosMarks    *ebpf.MapSpec `ebpf:"qos_marks"`
+	QosTotals   *ebpf.MapSpec `ebpf:"qos_totals"`
 	Sketch      *ebpf.MapSpec `ebpf:"sketch"`
 	SlotBuckets *ebpf.MapSpec `ebpf:"slot_buckets"`
 	SlotHits    *ebpf.MapSpec `ebpf:"slot_hits"`
@@ -251,6 +271,8 @@ type netdirMaps struct {
 	NodeAddrs   *ebpf.Map `ebpf:"node_addrs"`
 	Nodes       *ebpf.Map `ebpf:"nodes"`
 	Parts       *ebpf.Map `ebpf:"parts"`
+	QosMarks    *ebpf.Map `ebpf:"qos_marks"`
+	QosTotals   *ebpf.Map `ebpf:"qos_totals"`
 	Sketch      *ebpf.Map `ebpf:"sketch"`
 	SlotBuckets *ebpf.Map `ebpf:"slot_buckets"`
 	SlotHits    *ebpf.Map `ebpf:"slot_hits"`
@@ -266,6 +288,8 @@ func (m *netdirMaps) Close() error {
 		m.NodeAddrs,
 		m.Nodes,
 		m.Parts,
+		m.QosMarks,
+		m.QosTotals,
 		m.Sketch,
 		m.SlotBuckets,
 		m.SlotHits,

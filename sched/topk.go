@@ -3,6 +3,7 @@ package sched
 import (
 	"cmp"
 	"slices"
+	"unsafe"
 )
 
 // TopK counts the most frequent keys of a stream in bounded memory with the
@@ -14,11 +15,22 @@ import (
 type TopK struct {
 	k      int
 	counts map[string]*topEntry
+	heap   []*topEntry // the counters, a min-heap by (count, key)
 }
 
+// topEntry is a counter. Its key is a string over buf, which an evicted
+// entry reuses for the key that takes it over (after leaving the map), so
+// that counting allocates nothing once the k counters exist.
 type topEntry struct {
 	key   string
+	buf   []byte
 	count uint64
+	at    int // index in TopK.heap
+}
+
+func (e *topEntry) setKey(key []byte) {
+	e.buf = append(e.buf[:0], key...)
+	e.key = unsafe.String(unsafe.SliceData(e.buf), len(e.buf))
 }
 
 // KeyCount is a key and its (over)estimated count.
@@ -32,27 +44,65 @@ func NewTopK(k int) *TopK {
 	return &TopK{k: max(k, 1), counts: make(map[string]*topEntry, k)}
 }
 
-// Add counts one occurrence of key.
+// Add counts one occurrence of key, in O(log k).
 func (t *TopK) Add(key []byte) {
 	if e, ok := t.counts[string(key)]; ok {
 		e.count++
+		t.down(e.at)
 		return
 	}
 	if len(t.counts) < t.k {
-		s := string(key)
-		t.counts[s] = &topEntry{key: s, count: 1}
+		e := &topEntry{count: 1, at: len(t.heap)}
+		e.setKey(key)
+		t.counts[e.key] = e
+		t.heap = append(t.heap, e)
+		t.up(e.at)
 		return
 	}
-	var min *topEntry
-	for _, e := range t.counts {
-		if min == nil || e.count < min.count || (e.count == min.count && e.key < min.key) {
-			min = e
-		}
-	}
+	// The smallest counter, ties to the smallest key, takes key over.
+	min := t.heap[0]
 	delete(t.counts, min.key)
-	min.key = string(key)
+	min.setKey(key)
 	min.count++
 	t.counts[min.key] = min
+	t.down(0)
+}
+
+func (t *TopK) less(i, j int) bool {
+	a, b := t.heap[i], t.heap[j]
+	return a.count < b.count || (a.count == b.count && a.key < b.key)
+}
+
+func (t *TopK) swap(i, j int) {
+	t.heap[i], t.heap[j] = t.heap[j], t.heap[i]
+	t.heap[i].at, t.heap[j].at = i, j
+}
+
+func (t *TopK) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !t.less(i, p) {
+			return
+		}
+		t.swap(i, p)
+		i = p
+	}
+}
+
+func (t *TopK) down(i int) {
+	for {
+		m := i
+		for _, c := range [2]int{2*i + 1, 2*i + 2} {
+			if c < len(t.heap) && t.less(c, m) {
+				m = c
+			}
+		}
+		if m == i {
+			return
+		}
+		t.swap(i, m)
+		i = m
+	}
 }
 
 // Top returns up to n keys, most frequent first, and starts a new round.
@@ -72,5 +122,7 @@ func (t *TopK) Top(n int) []KeyCount {
 		out = append(out, KeyCount{Key: []byte(e.key), Count: e.count})
 	}
 	clear(t.counts)
+	clear(t.heap)
+	t.heap = t.heap[:0]
 	return out
 }

@@ -52,3 +52,60 @@ func TestTopKExactWhileUnderCapacity(t *testing.T) {
 		t.Fatalf("Top = %s", got)
 	}
 }
+
+// TestTopKNoAllocs: once its k counters exist, counting a key, new or not,
+// allocates nothing (an evicted counter's key buffer takes the new key),
+// and the keys reported are still right.
+func TestTopKNoAllocs(t *testing.T) {
+	tk := NewTopK(4)
+	keys := make([][]byte, 64)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "key-%03d", i)
+	}
+	for _, k := range keys[:4] {
+		tk.Add(k)
+	}
+	i := 0
+	if n := testing.AllocsPerRun(1000, func() { tk.Add(keys[i%len(keys)]); i++ }); n != 0 {
+		t.Errorf("%v allocations per Add, want 0", n)
+	}
+	for range 100 {
+		tk.Add(keys[7])
+	}
+	if top := tk.Top(1); len(top) != 1 || string(top[0].Key) != "key-007" {
+		t.Errorf("Top(1) = %v, want key-007", top)
+	}
+}
+
+// TestTopKMatchesScan: the heap picks the same counter to take over as a
+// scan for the smallest (count, key), so the counts match Space-Saving's.
+func TestTopKMatchesScan(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	tk := NewTopK(8)
+	ref := map[string]uint64{}
+	for range 20000 {
+		key := fmt.Sprintf("k%d", int(r.ExpFloat64()*20))
+		tk.Add([]byte(key))
+		if _, ok := ref[key]; ok || len(ref) < 8 {
+			ref[key]++
+			continue
+		}
+		min := ""
+		for k, c := range ref {
+			if min == "" || c < ref[min] || (c == ref[min] && k < min) {
+				min = k
+			}
+		}
+		ref[key] = ref[min] + 1
+		delete(ref, min)
+	}
+	top := tk.Top(8)
+	if len(top) != len(ref) {
+		t.Fatalf("%d counters, want %d", len(top), len(ref))
+	}
+	for _, kc := range top {
+		if ref[string(kc.Key)] != kc.Count {
+			t.Errorf("%s: count %d, want %d", kc.Key, kc.Count, ref[string(kc.Key)])
+		}
+	}
+}

@@ -19,11 +19,15 @@ import (
 // queue behind rate-limited reads, and a saturated tail would slow every
 // chain it ends. Writes are admitted before reads: while a write to a hot
 // key waits, the data plane keeps that key's reads on its chain.
+//
+// With a QoS configuration (qos.go), client requests queue per tenant in
+// dmClock instead, and the same goroutine hands them on in dmClock order.
 type admission struct {
 	shards []*shard
 	bucket *tokenBucket // nil: unlimited
 	writes chan admitted
 	reads  chan admitted
+	qos    qosAdmission
 }
 
 type admitted struct {
@@ -42,21 +46,21 @@ func (a *admission) init(n *Node) {
 		a.writes = make(chan admitted, n.opts.QueueLen)
 		a.reads = make(chan admitted, n.opts.QueueLen)
 	}
+	a.qos.init(n)
 }
 
-// start runs the shard workers and the bucket until stop closes.
+// start runs the shard workers and the admission goroutine (the bucket's
+// and QoS's) until stop closes.
 func (a *admission) start(wg *sync.WaitGroup, stop <-chan struct{}) {
 	for _, s := range a.shards {
 		wg.Add(1)
 		go s.run()
 	}
-	if a.bucket != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			a.run(stop)
-		}()
-	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.run(stop)
+	}()
 }
 
 func (a *admission) shardOf(h wire.KeyHash) *shard {
@@ -68,6 +72,9 @@ func (a *admission) shardOf(h wire.KeyHash) *shard {
 // bucket if there is one; false if the queue is full.
 func (a *admission) submit(h wire.KeyHash, client bool, op wire.Op, it item) bool {
 	s := a.shardOf(h)
+	if client && a.qos.on.Load() {
+		return a.qos.add(it.b, op, admitted{it, s})
+	}
 	if client && a.bucket != nil {
 		q := a.reads
 		if op != wire.OpGet {
@@ -88,35 +95,73 @@ func (a *admission) submit(h wire.KeyHash, client bool, op wire.Op, it item) boo
 	}
 }
 
-// load is the node's queue depth: the shards' queues and the bucket's.
+// load is the node's queue depth: the shards' queues, the bucket's and
+// QoS's.
 func (a *admission) load() uint16 {
-	t := len(a.writes) + len(a.reads)
+	t := len(a.writes) + len(a.reads) + int(a.qos.queued.Load())
 	for _, s := range a.shards {
 		t += len(s.ch)
 	}
 	return uint16(min(t, 65535))
 }
 
-// run admits requests at the bucket's rate, writes first, handing each to
-// its shard.
+// run admits requests at the bucket's rate, if there is one, handing each
+// to its shard.
 func (a *admission) run(stop <-chan struct{}) {
 	for {
-		a.bucket.wait(stop)
-		var next admitted
-		select {
-		case next = <-a.writes:
-		default:
-			select {
-			case next = <-a.writes:
-			case next = <-a.reads:
-			case <-stop:
-				return
-			}
+		if a.bucket != nil {
+			a.bucket.wait(stop)
+		}
+		next, ok := a.take(stop)
+		if !ok {
+			return
 		}
 		select {
 		case next.s.ch <- next.it:
 		case <-stop:
 			return
+		}
+	}
+}
+
+// take waits for the next client request to admit: a bucket-queued write,
+// else a bucket-queued read, else QoS's next in dmClock order. false once
+// stop closes.
+func (a *admission) take(stop <-chan struct{}) (admitted, bool) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		select {
+		case next := <-a.writes:
+			return next, true
+		default:
+		}
+		next, ok, until := a.qos.pull()
+		if ok {
+			return next, true
+		}
+		var due <-chan time.Time
+		if until > 0 {
+			if timer == nil {
+				timer = time.NewTimer(until)
+			} else {
+				timer.Reset(until)
+			}
+			due = timer.C
+		}
+		select {
+		case next := <-a.writes:
+			return next, true
+		case next := <-a.reads:
+			return next, true
+		case <-a.qos.wake:
+		case <-due:
+		case <-stop:
+			return admitted{}, false
 		}
 	}
 }

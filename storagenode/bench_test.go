@@ -224,10 +224,19 @@ func BenchmarkNodeGet(b *testing.B) {
 }
 
 // BenchmarkNodePut: PUTs of 100-byte values, each acknowledged only after
-// every member's synced WAL. R=1 is one node; R=3 a three-node chain.
+// every member's synced WAL. R=1 is one node; R=3 a three-node chain. The
+// load generator keeps 256 writes in flight per chain head, or, with
+// writers=64, 64 in all (split over the heads).
 func BenchmarkNodePut(b *testing.B) {
-	for _, r := range []int{1, 3} {
-		b.Run(fmt.Sprintf("R=%d", r), func(b *testing.B) {
+	for _, bc := range []struct {
+		r, writers int
+	}{{1, 0}, {3, 0}, {3, 64}} {
+		r := bc.r
+		name := fmt.Sprintf("R=%d", r)
+		if bc.writers > 0 {
+			name += fmt.Sprintf("/writers=%d", bc.writers)
+		}
+		b.Run(name, func(b *testing.B) {
 			c := benchCluster(b, r, r)
 			val := make([]byte, 100)
 			keys := make([][]byte, benchKeys)
@@ -256,11 +265,15 @@ func BenchmarkNodePut(b *testing.B) {
 				pk, _ := p.AppendEncode(nil)
 				t.pkts = append(t.pkts, pk)
 			}
+			window := 256
+			if bc.writers > 0 {
+				window = max(1, bc.writers/len(heads))
+			}
 			res := make(chan [2]int64, len(heads))
 			for _, t := range heads {
 				go func() {
 					share := b.N * len(t.pkts) / len(keys)
-					o, e := loadgen(b, t.to, max(share, 1), 256, func(i int, id uint64) []byte {
+					o, e := loadgen(b, t.to, max(share, 1), window, func(i int, id uint64) []byte {
 						p := append([]byte(nil), t.pkts[i%len(t.pkts)]...)
 						wire.Frame(p).SetReqID(id)
 						return p
@@ -321,7 +334,7 @@ func procRSS(pid int) float64 {
 // BenchmarkNodeGetProcess: the same GET load against a `netdir node`
 // process (R=1, default options), so that the node's own CPU is measured
 // apart from the load generator's: ops/node-cpu-s is GETs per CPU-second of
-// the node alone.
+// the node alone. The keys are loaded by 64 concurrent writers first.
 func BenchmarkNodeGetProcess(b *testing.B) {
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "netdir")
@@ -357,15 +370,34 @@ func BenchmarkNodeGetProcess(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer cl.Close()
-	pkts := make([][]byte, benchKeys)
+	// NETDIR_BENCH_KEYS sizes the data set (default 10,000 keys): the
+	// node's RSS at 1M keys of 100 B is issue 16's memory figure.
+	nkeys := benchKeys
+	if k, err := strconv.Atoi(os.Getenv("NETDIR_BENCH_KEYS")); err == nil && k > 0 {
+		nkeys = k
+	}
+	pkts := make([][]byte, nkeys)
 	val := make([]byte, 100)
-	for i := range pkts {
-		k := []byte(fmt.Sprintf("bench-key-%08d", i))
-		if _, err := cl.Put(context.Background(), k, val); err != nil {
+	const loaders = 64
+	loaded := make(chan error, loaders)
+	for w := range loaders {
+		go func() {
+			for i := w; i < nkeys; i += loaders {
+				k := []byte(fmt.Sprintf("bench-key-%08d", i))
+				if _, err := cl.Put(context.Background(), k, val); err != nil {
+					loaded <- err
+					return
+				}
+				p := wire.Packet{Header: wire.Header{Op: wire.OpGet, KeyHash: wire.HashKey(k)}, Key: k}
+				pkts[i], _ = p.AppendEncode(nil)
+			}
+			loaded <- nil
+		}()
+	}
+	for range loaders {
+		if err := <-loaded; err != nil {
 			b.Fatal(err)
 		}
-		p := wire.Packet{Header: wire.Header{Op: wire.OpGet, KeyHash: wire.HashKey(k)}, Key: k}
-		pkts[i], _ = p.AppendEncode(nil)
 	}
 	to := netip.MustParseAddrPort(addr)
 	pid := cmd.Process.Pid

@@ -66,31 +66,22 @@ type verWait struct {
 	next    []getWaiter
 }
 
-// loadPending rebuilds the head's uncommitted writes from tree 0, so that
-// they are retransmitted after a restart.
-func loadPending(t *tree, shardOf func(wire.KeyHash) *shard) error {
-	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindRecord}, UpperBound: []byte{kindRecord + 1}})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for it.First(); it.Valid(); it.Next() {
-		k := it.Key()
-		if len(k) < 5 {
-			continue
-		}
-		rec, err := decodeRecord(append([]byte(nil), it.Value()...))
-		if err != nil || len(rec.Dirty) == 0 {
-			continue
-		}
-		key := append([]byte(nil), k[5:]...)
-		h := wire.HashKey(key)
-		s := shardOf(h)
-		for _, v := range rec.Dirty {
-			s.pending[pendKey{h, v.Ver}] = &pendingWrite{key: key, v: v, sent: time.Time{}}
+// loadPending rebuilds the uncommitted writes held in the trees, so that
+// they are retransmitted after a restart (housekeep keeps those of the
+// partitions this node heads).
+func loadPending(trees []*tree, shardOf func(wire.KeyHash) *shard) error {
+	for _, t := range trees {
+		err := t.eachDirty(func(key []byte, h wire.KeyHash, rec *record) {
+			s := shardOf(h)
+			for _, v := range rec.Dirty {
+				s.pending[pendKey{h, v.Ver}] = &pendingWrite{key: key, v: v}
+			}
+		})
+		if err != nil {
+			return err
 		}
 	}
-	return it.Error()
+	return nil
 }
 
 // dedupTable is the head's bounded memory of write requests by request id.
@@ -204,7 +195,7 @@ func (s *shard) handle(b []byte, from netip.AddrPort) {
 		return
 	}
 	// Node ops: a wrong epoch or a key that does not hash right is dropped.
-	if p.Epoch != 0 && p.Epoch != n.lay.Epoch() {
+	if p.Epoch != 0 && p.Epoch != n.layout().Epoch() {
 		if p.Op == wire.OpPromote || p.Op == wire.OpDemote {
 			s.send(from, n.replyPacket(&p.Header, p.Op, wire.CodeStaleEpoch, 0, nil))
 		}
@@ -244,7 +235,7 @@ func (n *Node) checkClient(p *wire.NodePacket) wire.Code {
 		return wire.CodeKeyTooLarge
 	case len(p.Value) > wire.MaxValue:
 		return wire.CodeValTooLarge
-	case p.Epoch != 0 && p.Epoch != n.lay.Epoch():
+	case p.Epoch != 0 && p.Epoch != n.layout().Epoch():
 		return wire.CodeStaleEpoch
 	case wire.HashKey(p.Key) != p.KeyHash:
 		return wire.CodeHashMismatch
@@ -254,8 +245,8 @@ func (n *Node) checkClient(p *wire.NodePacket) wire.Code {
 
 // where returns the key's partition, chain and this node's position in it.
 func (n *Node) where(h wire.KeyHash) (uint32, []wire.NodeID, int) {
-	part := n.lay.Partition(h)
-	ch := n.lay.Chain(part)
+	part := n.layout().Partition(h)
+	ch := n.layout().Chain(part)
 	return part, ch, slices.Index(ch, n.id)
 }
 
@@ -285,7 +276,7 @@ func (s *shard) get(p *wire.NodePacket, from netip.AddrPort) {
 		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
 		return
 	}
-	rec, err := n.trees[pos].getRecord(part, p.Key)
+	rec, err := n.treeOf(part).getRecord(part, p.Key)
 	if err != nil {
 		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
 		return
@@ -316,7 +307,7 @@ func (s *shard) query(w *verWait, h wire.KeyHash, tail wire.NodeID, latest uint6
 	w.qid = n.chain.queryIDs.Add(1)
 	w.sent = time.Now()
 	n.ctr.verQueries.Add(1)
-	q := wire.Header{Op: wire.OpVerQuery, ReqID: w.qid, KeyHash: h, Stamp: latest, Node: n.id, Epoch: n.lay.Epoch()}
+	q := wire.Header{Op: wire.OpVerQuery, ReqID: w.qid, KeyHash: h, Stamp: latest, Node: n.id, Epoch: n.layout().Epoch()}
 	s.send(n.peers[tail], wire.AppendNodeOp(nil, &q, w.key, nil, nil))
 }
 
@@ -324,15 +315,15 @@ func (s *shard) query(w *verWait, h wire.KeyHash, tail wire.NodeID, latest uint6
 func (s *shard) verQuery(p *wire.NodePacket, from netip.AddrPort) {
 	n := s.n
 	part, ch, pos := n.where(p.KeyHash)
-	if pos != len(ch)-1 {
-		return
+	if pos != len(ch)-1 || !n.ready.Load() {
+		return // a tail still catching up may not know the committed version
 	}
-	rec, err := n.trees[pos].getRecord(part, p.Key)
+	rec, err := n.treeOf(part).getRecord(part, p.Key)
 	if err != nil {
 		return
 	}
 	v := rec.Latest()
-	a := wire.Header{Op: wire.OpVerAnswer, Code: readCode(v), ReqID: p.ReqID, KeyHash: p.KeyHash, Stamp: v.Ver, Node: n.id, Load: n.load(), Epoch: n.lay.Epoch()}
+	a := wire.Header{Op: wire.OpVerAnswer, Code: readCode(v), ReqID: p.ReqID, KeyHash: p.KeyHash, Stamp: v.Ver, Node: n.id, Load: n.load(), Epoch: n.layout().Epoch()}
 	s.send(from, wire.AppendNodeOp(nil, &a, p.Key, v.Val, nil))
 }
 
@@ -348,13 +339,13 @@ func (s *shard) verAnswer(p *wire.NodePacket) {
 	// The tail committed p.Stamp: it is clean here too.
 	part, ch, pos := n.where(p.KeyHash)
 	if pos >= 0 && p.Stamp > 0 {
-		if rec, err := n.trees[pos].getRecord(part, p.Key); err == nil {
+		if rec, err := n.treeOf(part).getRecord(part, p.Key); err == nil {
 			cv := version{Ver: p.Stamp, Del: p.Code == wire.CodeNotFound, Val: slices.Clone(p.Value)}
 			if d := rec.find(p.Stamp); d != nil {
 				cv = *d
 			}
 			if rec.setClean(cv) {
-				n.trees[pos].putRecord(part, p.Key, &rec, false)
+				n.treeOf(part).putRecord(part, p.Key, &rec, nil)
 			}
 			if len(rec.Dirty) == 0 {
 				// Nothing dirty any more: later waiters read the record.
@@ -390,6 +381,7 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 		case pw != nil:
 			// Still in flight: send it down again, replying to the retry.
 			pw.v.Addr, pw.v.TS = from, p.Timestamp
+			pw.v.Reservation = p.Flags&wire.FlagReservation != 0
 			s.forward(pw, ch)
 		default:
 			s.send(from, n.replyPacket(&p.Header, wire.Op(e.Op).Reply(), wire.CodeOK, e.Ver, nil))
@@ -403,7 +395,7 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
 		return
 	}
-	t := n.trees[0]
+	t := n.treeOf(part)
 	rec, err := t.getRecord(part, p.Key)
 	if err != nil {
 		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
@@ -427,7 +419,8 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 		}
 		v = latest + 1
 	}
-	nv := version{Ver: v, Del: p.Op == wire.OpDel, ReqID: p.ReqID, TS: p.Timestamp, Tenant: p.Tenant, Op: uint8(p.Op), Addr: from}
+	nv := version{Ver: v, Del: p.Op == wire.OpDel, ReqID: p.ReqID, TS: p.Timestamp, Tenant: p.Tenant, Op: uint8(p.Op), Addr: from,
+		Reservation: p.Flags&wire.FlagReservation != 0}
 	if !nv.Del {
 		nv.Val = slices.Clone(p.Value)
 	}
@@ -438,12 +431,10 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 	b.Set(recordKey(part, p.Key), rec.encode(), nil)
 	b.Set(dedupKey(p.ReqID), entry.encode(), nil)
 	t.writes.Add(1)
-	if err := b.Commit(pebble.Sync); err != nil {
-		b.Close()
+	if err := s.commit.apply(t.db, b); err != nil {
 		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
 		return
 	}
-	b.Close()
 	if _, evict := n.chain.dedup.add(p.ReqID, entry); len(evict) > 0 {
 		eb := t.db.NewBatch()
 		for _, id := range evict {
@@ -484,7 +475,7 @@ func (s *shard) noop(p *wire.NodePacket, part uint32, ch []wire.NodeID) {
 	if !n.ready.Load() || len(s.pending) >= max(1, n.opts.MaxPending/len(n.admit.shards)) {
 		return // the key's next write completes past the stamp
 	}
-	t := n.trees[0]
+	t := n.treeOf(part)
 	rec, err := t.getRecord(part, p.Key)
 	if err != nil {
 		return
@@ -501,7 +492,7 @@ func (s *shard) noop(p *wire.NodePacket, part uint32, ch []wire.NodeID) {
 	}
 	alone := len(ch) == 1
 	rec.place(nv, alone)
-	if err := t.putRecord(part, p.Key, &rec, true); err != nil {
+	if err := t.putRecord(part, p.Key, &rec, &s.commit); err != nil {
 		return
 	}
 	n.ctr.noops.Add(1)
@@ -531,12 +522,12 @@ func (s *shard) forward(pw *pendingWrite, ch []wire.NodeID) {
 }
 
 func (n *Node) chainPacket(h wire.KeyHash, key []byte, v *version, promoted bool, extras []wire.NodeID) []byte {
-	hd := wire.Header{Op: wire.OpChainWrite, Tenant: v.Tenant, ReqID: v.ReqID, KeyHash: h, Stamp: v.Ver, Node: n.id, Epoch: n.lay.Epoch(), Timestamp: v.TS}
+	hd := wire.Header{Op: wire.OpChainWrite, Tenant: v.Tenant, ReqID: v.ReqID, KeyHash: h, Stamp: v.Ver, Node: n.id, Epoch: n.layout().Epoch(), Timestamp: v.TS}
 	op := wire.Op(v.Op)
 	if op != wire.OpDel {
 		op = wire.OpPut
 	}
-	ext := (&wire.ChainExt{Op: op, Promoted: promoted, Addr: v.Addr, Extras: extras}).Append(nil)
+	ext := (&wire.ChainExt{Op: op, Promoted: promoted, Reservation: v.Reservation, Addr: v.Addr, Extras: extras}).Append(nil)
 	return wire.AppendNodeOp(nil, &hd, key, v.Val, ext)
 }
 
@@ -552,18 +543,19 @@ func (s *shard) chainWrite(p *wire.NodePacket) {
 	if ext.Decode(p.Ext) != nil || len(p.Value) > wire.MaxValue {
 		return
 	}
-	nv := version{Ver: p.Stamp, Del: ext.Op == wire.OpDel, ReqID: p.ReqID, TS: p.Timestamp, Tenant: p.Tenant, Op: uint8(ext.Op), Addr: ext.Addr}
+	nv := version{Ver: p.Stamp, Del: ext.Op == wire.OpDel, ReqID: p.ReqID, TS: p.Timestamp, Tenant: p.Tenant, Op: uint8(ext.Op), Addr: ext.Addr,
+		Reservation: ext.Reservation}
 	if !nv.Del {
 		nv.Val = slices.Clone(p.Value)
 	}
-	t := n.trees[pos]
+	t := n.treeOf(part)
 	rec, err := t.getRecord(part, p.Key)
 	if err != nil {
 		return
 	}
 	if pos < len(ch)-1 {
 		if rec.addDirty(nv) {
-			if err := t.putRecord(part, p.Key, &rec, true); err != nil {
+			if err := t.putRecord(part, p.Key, &rec, &s.commit); err != nil {
 				return // not stored: the head retransmits
 			}
 		}
@@ -572,18 +564,15 @@ func (s *shard) chainWrite(p *wire.NodePacket) {
 	}
 	// Tail.
 	if rec.setClean(nv) {
-		if err := t.putRecord(part, p.Key, &rec, true); err != nil {
+		if err := t.putRecord(part, p.Key, &rec, &s.commit); err != nil {
 			return
 		}
 	}
-	if ext.Addr.IsValid() { // a no-op version (noop) has no requester: no reply
-		req := wire.Header{Op: ext.Op, Tenant: p.Tenant, ReqID: p.ReqID, KeyHash: p.KeyHash, Timestamp: p.Timestamp}
-		s.send(ext.Addr, n.replyPacket(&req, ext.Op.Reply(), wire.CodeOK, nv.Ver, nil))
-	}
+	s.replyCommitted(p.KeyHash, &nv)
 	if ext.Promoted {
 		s.announce(p.KeyHash, p.Key, &rec.Clean, ext.Extras)
 	}
-	ack := wire.Header{Op: wire.OpChainAck, KeyHash: p.KeyHash, Stamp: nv.Ver, Node: n.id, Epoch: n.lay.Epoch()}
+	ack := wire.Header{Op: wire.OpChainAck, KeyHash: p.KeyHash, Stamp: nv.Ver, Node: n.id, Epoch: n.layout().Epoch()}
 	s.send(n.peers[ch[pos-1]], wire.AppendNodeOp(nil, &ack, p.Key, nil, nil))
 }
 
@@ -593,7 +582,7 @@ func (s *shard) announce(h wire.KeyHash, key []byte, v *version, extras []wire.N
 	n := s.n
 	_, ch, _ := n.where(h)
 	if n.dp.IsValid() {
-		vsb := wire.Header{Op: wire.OpVSB, KeyHash: h, Stamp: v.Ver, Node: ch[len(ch)-1], Load: n.load(), Epoch: n.lay.Epoch()}
+		vsb := wire.Header{Op: wire.OpVSB, KeyHash: h, Stamp: v.Ver, Node: ch[len(ch)-1], Load: n.load(), Epoch: n.layout().Epoch()}
 		s.send(n.dp, wire.AppendNodeOp(nil, &vsb, nil, nil, nil))
 	}
 	for _, id := range extras {
@@ -602,7 +591,7 @@ func (s *shard) announce(h wire.KeyHash, key []byte, v *version, extras []wire.N
 }
 
 func (n *Node) copyPacket(h wire.KeyHash, key []byte, v *version) []byte {
-	c := wire.Header{Op: wire.OpCopy, Code: readCode(v), KeyHash: h, Stamp: v.Ver, Node: n.id, Epoch: n.lay.Epoch()}
+	c := wire.Header{Op: wire.OpCopy, Code: readCode(v), KeyHash: h, Stamp: v.Ver, Node: n.id, Epoch: n.layout().Epoch()}
 	if v.Ver == 0 {
 		c.Code = wire.CodeNotFound
 	}
@@ -616,16 +605,16 @@ func (s *shard) chainAck(p *wire.NodePacket) {
 	if pos < 0 || pos >= len(ch)-1 {
 		return
 	}
-	t := n.trees[pos]
+	t := n.treeOf(part)
 	rec, err := t.getRecord(part, p.Key)
 	if err != nil {
 		return
 	}
 	if rec.commit(p.Stamp) {
-		t.putRecord(part, p.Key, &rec, false)
+		t.putRecord(part, p.Key, &rec, nil)
 	}
 	if pos > 0 {
-		ack := wire.Header{Op: wire.OpChainAck, KeyHash: p.KeyHash, Stamp: p.Stamp, Node: n.id, Epoch: n.lay.Epoch()}
+		ack := wire.Header{Op: wire.OpChainAck, KeyHash: p.KeyHash, Stamp: p.Stamp, Node: n.id, Epoch: n.layout().Epoch()}
 		s.send(n.peers[ch[pos-1]], wire.AppendNodeOp(nil, &ack, p.Key, nil, nil))
 		return
 	}

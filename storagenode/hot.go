@@ -245,10 +245,9 @@ func (s *shard) promote(p *wire.NodePacket, from netip.AddrPort) {
 	if noStamp {
 		persisted = append(persisted, promoNoStampMark)
 	}
-	t := n.trees[0]
-	rec, err := t.getRecord(part, p.Key)
+	rec, err := n.treeOf(part).getRecord(part, p.Key)
 	if err == nil {
-		err = t.db.Set(promoKey(p.Key), persisted, pebble.Sync)
+		err = n.trees[0].db.Set(promoKey(p.Key), persisted, pebble.Sync)
 	}
 	if err != nil {
 		s.send(from, n.replyPacket(&p.Header, wire.OpPromote, wire.CodeInternal, 0, nil))
@@ -258,7 +257,7 @@ func (s *shard) promote(p *wire.NodePacket, from netip.AddrPort) {
 	// Extras dropped from the list drop their copy.
 	for _, id := range old {
 		if !slices.Contains(ids, id) {
-			d := wire.Header{Op: wire.OpDemote, KeyHash: p.KeyHash, Node: n.id, Epoch: n.lay.Epoch()}
+			d := wire.Header{Op: wire.OpDemote, KeyHash: p.KeyHash, Node: n.id, Epoch: n.layout().Epoch()}
 			s.send(n.peers[id], wire.AppendNodeOp(nil, &d, p.Key, nil, nil))
 		}
 	}
@@ -296,7 +295,7 @@ func (s *shard) demote(p *wire.NodePacket, from netip.AddrPort) {
 	}
 	ids := n.copies.demote(p.KeyHash)
 	for _, id := range ids {
-		d := wire.Header{Op: wire.OpDemote, KeyHash: p.KeyHash, Node: n.id, Epoch: n.lay.Epoch()}
+		d := wire.Header{Op: wire.OpDemote, KeyHash: p.KeyHash, Node: n.id, Epoch: n.layout().Epoch()}
 		s.send(n.peers[id], wire.AppendNodeOp(nil, &d, p.Key, nil, nil))
 	}
 	s.send(from, n.replyPacket(&p.Header, wire.OpDemote, wire.CodeOK, 0, nil))
@@ -318,7 +317,7 @@ func (s *shard) copyIn(p *wire.NodePacket, from netip.AddrPort) {
 	if !ok {
 		return
 	}
-	ack := wire.Header{Op: wire.OpCopyAck, KeyHash: p.KeyHash, Stamp: held, Node: n.id, Epoch: n.lay.Epoch()}
+	ack := wire.Header{Op: wire.OpCopyAck, KeyHash: p.KeyHash, Stamp: held, Node: n.id, Epoch: n.layout().Epoch()}
 	s.send(from, wire.AppendNodeOp(nil, &ack, p.Key, nil, nil))
 	s.vsb(p.KeyHash, held)
 }
@@ -328,7 +327,7 @@ func (s *shard) vsb(h wire.KeyHash, v uint64) {
 	if !n.dp.IsValid() {
 		return
 	}
-	x := wire.Header{Op: wire.OpVSB, KeyHash: h, Stamp: v, Node: n.id, Load: n.load(), Epoch: n.lay.Epoch()}
+	x := wire.Header{Op: wire.OpVSB, KeyHash: h, Stamp: v, Node: n.id, Load: n.load(), Epoch: n.layout().Epoch()}
 	s.send(n.dp, wire.AppendNodeOp(nil, &x, nil, nil, nil))
 }
 
@@ -348,7 +347,7 @@ func (n *Node) reannounce() {
 		case <-tick.C:
 		}
 		for _, x := range n.copies.sweep(time.Now(), 4096) {
-			vsb := wire.Header{Op: wire.OpVSB, KeyHash: x.h, Stamp: x.v, Node: n.id, Load: n.load(), Epoch: n.lay.Epoch()}
+			vsb := wire.Header{Op: wire.OpVSB, KeyHash: x.h, Stamp: x.v, Node: n.id, Load: n.load(), Epoch: n.layout().Epoch()}
 			n.sendNow(n.dp, wire.AppendNodeOp(nil, &vsb, nil, nil, nil))
 		}
 	}

@@ -18,7 +18,7 @@ func TestRecordCodec(t *testing.T) {
 	r := record{
 		Clean: version{Ver: 3, Val: []byte("clean")},
 		Dirty: []version{
-			{Ver: 5, Val: []byte("five"), ReqID: 77, TS: 9, Tenant: 2, Op: uint8(wire.OpPut), Addr: netip.MustParseAddrPort("127.0.0.1:99")},
+			{Ver: 5, Val: []byte("five"), ReqID: 77, TS: 9, Tenant: 2, Op: uint8(wire.OpPut), Addr: netip.MustParseAddrPort("127.0.0.1:99"), Reservation: true},
 			{Ver: 6, Del: true, ReqID: 78, Op: uint8(wire.OpDel), Addr: netip.MustParseAddrPort("[::1]:7")},
 		},
 	}
@@ -28,7 +28,8 @@ func TestRecordCodec(t *testing.T) {
 	}
 	if got.Clean.Ver != 3 || string(got.Clean.Val) != "clean" || len(got.Dirty) != 2 ||
 		got.Dirty[0].Addr != r.Dirty[0].Addr || got.Dirty[1].Addr != r.Dirty[1].Addr || !got.Dirty[1].Del ||
-		got.Dirty[0].ReqID != 77 || got.Dirty[0].Tenant != 2 || string(got.Dirty[0].Val) != "five" {
+		got.Dirty[0].ReqID != 77 || got.Dirty[0].Tenant != 2 || string(got.Dirty[0].Val) != "five" ||
+		!got.Dirty[0].Reservation || got.Dirty[1].Reservation {
 		t.Fatalf("round trip: %+v", got)
 	}
 	enc := r.encode()

@@ -30,7 +30,9 @@
 // owns its fields and at most one lock:
 //   - admission (admit.go): the shard workers and their queues, and MaxOps's
 //     token bucket with the client requests waiting for it. No lock: queues
-//     are channels, and the bucket is its goroutine's alone.
+//     are channels, and the bucket is its goroutine's alone. With a QoS
+//     configuration (qos.go), client requests wait in per-tenant dmClock
+//     queues instead (their lock) for admission's goroutine.
 //   - chain (chain.go): CRAQ replication. The head's dedup table (its lock)
 //     node-wide; per key, in the key's shard (chainShard, owned by the
 //     shard's worker, no lock), the writes the head forwarded and
@@ -124,6 +126,11 @@ type Options struct {
 	CompactionFloor int64
 	Allocator       Allocator // default ReadShare
 
+	// QoSRankLocal makes the node's QoS ignore the δ and ρ that the data
+	// plane stamps, so each node enforces the policies alone (CephFS's
+	// rank-local QoS): the bench's baseline, not a production setting.
+	QoSRankLocal bool
+
 	DedupEntries    int           // bounded dedup table at the head
 	MaxPending      int           // uncommitted writes at the head before ERR unavailable
 	RetransmitAfter time.Duration // head retransmits an unacknowledged chain write after this
@@ -186,7 +193,7 @@ func (o *Options) fill() error {
 type Node struct {
 	opts  Options
 	id    wire.NodeID
-	lay   *layout.Map
+	lay   atomic.Pointer[layout.Map] // the newest layout heard of (SetLayout)
 	log   *slog.Logger
 	cache *pebble.Cache
 	dev   *device.Device // shared by the trees
@@ -194,6 +201,7 @@ type Node struct {
 	trees []*tree
 
 	conn  *net.UDPConn
+	v4    bool // conn is an IPv4 socket
 	laddr netip.AddrPort
 	peers map[wire.NodeID]netip.AddrPort
 	dp    netip.AddrPort
@@ -222,11 +230,12 @@ func Start(o Options) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		opts: o, id: o.ID, lay: o.Layout, log: o.Logger.With("node", o.ID),
+		opts: o, id: o.ID, log: o.Logger.With("node", o.ID),
 		peers: make(map[wire.NodeID]netip.AddrPort),
 		stop:  make(chan struct{}),
 		ctr:   counters{hot: sched.NewTopK(hotKeyCounters)},
 	}
+	n.lay.Store(o.Layout)
 	n.chain.queryIDs.Store(uint64(time.Now().UnixNano()))
 	n.recov.init(n)
 	for _, id := range o.Layout.Nodes() {
@@ -274,8 +283,9 @@ func Start(o Options) (*Node, error) {
 	_ = n.conn.SetReadBuffer(8 << 20)
 	_ = n.conn.SetWriteBuffer(8 << 20)
 	n.laddr = n.conn.LocalAddr().(*net.UDPAddr).AddrPort()
+	n.v4 = n.conn.LocalAddr().(*net.UDPAddr).IP.To4() != nil
 	n.admit.init(n)
-	if err := loadPending(n.trees[0], n.admit.shardOf); err != nil {
+	if err := loadPending(n.trees, n.admit.shardOf); err != nil {
 		n.conn.Close()
 		return fail(err)
 	}

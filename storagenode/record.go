@@ -19,11 +19,13 @@ const (
 )
 
 func recordKey(part uint32, key []byte) []byte {
-	b := make([]byte, 5+len(key))
-	b[0] = kindRecord
-	binary.BigEndian.PutUint32(b[1:], part)
-	copy(b[5:], key)
-	return b
+	return appendRecordKey(make([]byte, 0, 5+len(key)), part, key)
+}
+
+func appendRecordKey(dst []byte, part uint32, key []byte) []byte {
+	dst = append(dst, kindRecord)
+	dst = binary.BigEndian.AppendUint32(dst, part)
+	return append(dst, key...)
 }
 
 func partitionBounds(part uint32) (lo, hi []byte) {
@@ -47,17 +49,19 @@ func dedupKey(reqid uint64) []byte {
 func promoKey(key []byte) []byte { return append([]byte{kindPromo}, key...) }
 
 // version is one version of a key: a value or a tombstone. Dirty versions
-// also carry where the tail must send the reply, so that a write retransmitted
-// after a restart still reaches its requester.
+// also carry where the tail must send the reply, and how (Reservation: the
+// head's dmClock admitted the write in its reservation phase), so that a
+// write retransmitted after a restart still reaches its requester.
 type version struct {
-	Ver    uint64
-	Del    bool
-	Val    []byte
-	ReqID  uint64
-	TS     uint64
-	Tenant uint16
-	Op     uint8 // wire.OpPut or wire.OpDel
-	Addr   netip.AddrPort
+	Ver         uint64
+	Del         bool
+	Val         []byte
+	ReqID       uint64
+	TS          uint64
+	Tenant      uint16
+	Op          uint8 // wire.OpPut or wire.OpDel
+	Addr        netip.AddrPort
+	Reservation bool
 }
 
 // record is what a tree stores for a key: the committed (clean) version and
@@ -143,8 +147,9 @@ func (r *record) setClean(v version) bool {
 var errCorrupt = errors.New("storagenode: corrupt record")
 
 const (
-	vflagDel  = 1 << 0
-	vflagAddr = 1 << 1
+	vflagDel         = 1 << 0
+	vflagAddr        = 1 << 1
+	vflagReservation = 1 << 2
 )
 
 func appendVersion(b []byte, v *version, full bool) []byte {
@@ -156,6 +161,9 @@ func appendVersion(b []byte, v *version, full bool) []byte {
 	if full && v.Addr.IsValid() {
 		f |= vflagAddr
 		addr, _ = v.Addr.MarshalBinary()
+	}
+	if full && v.Reservation {
+		f |= vflagReservation
 	}
 	b = binary.BigEndian.AppendUint64(b, v.Ver)
 	b = append(b, f)
@@ -222,6 +230,7 @@ func readVersion(r *reader, full bool) version {
 		v.TS = r.u64()
 		v.Tenant = r.u16()
 		v.Op = r.u8()
+		v.Reservation = f&vflagReservation != 0
 		if f&vflagAddr != 0 {
 			n := int(r.u8())
 			if b := r.n(n); b != nil {

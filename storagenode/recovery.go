@@ -60,16 +60,22 @@ func (rc *recovery) run() {
 		n.wg.Add(1)
 		go n.reannounce()
 	}()
+	rc.catchUp(func(uint32) bool { return true })
+}
+
+// catchUp pulls the partitions that want names, of those this node is in.
+func (rc *recovery) catchUp(want func(part uint32) bool) {
+	n := rc.n
 	type job struct {
 		part  uint32
 		pos   int
 		cands []wire.NodeID
 	}
 	var jobs []job
-	for p := 0; p < n.lay.Partitions(); p++ {
-		ch := n.lay.Chain(uint32(p))
-		pos := n.lay.Position(uint32(p), n.id)
-		if pos < 0 || len(ch) < 2 {
+	for p := 0; p < n.layout().Partitions(); p++ {
+		ch := n.layout().Chain(uint32(p))
+		pos := n.layout().Position(uint32(p), n.id)
+		if pos < 0 || len(ch) < 2 || !want(uint32(p)) {
 			continue
 		}
 		var cands []wire.NodeID
@@ -136,7 +142,7 @@ func (rc *recovery) syncPartition(part uint32, pos int, peer wire.NodeID) bool {
 		rc.mu.Lock()
 		rc.wait[id] = ch
 		rc.mu.Unlock()
-		req := wire.Header{Op: wire.OpSync, ReqID: id, Stamp: uint64(part), Node: n.id, Epoch: n.lay.Epoch()}
+		req := wire.Header{Op: wire.OpSync, ReqID: id, Stamp: uint64(part), Node: n.id, Epoch: n.layout().Epoch()}
 		pkt := wire.AppendNodeOp(nil, &req, cursor, nil, nil)
 		var got *wire.NodePacket
 		for try := 0; try < syncTries && got == nil; try++ {
@@ -165,7 +171,7 @@ func (rc *recovery) syncPartition(part uint32, pos int, peer wire.NodeID) bool {
 		var wg sync.WaitGroup
 		for _, r := range recs {
 			h := wire.HashKey(r.Key)
-			if n.lay.Partition(h) != part || len(r.Key) > wire.MaxKey {
+			if n.layout().Partition(h) != part || len(r.Key) > wire.MaxKey {
 				continue
 			}
 			wg.Add(1)
@@ -173,14 +179,14 @@ func (rc *recovery) syncPartition(part uint32, pos int, peer wire.NodeID) bool {
 			s := n.admit.shardOf(h)
 			fn := func() {
 				defer wg.Done()
-				t := n.trees[pos]
+				t := n.treeOf(part)
 				rec, err := t.getRecord(part, r.Key)
 				if err != nil {
 					return
 				}
 				if rec.setClean(r.V) {
 					n.ctr.syncKeys.Add(1)
-					t.putRecord(part, r.Key, &rec, false)
+					t.putRecord(part, r.Key, &rec, nil)
 				}
 			}
 			select {
@@ -218,11 +224,11 @@ func (rc *recovery) deliver(b []byte) {
 func (rc *recovery) serve(b []byte, from netip.AddrPort) {
 	n := rc.n
 	var p wire.NodePacket
-	if p.Decode(b) != nil || p.Stamp >= uint64(n.lay.Partitions()) {
+	if p.Decode(b) != nil || p.Stamp >= uint64(n.layout().Partitions()) {
 		return
 	}
 	part := uint32(p.Stamp)
-	pos := n.lay.Position(part, n.id)
+	pos := n.layout().Position(part, n.id)
 	if pos < 0 {
 		return
 	}
@@ -244,7 +250,7 @@ func (rc *recovery) serve(b []byte, from netip.AddrPort) {
 		if len(cursor) > 0 {
 			lo = append(recordKey(part, cursor), 0)
 		}
-		it, err := n.trees[pos].db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		it, err := n.treeOf(part).db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 		if err != nil {
 			return
 		}
@@ -269,7 +275,7 @@ func (rc *recovery) serve(b []byte, from netip.AddrPort) {
 			ext[0] = 1
 		}
 		ext = append(ext, body...)
-		r := wire.Header{Op: wire.OpSyncData, ReqID: hdr.ReqID, Stamp: hdr.Stamp, Node: n.id, Epoch: n.lay.Epoch()}
+		r := wire.Header{Op: wire.OpSyncData, ReqID: hdr.ReqID, Stamp: hdr.Stamp, Node: n.id, Epoch: n.layout().Epoch()}
 		n.sendNow(from, wire.AppendNodeOp(nil, &r, nil, nil, ext))
 	}()
 }

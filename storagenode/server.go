@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/net/ipv4"
 
+	"github.com/netdir/netdir/internal/udpbatch"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -28,15 +29,17 @@ type item struct {
 	pool *[]byte
 	from netip.AddrPort
 	fn   func()
+	qos  bool // admitted by QoS: tell it when handled
 }
 
 // shard is one worker and its queue; every packet about a key is handled
 // by the key's shard.
 type shard struct {
-	n   *Node
-	idx int
-	ch  chan item
-	out []ipv4.Message
+	n      *Node
+	idx    int
+	ch     chan item
+	out    []ipv4.Message
+	commit groupCommit // the synced writes that out waits for
 	chainShard
 }
 
@@ -68,6 +71,7 @@ func (s *shard) run() {
 			s.flush()
 			s.npend.Store(int64(len(s.pending)))
 		case <-s.n.stop:
+			s.commit.wait()
 			return
 		}
 	}
@@ -78,7 +82,11 @@ func (s *shard) do(it item) {
 		it.fn()
 		return
 	}
+	tenant := wire.Frame(it.b).Tenant()
 	s.handle(it.b, it.from)
+	if it.qos {
+		s.n.admit.qos.done(tenant)
+	}
 	if it.pool != nil {
 		smallPool.Put(it.pool)
 	}
@@ -96,8 +104,16 @@ func (s *shard) send(to netip.AddrPort, b []byte) {
 }
 
 // flush hands the shard's replies to the node's sender, which writes the
-// replies of all shards with few sendmmsg calls.
+// replies of all shards with few sendmmsg calls, once the writes they follow
+// are synced. If a sync failed nothing leaves: no write is acknowledged or
+// forwarded, and its senders retransmit.
 func (s *shard) flush() {
+	if err := s.commit.wait(); err != nil {
+		s.n.log.Error("WAL sync", "err", err)
+		clear(s.out)
+		s.out = s.out[:0]
+		return
+	}
 	if len(s.out) == 0 {
 		return
 	}
@@ -155,15 +171,19 @@ func (n *Node) sendNow(to netip.AddrPort, b []byte) {
 	n.ctr.txPackets.Add(1)
 }
 
+// readLoop receives datagrams in batches (recvmmsg). It serves the common
+// read itself, where it arrives (fastGet), and dispatches everything else to
+// its key's shard; the replies it makes leave in one sendmmsg per batch.
 func (n *Node) readLoop() {
 	defer n.wg.Done()
-	pc := ipv4.NewPacketConn(n.conn)
-	msgs := make([]ipv4.Message, readBatch)
-	for i := range msgs {
-		msgs[i].Buffers = [][]byte{make([]byte, rxBufLen)}
+	rx, err := udpbatch.NewReader(n.conn, udpbatch.Buffers(readBatch, rxBufLen))
+	if err != nil {
+		n.log.Error("receive", "err", err)
+		return
 	}
+	g := newFastGet(n)
 	for {
-		k, err := pc.ReadBatch(msgs, 0)
+		k, err := rx.Read()
 		if err != nil {
 			if n.closing.Load() {
 				return
@@ -172,15 +192,14 @@ func (n *Node) readLoop() {
 			continue
 		}
 		n.ctr.rxPackets.Add(uint64(k))
-		for i := 0; i < k; i++ {
-			ua, ok := msgs[i].Addr.(*net.UDPAddr)
-			if !ok {
-				continue
+		for i := range k {
+			b, from := rx.Msg(i)
+			clearClientReservation(b)
+			if !g.serve(b, from) {
+				n.dispatch(b, from.AddrPort(n.v4))
 			}
-			from := ua.AddrPort()
-			from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
-			n.dispatch(msgs[i].Buffers[0][:msgs[i].N], from)
 		}
+		g.flush()
 	}
 }
 
@@ -247,12 +266,17 @@ func (n *Node) errPacket(b []byte, code wire.Code, stamp uint64) []byte {
 // replyPacket builds a reply to request header h: the request id, KeyHash,
 // tenant and timestamp echoed; this node's id and load.
 func (n *Node) replyPacket(h *wire.Header, op wire.Op, code wire.Code, stamp uint64, val []byte) []byte {
+	return n.appendReply(make([]byte, 0, wire.PrefixLen+len(val)), h, op, code, stamp, val)
+}
+
+// appendReply appends replyPacket's reply to dst.
+func (n *Node) appendReply(dst []byte, h *wire.Header, op wire.Op, code wire.Code, stamp uint64, val []byte) []byte {
 	r := wire.Header{
 		Op: op, Flags: h.Flags &^ wire.FlagStamped, Code: code, Tenant: h.Tenant, ReqID: h.ReqID,
-		KeyHash: h.KeyHash, Stamp: stamp, Node: n.id, Load: n.load(), Epoch: n.lay.Epoch(),
+		KeyHash: h.KeyHash, Stamp: stamp, Node: n.id, Load: n.load(), Epoch: n.layout().Epoch(),
 		Timestamp: h.Timestamp,
 	}
-	return wire.AppendNodeOp(make([]byte, 0, wire.PrefixLen+len(val)), &r, nil, val, nil)
+	return wire.AppendNodeOp(dst, &r, nil, val, nil)
 }
 
 func (n *Node) serveStats(b []byte, from netip.AddrPort) {

@@ -67,6 +67,10 @@ type Stats struct {
 	// and mean wait.
 	DeviceProfile string               `json:"device_profile"`
 	Device        []gossip.DeviceClass `json:"device"`
+	// QoS is per tenant the dmClock scheduling, for every tenant seen or
+	// given a policy (qos.go); QoSOn says whether requests go through it.
+	QoSOn bool        `json:"qos_on"`
+	QoS   []TenantQoS `json:"qos,omitempty"`
 }
 
 // counters is the stats role: the node's request and packet counters, and
@@ -119,6 +123,7 @@ func (n *Node) Stats() Stats {
 		Device: deviceClasses(n.dev.Stats(), device.Stats{}),
 	}
 	s.Promoted, s.Copies = n.copies.counts()
+	s.QoSOn, s.QoS = n.admit.qos.on.Load(), n.QoSStats()
 	rates := map[*tree]int64{}
 	pooled := map[*tree]bool{}
 	n.sched.mu.Lock()
@@ -201,11 +206,18 @@ var (
 	descDevBusy  = prometheus.NewDesc("netdir_node_device_busy_seconds_total", "Device time (service plus transfer) by class.", []string{"node", "class"}, nil)
 	descDevWait  = prometheus.NewDesc("netdir_node_device_wait_seconds_total", "Time I/Os queued for the device by class.", []string{"node", "class"}, nil)
 	descTreeBusy = prometheus.NewDesc("netdir_node_tree_device_busy_seconds_total", "Device time per tree by class.", []string{"node", "tree", "class"}, nil)
+
+	descQoSQueued    = prometheus.NewDesc("netdir_node_qos_queued", "Requests waiting in the tenant's dmClock queue.", []string{"node", "tenant"}, nil)
+	descQoSInflight  = prometheus.NewDesc("netdir_node_qos_inflight", "The tenant's requests admitted and not yet handled.", []string{"node", "tenant"}, nil)
+	descQoSServed    = prometheus.NewDesc("netdir_node_qos_served_total", "The tenant's requests served, by dmClock phase.", []string{"node", "tenant", "phase"}, nil)
+	descQoSThrottled = prometheus.NewDesc("netdir_node_qos_throttled_total", "The tenant's requests that waited for its limit.", []string{"node", "tenant"}, nil)
+	descQoSDelay     = prometheus.NewDesc("netdir_node_qos_delay_seconds_total", "Queueing delay of the tenant's served requests.", []string{"node", "tenant"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descRetransmits,
-		descDevSlots, descDevIOs, descDevBytes, descDevBusy, descDevWait, descTreeBusy} {
+		descDevSlots, descDevIOs, descDevBytes, descDevBusy, descDevWait, descTreeBusy,
+		descQoSQueued, descQoSInflight, descQoSServed, descQoSThrottled, descQoSDelay} {
 		ch <- d
 	}
 }
@@ -239,4 +251,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descOps, prometheus.CounterValue, float64(s.Dels), id, "del")
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(s.Pending), id)
 	ch <- prometheus.MustNewConstMetric(descRetransmits, prometheus.CounterValue, float64(s.Retransmits), id)
+	for _, q := range s.QoS {
+		tn := fmt.Sprint(q.Tenant)
+		ch <- prometheus.MustNewConstMetric(descQoSQueued, prometheus.GaugeValue, float64(q.Queued), id, tn)
+		ch <- prometheus.MustNewConstMetric(descQoSInflight, prometheus.GaugeValue, float64(q.Inflight), id, tn)
+		ch <- prometheus.MustNewConstMetric(descQoSServed, prometheus.CounterValue, float64(q.ServedReservation), id, tn, "reservation")
+		ch <- prometheus.MustNewConstMetric(descQoSServed, prometheus.CounterValue, float64(q.ServedWeight), id, tn, "weight")
+		ch <- prometheus.MustNewConstMetric(descQoSThrottled, prometheus.CounterValue, float64(q.Throttled), id, tn)
+		ch <- prometheus.MustNewConstMetric(descQoSDelay, prometheus.CounterValue, q.Delay.Seconds(), id, tn)
+	}
 }

@@ -3,6 +3,7 @@ package storagenode
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -87,46 +88,66 @@ func openTree(dir string, pos int, cache *pebble.Cache, o *Options, sched *Sched
 
 var errNotFound = errors.New("not found")
 
-// getRaw reads one key, copying the value out of Pebble.
-func (t *tree) getRaw(k []byte) ([]byte, error) {
-	v, closer, err := t.db.Get(k)
-	if err != nil {
-		if errors.Is(err, pebble.ErrNotFound) {
-			return nil, errNotFound
-		}
-		return nil, err
-	}
-	b := append([]byte(nil), v...)
-	closer.Close()
-	return b, nil
-}
-
-// getRecord reads a key's record; a missing key is an empty record. It is
-// the read path whose latency the node exports (HATS's T): it includes the
-// device time of the block reads that miss the cache.
+// getRecord reads a key's record, its values its own; a missing key is an
+// empty record.
 func (t *tree) getRecord(part uint32, key []byte) (record, error) {
-	start := t.clock.Now()
-	b, err := t.getRaw(recordKey(part, key))
-	d := t.clock.Now().Sub(start)
-	t.reads.Add(1)
-	t.readNanos.Add(uint64(d))
-	t.lat.add(d)
+	raw, closer, err := t.timedGet(recordKey(part, key))
 	if err == errNotFound {
 		return record{}, nil
 	}
 	if err != nil {
 		return record{}, err
 	}
+	b := append([]byte(nil), raw...)
+	closer.Close()
 	return decodeRecord(b)
 }
 
-func (t *tree) putRecord(part uint32, key []byte, r *record, sync bool) error {
-	t.writes.Add(1)
-	opt := pebble.NoSync
-	if sync {
-		opt = pebble.Sync
+// viewRecord reads a key's record without copying, into kb (a buffer for the
+// record's Pebble key): its values are Pebble's (its block cache's or
+// memtable's) until closer is closed; closer is nil for a missing key, an
+// empty record. A clean record allocates nothing.
+func (t *tree) viewRecord(part uint32, key []byte, kb []byte) (rec record, closer io.Closer, err error) {
+	raw, closer, err := t.timedGet(appendRecordKey(kb, part, key))
+	if err == errNotFound {
+		return record{}, nil, nil
 	}
-	return t.db.Set(recordKey(part, key), r.encode(), opt)
+	if err != nil {
+		return record{}, nil, err
+	}
+	if rec, err = decodeRecord(raw); err != nil {
+		closer.Close()
+		return record{}, nil, err
+	}
+	return rec, closer, nil
+}
+
+// timedGet reads one Pebble key, its value Pebble's until closer is closed.
+// It is the read path whose latency the node exports (HATS's T): it
+// includes the device time of the block reads that miss the cache.
+func (t *tree) timedGet(k []byte) ([]byte, io.Closer, error) {
+	start := t.clock.Now()
+	v, closer, err := t.db.Get(k)
+	d := t.clock.Now().Sub(start)
+	t.reads.Add(1)
+	t.readNanos.Add(uint64(d))
+	t.lat.add(d)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil, errNotFound
+	}
+	return v, closer, err
+}
+
+// putRecord stores a key's record: synced, in the group commit g, or not
+// synced when g is nil.
+func (t *tree) putRecord(part uint32, key []byte, r *record, g *groupCommit) error {
+	t.writes.Add(1)
+	if g == nil {
+		return t.db.Set(recordKey(part, key), r.encode(), pebble.NoSync)
+	}
+	b := t.db.NewBatch()
+	b.Set(recordKey(part, key), r.encode(), nil)
+	return g.apply(t.db, b)
 }
 
 // latencyRing keeps the last n read latencies for percentiles.

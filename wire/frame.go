@@ -63,6 +63,13 @@ func (f Frame) Epoch() uint32 { return binary.BigEndian.Uint32(f[offEpoch:]) }
 // Timestamp is the data plane's clock (ns) stamped on the request.
 func (f Frame) Timestamp() uint64 { return binary.BigEndian.Uint64(f[offTimestamp:]) }
 
+// Delta is dmClock's δ: the tenant's completions at other nodes since its
+// last request to the target node, stamped by the data plane on requests.
+func (f Frame) Delta() uint32 { return binary.BigEndian.Uint32(f[offDelta:]) }
+
+// Rho is dmClock's ρ: the part of Delta served in the reservation phase.
+func (f Frame) Rho() uint32 { return binary.BigEndian.Uint32(f[offRho:]) }
+
 // SetMagic rewrites the magic field (tests forge a wrong one).
 func (f Frame) SetMagic(m uint16) { binary.BigEndian.PutUint16(f[offMagic:], m) }
 
@@ -101,6 +108,12 @@ func (f Frame) SetEpoch(e uint32) { binary.BigEndian.PutUint32(f[offEpoch:], e) 
 
 // SetTimestamp rewrites the timestamp.
 func (f Frame) SetTimestamp(t uint64) { binary.BigEndian.PutUint64(f[offTimestamp:], t) }
+
+// SetDelta rewrites dmClock's δ.
+func (f Frame) SetDelta(d uint32) { binary.BigEndian.PutUint32(f[offDelta:], d) }
+
+// SetRho rewrites dmClock's ρ.
+func (f Frame) SetRho(r uint32) { binary.BigEndian.PutUint32(f[offRho:], r) }
 
 // lengths are the key and value lengths of a frame at least PrefixLen long.
 func (f Frame) lengths() (key, val int) {

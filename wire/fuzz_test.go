@@ -6,7 +6,8 @@ import (
 )
 
 func fuzzSeeds(f *testing.F) {
-	for _, p := range []Packet{full(), {}, {Header: Header{Op: OpVSB, Stamp: 7, Node: 4}}, {Header: Header{Op: OpGet}, Key: []byte("k")}} {
+	for _, p := range []Packet{full(), {}, {Header: Header{Op: OpVSB, Stamp: 7, Node: 4}},
+		{Header: Header{Op: OpGetReply, Flags: FlagReservation, Tenant: 3, Delta: 5, Rho: 2}}, {Header: Header{Op: OpGet}, Key: []byte("k")}} {
 		b, err := p.AppendEncode(nil)
 		if err != nil {
 			f.Fatal(err)
@@ -16,7 +17,7 @@ func fuzzSeeds(f *testing.F) {
 		f.Add(append(b, 0))
 	}
 	f.Add([]byte{})
-	f.Add([]byte{0x4e, 0x44, 0x01})
+	f.Add([]byte{0x4e, 0x44, Version})
 }
 
 // FuzzDecode: Decode never panics, fails only with its own errors, and what
@@ -52,7 +53,7 @@ func FuzzDecode(f *testing.F) {
 }
 
 // FuzzDecodeHeader: DecodeHeader never panics, fails only with its own
-// errors, and what it accepts re-encodes to the same 56 bytes.
+// errors, and what it accepts re-encodes to the same HeaderLen bytes.
 func FuzzDecodeHeader(f *testing.F) {
 	fuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -75,7 +76,8 @@ func FuzzDecodeHeader(f *testing.F) {
 		if !bytes.Equal(out[:], b[:HeaderLen]) {
 			t.Fatalf("re-encoding differs:\n in %x\nout %x", b[:HeaderLen], out)
 		}
-		if f := Frame(b); f.Check() != nil || f.Op() != h.Op || f.KeyHash() != h.KeyHash || f.ReqID() != h.ReqID {
+		if f := Frame(b); f.Check() != nil || f.Op() != h.Op || f.KeyHash() != h.KeyHash || f.ReqID() != h.ReqID ||
+			f.Delta() != h.Delta || f.Rho() != h.Rho {
 			t.Fatalf("Frame %v %v %x %x, DecodeHeader %+v", f.Check(), f.Op(), f.KeyHash(), f.ReqID(), h)
 		}
 	})

@@ -17,6 +17,8 @@ import (
 //	op           key        value             ext                              header use
 //	chain-write  key        value             ChainExt: op(1) flags(1)         ReqID, Timestamp, Tenant of the
 //	                                          alen(1) addr n(1) extras(2·n)    original request; Stamp = version
+//	                                          flags: 0 promoted,
+//	                                          1 reservation
 //	chain-ack    key        -                 -                                Stamp = committed version
 //	ver-query    key        -                 -                                ReqID = query id; Stamp = latest held
 //	ver-answer   key        committed value   -                                ReqID = query id; Stamp = committed
@@ -106,23 +108,33 @@ func ParseNodeIDs(b []byte) ([]NodeID, error) {
 }
 
 // ChainExt is the chain-write extension: the client op, whether the key is
-// promoted, the client's address (the tail replies to it) and the extras.
+// promoted, whether the head admitted the write in dmClock's reservation
+// phase, the client's address (the tail replies to it) and the extras.
 type ChainExt struct {
-	Op       Op // OpPut or OpDel
-	Promoted bool
-	Addr     netip.AddrPort
-	Extras   []NodeID
+	Op          Op // OpPut or OpDel
+	Promoted    bool
+	Reservation bool
+	Addr        netip.AddrPort
+	Extras      []NodeID
 }
 
 // Chain-write flags: bit 0 — the key is promoted; the tail announces the
-// commit by VSB and pushes the version to the extras listed.
-const chainFlagPromoted = 1
+// commit by VSB and pushes the version to the extras listed. Bit 1 — the
+// head's dmClock served the write in its reservation phase; the tail sets
+// FlagReservation on the reply, which it sends in the head's stead.
+const (
+	chainFlagPromoted    = 1 << 0
+	chainFlagReservation = 1 << 1
+)
 
 // Append appends the extension to b.
 func (c *ChainExt) Append(b []byte) []byte {
 	var f byte
 	if c.Promoted {
 		f |= chainFlagPromoted
+	}
+	if c.Reservation {
+		f |= chainFlagReservation
 	}
 	b = append(b, byte(c.Op), f)
 	if c.Addr.IsValid() {
@@ -144,6 +156,7 @@ func (c *ChainExt) Decode(b []byte) error {
 	}
 	c.Op = Op(b[0])
 	c.Promoted = b[1]&chainFlagPromoted != 0
+	c.Reservation = b[1]&chainFlagReservation != 0
 	alen := int(b[2])
 	b = b[3:]
 	if len(b) < alen+1 {

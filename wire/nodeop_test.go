@@ -73,12 +73,16 @@ func TestNodeOpLayout(t *testing.T) {
 	if got := hex.EncodeToString((&ChainExt{Op: OpPut}).Append(nil)); got != "02"+"00"+"00"+"00" {
 		t.Errorf("chain ext without address or extras: %s", got)
 	}
+	if got := hex.EncodeToString((&ChainExt{Op: OpPut, Promoted: true, Reservation: true}).Append(nil)); got != "02"+"03"+"00"+"00" {
+		t.Errorf("chain ext of a promoted key's write in the reservation phase: %s", got)
+	}
 }
 
 func TestChainExt(t *testing.T) {
 	for _, c := range []ChainExt{
 		{Op: OpDel, Promoted: true, Addr: netip.MustParseAddrPort("10.0.0.1:5"), Extras: []NodeID{4, 9}},
 		{Op: OpPut, Addr: netip.MustParseAddrPort("[::1]:7")},
+		{Op: OpPut, Reservation: true, Addr: netip.MustParseAddrPort("10.0.0.1:5")},
 		{Op: OpPut},
 	} {
 		b := c.Append(nil)

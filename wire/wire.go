@@ -3,14 +3,14 @@
 // and that clients and storage nodes speak.
 //
 // A netdir packet is the UDP payload sent to the service port (ServicePort).
-// It starts with a fixed 56-byte header in network byte order, so that a P4
+// It starts with a fixed 64-byte header in network byte order, so that a P4
 // parser or an XDP program can extract it with no loops. After the header come
 // the key and value lengths, then the key and the value; no data plane parses
 // those.
 //
 //	offset size field      meaning
 //	     0    2 magic      0x4E44 ("ND")
-//	     2    1 version    1
+//	     2    1 version    2
 //	     3    1 op         Op: GET, PUT, DEL, their replies, VSB, ERR, node ops
 //	     4    1 flags      Flag bits
 //	     5    1 code       Code: the outcome of a reply, or why it failed
@@ -22,9 +22,15 @@
 //	    42    2 load       the sender's load (queue depth) on replies
 //	    44    4 epoch      chain-configuration epoch the sender believes in
 //	    48    8 timestamp  data-plane clock in ns, stamped on requests, echoed on replies
-//	    56    2 keylen     not parsed by data planes
-//	    58    2 vallen     not parsed by data planes
-//	    60    - key, then value
+//	    56    4 delta      dmClock δ: the tenant's completions at other nodes since
+//	                       its last request to this one, stamped on requests
+//	    60    4 rho        dmClock ρ: the part of δ served in the reservation phase
+//	    64    2 keylen     not parsed by data planes
+//	    66    2 vallen     not parsed by data planes
+//	    68    - key, then value
+//
+// Version 2 added delta and rho (issue 17: global dmClock through the data
+// plane); a version-1 packet is refused with ErrVersion.
 //
 // Split entropy: bucket tables have B entries, B a power of two up to 256. A
 // data plane picks its first bucket as reqid & (B-1) and its second (the
@@ -44,9 +50,9 @@ import (
 // Header layout constants; see the package doc.
 const (
 	Magic      = 0x4E44
-	Version    = 1
-	HeaderLen  = 56 // the part data planes parse
-	PrefixLen  = 60 // header plus key and value lengths
+	Version    = 2
+	HeaderLen  = 64 // the part data planes parse
+	PrefixLen  = 68 // header plus key and value lengths
 	MaxKey     = 1024
 	MaxValue   = 32 * 1024
 	MaxPacket  = PrefixLen + MaxKey + MaxValue
@@ -72,8 +78,10 @@ const (
 	offLoad      = 42
 	offEpoch     = 44
 	offTimestamp = 48
-	offKeyLen    = 56
-	offValLen    = 58
+	offDelta     = 56
+	offRho       = 60
+	offKeyLen    = 64
+	offValLen    = 66
 )
 
 // NodeID names a storage node.
@@ -203,6 +211,9 @@ const (
 	FlagStamped uint8 = 1 << 1
 	// FlagHit: the data plane routed the request from its directory.
 	FlagHit uint8 = 1 << 2
+	// FlagReservation, on a reply: the node served the request in dmClock's
+	// reservation phase, so the data plane counts it into ρ as well as δ.
+	FlagReservation uint8 = 1 << 3
 	// FlagPromoteNoStamp, on a promote node op: no data plane stamps this
 	// key's writes (host agents only), so the head keeps accepting
 	// unstamped writes to it.
@@ -294,6 +305,8 @@ type Header struct {
 	Load      uint16
 	Epoch     uint32
 	Timestamp uint64
+	Delta     uint32 // dmClock δ, stamped by the data plane on requests
+	Rho       uint32 // dmClock ρ, stamped by the data plane on requests
 }
 
 // Packet is a header with its key and value. Decode points Key and Value into
@@ -322,6 +335,8 @@ func (h *Header) DecodeHeader(b []byte) error {
 	h.Load = f.Load()
 	h.Epoch = f.Epoch()
 	h.Timestamp = f.Timestamp()
+	h.Delta = f.Delta()
+	h.Rho = f.Rho()
 	return nil
 }
 
@@ -344,6 +359,8 @@ func (h *Header) EncodeHeader(b []byte) error {
 	f.SetLoad(h.Load)
 	f.SetEpoch(h.Epoch)
 	f.SetTimestamp(h.Timestamp)
+	f.SetDelta(h.Delta)
+	f.SetRho(h.Rho)
 	return nil
 }
 

@@ -25,6 +25,8 @@ func full() Packet {
 			Load:      0x3132,
 			Epoch:     0x41424344,
 			Timestamp: 0x5152535455565758,
+			Delta:     0x61626364,
+			Rho:       0x71727374,
 		},
 		Key:   []byte("apple"),
 		Value: []byte("red"),
@@ -52,7 +54,8 @@ func TestRoundTrip(t *testing.T) {
 		{"node-op", Packet{Header: Header{Op: OpChainWrite, Stamp: ^uint64(0), Node: ^uint16(0)}}},
 		{"all-ones", Packet{Header: Header{Op: 0xff, Flags: 0xff, Code: 0xff, Tenant: 0xffff, ReqID: ^uint64(0),
 			KeyHash: KeyHash{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
-			Stamp:   ^uint64(0), Node: 0xffff, Load: 0xffff, Epoch: ^uint32(0), Timestamp: ^uint64(0)}}},
+			Stamp:   ^uint64(0), Node: 0xffff, Load: 0xffff, Epoch: ^uint32(0), Timestamp: ^uint64(0),
+			Delta: ^uint32(0), Rho: ^uint32(0)}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,12 +101,13 @@ func TestLayout(t *testing.T) {
 	if _, err := p.Encode(buf); err != nil {
 		t.Fatal(err)
 	}
-	want := "4e44" + "01" + "02" + "07" + "08" + "beef" +
+	want := "4e44" + "02" + "02" + "07" + "08" + "beef" +
 		"0102030405060708" +
 		"97e3d1acd025c1c72bd241f01764a644" +
 		"1112131415161718" +
 		"2122" + "3132" + "41424344" +
 		"5152535455565758" +
+		"61626364" + "71727374" +
 		"0005" + "0003" + hex.EncodeToString([]byte("applered"))
 	if got := hex.EncodeToString(buf); got != want {
 		t.Fatalf("encoding:\n got %s\nwant %s", got, want)
@@ -113,19 +117,22 @@ func TestLayout(t *testing.T) {
 		t.Errorf("Check = %v, magic %#x, version %d", f.Check(), f.Magic(), f.Version())
 	}
 	got := Header{Op: f.Op(), Flags: f.Flags(), Code: f.Code(), Tenant: f.Tenant(), ReqID: f.ReqID(), KeyHash: f.KeyHash(),
-		Stamp: f.Stamp(), Node: f.Node(), Load: f.Load(), Epoch: f.Epoch(), Timestamp: f.Timestamp()}
+		Stamp: f.Stamp(), Node: f.Node(), Load: f.Load(), Epoch: f.Epoch(), Timestamp: f.Timestamp(),
+		Delta: f.Delta(), Rho: f.Rho()}
 	if got != p.Header {
 		t.Errorf("getters:\n got %+v\nwant %+v", got, p.Header)
 	}
 	f.SetNode(0x0a0b)
 	f.SetStamp(0x0c)
 	f.SetTimestamp(0x0d)
+	f.SetDelta(0x0e)
+	f.SetRho(0x0f)
 	f.SetFlags(0)
 	var h Header
 	if err := h.DecodeHeader(buf); err != nil {
 		t.Fatal(err)
 	}
-	if h.Node != 0x0a0b || h.Stamp != 0x0c || h.Timestamp != 0x0d || h.Flags != 0 {
+	if h.Node != 0x0a0b || h.Stamp != 0x0c || h.Timestamp != 0x0d || h.Delta != 0x0e || h.Rho != 0x0f || h.Flags != 0 {
 		t.Errorf("in-place setters: %+v", h)
 	}
 	if h.Load != 0x3132 || h.Epoch != 0x41424344 || h.ReqID != 0x0102030405060708 {
@@ -167,7 +174,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"magic", patch(valid, offMagic, 0x4e, 0x45), ErrMagic, false},
 		{"magic-swapped", patch(valid, offMagic, 0x44, 0x4e), ErrMagic, false},
 		{"version-0", patch(valid, offVersion, 0), ErrVersion, false},
-		{"version-2", patch(valid, offVersion, 2), ErrVersion, false},
+		{"version-1", patch(valid, offVersion, 1), ErrVersion, false},
+		{"version-3", patch(valid, offVersion, 3), ErrVersion, false},
 		{"key-past-end", patch(valid, offKeyLen, 0, 9), ErrLengths, true},
 		{"value-past-end", patch(valid, offValLen, 0, 5), ErrLengths, true},
 		{"lengths-max", patch(valid, offKeyLen, 0xff, 0xff, 0xff, 0xff), ErrLengths, true},

@@ -238,9 +238,10 @@ func (s *System) demoteLeftovers(ctx context.Context) error {
 }
 
 // vsbNote summarises the VSBs the switch accepted and refused between two
-// samples (for the run's note): how often extra copies became fresh.
-func (p *Plane) vsbNote(a, b Sample) string {
-	if p.Switch() == nil || b.VSBs == a.VSBs && len(b.VSBDrops) == 0 {
+// samples (for the run's note): how often extra copies became fresh. Empty
+// where no switch was read (c3, a remote deployment).
+func vsbNote(a, b Sample) string {
+	if b.VSBs == a.VSBs && len(b.VSBDrops) == 0 {
 		return ""
 	}
 	out := fmt.Sprintf("VSBs accepted %d", b.VSBs-a.VSBs)

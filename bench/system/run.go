@@ -40,13 +40,7 @@ type RunOptions struct {
 // (StartPlane), the warm-up, then the measured run, whose node loads,
 // latencies and directory counters are the deltas over the measured run.
 func (s *System) Run(ctx context.Context, policy string, o RunOptions) (bench.Run, error) {
-	if o.Duration <= 0 {
-		return bench.Run{}, errors.New("system: RunOptions.Duration must be set")
-	}
-	if o.OpTimeout <= 0 {
-		o.OpTimeout = 5 * time.Second
-	}
-	src, err := o.Workload.Build()
+	src, err := o.prepare()
 	if err != nil {
 		return bench.Run{}, err
 	}
@@ -55,7 +49,41 @@ func (s *System) Run(ctx context.Context, policy string, o RunOptions) (bench.Ru
 		return bench.Run{}, err
 	}
 	defer p.Close()
+	run, err := measure(ctx, p, policy, src, o)
+	if err != nil {
+		return bench.Run{}, err
+	}
+	run.CapacityOps = s.Capacity()
+	run.Device = s.cfg.Device.Name
+	run.Control = s.controlName(policy)
+	if err := p.Close(); err != nil {
+		return run, fmt.Errorf("system: after %s: %w", policy, err)
+	}
+	return run, nil
+}
 
+// prepare checks o, fills in its defaults and builds its workload.
+func (o *RunOptions) prepare() (*bench.Source, error) {
+	if o.Duration <= 0 {
+		return nil, errors.New("system: RunOptions.Duration must be set")
+	}
+	if o.OpTimeout <= 0 {
+		o.OpTimeout = 5 * time.Second
+	}
+	return o.Workload.Build()
+}
+
+// sampledTarget is what a measured run drives and reads: a policy's plane
+// on the in-process system, or a running deployment (Remote).
+type sampledTarget interface {
+	Target() bench.Target
+	Sample() Sample
+}
+
+// measure runs the warm-up and then the measured run of o on p, and
+// summarises the measured run: node loads, latencies and directory counters
+// are the deltas over it.
+func measure(ctx context.Context, p sampledTarget, policy string, src *bench.Source, o RunOptions) (bench.Run, error) {
 	var (
 		cur   atomic.Pointer[liveState]
 		stop  = make(chan struct{})
@@ -146,26 +174,20 @@ func (s *System) Run(ctx context.Context, policy string, o RunOptions) (bench.Ru
 		}
 		info.Note += "load average " + la
 	}
-	if d := p.vsbNote(before, after); d != "" {
+	if d := vsbNote(before, after); d != "" {
 		if info.Note != "" {
 			info.Note += "; "
 		}
 		info.Note += d
 	}
 	run := bench.Summarize(info, res)
-	run.CapacityOps = s.Capacity()
-	run.Device = s.cfg.Device.Name
 	var gets, reads uint64
-	for i := range after.Gets {
+	for i := range min(len(after.Gets), len(before.Gets), len(after.DeviceReads), len(before.DeviceReads)) {
 		gets += after.Gets[i] - before.Gets[i]
 		reads += after.DeviceReads[i] - before.DeviceReads[i]
 	}
 	if gets > 0 {
 		run.DeviceReadsPerGet = float64(reads) / float64(gets)
-	}
-	run.Control = s.controlName(policy)
-	if err := p.Close(); err != nil {
-		return run, fmt.Errorf("system: after %s: %w", policy, err)
 	}
 	return run, nil
 }

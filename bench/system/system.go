@@ -390,8 +390,14 @@ func (s *System) nodeCounts() (requests, gets, deviceReads []uint64) {
 func (s *System) Preload(ctx context.Context, src *bench.Source, workers int, progress func(done, total int64)) error {
 	s.SetCompactionBudget(storagenode.Unthrottled)
 	defer s.SetCompactionBudget(0)
+	return preload(ctx, s.direct, src, workers, progress)
+}
+
+// preload writes the workload's keys through t with workers goroutines,
+// calling progress (if set) about once a second.
+func preload(ctx context.Context, t bench.Target, src *bench.Source, workers int, progress func(done, total int64)) error {
 	total := src.Workload().Keys
-	ct := &countingTarget{t: s.direct}
+	ct := &countingTarget{t: t}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	if progress != nil {

@@ -244,6 +244,7 @@ func benchCmd() *cobra.Command {
 		writeRatio string
 		keys       int64
 		exp        experimentFlags
+		remote     remoteFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -264,14 +265,25 @@ workload (YCSB letters, or read/update mixes of --write-ratio) and every key
 distribution (--zipf θ values, or "uniform"), each policy runs --warmup
 unmeasured and then --duration measured. Each run gives one row: throughput,
 p50/p99/p999, per-node load max/mean and CoV, node latency CoV, directory hit
-rate, the Hill tail index (beside α−1 with --pareto), CPU and RSS.`,
+rate, the Hill tail index (beside α−1 with --pareto), CPU and RSS.
+
+With --service ADDR --controller ADDR it measures a running deployment (the
+BMv2 testbed: bmv2-testbed/run.sh --bench) instead: the keys are preloaded and
+the clients send through the data plane's service address, node loads come
+from the nodes' stats op, and the controller's API sets up each policy:
+static pauses its loops, evicts every key and puts every partition's weights
+on the chain head; netdir resumes the loops from even weights. The switch's
+counters are not read there (no directory hit rate).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := remote.check(cmd, &f); err != nil {
+				return err
+			}
 			if exp.name != "" {
 				return runExperiment(cmd, f, exp, workloads, zipfs, keys)
 			}
 			out := cmd.OutOrStdout()
-			nodeCounts, err := parseInts("nodes", f.nodes)
+			nodeCounts, err := remote.nodeCounts(&f)
 			if err != nil {
 				return err
 			}
@@ -341,11 +353,7 @@ rate, the Hill tail index (beside α−1 with --pareto), CPU and RSS.`,
 			defer stopProfile()
 			var res bench.Results
 			for _, n := range nodeCounts {
-				cfg, err := f.systemConfig(cmd, n, nodeDir(f.dataDir, n), nil)
-				if err != nil {
-					return err
-				}
-				sys, err := system.Start(ctx, cfg)
+				sys, err := remote.start(ctx, cmd, &f, n)
 				if err != nil {
 					return err
 				}
@@ -367,7 +375,7 @@ rate, the Hill tail index (beside α−1 with --pareto), CPU and RSS.`,
 						w := bench.Workload{Name: m.name, Mix: m.mix, Dist: d.name, Zipf: d.theta, Keys: keys,
 							ValueSize: f.valueSize, ParetoAlpha: f.pareto, Seed: f.seed}
 						for _, pol := range pols {
-							fmt.Fprintf(out, "==> %s: workload %s, %s, %d nodes, %s\n", pol, m.name, distName(d.name, d.theta), n, loopName(f))
+							fmt.Fprintf(out, "==> %s: workload %s, %s, %d nodes, %s\n", pol, m.name, distName(d.name, d.theta), sys.N(), loopName(f))
 							run, err := sys.Run(ctx, pol, system.RunOptions{
 								Workload: w, Workers: f.concurrency, Rate: f.rate,
 								Warmup: f.warmup, Duration: f.duration, Live: live,
@@ -416,6 +424,7 @@ rate, the Hill tail index (beside α−1 with --pareto), CPU and RSS.`,
 	fl.DurationVar(&f.duration, "duration", 10*time.Second, "measured time per run")
 	fl.DurationVar(&f.warmup, "warmup", 5*time.Second, "unmeasured time before each run (the controller promotes hot keys)")
 	exp.register(cmd)
+	remote.register(cmd)
 	return cmd
 }
 

@@ -40,7 +40,8 @@ func (e *experimentFlags) register(cmd *cobra.Command) {
 		system.ExpCompactionPacing+" (read throughput, compaction unthrottled vs paced), "+
 		"both on the first --nodes, --workload and --zipf and the first of --policies (default replicas); or "+
 		system.ExpAblation+" (static, coarse, coarse+fine, coarse+fine+compaction, c3 and replicas on every --workload "+
-		"(default A,B,C), the first --nodes and --zipf, compaction live)")
+		"(default A,B,C), the first --nodes and --zipf, compaction live); or "+
+		system.ExpQoS+" (per-tenant dmClock: tenants with different triples, one on 2 nodes, rank-local against global)")
 	fl.Float64Var(&e.fillMiB, "fill-mib", 0, "experiments: background writes per compacting node (MiB/s), which keep its compactions busy "+
 		fmt.Sprintf("(0: %g × the device's compaction budget)", float64(system.DefaultFillBudgets)))
 	fl.Float64Var(&e.budgetMiB, "compaction-mib", 0,
@@ -56,6 +57,9 @@ func (e *experimentFlags) register(cmd *cobra.Command) {
 }
 
 func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload, zipf string, keys int64) error {
+	if e.name == system.ExpQoS {
+		return runQoSExperiment(cmd, f)
+	}
 	out := cmd.OutOrStdout()
 	nodes, err := parseInts("nodes", f.nodes)
 	if err != nil {

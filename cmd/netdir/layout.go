@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/layout"
 )
 
@@ -28,22 +29,27 @@ func loadLayout(ctx context.Context, fileFlag, file, ctlAddr string) (*layout.Ma
 	return nil, fmt.Errorf("no layout: give %s FILE, or --controller ADDR to fetch it from the controller", fileFlag)
 }
 
-// fetchLayout asks the controller at addr for its layout.
+// fetchLayout asks the controller at addr (a comma list: any of them) for
+// its layout.
 func fetchLayout(ctx context.Context, addr string) (*layout.Map, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cs, err := controller.DialControllers(parseList(addr), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
+	defer cs.Close()
 	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 	defer cancel()
-	r, err := api.NewControllerClient(conn).GetLayout(ctx, &api.GetLayoutRequest{}, grpc.WaitForReady(true))
+	var r *api.GetLayoutResponse
+	err = cs.Call(ctx, func(ctx context.Context, c api.ControllerClient) (err error) {
+		r, err = c.GetLayout(ctx, &api.GetLayoutRequest{})
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("layout from the controller at %s: %w", addr, err)
+		return nil, fmt.Errorf("layout from the controller: %w", err)
 	}
 	m, err := layout.Parse([]byte(r.GetYaml()))
 	if err != nil {
-		return nil, fmt.Errorf("layout from the controller at %s: %w", addr, err)
+		return nil, fmt.Errorf("layout from the controller at %s: %w", cs.Current(), err)
 	}
 	return m, nil
 }

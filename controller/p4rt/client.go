@@ -13,6 +13,8 @@ import (
 	p4 "github.com/p4lang/p4runtime/go/p4/v1"
 	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
@@ -25,7 +27,9 @@ var ErrNotPrimary = errors.New("p4rt: not the primary controller")
 type Config struct {
 	Addr     string // gRPC address of the P4Runtime server
 	DeviceID uint64
-	Election uint64 // election id (low 64 bits); higher wins
+	// Election is the election id (low 64 bits); higher wins. 0 makes a
+	// standby client, which holds no session until Arbitrate.
+	Election uint64
 	// OnPacketIn and OnDigest, if set, receive stream messages. Digest lists
 	// are acked before OnDigest is called, so the switch may send more.
 	OnPacketIn func(*p4.PacketIn)
@@ -42,13 +46,25 @@ type Client struct {
 	conn *grpc.ClientConn
 	rt   p4.P4RuntimeClient
 
-	mu      sync.Mutex
-	stream  p4.P4Runtime_StreamChannelClient
-	primary bool
-	arbErr  error
-	arbDone chan struct{}
-	sendMu  sync.Mutex
+	mu       sync.Mutex
+	election uint64
+	sessions uint64 // sessions opened
+	stream   p4.P4Runtime_StreamChannelClient
+	end      context.CancelFunc // ends stream
+	primary  bool
+	arbErr   error
+	arbDone  chan struct{}
+	wake     chan struct{} // Arbitrate and Release tell Run
+	sendMu   sync.Mutex
 }
+
+// Reconnecting: the gRPC channel's and Run's retries are both at most
+// retryMax apart, so a switch that comes back is in session again within
+// about two of them.
+const (
+	retryMin = 20 * time.Millisecond
+	retryMax = 100 * time.Millisecond
+)
 
 // Dial connects, opens the stream channel and arbitrates. It returns
 // ErrNotPrimary (with a usable read-only client) if another controller is
@@ -57,14 +73,17 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	if cfg.Election == 0 {
-		return nil, errors.New("p4rt: election id must be non-zero")
-	}
-	conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	bo := backoff.Config{BaseDelay: retryMin, Multiplier: 1.6, Jitter: 0.2, MaxDelay: retryMax}
+	conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: time.Second}))
 	if err != nil {
 		return nil, fmt.Errorf("p4rt: %s: %w", cfg.Addr, err)
 	}
-	c := &Client{cfg: cfg, conn: conn, rt: p4.NewP4RuntimeClient(conn)}
+	c := &Client{cfg: cfg, conn: conn, rt: p4.NewP4RuntimeClient(conn), election: cfg.Election,
+		wake: make(chan struct{}, 1)}
+	if cfg.Election == 0 {
+		return c, nil
+	}
 	if err := c.open(ctx); err != nil {
 		if errors.Is(err, ErrNotPrimary) {
 			return c, err
@@ -85,7 +104,55 @@ func (c *Client) Primary() bool {
 	return c.primary
 }
 
-func (c *Client) election() *p4.Uint128 { return &p4.Uint128{High: 0, Low: c.cfg.Election} }
+func (c *Client) electionID() *p4.Uint128 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return &p4.Uint128{High: 0, Low: c.election}
+}
+
+// Session numbers the current session (it grows with every one opened), so
+// a caller can tell whether what it did for a session was for this one.
+func (c *Client) Session() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sessions
+}
+
+// Arbitrate makes Run open a new session with the given election id (a new
+// raft leader's: ElectionID in package controller), ending the current
+// one; Run calls OnPrimary once the client is primary.
+func (c *Client) Arbitrate(election uint64) {
+	c.mu.Lock()
+	c.election = election
+	c.mu.Unlock()
+	c.poke()
+}
+
+// Release ends the session (a leader stepping down): the client stays a
+// standby, with no session, until Arbitrate.
+func (c *Client) Release() {
+	c.mu.Lock()
+	c.election = 0
+	c.mu.Unlock()
+	c.poke()
+}
+
+func (c *Client) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// endStream ends the current session, if any.
+func (c *Client) endStream() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.end != nil {
+		c.end()
+	}
+	c.stream, c.end, c.primary = nil, nil, false
+}
 
 // open starts a stream and waits for the arbitration answer.
 func (c *Client) open(ctx context.Context) error {
@@ -97,10 +164,11 @@ func (c *Client) open(ctx context.Context) error {
 	}
 	done := make(chan struct{})
 	c.mu.Lock()
-	c.stream, c.arbDone, c.arbErr, c.primary = stream, done, nil, false
+	c.stream, c.end, c.arbDone, c.arbErr, c.primary = stream, cancel, done, nil, false
+	c.sessions++
 	c.mu.Unlock()
 	if err := c.send(&p4.StreamMessageRequest{Update: &p4.StreamMessageRequest_Arbitration{
-		Arbitration: &p4.MasterArbitrationUpdate{DeviceId: c.cfg.DeviceID, ElectionId: c.election()},
+		Arbitration: &p4.MasterArbitrationUpdate{DeviceId: c.cfg.DeviceID, ElectionId: c.electionID()},
 	}}); err != nil {
 		cancel()
 		return fmt.Errorf("p4rt: arbitration: %w", err)
@@ -184,50 +252,70 @@ func (c *Client) recv(s p4.P4Runtime_StreamChannelClient, cancel context.CancelF
 }
 
 // Run keeps the session alive until ctx ends: when the stream breaks it
-// redials with exponential backoff (100 ms to 10 s) and re-arbitrates,
-// calling OnPrimary whenever it becomes primary again.
+// redials every retryMin to retryMax and re-arbitrates, and it opens a new
+// session on Arbitrate and ends it on Release; it calls OnPrimary whenever
+// it becomes primary again.
 func (c *Client) Run(ctx context.Context) error {
-	backoff := 100 * time.Millisecond
+	retry := retryMin
 	for {
 		c.mu.Lock()
-		s := c.stream
+		s, election := c.stream, c.election
 		c.mu.Unlock()
+		var broke <-chan struct{}
 		if s != nil {
-			<-s.Context().Done()
+			broke = s.Context().Done()
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if s == nil && election != 0 {
+			broke = closed // a session to open
 		}
 		select {
-		case <-time.After(backoff):
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-c.wake:
+			c.endStream()
+		case <-broke:
+			select {
+			case <-time.After(retry):
+			case <-c.wake:
+				c.endStream()
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		c.mu.Lock()
+		election = c.election
+		c.mu.Unlock()
+		if election == 0 {
+			continue // a standby until Arbitrate
 		}
 		err := c.open(ctx)
 		switch {
 		case err == nil:
-			backoff = 100 * time.Millisecond
-			c.cfg.Log.Info("p4runtime session re-established", "addr", c.cfg.Addr)
+			retry = retryMin
+			c.cfg.Log.Info("p4runtime session established", "addr", c.cfg.Addr, "election_id", election)
 			if c.cfg.OnPrimary != nil {
-				if err := c.cfg.OnPrimary(ctx, c); err != nil {
+				if err := c.cfg.OnPrimary(ctx, c); err != nil && ctx.Err() == nil {
 					c.cfg.Log.Warn("re-push after reconnect failed", "err", err)
 				}
 			}
 		case errors.Is(err, ErrNotPrimary):
-			backoff = 100 * time.Millisecond
+			retry = retryMin
 		default:
-			backoff = min(backoff*2, 10*time.Second)
-			c.cfg.Log.Warn("p4runtime reconnect failed", "addr", c.cfg.Addr, "err", err, "retry_in", backoff)
+			retry = min(retry*2, retryMax)
+			c.cfg.Log.Debug("p4runtime reconnect failed", "addr", c.cfg.Addr, "err", err, "retry_in", retry)
 		}
 	}
 }
+
+// closed is a closed channel: a wait that is over.
+var closed = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 
 // SetPipeline pushes P4Info and the target's device config (BMv2 JSON, or
 // Tofino's binary and context) with VERIFY_AND_COMMIT.
 func (c *Client) SetPipeline(ctx context.Context, info *p4config.P4Info, deviceConfig []byte) error {
 	_, err := c.rt.SetForwardingPipelineConfig(ctx, &p4.SetForwardingPipelineConfigRequest{
 		DeviceId:   c.cfg.DeviceID,
-		ElectionId: c.election(),
+		ElectionId: c.electionID(),
 		Action:     p4.SetForwardingPipelineConfigRequest_VERIFY_AND_COMMIT,
 		Config:     &p4.ForwardingPipelineConfig{P4Info: info, P4DeviceConfig: deviceConfig},
 	})
@@ -241,7 +329,7 @@ func (c *Client) Write(ctx context.Context, updates ...*p4.Update) error {
 	}
 	_, err := c.rt.Write(ctx, &p4.WriteRequest{
 		DeviceId:   c.cfg.DeviceID,
-		ElectionId: c.election(),
+		ElectionId: c.electionID(),
 		Updates:    updates,
 		Atomicity:  p4.WriteRequest_CONTINUE_ON_ERROR,
 	})
@@ -350,7 +438,14 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("p4rt: %s: %s: %s", e.Op, e.Status.Code(), e.Status.Message())
+	msg := fmt.Sprintf("p4rt: %s: %s: %s", e.Op, e.Status.Code(), e.Status.Message())
+	// A batch's failures come as one p4.Error per update: name the first.
+	for i, d := range e.Status.Details() {
+		if pe, ok := d.(*p4.Error); ok && pe.GetCanonicalCode() != int32(code.Code_OK) {
+			return fmt.Sprintf("%s (update %d: %s: %s)", msg, i, codes.Code(pe.GetCanonicalCode()), pe.GetMessage())
+		}
+	}
+	return msg
 }
 
 // GRPCStatus lets status.Code(err) see through the wrapper.

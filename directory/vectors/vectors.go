@@ -408,8 +408,8 @@ func packet(p Plane, a args, input string) (string, error) {
 }
 
 // buildPacket reads "hex=..." (raw bytes) or header fields as key=value:
-// op, flags (stale-ok,stamped,hit), code, tenant, reqid, key, hash, stamp,
-// node, load, epoch, ts, value.
+// op, flags (stale-ok,stamped,hit,reservation), code, tenant, reqid, key,
+// hash, stamp, node, load, epoch, ts, delta, rho, value.
 func buildPacket(input string) ([]byte, error) {
 	input = strings.TrimSpace(input)
 	if x, ok := strings.CutPrefix(input, "hex="); ok {
@@ -464,6 +464,10 @@ func buildPacket(input string) ([]byte, error) {
 				pk.Epoch = uint32(x)
 			case "ts":
 				pk.Timestamp = x
+			case "delta":
+				pk.Delta = uint32(x)
+			case "rho":
+				pk.Rho = uint32(x)
 			default:
 				err = errors.New("unknown field")
 			}
@@ -478,7 +482,7 @@ func buildPacket(input string) ([]byte, error) {
 var flagNames = []struct {
 	bit  uint8
 	name string
-}{{wire.FlagStaleOK, "stale-ok"}, {wire.FlagStamped, "stamped"}, {wire.FlagHit, "hit"}}
+}{{wire.FlagStaleOK, "stale-ok"}, {wire.FlagStamped, "stamped"}, {wire.FlagHit, "hit"}, {wire.FlagReservation, "reservation"}}
 
 func parseFlags(s string) (uint8, error) {
 	var f uint8
@@ -504,7 +508,11 @@ func formatFlags(f uint8) string {
 			names = append(names, fn.name)
 		}
 	}
-	if rest := f &^ (wire.FlagStaleOK | wire.FlagStamped | wire.FlagHit); rest != 0 {
+	var known uint8
+	for _, fn := range flagNames {
+		known |= fn.bit
+	}
+	if rest := f &^ known; rest != 0 {
 		names = append(names, fmt.Sprintf("%#x", rest))
 	}
 	if len(names) == 0 {
@@ -528,8 +536,8 @@ func formatHeader(b []byte) string {
 	if err := h.DecodeHeader(b); err != nil {
 		return "undecodable: " + err.Error()
 	}
-	return fmt.Sprintf("op=%s flags=%s code=%s tenant=%d reqid=%#x stamp=%d node=%d load=%d epoch=%d ts=%d",
-		h.Op, formatFlags(h.Flags), h.Code.String(), h.Tenant, h.ReqID, h.Stamp, h.Node, h.Load, h.Epoch, h.Timestamp)
+	return fmt.Sprintf("op=%s flags=%s code=%s tenant=%d reqid=%#x stamp=%d node=%d load=%d epoch=%d ts=%d delta=%d rho=%d",
+		h.Op, formatFlags(h.Flags), h.Code.String(), h.Tenant, h.ReqID, h.Stamp, h.Node, h.Load, h.Epoch, h.Timestamp, h.Delta, h.Rho)
 }
 
 func formatSlot(s *directory.Slot) string {

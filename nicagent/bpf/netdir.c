@@ -9,8 +9,9 @@
 //     split by buckets and the fine score, stamped with the clock, and
 //     rewritten to the chosen storage node (destination MAC, IP and UDP port,
 //     with checksum updates).
-//   - XDP ingress: replies teach the per-node load and EWMA latency and
-//     complete writes (the reply rule); VSBs from allowlisted storage sources
+//   - XDP ingress: replies teach the per-node load and EWMA latency,
+//     complete writes (the reply rule) and count the tenant's dmClock
+//     completions, which requests carry as δ and ρ (directory/qos.go); VSBs from allowlisted storage sources
 //     set fresh bits (the VSB rule); node ops pass; malformed netdir packets
 //     are dropped and counted by reason. In router mode (a host on the path
 //     of every request and reply, as a ToR is) XDP also routes requests and
@@ -48,6 +49,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define SKETCH_COLS 1024
 #define STAMP_FLOORS 16384 // directory.StampFloors
 #define MAX_NODES 65536
+#define QOS_TENANTS 256 // directory.QoSTenants: tenants by id mod 256
+#define QOS_NODES 32    // directory.QoSNodes: nodes by id mod 32
 
 // Ops (package wire).
 #define OP_GET 0x01
@@ -62,10 +65,16 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define FLAG_STALE_OK 0x01
 #define FLAG_STAMPED 0x02
 #define FLAG_HIT 0x04
+#define FLAG_RESERVATION 0x08 // a reply served in dmClock's reservation phase
+// Flags only data planes and nodes set: cleared on every routed request.
+#define FLAGS_PLANE (FLAG_STAMPED | FLAG_HIT | FLAG_RESERVATION)
+
+#define CODE_OK 0
+#define CODE_NOT_FOUND 1
 
 #define ND_MAGIC 0x4E44
-#define ND_VERSION 1
-#define ND_HDR_LEN 56
+#define ND_VERSION 2
+#define ND_HDR_LEN 64
 
 // Verdicts (directory.Action).
 enum nd_action {
@@ -121,6 +130,8 @@ struct nd_hdr {
 	__be16 load;
 	__be32 epoch;
 	__be64 ts;
+	__be32 delta; // dmClock δ, stamped on requests
+	__be32 rho;   // dmClock ρ
 };
 
 // nd_config is the agent's configuration, a global the loader sets.
@@ -222,6 +233,25 @@ struct nd_floor {
 	__u64 v;
 };
 
+// nd_qos is a tenant's dmClock completions, all and reservation-phase;
+// 32 bits that wrap, as δ and ρ are modular differences. Incremented
+// atomically: completions at every node add to it.
+struct nd_qos {
+	__u32 done;
+	__u32 res;
+};
+
+// nd_qos_mark is a (tenant, node) mark (directory/qos.go): the tenant's
+// totals less its completions at the node since its last request there.
+// Under its lock a request reads the totals and swaps them in, and a
+// completion at the node raises the totals and the mark together, so a
+// completion at the node is never taken for one elsewhere.
+struct nd_qos_mark {
+	struct bpf_spin_lock lock;
+	__u32 done;
+	__u32 res;
+};
+
 // nd_frag_key names one IP datagram (RFC 791 reassembly key, less the
 // protocol, which is UDP).
 struct nd_frag_key {
@@ -309,6 +339,20 @@ struct {
 	__type(key, __u32);
 	__type(value, struct nd_floor);
 } floors SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, QOS_TENANTS);
+	__type(key, __u32);
+	__type(value, struct nd_qos);
+} qos_totals SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, QOS_TENANTS * QOS_NODES); // directory.QoSIndex
+	__type(key, __u32);
+	__type(value, struct nd_qos_mark);
+} qos_marks SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -501,7 +545,7 @@ static __always_inline int nd_get(struct nd_pkt *p)
 {
 	struct nd_hdr *h = p->h;
 	__u64 reqid = bpf_be64_to_cpu(h->reqid);
-	__u8 flags = h->flags & ~(FLAG_STAMPED | FLAG_HIT);
+	__u8 flags = h->flags & ~FLAGS_PLANE;
 	struct nd_part *pt = lookup_part(h);
 	struct nd_slot *s = 0;
 	if (cfg.policy <= POLICY_PEGASUS)
@@ -531,7 +575,7 @@ static __always_inline int nd_get(struct nd_pkt *p)
 static __always_inline int nd_write(struct nd_pkt *p)
 {
 	struct nd_hdr *h = p->h;
-	__u8 flags = h->flags & ~(FLAG_STAMPED | FLAG_HIT);
+	__u8 flags = h->flags & ~FLAGS_PLANE;
 	struct nd_slot *s = lookup_slot(h);
 	if (s) {
 		__u64 stamp = 0;
@@ -607,11 +651,76 @@ static __always_inline void learn(struct nd_pkt *p)
 	st->latency = lat ? lat : 1;
 }
 
+// qos_index is directory.QoSIndex: the (tenant, node) mark.
+static __always_inline __u32 qos_index(__u16 tenant, __u16 n)
+{
+	return (__u32)(tenant % QOS_TENANTS) * QOS_NODES + n % QOS_NODES;
+}
+
+// qos_stamp writes the tenant's δ and ρ for node n into a request that
+// leaves for n, and moves the tenant's mark at n (directory/qos.go).
+static __always_inline void qos_stamp(struct nd_hdr *h, __u16 n)
+{
+	__u16 tenant = bpf_ntohs(h->tenant);
+	__u32 t = tenant % QOS_TENANTS, i = qos_index(tenant, n);
+	struct nd_qos *tot = bpf_map_lookup_elem(&qos_totals, &t);
+	struct nd_qos_mark *m = bpf_map_lookup_elem(&qos_marks, &i);
+	__u32 delta = 0, rho = 0;
+	if (tot && m) {
+		bpf_spin_lock(&m->lock);
+		__u32 done = *(volatile __u32 *)&tot->done, res = *(volatile __u32 *)&tot->res;
+		delta = done - m->done;
+		rho = res - m->res;
+		m->done = done;
+		m->res = res;
+		bpf_spin_unlock(&m->lock);
+	}
+	h->delta = bpf_htonl(delta);
+	h->rho = bpf_htonl(rho);
+}
+
+// qos_scheduler is the node whose dmClock scheduled the request that reply h
+// answers: a write's chain head (its partition's), though the tail replies;
+// else the replying node.
+static __always_inline __u16 qos_scheduler(struct nd_hdr *h, __u8 op)
+{
+	if (op == OP_PUT_REPLY || op == OP_DEL_REPLY) {
+		struct nd_part *pt = lookup_part(h);
+		if (pt && pt->r > 0)
+			return pt->chain[0];
+	}
+	return bpf_ntohs(h->node);
+}
+
+// qos_complete counts a served reply (get, put or del reply, code ok or
+// not-found) at the node that scheduled its request.
+static __always_inline void qos_complete(struct nd_hdr *h, __u8 op)
+{
+	if (op == OP_ERR || (h->code != CODE_OK && h->code != CODE_NOT_FOUND))
+		return;
+	__u16 tenant = bpf_ntohs(h->tenant);
+	__u32 t = tenant % QOS_TENANTS, i = qos_index(tenant, qos_scheduler(h, op));
+	struct nd_qos *tot = bpf_map_lookup_elem(&qos_totals, &t);
+	struct nd_qos_mark *m = bpf_map_lookup_elem(&qos_marks, &i);
+	if (!tot || !m)
+		return;
+	int res = h->flags & FLAG_RESERVATION;
+	bpf_spin_lock(&m->lock);
+	__sync_fetch_and_add(&tot->done, 1);
+	m->done++;
+	if (res) {
+		__sync_fetch_and_add(&tot->res, 1);
+		m->res++;
+	}
+	bpf_spin_unlock(&m->lock);
+}
+
 static __always_inline int nd_reply(struct nd_pkt *p, __u8 op)
 {
 	struct nd_hdr *h = p->h;
 	p->c->replies++;
 	learn(p);
+	qos_complete(h, op);
 	if ((op == OP_PUT_REPLY || op == OP_DEL_REPLY) && h->code == 0) {
 		struct nd_slot *s = lookup_slot(h);
 		if (s) {
@@ -753,12 +862,15 @@ static __always_inline __u16 csum_update(__u16 check, __u32 diff)
 }
 
 // nd_words holds the header words a routed request may change (flags,
-// stamp, node and load, timestamp), as they were, for the checksum update.
+// stamp, node and load, timestamp, δ and ρ), as they were, for the checksum
+// update.
 struct nd_words {
 	__u32 w4;  // flags, code, tenant
 	__u32 w40; // node, load
 	__u64 stamp;
 	__u64 ts;
+	__u32 delta;
+	__u32 rho;
 };
 
 static __always_inline __u32 word_at(struct nd_hdr *h, int off)
@@ -772,6 +884,8 @@ static __always_inline void save_words(struct nd_hdr *h, struct nd_words *w)
 	w->w40 = word_at(h, 40);
 	w->stamp = h->stamp;
 	w->ts = h->ts;
+	w->delta = h->delta;
+	w->rho = h->rho;
 }
 
 // csum_add32 adds ~old + new to a one's-complement accumulator: the
@@ -799,6 +913,8 @@ static __always_inline __u64 hdr_diff(struct nd_hdr *h, struct nd_words *w, __u6
 	s = csum_add32(s, (__u32)(w->stamp >> 32), (__u32)(stamp >> 32));
 	s = csum_add32(s, (__u32)w->ts, (__u32)ts);
 	s = csum_add32(s, (__u32)(w->ts >> 32), (__u32)(ts >> 32));
+	s = csum_add32(s, w->delta, h->delta);
+	s = csum_add32(s, w->rho, h->rho);
 	return s;
 }
 
@@ -857,8 +973,9 @@ int netdir_xdp(struct xdp_md *ctx)
 	struct nd_addr *a = bpf_map_lookup_elem(&node_addrs, &k);
 	if (!a || !a->valid) {
 		p.c->no_addr++;
-		return XDP_DROP;
+		return XDP_DROP; // dropped: stamps no δ or ρ
 	}
+	qos_stamp(h, p.node);
 	// The header, destination and port changed: fix both checksums.
 	__u32 d_ip = csum_fold32(csum_add32(0, ip->daddr, a->ip));
 	__u32 old_ports = *(__u32 *)udp;
@@ -956,8 +1073,9 @@ int netdir_tc(struct __sk_buff *skb)
 	struct nd_addr *a = bpf_map_lookup_elem(&node_addrs, &k);
 	if (!a || !a->valid) {
 		p.c->no_addr++;
-		return TC_ACT_SHOT;
+		return TC_ACT_SHOT; // dropped: stamps no δ or ρ
 	}
+	qos_stamp(h, p.node);
 	__be32 old_ip = ip->daddr, new_ip = a->ip;
 	__u32 old_ports = *(__u32 *)udp;
 	udp->dest = a->port;

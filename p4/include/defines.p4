@@ -23,6 +23,8 @@
 #define NETDIR_PORTS 512
 #define NETDIR_FLOOR_BITS 14        // directory.StampFloors = 1 << 14, indexed by directory.FloorIndex
 #define NETDIR_FLOORS 16384         // stamp floors: 1 << NETDIR_FLOOR_BITS
+#define NETDIR_QOS_TENANTS 256      // directory.QoSTenants: tenants by id mod 256
+#define NETDIR_QOS_MARKS 8192       // directory.QoSTenants * directory.QoSNodes (32 nodes by id mod 32)
 
 // Table sizes derived from the capacities.
 #define NETDIR_PART_BUCKETS (NETDIR_PARTITIONS * NETDIR_BUCKETS)
@@ -46,7 +48,7 @@ typedef bit<128> keyhash_t;     // wire.KeyHash
 // ---- wire/ ----
 const bit<16> NETDIR_UDP_PORT = 7420;   // wire.ServicePort
 const bit<16> NETDIR_MAGIC    = 0x4E44; // wire.Magic
-const bit<8>  NETDIR_VERSION  = 1;      // wire.Version
+const bit<8>  NETDIR_VERSION  = 2;      // wire.Version
 
 const bit<8> OP_GET       = 0x01;
 const bit<8> OP_PUT       = 0x02;
@@ -62,9 +64,11 @@ const bit<8> OP_NODE_MAX  = 0x3f;       // node ops, including the reserved ones
 const bit<8> FLAG_STALE_OK = 0x01;
 const bit<8> FLAG_STAMPED  = 0x02;
 const bit<8> FLAG_HIT      = 0x04;
-const bit<8> FLAGS_CLEAR   = 0xf9;      // ~(FLAG_STAMPED | FLAG_HIT)
+const bit<8> FLAG_RESERVATION = 0x08;   // on a reply: served in dmClock's reservation phase
+const bit<8> FLAGS_CLEAR   = 0xf1;      // ~(FLAG_STAMPED | FLAG_HIT | FLAG_RESERVATION): requests
 
-const bit<8> CODE_OK = 0;
+const bit<8> CODE_OK        = 0;
+const bit<8> CODE_NOT_FOUND = 1;
 
 // ---- directory.Reason: the index of the `drops` counter ----
 const bit<8> REASON_NONE           = 0;

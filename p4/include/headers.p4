@@ -33,9 +33,9 @@ header udp_t {
     bit<16> checksum;
 }
 
-// The fixed 56-byte netdir header, exactly as wire/wire.go documents it, in
-// network byte order. The key and value lengths (offset 56) and the key and
-// value stay in the payload: no data plane parses them.
+// The fixed 64-byte netdir header (version 2), exactly as wire/wire.go
+// documents it, in network byte order. The key and value lengths (offset 64)
+// and the key and value stay in the payload: no data plane parses them.
 header netdir_t {
     bit<16>   magic;      //  0
     bit<8>    version;    //  2
@@ -50,6 +50,8 @@ header netdir_t {
     bit<16>   load;       // 42
     bit<32>   epoch;      // 44
     bit<64>   timestamp;  // 48
+    bit<32>   delta;      // 56  dmClock δ, stamped on requests (qos.p4)
+    bit<32>   rho;        // 60  dmClock ρ
 }
 
 struct headers_t {
@@ -65,7 +67,7 @@ struct headers_t {
 struct local_meta_t {
     // parser
     bool        is_netdir;      // UDP from or to NETDIR_UDP_PORT
-    bool        short_pkt;      // UDP payload shorter than the 56-byte header
+    bool        short_pkt;      // UDP payload shorter than the 64-byte header
     // clock, in ns
     bit<64>     now;
     // classification
@@ -124,6 +126,10 @@ struct local_meta_t {
     bit<16>     mcast_grp;
     bool        drop;
     bool        rewritten;      // netdir header or addresses changed: fix the UDP checksum
+    // dmClock (qos.p4)
+    bit<32>     qos_done;       // the tenant's completions (TNA: read in the done pass)
+    bit<32>     qos_res;        // its reservation-phase completions
+    node_t      qos_node;       // the node whose mark moves: a request's target, a completion's scheduler
     // TNA only (incremental UDP checksum, 32-bit coherence and latency)
     bit<16>     udp_residual;
     bool        udp_csum_update;

@@ -59,9 +59,10 @@ parser NetdirParser(packet_in pkt, out headers_t hdr, inout local_meta_t meta) {
 
     state check_len {
         meta.is_netdir = true;
-        // UDP length < 8 + 56 = 64: the payload cannot hold the fixed header.
+        // UDP length < 8 + 64 = 72: the payload cannot hold the fixed header.
         transition select(hdr.udp.len) {
-            16w0 &&& 16w0xffc0: short_payload;
+            16w0 &&& 16w0xffc0: short_payload;  //  0..63
+            16w64 &&& 16w0xfff8: short_payload; // 64..71
             default: parse_netdir;
         }
     }

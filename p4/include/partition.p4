@@ -5,7 +5,8 @@
 // p << (32 - b) of length b. (32 bits, not 20: PI checks an LPM value's
 // trailing zeros against the byte-padded width, so a 20-bit LPM key would
 // refuse valid prefixes.) The action gives the partition id, the chain
-// length R and the chain head.
+// length R and the chain head. A write reply needs only the head (dmClock
+// charges its completion there, qos.p4), so it skips the bucket tables.
 //
 // Each partition's split weights are a bucket table of 32 entries, each a
 // chain index, installed as exact entries (partition, bucket) -> (index,
@@ -96,7 +97,7 @@ control Partition(in headers_t hdr, inout local_meta_t meta) {
         meta.pa_node = 0;
         meta.pb_idx = 0;
         meta.pb_node = 0;
-        if (partitions.apply().hit) {
+        if (partitions.apply().hit && meta.op_class != CLASS_WREPLY) {
             buckets_a.apply();
             buckets_b.apply();
         }

@@ -4,7 +4,7 @@
 // (testdata/vectors) holds it to the Go core on BMv2 (p4/bmv2test).
 //
 // Before including this file, a top-level program defines the architecture's
-// Coherence and NodeStats controls and the NETDIR_COUNTER/NETDIR_COUNT macros.
+// Coherence, NodeStats and Qos controls and the NETDIR_COUNTER/NETDIR_COUNT macros.
 // Every table, counter and register is used at most once per packet, as
 // Tofino requires.
 //
@@ -38,6 +38,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
     NodeAddr() node_addr;
     Forwarding() forwarding;
     HotKeys() hot_keys;
+    Qos() qos;
 
     NETDIR_COUNTER(events, NETDIR_NUM_EVENTS);
     NETDIR_COUNTER(switched, 1);
@@ -68,6 +69,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         bool learn = false;
         bool count_switched = false;
         bool count_event = false;
+        bool qos_complete = false;
         bit<8> event = 0;
         bool slot_counted = false;
         bool sketch_counted = false;
@@ -100,7 +102,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         // 2. Lookups: directory, partition, VSB admission.
         if (meta.op_class != CLASS_OTHER && meta.op_class != CLASS_NODE_OP) {
             directory.apply(hdr, meta);
-            if (meta.op_class == CLASS_GET || meta.op_class == CLASS_WRITE) {
+            if (meta.op_class == CLASS_GET || meta.op_class == CLASS_WRITE || meta.op_class == CLASS_WREPLY) {
                 partition.apply(hdr, meta);
             }
             if (meta.op_class == CLASS_VSB) {
@@ -214,6 +216,14 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             count_event = true;
             event = EVENT_REPLY;
             learn = true;
+            qos_complete = hdr.netdir.op != OP_ERR &&
+                (hdr.netdir.code == CODE_OK || hdr.netdir.code == CODE_NOT_FOUND);
+            // Charge the completion to the node that scheduled the request:
+            // a write's chain head, though the tail replies.
+            meta.qos_node = hdr.netdir.node;
+            if (meta.op_class == CLASS_WREPLY && meta.part_hit) {
+                meta.qos_node = meta.part_head;
+            }
         } else if (meta.op_class == CLASS_VSB) {
             meta.verdict = OUT_MULTICAST;
             count_event = true;
@@ -247,6 +257,17 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             node_addr.apply(hdr, meta);
         } else if (meta.verdict == OUT_TO_CLIENT || meta.verdict == OUT_PASS || meta.verdict == OUT_L2L3) {
             forwarding.apply(hdr, meta);
+        }
+
+        // 6b. dmClock (qos.p4): stamp δ and ρ on a request that leaves for its
+        // node (not one dropped for want of the node's address), or count a
+        // completion.
+        bool qos_stamp = meta.verdict == OUT_FORWARD && meta.reason == REASON_NONE;
+        if (qos_stamp) {
+            meta.qos_node = meta.target;
+        }
+        if (qos_stamp || qos_complete) {
+            qos.apply(hdr, meta, qos_stamp);
         }
 
         // 7. Count.

@@ -7,14 +7,15 @@
 #define NETDIR_COUNT(name, index) name.count((bit<32>)(index))
 
 // The pipeline may rewrite: IPv4 destination, UDP destination port, netdir
-// flags (with code, one 16-bit word), stamp, node and timestamp. Subtract
+// flags (with code, one 16-bit word), stamp, node, timestamp, delta and rho. Subtract
 // them and the old checksum; what is left (pseudo-header, unchanged fields,
 // key and value) is the residual the deparser adds back.
 #define NETDIR_PARSER_DECLS Checksum() udp_csum;
 #define NETDIR_PARSER_NETDIR_HOOK \
         udp_csum.subtract({ hdr.ipv4.dst_addr, hdr.udp.dport, hdr.udp.checksum, \
                             hdr.netdir.flags, hdr.netdir.code, hdr.netdir.stamp, \
-                            hdr.netdir.node, hdr.netdir.timestamp }); \
+                            hdr.netdir.node, hdr.netdir.timestamp, \
+                            hdr.netdir.delta, hdr.netdir.rho }); \
         udp_csum.subtract_all_and_deposit(meta.udp_residual);
 
 #endif

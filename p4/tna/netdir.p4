@@ -7,8 +7,9 @@
 //
 // The directory logic is shared with the BMv2 program
 // (p4/include/pipeline.p4). This file adds the TNA parser (port metadata,
-// checksum residual), Coherence and NodeStats written with RegisterActions
-// (p4/tna/coherence.p4, p4/tna/node_stats.p4), the MAC timestamp as the
+// checksum residual), Coherence, NodeStats and Qos written with
+// RegisterActions (p4/tna/coherence.p4, p4/tna/node_stats.p4,
+// p4/tna/qos.p4), the MAC timestamp as the
 // clock, and the deparser checksums. Everything happens in ingress; egress
 // is bypassed. A slot's re-seed after a promotion resubmits its first
 // packets once, carrying the key's stamp floor (p4/tna/coherence.p4).
@@ -21,6 +22,7 @@
 #include "../include/parser.p4"
 #include "coherence.p4"
 #include "node_stats.p4"
+#include "qos.p4"
 #include "../include/pipeline.p4"
 
 // The resubmit data of a re-seed's first pass (64 bits, Tofino 1's
@@ -62,7 +64,7 @@ parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out ingress_meta_t 
             cand_a = 0, cand_b = 0, lat_a = 0, lat_b = 0, load_a = 0, load_b = 0,
             lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, pick_b = false,
             verdict = 0, reason = 0, target = 0, fallback_idx = 0, egress_port = 0,
-            mcast_grp = 0, drop = false, rewritten = false,
+            mcast_grp = 0, drop = false, rewritten = false, qos_done = 0, qos_res = 0, qos_node = 0,
             udp_residual = 0, udp_csum_update = false, stamp32 = 0, sample32 = 0, lat_new = 0,
             reinit = false, seed32 = 0, vn32 = 0,
             resubmit = false, resubmitted = false, floor32 = 0, resub_gen = 0
@@ -142,7 +144,7 @@ control NetdirIngressDeparser(packet_out pkt, inout headers_t hdr, in ingress_me
             hdr.udp.checksum = udp_csum.update({
                 hdr.ipv4.dst_addr, hdr.udp.dport,
                 hdr.netdir.flags, hdr.netdir.code, hdr.netdir.stamp,
-                hdr.netdir.node, hdr.netdir.timestamp,
+                hdr.netdir.node, hdr.netdir.timestamp, hdr.netdir.delta, hdr.netdir.rho,
                 meta.nd.udp_residual });
         }
         pkt.emit(hdr);

@@ -5,7 +5,7 @@
 //
 // (scripts/p4-build.sh, `make p4`.) The directory logic is shared with the
 // TNA program (p4/include/pipeline.p4); this file adds the v1model parser
-// and deparser, the register-based Coherence and NodeStats controls, the
+// and deparser, the register-based Coherence, NodeStats and Qos controls, the
 // injectable clock, and the checksum recomputation.
 #include <core.p4>
 #include <v1model.p4>
@@ -16,6 +16,7 @@
 #include "../include/parser.p4"
 #include "../include/coherence.p4"
 #include "../include/node_stats.p4"
+#include "../include/qos.p4"
 #include "../include/pipeline.p4"
 #include "clock.p4"
 
@@ -74,7 +75,7 @@ control NetdirComputeChecksum(inout headers_t hdr, inout local_meta_t meta) {
               hdr.netdir.magic, hdr.netdir.version, hdr.netdir.op, hdr.netdir.flags,
               hdr.netdir.code, hdr.netdir.tenant, hdr.netdir.reqid, hdr.netdir.keyhash,
               hdr.netdir.stamp, hdr.netdir.node, hdr.netdir.load, hdr.netdir.epoch,
-              hdr.netdir.timestamp },
+              hdr.netdir.timestamp, hdr.netdir.delta, hdr.netdir.rho },
             hdr.udp.checksum, HashAlgorithm.csum16);
     }
 }

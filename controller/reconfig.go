@@ -1,0 +1,173 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/wire"
+)
+
+// The controller is the chains' configuration master (CRAQ): when gossip
+// declares a node dead it splices the node out of every chain (NodeDown),
+// and when the node is back it adds it as the tail of its chains (NodeUp).
+// Both derive the next layout (package layout) and hand it to SetLayout,
+// the one way the layout changes.
+
+// NodeDown splices node id out of every chain, with a new epoch. A node
+// that is down already, or whose removal would empty a chain, is left.
+func (c *Controller) NodeDown(ctx context.Context, id wire.NodeID) error {
+	c.reconfMu.Lock()
+	defer c.reconfMu.Unlock()
+	m, err := c.Layout().Without(id)
+	if err != nil {
+		return err
+	}
+	c.log.Warn("node down: splicing it out of its chains", "node", id, "epoch", m.Epoch())
+	return c.SetLayout(ctx, m)
+}
+
+// NodeUp adds a node that was spliced out back to its chains, as their
+// tail, with a new epoch. The node catches up (OpSync) when it sees itself
+// back in a chain, and serves reads only then.
+func (c *Controller) NodeUp(ctx context.Context, id wire.NodeID) error {
+	c.reconfMu.Lock()
+	defer c.reconfMu.Unlock()
+	m, err := c.Layout().WithTail(id)
+	if err != nil {
+		return err
+	}
+	c.log.Info("node up: rejoining as tail", "node", id, "epoch", m.Epoch())
+	return c.SetLayout(ctx, m)
+}
+
+// SetLayout makes m the layout; its epoch must be above the current one.
+// Hot keys whose chain changed are re-promoted at their new heads (which
+// then refuse unstamped writes) and their slots re-seeded, before any data
+// plane sees the new location lists; then every plane is programmed with
+// the new partitions and entries, and the layout is gossiped to the nodes.
+func (c *Controller) SetLayout(ctx context.Context, m *layout.Map) error {
+	cfg := m.Config()
+	if err := c.repl.apply(command{Op: opLayout, Layout: &cfg}); err != nil {
+		return err
+	}
+	// The nodes first: a new head takes a promotion only once it knows it
+	// heads the chain.
+	if err := c.publishLayout(m); err != nil {
+		return err
+	}
+	// Resync asks every entry's head for its latest version (the seed) and
+	// installs partitions and entries; it is retried while the heads have
+	// not heard of the layout yet (they answer wrong-node).
+	for _, p := range c.planes {
+		var err error
+		for try := 0; try < layoutTries; try++ {
+			if err = c.Resync(ctx, p); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(layoutRetry):
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("controller: layout %d on %s: %w", m.Epoch(), p.Name(), err)
+		}
+	}
+	c.st.mu.Lock()
+	c.st.publishLocked(directoryUpdate{kind: updateSnapshot, entries: c.st.sortedLocked(), partitions: c.st.partitionsLocked()})
+	c.st.mu.Unlock()
+	return nil
+}
+
+// SetLayout retries a plane's resync every layoutRetry, layoutTries times.
+const (
+	layoutRetry = 100 * time.Millisecond
+	layoutTries = 30
+)
+
+// relocate moves an entry to a new chain: its extras that are neither in
+// the chain nor down stay, the weights are even, and a new generation
+// makes P4 slots re-seed.
+func relocate(e Entry, chain, down []wire.NodeID, gen *uint32) Entry {
+	locs := slices.Clone(chain)
+	for _, id := range e.Locs[e.R:] {
+		if !slices.Contains(chain, id) && !slices.Contains(down, id) {
+			locs = append(locs, id)
+		}
+	}
+	weights := make([]uint32, len(locs))
+	for i := range weights {
+		weights[i] = 1
+	}
+	*gen++
+	e.Locs, e.R, e.Buckets, e.Gen = locs, len(chain), directory.BucketsForWeights(weights), *gen
+	return e
+}
+
+// publishLayout gossips m to the nodes, if gossip is attached.
+func (c *Controller) publishLayout(m *layout.Map) error {
+	c.gossip.mu.Lock()
+	g := c.gossip.g
+	c.gossip.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	b, err := m.Marshal()
+	if err != nil {
+		return err
+	}
+	return g.PublishLayout(m.Epoch(), b)
+}
+
+// memberChange is a gossip member joining (alive) or declared dead.
+type memberChange struct {
+	name  string
+	alive bool
+}
+
+// MemberChanged is a gossip.Config.OnMember callback: it queues the change
+// for RunReconfig without blocking (a full queue drops it; the member's
+// next change, or a later reconciliation, brings the layout right).
+func (c *Controller) MemberChanged(name string, alive bool) {
+	select {
+	case c.members <- memberChange{name, alive}:
+	default:
+		c.log.Warn("membership change dropped", "member", name, "alive", alive)
+	}
+}
+
+// RunReconfig splices out the nodes that gossip declares dead and adds
+// back, as tails, the spliced-out nodes that rejoin, until ctx ends.
+func (c *Controller) RunReconfig(ctx context.Context) {
+	for {
+		var mc memberChange
+		select {
+		case <-ctx.Done():
+			return
+		case mc = <-c.members:
+		}
+		var id wire.NodeID
+		if _, err := fmt.Sscanf(mc.name, "node-%d", &id); err != nil {
+			continue // the controller, an agent
+		}
+		if _, ok := c.Layout().Node(id); !ok {
+			continue
+		}
+		down := slices.Contains(c.Layout().Down(), id)
+		var err error
+		switch {
+		case !mc.alive && !down:
+			err = c.NodeDown(ctx, id)
+		case mc.alive && down:
+			err = c.NodeUp(ctx, id)
+		}
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("reconfiguration", "node", id, "alive", mc.alive, "err", err)
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package storagenode_test
+
+const raceEnabled = false

@@ -1,0 +1,230 @@
+package storagenode
+
+import (
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/wire"
+)
+
+// Reconfiguration (CRAQ): the controller splices a failed member out of its
+// chains, or a caught-up one back in as tail, with a new epoch (package
+// layout), and every node takes the new layout with SetLayout. From then on
+// the node refuses requests of another epoch (ERR stale-epoch, so senders
+// refresh), and every write it holds uncommitted goes down the new chain:
+// a head re-sends its pending writes to its new successor at once, a new
+// head adopts the dirty versions it stored as a middle member and re-sends
+// them, and a node left alone in a chain commits them itself. The new tail
+// commits what it receives, replies to the requester and acks up the
+// chain, so no acknowledged write is lost, and none is lost that a client
+// still retries. A node keeps a partition in the tree of its slot in the
+// placement (layout.Map.Slot), so no data moves between its trees.
+
+// layout is the newest layout the node took.
+func (n *Node) layout() *layout.Map { return n.lay.Load() }
+
+// Layout is the newest layout the node took.
+func (n *Node) Layout() *layout.Map { return n.layout() }
+
+// treeOf is the tree that keeps partition part, nil if the node holds no
+// slot in its placement.
+func (n *Node) treeOf(part uint32) *tree {
+	if j := n.layout().Slot(part, n.id); j >= 0 {
+		return n.trees[j]
+	}
+	return nil
+}
+
+// SetLayout takes m if its epoch is newer than the node's, and re-sends the
+// writes the node holds uncommitted down the new chains. It reports whether
+// m was taken.
+func (n *Node) SetLayout(m *layout.Map) bool {
+	var cur *layout.Map
+	for {
+		cur = n.layout()
+		if m.Epoch() <= cur.Epoch() {
+			return false
+		}
+		if n.lay.CompareAndSwap(cur, m) {
+			break
+		}
+	}
+	n.log.Info("layout", "epoch", m.Epoch(), "down", m.Down())
+	joined := map[uint32]bool{}
+	for p := range m.Partitions() {
+		if m.Position(uint32(p), n.id) >= 0 && cur.Position(uint32(p), n.id) < 0 {
+			joined[uint32(p)] = true
+		}
+	}
+	if len(joined) > 0 {
+		// Back in chains (as tail): catch up before serving reads.
+		n.ready.Store(false)
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if len(joined) > 0 {
+			n.dropDirty(joined)
+			n.recov.catchUp(func(p uint32) bool { return joined[p] })
+			n.ready.Store(true)
+		}
+		n.adoptDirty()
+	}()
+	return true
+}
+
+// adoptDirty hands every dirty version in the trees to its key's shard,
+// which re-sends it down the key's current chain if this node heads it.
+func (n *Node) adoptDirty() {
+	for _, s := range n.admit.shards {
+		if !n.post(s, s.resendPending) {
+			return
+		}
+	}
+	for _, t := range n.trees {
+		err := t.eachDirty(func(key []byte, h wire.KeyHash, rec *record) {
+			s := n.admit.shardOf(h)
+			n.post(s, func() { s.adopt(key, h) })
+		})
+		if err != nil {
+			n.log.Warn("adopt dirty versions", "err", err)
+		}
+	}
+}
+
+// dropDirty drops the dirty versions of the partitions a node rejoins: it
+// joins as tail, which takes what it holds as committed, and they are
+// writes it took as head before it was spliced out, which either went
+// down the chain (and its new head re-sends them) or were never
+// acknowledged.
+func (n *Node) dropDirty(parts map[uint32]bool) {
+	var wg sync.WaitGroup
+	for _, t := range n.trees {
+		err := t.eachDirty(func(key []byte, h wire.KeyHash, _ *record) {
+			part := n.layout().Partition(h)
+			if !parts[part] {
+				return
+			}
+			s := n.admit.shardOf(h)
+			wg.Add(1)
+			if !n.post(s, func() {
+				defer wg.Done()
+				if rec, err := t.getRecord(part, key); err == nil && len(rec.Dirty) > 0 {
+					rec.Dirty = nil
+					t.putRecord(part, key, &rec, &s.commit)
+				}
+			}) {
+				wg.Done()
+			}
+		})
+		if err != nil {
+			n.log.Warn("drop dirty versions", "err", err)
+		}
+	}
+	wg.Wait()
+}
+
+// post runs fn on shard s; false once the node stops.
+func (n *Node) post(s *shard, fn func()) bool {
+	select {
+	case s.ch <- item{fn: fn}:
+		return true
+	case <-n.stop:
+		return false
+	}
+}
+
+// resendPending makes every pending write due at once: the chain it was
+// sent down may have lost the member that held it.
+func (s *shard) resendPending() {
+	for _, pw := range s.pending {
+		pw.sent, pw.tries = time.Time{}, 0
+	}
+	s.housekeep()
+}
+
+// adopt takes over the dirty versions of key if this node now heads its
+// chain: they become pending writes (their requests known to the dedup
+// table, so a client's retry is not applied twice) and go down the chain;
+// a head that is also the tail commits them.
+func (s *shard) adopt(key []byte, h wire.KeyHash) {
+	n := s.n
+	part, ch, pos := n.where(h)
+	if pos != 0 {
+		return
+	}
+	t := n.treeOf(part)
+	rec, err := t.getRecord(part, key)
+	if err != nil || len(rec.Dirty) == 0 {
+		return
+	}
+	for _, v := range append([]version{rec.Clean}, rec.Dirty...) {
+		if v.ReqID != 0 {
+			if _, ok := n.chain.dedup.get(v.ReqID, h); !ok {
+				n.chain.dedup.add(v.ReqID, dedupEntry{KeyHash: h, Ver: v.Ver, Code: uint8(wire.CodeOK), Op: v.Op})
+			}
+		}
+	}
+	if len(ch) > 1 {
+		for _, v := range rec.Dirty {
+			if _, ok := s.pending[pendKey{h, v.Ver}]; !ok {
+				s.launch(key, h, v, ch)
+			}
+		}
+		return
+	}
+	dirty := rec.Dirty
+	for _, v := range dirty {
+		rec.setClean(v)
+		delete(s.pending, pendKey{h, v.Ver})
+	}
+	if err := t.putRecord(part, key, &rec, &s.commit); err != nil {
+		return
+	}
+	for _, v := range dirty {
+		s.replyCommitted(h, &v)
+	}
+	if extras, promoted := n.copies.promoted(h); promoted {
+		s.announce(h, key, &rec.Clean, extras)
+	}
+}
+
+// replyCommitted answers the requester of a committed version (a no-op
+// version has none), flagged with the head's dmClock phase.
+func (s *shard) replyCommitted(h wire.KeyHash, v *version) {
+	if !v.Addr.IsValid() {
+		return
+	}
+	op := wire.Op(v.Op)
+	req := wire.Header{Op: op, Tenant: v.Tenant, ReqID: v.ReqID, KeyHash: h, Timestamp: v.TS}
+	if v.Reservation {
+		req.Flags = wire.FlagReservation
+	}
+	s.send(v.Addr, s.n.replyPacket(&req, op.Reply(), wire.CodeOK, v.Ver, nil))
+}
+
+// eachDirty calls fn for every record in t with dirty versions; key is
+// fn's own.
+func (t *tree) eachDirty(fn func(key []byte, h wire.KeyHash, rec *record)) error {
+	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindRecord}, UpperBound: []byte{kindRecord + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) < 5 {
+			continue
+		}
+		rec, err := decodeRecord(append([]byte(nil), it.Value()...))
+		if err != nil || len(rec.Dirty) == 0 {
+			continue
+		}
+		key := append([]byte(nil), k[5:]...)
+		fn(key, wire.HashKey(key), &rec)
+	}
+	return it.Error()
+}
