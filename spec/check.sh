@@ -31,6 +31,9 @@ VERIFY=(
   "evict-2x|-DNE=2 -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W -DFAULTS=0"
   "progress-1x|-DNE=1 -DLOSS_REPLY -DTMO=0 -DRETX=0"
   "progress-resend-1x|-DNE=1 -DTMO=1 -DRETX=0 -DWMAX=1 -DPROG3=PR_R"
+  "fail-tail-1x|-DNE=1 -DFAIL_TAIL -DWMAX=1 -DPROG3=PR_R"
+  "switch-loss-1x|-DNE=1 -DSWLOSS -DWMAX=1 -DPROG3=PR_R"
+  "failover-1x|-DNE=1 -DFAILOVER -DWMAX=1 -DPROG3=PR_R"
 )
 
 # Mutants of the fixed protocol: name | flags. Each must be caught.
@@ -46,6 +49,11 @@ MUTANTS=(
   "dirty-read-clean|-DMUT_DIRTY_READ_CLEAN"
   "no-stamp-floor|-DMUT_NO_FLOOR -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W"
   "no-noop-version|-DMUT_NO_NOOP_VERSION -DNE=1 -DTMO=1 -DRETX=0 -DWMAX=1 -DPROG3=PR_R"
+  "no-resend|-DMUT_NO_RESEND -DFAIL_TAIL -DNE=1 -DWMAX=1 -DPROG3=PR_R -DFAULTS=0"
+  "serve-before-catchup|-DMUT_SERVE_BEFORE_CATCHUP -DFAIL_TAIL -DNE=1 -DWMAX=1 -DPROG3=PR_R"
+  "resync-old-seed|-DMUT_RESYNC_OLD_SEED -DSWLOSS -DNE=1 -DWMAX=1 -DPROG3=PR_R"
+  "no-takeover|-DMUT_NO_TAKEOVER -DFAILOVER -DNE=1 -DWMAX=1 -DPROG3=PR_R"
+  "stale-leader|-DMUT_STALE_LEADER -DFAILOVER -DNE=1 -DWMAX=1 -DPROG3=PR_R"
 )
 
 # Weakenings that Spin shows to be redundant in the fixed protocol (within
@@ -62,6 +70,8 @@ FLAWS=(
   "E-ver-done-stuck|-DBEFORE_FIX"
   "B-stale-vsb-after-repromotion|-DBEFORE_FIX -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W -DNO_P4"
   "C-copy-resurrected|-DBEFORE_FIX -DFIX_SEED -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W"
+  "G-stamp-across-switch-restart|-DSWLOSS -DSWLOSS_INFLIGHT -DNE=1 -DWMAX=1 -DPROG3=PR_R"
+  "H-rejoin-behind-dirty|-DFAIL_TAIL -DREJOIN_ANY -DNE=1 -DWMAX=1 -DPROG3=PR_R"
 )
 
 work=${SPEC_TMP:-$(mktemp -d /tmp/netdir-spec.XXXXXX)}
@@ -76,6 +86,8 @@ property() {
     *cfloor*) echo "P1 read older than an observed version" ;;
     *'vdone>=tclean'*) echo "P4 ver_done behind the tail at quiescence" ;;
     *'vnext==vdone'*) echo "P4 ver_next ahead of ver_done at quiescence (a stamp never completes)" ;;
+    *'hpend==0'*) echo "P5 a write left pending for good (not re-sent down the new chain)" ;;
+    *promoted*) echo "P5 head promoted without a slot (every write refused)" ;;
     *) echo "$1" ;;
   esac
 }

@@ -168,6 +168,12 @@ byte pprom;                     /* head: pending write v was first forwarded pro
 byte dd[NC*OPS*MAXATT];         /* head: dedup table by request id: code<<4|ver, 0 = none */
 byte mclean, mdirty;            /* middle */
 byte tclean;                    /* tail (setClean only, never dirty) */
+/* -DFAIL_TAIL: the tail T dies and is spliced out (layout epoch+1, M is the
+ * tail), then restarts, catches up (OpSync) and rejoins as tail. tst: 0 T in
+ * the chain, 1 T dead and spliced out, 2 T back (once per run). */
+byte tst;
+#define TUP (tst != 1)
+#define TAILC (TUP -> tclean : mclean)  /* the committed version at the tail */
 byte ex[NE];                    /* extras: 0 = no copy, else held version + 1 */
 byte exmax[NE];                 /* extras: highest version ever held (FIX_MONO) */
 
@@ -175,6 +181,11 @@ byte exmax[NE];                 /* extras: highest version ever held (FIX_MONO) 
 byte ctl;                       /* handshake step, see the controller options */
 byte promos;                    /* promotions done */
 byte seed;                      /* head's latest at promote (FIX_SEED) */
+/* -DFAILOVER: the leader dies with a promotion reserved (head promoted, slot
+ * not installed); stale: its Insert may still reach the switch, with its old
+ * election id. -DSWLOSS: swl 1 once the switch has lost its state. */
+bool stale;
+byte oldseed, swl;
 
 /* -------------------------------------------------------------- clients */
 byte cpc[NC];                   /* 0 idle, 1 reading, 2 writing */
@@ -307,7 +318,7 @@ inline dp_write(c) {
 /* directory.(*Directory).get: the DP may send a read to node n. A hit goes
  * to a fresh LocationList member (the chain is always fresh); a miss to a
  * chain member (CRAQ). */
-#define CANREAD(n) ((n) < X || (cached && (fresh & BIT((n)-X))))
+#define CANREAD(n) (((n) < X && ((n) != T || TUP)) || ((n) >= X && cached && (fresh & BIT((n)-X))))
 
 /* directory.(*Directory).vsb, extra case: set e's fresh bit only if the key
  * is cached, no write is pending and v == ver_done. */
@@ -439,9 +450,15 @@ inline head_write(msg) {
 inline chain_write(msg) {
 	v0 = F2(msg);
 	if
-	:: F1(msg) == M ->
+	:: F1(msg) == M && TUP ->
 		if :: v0 > mclean -> mdirty = mdirty | BIT(v0) :: else fi;
 		send(MK(CW, T, v0, F3(msg), F4(msg)))
+	:: F1(msg) == M ->              /* M is the tail while T is spliced out */
+		if :: v0 > mclean -> mclean = v0; mdirty = mdirty & ~UPTO(v0) :: else fi;
+		if :: F4(msg) != NORID -> send(MK(PR, F4(msg), v0, 0, 0)) :: else fi;
+		if :: F3(msg) -> announce(mclean) :: else fi;
+		send(MK(ACK, H, v0, 0, 0))
+	:: F1(msg) == T && tst == 1 -> skip     /* to a dead node: lost */
 	:: else ->                      /* tail: commit, reply, announce, ack */
 		max2(tclean, v0);
 		if :: F4(msg) != NORID -> send(MK(PR, F4(msg), v0, 0, 0)) :: else fi;   /* a no-op: no requester */
@@ -490,14 +507,17 @@ inline node_get(msg) {
 		:: ex[F1(msg)-X] == 0 -> send(MK(GR, F2(msg), 0, 0, 0))  /* ERR wrong-node */
 		:: else -> send(MK(GR, F2(msg), ex[F1(msg)-X]-1, 1, 0))
 		fi
+	:: F1(msg) == T && tst == 1 -> skip         /* to a dead node: lost */
 	:: F1(msg) == T -> send(MK(GR, F2(msg), tclean, 1, 0))
+	:: F1(msg) == M && !TUP -> latest(mdirty, mclean); send(MK(GR, F2(msg), lt, 1, 0))  /* a tail serves its latest */
 	:: F1(msg) == H && (hdirty == 0 || MUT_DRC) -> send(MK(GR, F2(msg), hclean, 1, 0))
 	:: F1(msg) == M && (mdirty == 0 || MUT_DRC) -> send(MK(GR, F2(msg), mclean, 1, 0))
 #ifdef QUERY_MSGS
 	:: else -> send(MK(VQ, F1(msg), F2(msg), 0, 0))   /* (*shard).query */
 #else
 	:: else ->      /* (*shard).query, verQuery, verAnswer as one step */
-		ver_answer(MK(VA, F1(msg), F2(msg), tclean, 0))
+		if :: TUP -> lt = tclean :: else -> latest(mdirty, mclean) fi;   /* (*shard).verQuery: the tail's latest */
+		ver_answer(MK(VA, F1(msg), F2(msg), lt, 0))
 #endif
 	fi
 }
@@ -637,7 +657,7 @@ inline deliver(msg) {
 	:: TY(msg) == PUT -> head_write(msg)
 	:: TY(msg) == CW  -> chain_write(msg)
 	:: TY(msg) == ACK -> chain_ack(msg)
-	:: TY(msg) == VQ  -> send(MK(VA, F1(msg), F2(msg), tclean, 0))   /* (*shard).verQuery */
+	:: TY(msg) == VQ  -> if :: TUP -> lt = tclean :: else -> latest(mdirty, mclean) fi; send(MK(VA, F1(msg), F2(msg), lt, 0))   /* (*shard).verQuery */
 	:: TY(msg) == VA  -> ver_answer(msg)
 	:: TY(msg) == GR  -> client_reply(msg)          /* DP: a get-reply completes nothing */
 	:: TY(msg) == PR  -> REPLY_COMPLETE(F2(msg)); client_reply(msg)  /* DP: (*Directory).reply */
@@ -796,6 +816,21 @@ inline head_promote() {
 	fi
 }
 
+/* storagenode (*Node).SetLayout -> adoptDirty -> (*shard).resendPending:
+ * on a new layout the head re-sends every pending write down its chain at
+ * once (the member that held it may be gone). */
+inline resend() {
+#ifndef MUT_NO_RESEND
+	j = 1;
+	do
+	:: j <= MAXV -> if :: hpend & BIT(j) -> sendnew(MK(CW, M, j, REFWD(j), prid[j])) :: else fi; j++
+	:: else -> break
+	od
+#else
+	skip
+#endif
+}
+
 /* P4, progress at quiescence: once nothing is in flight, the data plane has
  * caught up with the tail (ver_done >= the tail's committed version) and no
  * stamp is pending (ver_next == ver_done: an extra's VSB is refused while
@@ -803,14 +838,28 @@ inline head_promote() {
  * promotion, with the slot installed and the head promoted. */
 #define QUIET (!ovf && net[0] == 0 && cached && promoted && FINAL && ctl == 2)
 
+/* P5, no write refused or stuck for good (with the failures): once nothing
+ * is in flight, the head has no pending write (each was re-sent down the
+ * new chain), and the head is promoted only while its slot is reserved or
+ * installed (a promoted head without a slot refuses every write). */
+#if defined(FAIL_TAIL) || defined(SWLOSS) || defined(FAILOVER)
+#define P5
+#endif
+
 active proctype world() {
 end:
 	do
 #ifndef NO_P4
-	:: atomic { QUIET && (vdone < tclean || vnext != vdone) ->
-		printf("quiescent: ver_next %d, ver_done %d, tail committed %d\n", vnext, vdone, tclean);
-		assert(vdone >= tclean);
+	:: atomic { QUIET && (vdone < TAILC || vnext != vdone) ->
+		printf("quiescent: ver_next %d, ver_done %d, tail committed %d\n", vnext, vdone, TAILC);
+		assert(vdone >= TAILC);
 		assert(vnext == vdone) }
+#endif
+#ifdef P5
+	:: atomic { !ovf && net[0] == 0 && (hpend != 0 || (ctl == 0 && promoted)) ->
+		printf("quiescent: pending %d, promoted %d, controller step %d\n", hpend, promoted, ctl);
+		assert(hpend == 0);
+		assert(!(ctl == 0 && promoted)) }
 #endif
 	SLOT(0)
 #if NET > 1
@@ -857,6 +906,78 @@ end:
 #else
 	:: d_step { LIVE && ctl == 0 && promos < PROMOS -> head_promote(); ctl = 1; CLEAN }
 	:: d_step { LIVE && ctl == 1 -> dp_insert(); promos++; ctl = 2; CLEAN }
+#endif
+#ifdef FAIL_TAIL
+	/* OpSync pulls clean versions only: a rejoin while M holds a dirty
+	 * version that the dead tail had acknowledged is flaw H (spec/README.md,
+	 * make spec-flaws, -DREJOIN_ANY); make spec checks the rest. */
+#ifdef REJOIN_ANY
+#define REJOIN_OK 1
+#else
+#define REJOIN_OK (mdirty == 0)
+#endif
+	/* controller reconfig.go SetLayout (layout.Without): T dies and is
+	 * spliced out with epoch+1; M, now the tail, commits what reaches it. */
+	:: d_step { LIVE && tst == 0 ->
+		printf("T dies; spliced out: chain H M\n"); tst = 1; tclean = 0; resend(); CLEAN }
+	/* layout.WithTail, storagenode dropDirty + catchUp: T restarts, drops
+	 * its dirty versions (it has none here), catches up with OpSync from
+	 * the chain's committed version, and only then serves, as tail. */
+	:: d_step { LIVE && tst == 1 && REJOIN_OK ->
+#ifndef MUT_SERVE_BEFORE_CATCHUP
+		tclean = mclean;
+#endif
+		printf("T rejoins as tail at v%d: chain H M T\n", tclean); tst = 2; resend(); CLEAN }
+#endif
+#ifdef SWLOSS
+	/* A restart takes about a second, far longer than a rack's delay: no
+	 * write stamped by the lost incarnation is still in flight when the
+	 * controller re-syncs (without this bound: flaw G in spec/README.md). */
+#define NSTP(i) (NET <= i || TY(net[i]) != PUT || F3(net[i]) == 0)
+#ifdef SWLOSS_INFLIGHT
+#define NOSTAMPED 1
+#else
+#define NOSTAMPED (NSTP(0) && NSTP(1) && NSTP(2) && NSTP(3) && NSTP(4) && NSTP(5) && NSTP(6) && NSTP(7))
+#endif
+	/* the switch restarts: its registers are lost, slot and stamp floors
+	 * alike; controller Resync asks the head again (a promotion: its
+	 * latest version), then installs the slot seeded with it. */
+	:: d_step { LIVE && ctl == 2 && swl == 0 && NOSTAMPED ->
+		printf("switch restarts: directory state lost\n");
+		cached = 0; vnext = 0; vdone = 0; fresh = 0; sfloor = 0; swl = 1; ctl = 4; CLEAN }
+	:: d_step { LIVE && ctl == 4 ->
+#ifndef MUT_RESYNC_OLD_SEED
+		head_promote();
+#endif
+		ctl = 5; CLEAN }
+	:: d_step { LIVE && ctl == 5 -> dp_insert(); ctl = 2; CLEAN }
+#endif
+#ifdef FAILOVER
+	/* controller raft.go/fsm.go: the leader dies after the head's
+	 * promotion (reserved by command), before the slot's Insert. */
+	:: d_step { LIVE && ctl == 1 && oldseed == 0 && !stale ->
+		printf("controller leader dies with a reservation open\n");
+		stale = 1; oldseed = seed + 1; ctl = 6; CLEAN }
+	/* (*Controller).TakeOver: the new leader undoes the unfinished
+	 * reservation at the head, then may promote again. */
+	:: d_step { LIVE && ctl == 6 ->
+#ifndef MUT_NO_TAKEOVER
+		printf("new leader: Demote at head\n"); promoted = 0;
+		e0 = 0;
+		do
+		:: e0 < NE -> send(MK(DM, e0, 0, 0, 0)); e0++
+		:: else -> break
+		od;
+#endif
+		ctl = 0; CLEAN }
+	/* the old leader's Insert reaches the switch late: refused, since the
+	 * new leader's election id is higher (a no-op step, not modelled)... */
+#ifdef MUT_STALE_LEADER
+	/* ... unless the switch still accepts the old election id */
+	:: d_step { LIVE && stale ->
+		printf("old leader's Insert accepted\n");
+		cached = 1; fresh = 0; vnext = oldseed - 1; vdone = vnext; stale = 0; CLEAN }
+#endif
 #endif
 #ifdef EVICT
 	:: d_step { LIVE && ctl == 2 && promos < PROMOS ->   /* directory.(*Directory).Evict */
