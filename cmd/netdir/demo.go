@@ -30,7 +30,8 @@ func demoCmd() *cobra.Command {
 		Short: "Run the whole system in this process: a skewed workload with the directory off, then with netdir",
 		Long: `Run netdir on this machine with no root, no switch and no configuration, all in
 this process over loopback: storage nodes (Pebble in a temporary directory,
-each on an emulated storage device, --device, whose time is its capacity:
+each with an emulated capacity of --capacity requests/s, a token bucket; or
+on an emulated storage device, --device ssd|hdd, whose time is its capacity:
 reads that miss the block cache, WAL writes, flushes and compactions share
 one queue), the software switch, the controller driving it
 over P4Runtime gRPC (or the switch's Go API until the P4Info is built), and

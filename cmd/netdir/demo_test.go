@@ -67,14 +67,14 @@ func checkJSON(t *testing.T, path string, policies []string, nodes int) {
 	}
 }
 
-// TestDemoShort: a short demo (on the default device, ssd) writes the JSON
+// TestDemoShort: a short demo (on the device ssd) writes the JSON
 // with issue 6's field names, one run per phase, an HTML report with
 // figures, and prints the summary, which names the device.
 func TestDemoShort(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath := filepath.Join(dir, "demo.json")
 	out := runCmd(t, "demo", "--nodes", "3", "--keys", "300", "--duration", "1s", "--warmup", "500ms",
-		"--concurrency", "8", "--json", jsonPath, "--out", dir, "--live", "lines")
+		"--concurrency", "8", "--device", "ssd", "--json", jsonPath, "--out", dir, "--live", "lines")
 	checkJSON(t, jsonPath, []string{"static", "netdir"}, 3)
 	html, err := os.ReadFile(filepath.Join(dir, "report.html"))
 	if err != nil {
