@@ -39,7 +39,7 @@ type ChaosConfig struct {
 	// Visualize is where each non-linearizable history's Porcupine
 	// visualization goes (empty: nowhere).
 	Visualize string
-	Log    func(format string, args ...any)
+	Log       func(format string, args ...any)
 }
 
 // ChaosResult sums a chaos run.
@@ -122,7 +122,7 @@ func (c *Cluster) Chaos(ctx context.Context, cfg ChaosConfig) (ChaosResult, erro
 			res.Violations++
 			res.Failures = append(res.Failures, fmt.Sprintf("%s: %v", what, err))
 		}
-		if err := c.settle(ctx, cfg.Plane, cfg.Settle); err != nil {
+		if err := c.Settle(ctx, cfg.Plane, cfg.Settle); err != nil {
 			return res, fmt.Errorf("%s: %w", what, err)
 		}
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -196,9 +196,9 @@ func promoteAtRandom(ctx context.Context, pl *Plane, hc HistoryConfig, seed uint
 	}
 }
 
-// settle waits until every node is back in the controller's layout,
+// Settle waits until every node is back in the controller's layout,
 // serving at its epoch.
-func (c *Cluster) settle(ctx context.Context, pl *Plane, within time.Duration) error {
+func (c *Cluster) Settle(ctx context.Context, pl *Plane, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
 		m := pl.Controller.Layout()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/cluster"
+	"github.com/netdir/netdir/controller/p4rt"
 	"github.com/netdir/netdir/storagenode"
 )
 
@@ -30,7 +31,13 @@ func TestChaos(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pl, err := c.StartPlane(ctx, cluster.PlaneConfig{
+	// Over P4Runtime, as deployed: every splice and rejoin re-syncs the
+	// switch's tables.
+	schema, err := p4rt.LoadSchema("../p4/build/netdir.p4info.txtpb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := c.StartPlane(ctx, cluster.PlaneConfig{Schema: schema,
 		Controller: cluster.ControllerConfig{Round: 100 * time.Millisecond, CoarseEpoch: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
