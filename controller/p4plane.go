@@ -42,6 +42,10 @@ type P4Plane struct {
 	// pipeline push (nil: none, the device is bare): a re-sync on a layout
 	// change modifies what is there, and inserts only the new nodes.
 	installed map[wire.NodeID]bool
+	// slots are the entries installed since the last pipeline push: a
+	// re-sync on a layout change replaces them (remove, then install).
+	// The controller's keysMu orders every call that touches them.
+	slots map[uint32]Entry
 
 	// hits is each slot's hit count as ReadHits reports it. A P4 counter
 	// cell outlives its key (BMv2 keeps counting into it across entries, and
@@ -87,7 +91,7 @@ func (p *P4Plane) Name() string { return p.name }
 // hears so from the push.
 func (p *P4Plane) PushPipeline(ctx context.Context, deviceConfig []byte) error {
 	_ = p.c.Write(ctx, p4rt.MulticastGroup(p4.Update_DELETE, VSBGroup, nil))
-	p.installed = nil
+	p.installed, p.slots = nil, nil
 	return p.c.SetPipeline(ctx, p.s.Info, deviceConfig)
 }
 
@@ -299,6 +303,9 @@ func (p *P4Plane) slotEntry(e *Entry) (*p4.TableEntry, error) {
 // same entry installed again (a re-sync after a pipeline push) goes on from
 // the count reported before.
 func (p *P4Plane) InstallEntry(ctx context.Context, e *Entry) error {
+	if err := p.removeInstalled(ctx, []Entry{*e}); err != nil {
+		return err
+	}
 	ups, err := p.slotTables(p4.Update_INSERT, e)
 	if err != nil {
 		return err
@@ -321,13 +328,42 @@ func (p *P4Plane) InstallEntry(ctx context.Context, e *Entry) error {
 	if err != nil {
 		return err
 	}
-	return p.c.Write(ctx, p4rt.Insert(se))
+	if err := p.c.Write(ctx, p4rt.Insert(se)); err != nil {
+		return err
+	}
+	p.noteInstalled(*e)
+	return nil
+}
+
+// removeInstalled removes the entries installed at es's slots, which a
+// re-sync without a pipeline push (a layout change) finds in place.
+func (p *P4Plane) removeInstalled(ctx context.Context, es []Entry) error {
+	for i := range es {
+		if old, ok := p.slots[es[i].Slot]; ok {
+			if err := p.RemoveEntry(ctx, &old); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (p *P4Plane) noteInstalled(es ...Entry) {
+	if p.slots == nil {
+		p.slots = map[uint32]Entry{}
+	}
+	for _, e := range es {
+		p.slots[e.Slot] = e
+	}
 }
 
 // InstallEntries installs many entries as InstallEntry does each, in
 // fewer writes (a re-sync's): every slot's tables, one read of the hit
 // counter, then every slots entry.
 func (p *P4Plane) InstallEntries(ctx context.Context, es []Entry) error {
+	if err := p.removeInstalled(ctx, es); err != nil {
+		return err
+	}
 	var ups []*p4.Update
 	for i := range es {
 		u, err := p.slotTables(p4.Update_INSERT, &es[i])
@@ -368,7 +404,11 @@ func (p *P4Plane) InstallEntries(ctx context.Context, es []Entry) error {
 		ups = append(ups, p4rt.Insert(se))
 	}
 	p.mu.Unlock()
-	return p.write(ctx, ups)
+	if err := p.write(ctx, ups); err != nil {
+		return err
+	}
+	p.noteInstalled(es...)
+	return nil
 }
 
 // RemoveEntry deletes the slots entry first, then the slot's tables.
@@ -384,7 +424,11 @@ func (p *P4Plane) RemoveEntry(ctx context.Context, e *Entry) error {
 	if err != nil {
 		return err
 	}
-	return p.write(ctx, ups)
+	if err := p.write(ctx, ups); err != nil {
+		return err
+	}
+	delete(p.slots, e.Slot)
+	return nil
 }
 
 // SetSlotBuckets modifies a slot's bucket tables.

@@ -95,7 +95,7 @@ func RunChaos(ctx context.Context, e ChaosExperiment) (ChaosResults, error) {
 	if err := killThroughput(ctx, c, pl, cl, e, &res); err != nil {
 		return res, err
 	}
-	if res.SwitchWriteResume, err = switchRestart(ctx, c, pl, cl); err != nil {
+	if res.SwitchWriteResume, err = switchRestart(ctx, c, pl, cl, e.Log); err != nil {
 		return res, err
 	}
 	e.Log("switch restart: writes to a promoted key resumed after %v", res.SwitchWriteResume.Round(time.Millisecond))
@@ -165,7 +165,7 @@ func killThroughput(ctx context.Context, c *cluster.Cluster, pl *cluster.Plane, 
 
 // switchRestart pins a key, restarts the switch and returns how long after
 // the fresh switch's start a write to the key is acknowledged.
-func switchRestart(ctx context.Context, c *cluster.Cluster, pl *cluster.Plane, o client.Options) (time.Duration, error) {
+func switchRestart(ctx context.Context, c *cluster.Cluster, pl *cluster.Plane, o client.Options, log func(string, ...any)) (time.Duration, error) {
 	cl, err := c.Client(o)
 	if err != nil {
 		return 0, err
@@ -182,11 +182,12 @@ func switchRestart(ctx context.Context, c *cluster.Cluster, pl *cluster.Plane, o
 		return 0, err
 	}
 	start := time.Now()
-	for time.Since(start) < time.Minute {
+	for try := 1; time.Since(start) < time.Minute; try++ {
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 		_, err := cl.Put(wctx, key, []byte("v"))
 		cancel()
 		if err == nil {
+			log("switch restart: write %d acknowledged", try)
 			return time.Since(start), nil
 		}
 	}
