@@ -264,7 +264,7 @@ func Load(ctx context.Context, t Target, src *Source, workers int, opTimeout tim
 					return
 				}
 				key = appendKey(key[:0], src.w.KeyPrefix, i)
-				op := Op{Kind: OpInsert, Index: i, Key: key, Value: st.val[:st.ValueSize()]}
+				op := Op{Kind: OpInsert, Index: i, Key: key, Value: st.value(st.ValueSize())}
 				if execute(ctx, t, op, opTimeout) != nil {
 					fails.Add(1)
 				}

@@ -335,12 +335,19 @@ type Run struct {
 	DirSize           int             `json:"dir_size,omitempty"`
 	Latency           []QuantilePoint `json:"latency,omitempty"` // CDF points for the report
 	Note              string          `json:"note,omitempty"`
-	// The system under test: each node's emulated capacity in ops/s (0:
-	// unlimited), so the ideal throughput is Nodes × CapacityOps; and how the
+	// The system under test: each node's token bucket in ops/s (0: none),
+	// so the ideal throughput is then Nodes × CapacityOps; and how the
 	// data plane was programmed ("p4runtime", "control-api", or "client" for
 	// client-side policies).
 	CapacityOps float64 `json:"capacity_ops,omitempty"`
 	Control     string  `json:"control,omitempty"`
+	// Device is the nodes' emulated storage device profile ("ssd", "hdd",
+	// "none"), whose time is their capacity.
+	Device string `json:"device,omitempty"`
+	// DeviceReadsPerGet is the block reads the nodes' devices served per
+	// GET over the run: about the fraction of GETs that missed the block
+	// cache (a GET may read more than one block).
+	DeviceReadsPerGet float64 `json:"device_reads_per_get"`
 
 	// SwitchedFraction is the fraction of the requests the data plane
 	// routed that the fine score sent to its second candidate (HATS §4.3):

@@ -332,14 +332,26 @@ func (s *Source) Stream(i int) *Stream {
 			Src:   randv2.NewPCG(uint64(seed), 0x9e3779b97f4a7c15),
 		}
 	}
-	// Incompressible value bytes, fixed per stream.
+	// Incompressible value bytes: each value is a window at a random
+	// offset of the stream's random buffer, so that values differ and a
+	// storage block of several values does not compress (one value
+	// repeated compresses about 10× in Pebble's Snappy blocks).
 	n := s.w.ValueSize
 	if s.w.ParetoAlpha > 0 {
 		n = wire.MaxValue
 	}
-	st.val = make([]byte, n)
+	st.val = make([]byte, n+valueOffsets)
 	st.r.Read(st.val)
 	return st
+}
+
+// valueOffsets is how many distinct windows a stream's values take.
+const valueOffsets = 64 << 10
+
+// value is the next value, size bytes.
+func (st *Stream) value(size int) []byte {
+	off := st.r.Intn(valueOffsets)
+	return st.val[off : off+size]
 }
 
 // rank draws a key rank in [0, Keys).
@@ -396,7 +408,7 @@ func (st *Stream) Next() Op {
 	op.Key = st.key
 	switch op.Kind {
 	case OpUpdate, OpInsert, OpReadModifyWrite:
-		op.Value = st.val[:st.ValueSize()]
+		op.Value = st.value(st.ValueSize())
 	}
 	return op
 }

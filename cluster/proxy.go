@@ -4,9 +4,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/netdir/netdir/wire"
 )
 
 // Faults are what a Proxy does to each packet, in both directions.
@@ -16,6 +19,9 @@ type Faults struct {
 	Reorder float64       // probability a packet is held back by a random delay up to Jitter
 	Jitter  time.Duration // bound of the reordering delay (default 2 ms)
 	Delay   time.Duration // added to every packet
+	// DropOps are ops whose packets are always dropped: a deterministic
+	// loss, such as a chain's acks, for replaying a trail step by step.
+	DropOps []wire.Op
 }
 
 // Proxy is a fault-injecting UDP proxy in front of one node. Packets from
@@ -148,6 +154,10 @@ func (p *Proxy) conn(src netip.AddrPort) *net.UDPConn {
 
 func (p *Proxy) deliver(b []byte, send func([]byte)) {
 	f := p.faults.Load()
+	if len(f.DropOps) > 0 && wire.Frame(b).Check() == nil && slices.Contains(f.DropOps, wire.Frame(b).Op()) {
+		p.Dropped.Add(1)
+		return
+	}
 	p.rmu.Lock()
 	drop := f.Loss > 0 && p.rng.Float64() < f.Loss
 	copies := 1

@@ -143,7 +143,7 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 	}
 	c.coarse.last = now
 	in := sched.CoarseInput{Epoch: c.cfg.Epoch, Nodes: c.nodeStatsLocked(m.Nodes(), scale), Chains: m.Chains(),
-		Weights: make([][]uint32, m.Partitions())}
+		Weights: make([][]uint32, m.Partitions()), Settle: sched.DefaultSettle}
 	for p, b := range parts.Buckets {
 		in.Weights[p] = bucketWeights(b, len(m.Chain(p)))
 	}

@@ -59,7 +59,44 @@ type CoarseInput struct {
 	// chain member; nil (or a nil entry, or a zero total) is even.
 	Weights [][]uint32
 	HotKeys []HotKeyLoad
+	// Settle keeps the partitions' weights from moving on every epoch's
+	// noise (zero: move all the way to balance every epoch).
+	Settle Settle
 }
+
+// Settle makes the coarse weights settle from epoch to epoch. Without it
+// every epoch moves the chains' load all the way to balance on counts and
+// latencies measured over one epoch: their noise rewrites most partitions
+// every epoch, and since a node's T rises with its load, moving load off a
+// node makes it look fast the next epoch and load moves back.
+type Settle struct {
+	// Tolerance is the hysteresis band: load moves from a node only while
+	// its utilisation exceeds the receiver's by more than this fraction
+	// (then up to equal utilisation, damped).
+	Tolerance float64
+	// Sigmas widens the band by this many standard deviations of the
+	// difference of the two nodes' measured utilisations: a node's count C
+	// and its mean read time T over C reads each carry a relative noise of
+	// about 1/sqrt(C), so the difference's is sqrt(2/C_h + 2/C_l). Short
+	// epochs then move only on imbalances their counts can tell from noise.
+	Sigmas float64
+	// Damping is the part of the move to balance that an epoch makes (in
+	// (0, 1]; 0 means 1): a feedback loop whose gain is under 1 settles
+	// rather than overshooting.
+	Damping float64
+	// MinChange is the smallest change of a member's share of a partition
+	// worth rewriting its weights: a partition whose members' shares all
+	// move less keeps its installed weights.
+	MinChange float64
+}
+
+// DefaultSettle is what the controller uses: a band of 5% plus three
+// standard deviations of the measured utilisations' difference (about 32%
+// for 500 reads per node in an epoch, 14% for 5,000), half of each move per
+// epoch, and a partition is rewritten when a member gains or loses at least
+// two of its 64 buckets. TestCoarseSettles holds it to a model with a
+// node's T rising with its load.
+var DefaultSettle = Settle{Tolerance: 0.05, Sigmas: 3, Damping: 0.5, MinChange: 2.0 / directory.Buckets}
 
 // CoarsePlan is the expected state E and the weights that realise it.
 type CoarsePlan struct {
@@ -237,6 +274,10 @@ func Coarse(in CoarseInput) (CoarsePlan, error) {
 		units = append(units, u)
 	}
 	units = append(units, hot...)
+	installed := make([][]float64, len(groups))
+	for g := range groups {
+		installed[g] = slices.Clone(units[g].load)
+	}
 
 	plan := CoarsePlan{
 		Delta:    make(map[wire.NodeID]float64, len(ids)),
@@ -256,14 +297,19 @@ func Coarse(in CoarseInput) (CoarsePlan, error) {
 			plan.Delta[ids[u.nodes[u.chain+m]]] -= u.load[u.chain+m]
 		}
 	}
+	band := in.Settle.band(stats)
 	load := nodeLoads(units, len(ids))
-	balance(units, load, capacity)
+	balance(units, load, capacity, band)
 	for _, u := range hot {
 		quantise(u)
 		u.fixed = true
 	}
 	load = nodeLoads(units, len(ids))
-	balance(units, load, capacity)
+	balance(units, load, capacity, band)
+	for g := range groups {
+		in.Settle.apply(units[g].load, installed[g])
+	}
+	load = nodeLoads(units, len(ids))
 
 	groupWeights := make([][]uint32, len(groups))
 	for g := range groups {
@@ -344,6 +390,43 @@ func nodeCapacities(stats []*NodeStats, epoch time.Duration) []float64 {
 	return out
 }
 
+// band is the hysteresis band between two nodes (Tolerance and Sigmas):
+// the ratio of their utilisations below which no load moves.
+func (st Settle) band(stats []*NodeStats) func(h, l int) float64 {
+	variance := make([]float64, len(stats)) // of a node's relative utilisation
+	for i, s := range stats {
+		var c float64
+		if s != nil {
+			for _, x := range s.Requests {
+				c += float64(x)
+			}
+		}
+		variance[i] = 2 / max(c, 1)
+	}
+	return func(h, l int) float64 {
+		return 1 + st.Tolerance + st.Sigmas*math.Sqrt(variance[h]+variance[l])
+	}
+}
+
+// apply damps a chain group's move from its installed loads old to the
+// balanced loads, in place, and keeps the installed loads if no member's
+// share moves by MinChange.
+func (st Settle) apply(loads, old []float64) {
+	if st.Damping > 0 && st.Damping < 1 {
+		for m := range loads {
+			loads[m] = old[m] + st.Damping*(loads[m]-old[m])
+		}
+	}
+	var total, moved float64
+	for m := range loads {
+		total += old[m]
+		moved = max(moved, math.Abs(loads[m]-old[m]))
+	}
+	if total > 0 && moved < st.MinChange*total {
+		copy(loads, old)
+	}
+}
+
 func nodeLoads(units []*coarseUnit, n int) []float64 {
 	load := make([]float64, n)
 	for _, u := range units {
@@ -364,9 +447,11 @@ const maxMoves = 20_000
 // previous one's requests in one unit and hands as many of its own on in
 // another, so nodes in between keep their load. It moves as much as the
 // path carries, up to equal utilisation of the two ends and never past the
-// receiver's capacity. Every move lowers Σ load²/capacity, so it ends; it
-// stops when no move reaches a thousandth of the mean load.
-func balance(units []*coarseUnit, load, capacity []float64) {
+// receiver's capacity, and only while the sender's utilisation exceeds the
+// receiver's by more than the band (a ratio). Every move lowers Σ
+// load²/capacity, so it ends; it stops when no move reaches a thousandth of
+// the mean load.
+func balance(units []*coarseUnit, load, capacity []float64, band func(h, l int) float64) {
 	var total float64
 	for _, x := range load {
 		total += x
@@ -428,7 +513,7 @@ func balance(units []*coarseUnit, load, capacity []float64) {
 			}
 		}
 		move := 0.0
-		if l >= 0 {
+		if l >= 0 && util(h) > band(h, l)*util(l) {
 			move = min((load[h]*capacity[l]-load[l]*capacity[h])/(capacity[h]+capacity[l]), capacity[l]-load[l])
 			for n := l; n != h; n = reached[n].prev {
 				st := reached[n]
@@ -464,4 +549,29 @@ func quantise(u *coarseUnit) {
 	for m := range u.load {
 		u.load[m] = t * float64(count[m]) / directory.Buckets
 	}
+}
+
+// FineWindowReads is how many mean read times the fine score's window
+// spans (FineWindow). Two: the planes learn t per reply (EWMA weight 0.5),
+// and on a device a node's replies are cache hits of a millisecond and
+// misses of tens, so t jumps reply to reply. A window of 16 mean read times
+// made Window/t (1–32) outweigh the queue, and requests herded to whichever
+// node had just answered from its cache: netdir demo --workload C on ssd
+// fell from 4,100–5,300 ops/s (1 ms window, or 2 read times) to 570.
+const FineWindowReads = 2
+
+// DefaultFineWindow is directory.Config's default window: 1 ms.
+const DefaultFineWindow = time.Millisecond
+
+// FineWindow fits the fine score's window (directory.Config.Window, in ns)
+// to the nodes' mean read time t (HATS §4.3: of two candidates take the
+// larger L/t − Q). The planes compute Window/t in integers, so a fixed 1 ms
+// window makes the term 0 for every node slower than 1 ms, and the score
+// falls back to the queue alone; a window of FineWindowReads read times
+// keeps it FineWindowReads for a node at the mean and less for slower ones
+// at any service time, so that the term tells fast nodes from slow ones
+// without outweighing the queue. t ≤ 0 (unknown) and windows under
+// DefaultFineWindow give DefaultFineWindow.
+func FineWindow(t time.Duration) uint64 {
+	return uint64(max(DefaultFineWindow, FineWindowReads*t))
 }

@@ -3,6 +3,8 @@ package sched
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -267,4 +269,169 @@ func TestCoarseDegenerate(t *testing.T) {
 			k.Weights = []uint32{1}
 			return k
 		}()}})
+}
+
+// loopRun is what coarseLoop saw: per epoch the partitions rewritten (a
+// member's share moved by more than one of 64 buckets, as the controller
+// rewrites them), the partitions flipped back (a member's share moved the
+// opposite way of its previous rewrite, within two epochs), and the nodes'
+// utilisation max/mean in the last epoch.
+type loopRun struct {
+	rewrites, flips []int
+	maxOverMean     float64
+}
+
+func (r loopRun) after(epoch int) (rewrites, flips int) {
+	for e := epoch; e < len(r.rewrites); e++ {
+		rewrites += r.rewrites[e]
+		flips += r.flips[e]
+	}
+	return rewrites, flips
+}
+
+// coarseLoop runs the coarse loop against a model of 8 nodes: ring chains
+// of 3 over 64 partitions, each chain group with its own demand, and every
+// node's read latency T rising with its utilisation (an M/M/1 queue, T =
+// s/(1−ρ)), with Poisson noise on every count (a few hundred reads per node
+// and epoch, as in a 5 s epoch of the benchmarks) and as much on T.
+func coarseLoop(t *testing.T, settle Settle, epochs int, seed uint64) loopRun {
+	t.Helper()
+	const (
+		n       = 8
+		parts   = 64
+		service = 4 * time.Millisecond // T at no load
+		epoch   = 5 * time.Second
+		rate    = 150.0 // a node's requests/s at ρ = 1
+	)
+	chains := ring(t, n, 3, parts)
+	// Group g (partitions whose head is node g+1) draws demand[g] reads/s.
+	demand := []float64{150, 60, 60, 40, 90, 40, 60, 80}
+	rng := rand.New(rand.NewPCG(seed, 2))
+	noisy := func(x float64) float64 { return max(0, x+math.Sqrt(x)*rng.NormFloat64()) }
+	weights := make([][]uint32, parts)
+	lastMove := make([][]float64, parts) // per member: the last rewrite's change, and how many epochs ago
+	age := make([]int, parts)
+	var run loopRun
+	for e := range epochs {
+		perTree := make([][]float64, n)
+		for i := range perTree {
+			perTree[i] = make([]float64, 3)
+		}
+		for p, c := range chains {
+			f := fractions(weights[p], len(c))
+			for j, node := range c {
+				perTree[node-1][j] += demand[c[0]-1] / (parts / n) * f[j]
+			}
+		}
+		in := CoarseInput{Epoch: epoch, Chains: chains, Weights: weights, Settle: settle}
+		var util []float64
+		for i := range n {
+			var load, count float64
+			st := NodeStats{Node: wire.NodeID(i + 1)}
+			for _, x := range perTree[i] {
+				c := noisy(x * epoch.Seconds())
+				load += x
+				count += c
+				st.Requests = append(st.Requests, uint64(c))
+			}
+			rho := min(load/rate, 0.95)
+			util = append(util, rho)
+			// The mean of count read times: relative noise 1/sqrt(count).
+			st.ReadLatency = time.Duration(float64(service) / (1 - rho) * (1 + rng.NormFloat64()/math.Sqrt(max(count, 1))))
+			in.Nodes = append(in.Nodes, st)
+		}
+		plan, err := Coarse(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rewrites, flips := 0, 0
+		for p, w := range plan.Partitions {
+			old := fractions(weights[p], len(w))
+			change := make([]float64, len(w))
+			moved, flipped := false, false
+			for j := range w {
+				change[j] = float64(w[j])/WeightScale - old[j]
+				moved = moved || math.Abs(change[j]) > 1.0/directory.Buckets
+				flipped = flipped || lastMove[p] != nil && age[p] <= 2 && change[j]*lastMove[p][j] < 0
+			}
+			age[p]++
+			if moved {
+				rewrites++
+				if flipped {
+					flips++
+				}
+				lastMove[p], age[p] = change, 1
+			}
+			weights[p] = w
+		}
+		run.rewrites = append(run.rewrites, rewrites)
+		run.flips = append(run.flips, flips)
+		if e == epochs-1 {
+			run.maxOverMean = slices.Max(util) / (sum(util) / n)
+		}
+	}
+	return run
+}
+
+func sum(xs []float64) (s float64) {
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
+// TestCoarseSettles: moving all the way to balance every epoch on noisy
+// counts and latencies rewrites most partitions every epoch, back and
+// forth, and balances worse for it (utilisation max/mean 1.15–1.44); with
+// DefaultSettle the loop balances the model (max/mean ≤ 1.10), then
+// rewrites a partition only now and then (a tenth as often at most) and
+// flips one back rarely (a twentieth as often at most: noise beyond three
+// standard deviations still moves load now and then); on every seed tried.
+func TestCoarseSettles(t *testing.T) {
+	const epochs, settled = 30, 10
+	for seed := uint64(1); seed <= 8; seed++ {
+		raw := coarseLoop(t, Settle{}, epochs, seed)
+		rawRewrites, rawFlips := raw.after(settled)
+		run := coarseLoop(t, DefaultSettle, epochs, seed)
+		rewrites, flips := run.after(settled)
+		t.Logf("seed %d: undamped rewrites %v, flips %v, max/mean %.3f; settled rewrites %v, flips %v, max/mean %.3f",
+			seed, raw.rewrites, raw.flips, raw.maxOverMean, run.rewrites, run.flips, run.maxOverMean)
+		if run.rewrites[0] == 0 || rawFlips == 0 {
+			t.Fatalf("seed %d: the model is not skewed or not noisy (first epoch rewrote %d, undamped flips %d)", seed, run.rewrites[0], rawFlips)
+		}
+		if rewrites*10 > rawRewrites {
+			t.Errorf("seed %d: epochs %d–%d rewrote %d partitions, undamped %d: want at most a tenth", seed, settled, epochs-1, rewrites, rawRewrites)
+		}
+		if flips*20 > rawFlips {
+			t.Errorf("seed %d: %d partitions flipped back after epoch %d, undamped %d: want at most a twentieth", seed, flips, settled, rawFlips)
+		}
+		if run.maxOverMean > 1.1 || run.maxOverMean > raw.maxOverMean {
+			t.Errorf("seed %d: utilisation max/mean %.3f, want ≤ 1.10 and ≤ undamped's %.3f", seed, run.maxOverMean, raw.maxOverMean)
+		}
+	}
+}
+
+// TestFineWindow: the window spans FineWindowReads mean read times, so
+// Window/t stays FineWindowReads at the mean and halves for a node twice
+// as slow, at any service time (with a 1 ms window it is 0 for all of
+// them); unknown or fast nodes keep the 1 ms default.
+func TestFineWindow(t *testing.T) {
+	if w := FineWindow(0); w != uint64(time.Millisecond) {
+		t.Errorf("unknown t: window %d, want 1 ms", w)
+	}
+	if w := FineWindow(10 * time.Microsecond); w != uint64(time.Millisecond) {
+		t.Errorf("t 10 µs: window %d, want 1 ms", w)
+	}
+	for _, mean := range []time.Duration{2 * time.Millisecond, 16 * time.Millisecond, 200 * time.Millisecond} {
+		w := FineWindow(mean)
+		if q := w / uint64(mean); q != FineWindowReads {
+			t.Errorf("t %v: Window/t = %d at the mean, want %d", mean, q, FineWindowReads)
+		}
+		if q := w / uint64(2*mean); q != FineWindowReads/2 {
+			t.Errorf("t %v: Window/t = %d at twice the mean, want %d", mean, q, FineWindowReads/2)
+		}
+		if q := uint64(DefaultFineWindow) / uint64(mean); q != 0 {
+			t.Errorf("t %v: the 1 ms window gives %d, the test assumes 0", mean, q)
+		}
+	}
 }

@@ -71,7 +71,7 @@ FLAWS=(
   "B-stale-vsb-after-repromotion|-DBEFORE_FIX -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W -DNO_P4"
   "C-copy-resurrected|-DBEFORE_FIX -DFIX_SEED -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W"
   "G-stamp-across-switch-restart|-DSWLOSS -DSWLOSS_INFLIGHT -DNE=1 -DWMAX=1 -DPROG3=PR_R"
-  "H-rejoin-behind-dirty|-DFAIL_TAIL -DREJOIN_ANY -DNE=1 -DWMAX=1 -DPROG3=PR_R"
+  "H-rejoin-behind-dirty|-DBEFORE_FIX -DFIX_SEED -DFIX_MONO -DFAIL_TAIL -DNE=1 -DWMAX=1 -DPROG3=PR_R"
 )
 
 work=${SPEC_TMP:-$(mktemp -d /tmp/netdir-spec.XXXXXX)}
@@ -84,7 +84,7 @@ property() {
     *vop*) echo "P3 acknowledged write lost" ;;
     *'>cfloor'*) echo "P1 write ordered before an observed version" ;;
     *cfloor*) echo "P1 read older than an observed version" ;;
-    *'vdone>=tclean'*) echo "P4 ver_done behind the tail at quiescence" ;;
+    *'vdone>='*) echo "P4 ver_done behind the tail at quiescence" ;;
     *'vnext==vdone'*) echo "P4 ver_next ahead of ver_done at quiescence (a stamp never completes)" ;;
     *'hpend==0'*) echo "P5 a write left pending for good (not re-sent down the new chain)" ;;
     *promoted*) echo "P5 head promoted without a slot (every write refused)" ;;

@@ -46,11 +46,14 @@
 /* ---------------------------------------------------------------- fixes */
 /* The fixes of spec/README.md, which the code has: the head is promoted
  * first and the slot seeded from its latest version and the plane's stamp
- * floor (FIX_SEED), and an extra never goes back to an older copy
- * (FIX_MONO). -DBEFORE_FIX models the code before them (make spec-flaws). */
+ * floor (FIX_SEED), an extra never goes back to an older copy (FIX_MONO),
+ * and a tail rejoining catches up with its predecessor's latest version,
+ * dirty included (FIX_REJOIN). -DBEFORE_FIX models the code before them
+ * (make spec-flaws). */
 #ifndef BEFORE_FIX
 #define FIX_SEED
 #define FIX_MONO
+#define FIX_REJOIN
 #endif
 
 /* ---------------------------------------------------------------- sizes */
@@ -908,24 +911,23 @@ end:
 	:: d_step { LIVE && ctl == 1 -> dp_insert(); promos++; ctl = 2; CLEAN }
 #endif
 #ifdef FAIL_TAIL
-	/* OpSync pulls clean versions only: a rejoin while M holds a dirty
-	 * version that the dead tail had acknowledged is flaw H (spec/README.md,
-	 * make spec-flaws, -DREJOIN_ANY); make spec checks the rest. */
-#ifdef REJOIN_ANY
-#define REJOIN_OK 1
-#else
-#define REJOIN_OK (mdirty == 0)
-#endif
 	/* controller reconfig.go SetLayout (layout.Without): T dies and is
 	 * spliced out with epoch+1; M, now the tail, commits what reaches it. */
 	:: d_step { LIVE && tst == 0 ->
 		printf("T dies; spliced out: chain H M\n"); tst = 1; tclean = 0; resend(); CLEAN }
-	/* layout.WithTail, storagenode dropDirty + catchUp: T restarts, drops
-	 * its dirty versions (it has none here), catches up with OpSync from
-	 * the chain's committed version, and only then serves, as tail. */
-	:: d_step { LIVE && tst == 1 && REJOIN_OK ->
+	/* layout.WithTail, storagenode dropDirty + catchUpAsTail: T restarts,
+	 * drops its dirty versions (it has none here), catches up with OpSync
+	 * from M, taking M's latest version, dirty included, as committed (a
+	 * tail commits what its predecessor holds), and only then serves, as
+	 * tail. Before the fix (flaw H) OpSync pulled M's clean version only:
+	 * a version the dead tail had acknowledged, dirty at M, was behind T. */
+	:: d_step { LIVE && tst == 1 ->
 #ifndef MUT_SERVE_BEFORE_CATCHUP
+#ifdef FIX_REJOIN
+		latest(mdirty, mclean); tclean = lt;
+#else
 		tclean = mclean;
+#endif
 #endif
 		printf("T rejoins as tail at v%d: chain H M T\n", tclean); tst = 2; resend(); CLEAN }
 #endif

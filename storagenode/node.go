@@ -295,6 +295,7 @@ func Start(o Options) (*Node, error) {
 	n.admit.start(&n.wg, n.stop)
 	n.wg.Add(1)
 	go n.readLoop()
+	n.recov.begin()
 	n.wg.Add(1)
 	go n.recov.run()
 	return n, nil

@@ -14,7 +14,8 @@ import (
 // writes to the key.
 const promoNoStampMark = 0xff
 
-// syncRecord is one key's clean version in a sync-data reply.
+// syncRecord is one key's version in a sync-data reply: the clean one, or
+// the latest for a tail.
 type syncRecord struct {
 	Key []byte
 	V   version
@@ -28,9 +29,19 @@ func appendSyncRecord(b []byte, key []byte, v *version) []byte {
 	return append(b, enc...)
 }
 
+// OpSyncData's first byte: flags.
+const (
+	syncMore       = 1 << 0 // more chunks follow
+	syncLatestFlag = 1 << 1 // latest versions, dirty included, for a tail
+)
+
+// syncLatest reports whether an OpSyncData answer carries the sender's
+// latest versions.
+func syncLatest(ext []byte) bool { return len(ext) > 0 && ext[0]&syncLatestFlag != 0 }
+
 func decodeSyncData(b []byte) (recs []syncRecord, more bool, ok bool) {
 	r := &reader{b: b}
-	more = r.u8() != 0
+	more = r.u8()&syncMore != 0
 	n := int(r.u16())
 	for i := 0; i < n && !r.err; i++ {
 		kl := int(r.u16())

@@ -60,16 +60,17 @@ func (n *Node) SetLayout(m *layout.Map) bool {
 		}
 	}
 	if len(joined) > 0 {
-		// Back in chains (as tail): catch up before serving reads.
-		n.ready.Store(false)
+		// Back in chains (as tail): catch up before serving reads or
+		// answering ver-queries.
+		n.recov.begin()
 	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		if len(joined) > 0 {
 			n.dropDirty(joined)
-			n.recov.catchUp(func(p uint32) bool { return joined[p] })
-			n.ready.Store(true)
+			n.recov.catchUpAsTail(func(p uint32) bool { return joined[p] })
+			n.recov.end()
 		}
 		n.adoptDirty()
 	}()

@@ -22,6 +22,17 @@ import (
 // member answers, nothing can have committed on the chain without this node
 // (a write is acknowledged only after every member stores it), so the
 // partition is already caught up.
+//
+// A tail is the chain's commit authority: members holding a dirty version
+// ask it which one is committed. So a tail pulls from its predecessor the
+// latest versions, dirty included, and takes them as committed (a tail
+// commits what its predecessor holds; every member before it holds them
+// too), and a node rejoining as tail (SetLayout) is ready only once its
+// predecessor has answered so at the node's epoch. Clean versions alone are
+// not enough (spec/README.md, flaw H): a version acknowledged by the old
+// tail, whose ack to the predecessor was lost, is dirty there until the
+// head's re-send arrives, and a tail that caught up without it would
+// answer the predecessor's ver-query with the version before.
 const (
 	syncChunkBytes = 24 << 10
 	syncChunkKeys  = 256
@@ -41,6 +52,9 @@ type recovery struct {
 
 	mu   sync.Mutex
 	wait map[uint64]chan *wire.NodePacket // this node's syncs in flight, by id
+
+	behindMu sync.Mutex
+	behind   int // catch-ups under way (start, rejoins): the node is ready when none is
 }
 
 func (rc *recovery) init(n *Node) {
@@ -51,16 +65,35 @@ func (rc *recovery) init(n *Node) {
 }
 
 // run catches up with every chain this node is in, then marks the node
-// ready and starts re-announcing its copies.
+// ready and starts re-announcing its copies. The caller has called begin.
 func (rc *recovery) run() {
 	n := rc.n
 	defer n.wg.Done()
 	defer func() {
-		n.ready.Store(true)
+		rc.end()
 		n.wg.Add(1)
 		go n.reannounce()
 	}()
 	rc.catchUp(func(uint32) bool { return true })
+}
+
+// begin marks the node not ready until the catch-up it starts ends, and
+// every other one under way.
+func (rc *recovery) begin() {
+	rc.behindMu.Lock()
+	defer rc.behindMu.Unlock()
+	rc.behind++
+	rc.n.ready.Store(false)
+}
+
+// end ends a catch-up that begin started.
+func (rc *recovery) end() {
+	rc.behindMu.Lock()
+	defer rc.behindMu.Unlock()
+	rc.behind--
+	if rc.behind == 0 {
+		rc.n.ready.Store(true)
+	}
 }
 
 // catchUp pulls the partitions that want names, of those this node is in.
@@ -68,7 +101,6 @@ func (rc *recovery) catchUp(want func(part uint32) bool) {
 	n := rc.n
 	type job struct {
 		part  uint32
-		pos   int
 		cands []wire.NodeID
 	}
 	var jobs []job
@@ -87,7 +119,7 @@ func (rc *recovery) catchUp(want func(part uint32) bool) {
 				cands = append(cands, id)
 			}
 		}
-		jobs = append(jobs, job{uint32(p), pos, cands})
+		jobs = append(jobs, job{uint32(p), cands})
 	}
 	var mu sync.Mutex
 	dead := map[wire.NodeID]bool{}
@@ -113,7 +145,7 @@ func (rc *recovery) catchUp(want func(part uint32) bool) {
 					if d {
 						continue
 					}
-					if rc.syncPartition(j.part, j.pos, c) {
+					if rc.syncPartition(j.part, c, false) {
 						break
 					}
 					select {
@@ -131,9 +163,46 @@ func (rc *recovery) catchUp(want func(part uint32) bool) {
 	wg.Wait()
 }
 
+// catchUpAsTail pulls the partitions that want names, which this node
+// rejoins as tail, from each one's predecessor, dirty versions included. It
+// tries again until the predecessor answers at this node's epoch (it may
+// not have taken the layout yet; a dead one is spliced out by a newer
+// layout, which names the next), or the node is no longer behind anyone
+// in the chain. Unlike catchUp it never takes silence as caught up.
+func (rc *recovery) catchUpAsTail(want func(part uint32) bool) {
+	n := rc.n
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, syncParallel)
+	for p := range n.layout().Partitions() {
+		if !want(uint32(p)) {
+			continue
+		}
+		wg.Add(1)
+		slots <- struct{}{}
+		go func(part uint32) {
+			defer func() { <-slots; wg.Done() }()
+			for wait := syncTryTimeout; ; wait = min(2*wait, time.Second) {
+				lay := n.layout()
+				ch, pos := lay.Chain(part), lay.Position(part, n.id)
+				// A node that a later layout put behind a newer tail is a
+				// middle: its clean versions are what it needs from here.
+				if pos <= 0 || rc.syncPartition(part, ch[pos-1], pos == len(ch)-1) {
+					return
+				}
+				select {
+				case <-n.stop:
+					return
+				case <-time.After(wait):
+				}
+			}
+		}(uint32(p))
+	}
+	wg.Wait()
+}
+
 // syncPartition pulls partition part from peer; false if the peer did not
-// answer.
-func (rc *recovery) syncPartition(part uint32, pos int, peer wire.NodeID) bool {
+// answer, or, with asTail, did not answer with its latest versions.
+func (rc *recovery) syncPartition(part uint32, peer wire.NodeID, asTail bool) bool {
 	n := rc.n
 	var cursor []byte
 	for {
@@ -165,7 +234,7 @@ func (rc *recovery) syncPartition(part uint32, pos int, peer wire.NodeID) bool {
 			return false
 		}
 		recs, more, ok := decodeSyncData(got.Ext)
-		if !ok {
+		if !ok || asTail && !syncLatest(got.Ext) {
 			return false
 		}
 		var wg sync.WaitGroup
@@ -228,10 +297,14 @@ func (rc *recovery) serve(b []byte, from netip.AddrPort) {
 		return
 	}
 	part := uint32(p.Stamp)
-	pos := n.layout().Position(part, n.id)
+	lay := n.layout()
+	ch, pos := lay.Chain(part), lay.Position(part, n.id)
 	if pos < 0 {
 		return
 	}
+	// The requester is the tail right behind this node, at this node's
+	// epoch: it takes the latest versions (see Recovery above).
+	latest := p.Epoch == lay.Epoch() && pos == len(ch)-2 && ch[pos+1] == p.Node
 	select {
 	case rc.serving <- struct{}{}:
 	default:
@@ -244,6 +317,9 @@ func (rc *recovery) serve(b []byte, from netip.AddrPort) {
 		defer n.wg.Done()
 		defer func() { <-rc.serving }()
 		if n.closing.Load() {
+			return
+		}
+		if latest && !n.shardBarrier() {
 			return
 		}
 		lo, hi := partitionBounds(part)
@@ -264,18 +340,45 @@ func (rc *recovery) serve(b []byte, from netip.AddrPort) {
 				break
 			}
 			rec, err := decodeRecord(bytes.Clone(it.Value()))
-			if err != nil || rec.Clean.Ver == 0 {
+			if err != nil {
 				continue
 			}
-			body = appendSyncRecord(body, it.Key()[5:], &rec.Clean)
+			v := &rec.Clean
+			if latest {
+				v = rec.Latest()
+			}
+			if v.Ver == 0 {
+				continue
+			}
+			body = appendSyncRecord(body, it.Key()[5:], v)
 			count++
 		}
 		ext := []byte{0, byte(count >> 8), byte(count)}
 		if more {
-			ext[0] = 1
+			ext[0] |= syncMore
+		}
+		if latest {
+			ext[0] |= syncLatestFlag
 		}
 		ext = append(ext, body...)
 		r := wire.Header{Op: wire.OpSyncData, ReqID: hdr.ReqID, Stamp: hdr.Stamp, Node: n.id, Epoch: n.layout().Epoch()}
 		n.sendNow(from, wire.AppendNodeOp(nil, &r, nil, nil, ext))
 	}()
+}
+
+// shardBarrier waits until every shard has handled what it was given
+// before: a write handled under an older layout (a tail's commit) is then
+// stored. False once the node stops.
+func (n *Node) shardBarrier() bool {
+	var wg sync.WaitGroup
+	for _, s := range n.admit.shards {
+		wg.Add(1)
+		if !n.post(s, wg.Done) {
+			wg.Done()
+			wg.Wait()
+			return false
+		}
+	}
+	wg.Wait()
+	return true
 }

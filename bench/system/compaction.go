@@ -230,7 +230,7 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 	if run.Note != "" {
 		run.Note += "; "
 	}
-	run.Note += fmt.Sprintf("compaction phase %q: fill %.0f MiB on nodes %v, budget %s", ph.Name, res.FillMiB, oneBased(ph.Fill), BudgetName(ph.Budget))
+	run.Note += fmt.Sprintf("compaction phase %q: fill %.3g MiB on nodes %v, budget %s", ph.Name, res.FillMiB, oneBased(ph.Fill), BudgetName(ph.Budget))
 	return run, res, nil
 }
 
@@ -266,7 +266,7 @@ func BudgetName(b int64) string {
 	case b < 0:
 		return "unthrottled"
 	case b == 0:
-		return fmt.Sprintf("%d MiB/s (default)", storagenode.DefaultCompactionBudget>>20)
+		return "the device's"
 	}
-	return fmt.Sprintf("%g MiB/s", float64(b)/(1<<20))
+	return fmt.Sprintf("%.3g MiB/s", float64(b)/(1<<20))
 }

@@ -61,17 +61,30 @@ type ExperimentConfig struct {
 	// Repeat runs the compared phases this many times in ABBA order
 	// (compaction experiments only).
 	Repeat int
-	// FillRate is the background writes per compacting node (bytes/s) to
-	// chain positions FillTrees (default every tree), starting Lead before
-	// the workload; Compactors is how many nodes write (default 1 for
+	// FillRate is the background writes per compacting node (bytes/s;
+	// default DefaultFillBudgets × DeviceBudget) to chain positions
+	// FillTrees (default every tree), starting Lead before the workload;
+	// Compactors is how many nodes write (default 1 for
 	// compaction-balance, every node for compaction-pacing, half of them
 	// for the ablation).
 	FillRate   float64
 	FillTrees  []int
 	Lead       time.Duration
 	Compactors int
-	Budget     int64 // the nodes' compaction budget in paced phases (bytes/s)
+	// Budget is the nodes' compaction budget in paced phases (bytes/s;
+	// default DeviceBudget).
+	Budget int64
+	// DeviceBudget is the nodes' device's compaction budget
+	// (device.Profile.CompactionBudget: HATS's 64 MiB/s scaled like the
+	// device), which the defaults are relative to.
+	DeviceBudget int64
 }
+
+// DefaultFillBudgets is the default background write rate of a compacting
+// node, in compaction budgets: with the LSM's write amplification its
+// compactions need several budgets of device bandwidth, so unthrottled
+// they take device time from reads and paced they fall behind into debt.
+const DefaultFillBudgets = 1
 
 // ExperimentStep is one policy run of an experiment: a compaction phase of
 // a policy on a workload.
@@ -86,6 +99,15 @@ type ExperimentStep struct {
 func ExperimentSteps(e ExperimentConfig) ([]ExperimentStep, error) {
 	if len(e.Workloads) == 0 {
 		return nil, errors.New("system: experiment without a workload")
+	}
+	if e.Budget == 0 {
+		e.Budget = e.DeviceBudget
+	}
+	if e.FillRate == 0 {
+		e.FillRate = DefaultFillBudgets * float64(e.DeviceBudget)
+	}
+	if e.Budget <= 0 || e.FillRate <= 0 {
+		return nil, errors.New("system: experiment without a compaction budget or fill rate")
 	}
 	fill := func(k int) CompactionPhase {
 		return CompactionPhase{Fill: firstNodes(k, e.Nodes), FillRate: e.FillRate, FillTrees: e.FillTrees, Lead: e.Lead}

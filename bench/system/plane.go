@@ -71,7 +71,7 @@ func (s *System) StartPlane(ctx context.Context, policy string) (_ *Plane, err e
 		return nil, fmt.Errorf("system: policy %q: want one of %v", policy, Policies())
 	}
 	p.plane, err = s.cl.StartPlane(ctx, cluster.PlaneConfig{
-		Directory: directory.Config{PartitionBits: s.cfg.PartitionBits, Policy: pol},
+		Directory: directory.Config{PartitionBits: s.cfg.PartitionBits, Policy: pol, Window: sched.FineWindow(s.meanReadTime())},
 		Schema:    s.schema,
 		Controller: cluster.ControllerConfig{
 			Round: s.cfg.Round, PromoteMin: s.cfg.PromoteMin, CoarseEpoch: CoarseEpoch, NodeCapacity: s.cfg.Capacity,
@@ -91,6 +91,25 @@ func (s *System) StartPlane(ctx context.Context, policy string) (_ *Plane, err e
 		st.cls = append(st.cls, c)
 	}
 	return p, nil
+}
+
+// meanReadTime is the nodes' mean read time so far (HATS's T, device time
+// included), weighted by reads; before any read, the device's read service
+// time. A plane's fine-score window is fitted to it (sched.FineWindow).
+func (s *System) meanReadTime() time.Duration {
+	var reads, sum float64
+	for i := range s.N() {
+		if n := s.Node(i); n != nil {
+			for _, t := range n.Stats().Trees {
+				reads += float64(t.Reads)
+				sum += float64(t.Reads) * float64(t.MeanReadLatency)
+			}
+		}
+	}
+	if reads == 0 {
+		return s.cfg.Device.ReadService
+	}
+	return time.Duration(sum / reads)
 }
 
 // CoarseEpoch is the controller's HATS epoch in a run: the shortest valid
@@ -123,19 +142,24 @@ func (p *Plane) Switch() *model.Switch {
 type Sample struct {
 	At       time.Time
 	Requests []uint64 // per node: client requests admitted (node counters)
-	Reads    []uint64 // per node: reads the clients saw it serve
-	LatSum   []uint64 // per node: the response times of those reads, ns
-	Hits     uint64   // switch: requests routed from the directory
-	Misses   uint64   // switch: requests routed by the partition table
-	Switched uint64   // switch: requests the fine score sent to its second candidate
-	DirSize  int      // keys in the directory
-	VSBs     uint64   // switch: VSBs accepted
-	VSBDrops map[string]uint64
+	Gets     []uint64 // per node: of those, GETs
+	// DeviceReads per node: block reads from the device (block cache
+	// misses).
+	DeviceReads []uint64
+	Reads       []uint64 // per node: reads the clients saw it serve
+	LatSum      []uint64 // per node: the response times of those reads, ns
+	Hits        uint64   // switch: requests routed from the directory
+	Misses      uint64   // switch: requests routed by the partition table
+	Switched    uint64   // switch: requests the fine score sent to its second candidate
+	DirSize     int      // keys in the directory
+	VSBs        uint64   // switch: VSBs accepted
+	VSBDrops    map[string]uint64
 }
 
 // Sample reads the counters.
 func (p *Plane) Sample() Sample {
-	s := Sample{At: time.Now(), Requests: p.sys.nodeRequests()}
+	s := Sample{At: time.Now()}
+	s.Requests, s.Gets, s.DeviceReads = p.sys.nodeCounts()
 	s.Reads, s.LatSum = p.acct.latency()
 	if sw := p.Switch(); sw != nil {
 		c, _ := sw.Counters()

@@ -54,6 +54,7 @@ func (s *System) Run(ctx context.Context, policy string, o RunOptions) (bench.Ru
 		return bench.Run{}, err
 	}
 	run.CapacityOps = s.Capacity()
+	run.Device = s.cfg.Device.Name
 	run.Control = s.controlName(policy)
 	if err := p.Close(); err != nil {
 		return run, fmt.Errorf("system: after %s: %w", policy, err)
@@ -179,7 +180,16 @@ func measure(ctx context.Context, p sampledTarget, policy string, src *bench.Sou
 		}
 		info.Note += d
 	}
-	return bench.Summarize(info, res), nil
+	run := bench.Summarize(info, res)
+	var gets, reads uint64
+	for i := range min(len(after.Gets), len(before.Gets), len(after.DeviceReads), len(before.DeviceReads)) {
+		gets += after.Gets[i] - before.Gets[i]
+		reads += after.DeviceReads[i] - before.DeviceReads[i]
+	}
+	if gets > 0 {
+		run.DeviceReadsPerGet = float64(reads) / float64(gets)
+	}
+	return run, nil
 }
 
 type liveState struct {

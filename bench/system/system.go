@@ -3,12 +3,16 @@
 // cluster assembles over loopback:
 //
 //   - N storage nodes (cluster.StartNode), each with Pebble trees in a
-//     temporary directory and an emulated capacity of Config.Capacity
-//     requests per second (storagenode.Options.MaxOps, a token bucket), so
-//     that a skewed workload overloads the nodes that hold the hot keys long
-//     before the machine runs out of CPU; each reports its hot keys and tree
-//     stats to the controller's gRPC API every round and gossips its stats
-//     with memberlist, as in a deployment;
+//     temporary directory on an emulated storage device (Config.Device,
+//     storagenode/device), whose time is the node's capacity: block reads
+//     that miss the cache, WAL writes, flushes and compactions share its
+//     queue, so that a skewed workload overloads the nodes that hold the hot
+//     keys long before the machine runs out of CPU, and a compacting node is
+//     slow for its reads. Config.Capacity adds a token bucket on requests
+//     (storagenode.Options.MaxOps), the capacity model before the device.
+//     Each node reports its hot keys and tree stats to the controller's gRPC
+//     API every round and gossips its stats with memberlist, as in a
+//     deployment;
 //   - per policy run, a fresh plane (cluster.StartPlane): the software data
 //     plane with the routing policy of the run (directory.Config.Policy) on
 //     one fixed loopback address, and a controller on fixed API and gossip
@@ -48,25 +52,21 @@ import (
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/p4"
 	"github.com/netdir/netdir/storagenode"
+	"github.com/netdir/netdir/storagenode/device"
 	"github.com/netdir/netdir/wire"
 )
 
 // Defaults of Config.
 const (
 	DefaultNodes = 8
-	// DefaultCapacity is each node's emulated capacity in requests per second.
-	// The whole system shares one machine's cores, so the emulated capacity
-	// must sit well below what the machine serves end to end (client, switch,
-	// node and back over loopback UDP, four datagrams each way), or the CPU,
-	// not the hot nodes, limits every policy alike. The system costs about
-	// 100 µs of CPU per operation (about 10k ops per CPU-second on the 2-core
-	// development machine, BENCHMARKS.md), and on that machine, shared with
-	// other work, the process got 0.1–0.3 of a core; so 8 nodes of 200 ops/s
-	// (ideal 1600 ops/s) keep the nodes, not the CPU, the bottleneck of the
-	// demo. Scale it (--capacity) with the cores a machine can spare; the
-	// BENCHMARKS.md rows use 100 for 8 nodes and 50 for 16 (ideal 800 ops/s),
-	// which held while other work loaded the machine.
-	DefaultCapacity = 200
+	// DefaultBlockCache is the block cache a node keeps for its trees' data
+	// on a device, beside its memtables (Config.BlockCache). The data a
+	// node holds must be at least ten times it for most GETs to miss it
+	// (BENCHMARKS.md).
+	DefaultBlockCache = 256 << 10
+	// DefaultMemTable is each tree's memtable on a device: small, so that
+	// the workloads' own writes flush and compact within a run.
+	DefaultMemTable = 256 << 10
 	DefaultReplicas = layout.DefaultReplicas
 	// DefaultPartitionBits gives 1024 partitions, as in a deployment.
 	DefaultPartitionBits = layout.DefaultPartitionBits
@@ -79,10 +79,20 @@ const (
 
 // Config sizes the system.
 type Config struct {
-	Nodes         int     // storage nodes (default 8)
-	Replicas      int     // chain length R (default min(3, Nodes))
-	PartitionBits uint    // log2 partitions (default 10)
-	Capacity      float64 // emulated requests/s per node (default 200); negative: unlimited
+	Nodes         int  // storage nodes (default 8)
+	Replicas      int  // chain length R (default min(3, Nodes))
+	PartitionBits uint // log2 partitions (default 10)
+	// Device is every node's emulated storage device (device.Parse; the
+	// zero value is "none": I/O is counted and free).
+	Device device.Profile
+	// BlockCache and MemTable size each node's Pebble memory on a device
+	// (defaults DefaultBlockCache and DefaultMemTable): the node's cache is
+	// BlockCache plus the R × 2 memtables that Pebble reserves out of it.
+	// Without a device the nodes keep storagenode's defaults.
+	BlockCache, MemTable int64
+	// Capacity is a token bucket on each node's client requests/s
+	// (storagenode.Options.MaxOps); 0 or negative: none, the device alone.
+	Capacity float64
 	// Dir is the data root; empty makes a temporary directory that Close
 	// removes, in /dev/shm (tmpfs) where there is one: N nodes × R trees all
 	// syncing their WALs to one shared disk would make the disk, not the
@@ -98,7 +108,8 @@ type Config struct {
 	// report hot keys at the same period.
 	Round time.Duration
 	// PromoteMin is the requests per round that make a key hot. Default:
-	// 0.5% of the cluster's emulated capacity per round (at least 2), the
+	// 0.5% of the cluster's nominal capacity per round (at least 2; a
+	// node's is its token bucket, else its device's random reads/s), the
 	// controller's default of 16 requests per round scaled down to the
 	// emulated rates (16 would be 4–10% of all requests here, and only one
 	// or two keys would ever be promoted); the controller's default when the
@@ -146,17 +157,25 @@ func (c *Config) defaults() error {
 	if c.PartitionBits == 0 {
 		c.PartitionBits = DefaultPartitionBits
 	}
-	if c.Capacity == 0 {
-		c.Capacity = DefaultCapacity
-	}
 	if c.Capacity < 0 {
 		c.Capacity = 0 // unlimited for storagenode
+	}
+	if c.Device == (device.Profile{}) {
+		c.Device, _ = device.Parse("none")
+	}
+	if c.onDevice() {
+		if c.BlockCache <= 0 {
+			c.BlockCache = DefaultBlockCache
+		}
+		if c.MemTable <= 0 {
+			c.MemTable = DefaultMemTable
+		}
 	}
 	if c.Round <= 0 {
 		c.Round = DefaultRound
 	}
-	if c.PromoteMin == 0 && c.Capacity > 0 {
-		c.PromoteMin = uint64(max(2, math.Ceil(hotShare*float64(c.Nodes)*c.Capacity*c.Round.Seconds())))
+	if rate := c.nodeRate(); c.PromoteMin == 0 && rate > 0 {
+		c.PromoteMin = uint64(max(2, math.Ceil(hotShare*float64(c.Nodes)*rate*c.Round.Seconds())))
 	}
 	if c.Clients <= 0 {
 		c.Clients = DefaultClients
@@ -165,6 +184,23 @@ func (c *Config) defaults() error {
 		c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return nil
+}
+
+// onDevice reports whether the nodes' device costs time (a profile other
+// than none).
+func (c *Config) onDevice() bool { return c.Device.ReadService > 0 }
+
+// nodeRate is a node's nominal requests/s, for sizing PromoteMin: the
+// token bucket's, else the device's random reads/s (QueueDepth /
+// ReadService), else 0 (unknown).
+func (c *Config) nodeRate() float64 {
+	switch {
+	case c.Capacity > 0:
+		return c.Capacity
+	case c.onDevice():
+		return float64(c.Device.QueueDepth) / c.Device.ReadService.Seconds()
+	}
+	return 0
 }
 
 func (s *System) progress(format string, args ...any) {
@@ -217,12 +253,8 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		}
 		s.dir, s.ownDir = d, true
 	}
-	capText := "unlimited"
-	if cfg.Capacity > 0 {
-		capText = fmt.Sprintf("%.0f ops/s each", cfg.Capacity)
-	}
-	s.progress("starting %d storage nodes (R=%d, %d partitions, capacity %s, Pebble under %s)",
-		cfg.Nodes, cfg.Replicas, 1<<cfg.PartitionBits, capText, s.dir)
+	s.progress("starting %d storage nodes (R=%d, %d partitions, %s, Pebble under %s)",
+		cfg.Nodes, cfg.Replicas, 1<<cfg.PartitionBits, cfg.capacityName(), s.dir)
 	type res struct {
 		cl  *cluster.Cluster
 		err error
@@ -234,6 +266,11 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 			Dir: s.dir, Controller: true, Round: cfg.Round,
 			Node: func(o *storagenode.Options) {
 				o.MaxOps = cfg.Capacity
+				o.Device = cfg.Device
+				if cfg.onDevice() {
+					o.MemTableBytes = uint64(cfg.MemTable)
+					o.CacheBytes = cfg.BlockCache + int64(cfg.Replicas)*2*cfg.MemTable
+				}
 				o.Logger = cfg.Log.With("component", "node")
 				if cfg.NodeOptions != nil {
 					cfg.NodeOptions(o)
@@ -302,8 +339,29 @@ func (s *System) Layout() *layout.Map { return s.cl.Layout }
 // N is the number of storage nodes.
 func (s *System) N() int { return s.cl.N() }
 
-// Capacity is each node's emulated capacity in requests/s (0: unlimited).
+// Capacity is each node's token bucket in requests/s (0: none).
 func (s *System) Capacity() float64 { return s.cfg.Capacity }
+
+// Device is the nodes' device profile.
+func (s *System) Device() device.Profile { return s.cfg.Device }
+
+// CapacityName says what limits a node: its device and cache, and the
+// token bucket if there is one.
+func (s *System) CapacityName() string { return s.cfg.capacityName() }
+
+func (c *Config) capacityName() string {
+	out := "device none (no I/O cost)"
+	if c.onDevice() {
+		d := c.Device
+		out = fmt.Sprintf("device %s (%d slots, read %s, %.1f MB/s; ~%.0f random reads/s; compaction budget %.2f MiB/s), block cache %d KiB, memtables %d KiB",
+			d.Name, d.QueueDepth, d.ReadService.Round(100*time.Microsecond), d.ReadBandwidth/1e6, c.nodeRate(),
+			float64(d.CompactionBudget)/(1<<20), c.BlockCache>>10, c.MemTable>>10)
+	}
+	if c.Capacity > 0 {
+		out += fmt.Sprintf(", token bucket %.0f ops/s", c.Capacity)
+	}
+	return out
+}
 
 // P4Runtime reports whether the controller drives the switch over P4Runtime,
 // and why not when it does not.
@@ -312,21 +370,34 @@ func (s *System) P4Runtime() (bool, error) { return s.schema != nil, s.p4err }
 // Node is storage node i (0-based; id i+1).
 func (s *System) Node(i int) *storagenode.Node { return s.cl.Node(i) }
 
-// nodeRequests reads each node's cumulative client requests admitted.
-func (s *System) nodeRequests() []uint64 {
-	out := make([]uint64, s.cl.N())
-	for i := range out {
+// nodeCounts reads each node's cumulative client requests admitted, GETs
+// among them, and block reads from its device (reads that missed the block
+// cache).
+func (s *System) nodeCounts() (requests, gets, deviceReads []uint64) {
+	requests = make([]uint64, s.cl.N())
+	gets = make([]uint64, s.cl.N())
+	deviceReads = make([]uint64, s.cl.N())
+	for i := range requests {
 		if n := s.cl.Node(i); n != nil {
 			st := n.Stats()
-			out[i] = st.Gets + st.Puts + st.Dels
+			requests[i], gets[i] = st.Gets+st.Puts+st.Dels, st.Gets
+			for _, c := range st.Device {
+				if c.Class == device.Read.String() {
+					deviceReads[i] = c.IOs
+				}
+			}
 		}
 	}
-	return out
+	return requests, gets, deviceReads
 }
 
 // Preload writes the workload's keys straight to their chain heads with
-// workers goroutines, calling progress (if set) about once a second.
+// workers goroutines, calling progress (if set) about once a second. Its
+// compactions run unthrottled: on a device the paced budget is a small
+// part of its bandwidth, and the preload is not measured.
 func (s *System) Preload(ctx context.Context, src *bench.Source, workers int, progress func(done, total int64)) error {
+	s.SetCompactionBudget(storagenode.Unthrottled)
+	defer s.SetCompactionBudget(0)
 	return preload(ctx, s.direct, src, workers, progress)
 }
 

@@ -19,12 +19,14 @@ import (
 	"github.com/netdir/netdir/bench"
 	"github.com/netdir/netdir/bench/system"
 	"github.com/netdir/netdir/storagenode"
+	"github.com/netdir/netdir/storagenode/device"
 )
 
 // benchFlags are the flags that demo and bench share.
 type benchFlags struct {
 	nodes       string
 	capacity    float64
+	device      string
 	replicas    int
 	keys        int64
 	valueSize   int
@@ -44,6 +46,11 @@ type benchFlags struct {
 	cpuProfile  string
 }
 
+// demoCapacity is the demo's emulated capacity per node, requests/s: well
+// under what the machine serves end to end, so that the hot nodes, not the
+// CPU, limit the static run.
+const demoCapacity = 200
+
 func (f *benchFlags) register(cmd *cobra.Command, demo bool) {
 	fl := cmd.Flags()
 	if demo {
@@ -51,10 +58,19 @@ func (f *benchFlags) register(cmd *cobra.Command, demo bool) {
 	} else {
 		fl.StringVar(&f.nodes, "nodes", "8", "storage nodes; a comma list sweeps (a fresh cluster each)")
 	}
-	fl.Float64Var(&f.capacity, "capacity", system.DefaultCapacity,
-		"emulated capacity of each node in requests/s (a token bucket; 0: unlimited)")
+	// The demo keeps the token bucket as its capacity model: on the
+	// emulated ssd the hot keys stay in the block cache and the run is
+	// bound by CPU, where spreading reads does not pay (issue 14, measured
+	// in BENCHMARKS.md); the bench measures on the device.
+	device, capacity := "ssd", 0.0
+	if demo {
+		device, capacity = "none", demoCapacity
+	}
+	fl.StringVar(&f.device, "device", device, "each node's emulated storage device, whose time is its capacity: ssd, hdd or none (I/O costs nothing)")
+	fl.Float64Var(&f.capacity, "capacity", capacity,
+		"also cap each node's client requests/s with a token bucket, the capacity model before --device (0: none)")
 	fl.IntVar(&f.replicas, "replicas", 3, "chain length R")
-	fl.IntVar(&f.valueSize, "value-size", bench.DefaultValueSize, "value size in bytes (the Pareto scale x_m with --pareto)")
+	fl.IntVar(&f.valueSize, "value-size", defaultValueSize, "value size in bytes (the Pareto scale x_m with --pareto)")
 	fl.Float64Var(&f.pareto, "pareto", 0, "Pareto(α) value sizes with this α (0: fixed --value-size)")
 	fl.IntVar(&f.concurrency, "concurrency", 64, "closed loop: operations in flight; open loop: the most in flight")
 	fl.Float64Var(&f.rate, "rate", 0, "open loop: Poisson arrivals at this many ops/s (0: closed loop)")
@@ -185,18 +201,18 @@ func fmtDuration(d time.Duration) string {
 
 // systemConfig is the in-process system of n nodes that the flags ask for,
 // with its data under dir ("" for a temporary directory).
-func (f *benchFlags) systemConfig(cmd *cobra.Command, n int, dir string, nodeOptions func(*storagenode.Options)) system.Config {
-	capacity := f.capacity
-	if capacity == 0 {
-		capacity = -1 // unlimited
+func (f *benchFlags) systemConfig(cmd *cobra.Command, n int, dir string, nodeOptions func(*storagenode.Options)) (system.Config, error) {
+	dev, err := device.Parse(f.device)
+	if err != nil {
+		return system.Config{}, fmt.Errorf("--device: %w", err)
 	}
 	out := cmd.OutOrStdout()
 	return system.Config{
-		Nodes: n, Replicas: min(f.replicas, n), Capacity: capacity, Dir: dir,
+		Nodes: n, Replicas: min(f.replicas, n), Device: dev, Capacity: f.capacity, Dir: dir,
 		P4Info: f.p4info, Log: componentLog(cmd.ErrOrStderr(), f.verbose),
 		Progress:    func(s string) { fmt.Fprintln(out, "==>", s) },
 		NodeOptions: nodeOptions,
-	}
+	}, nil
 }
 
 func componentLog(w io.Writer, verbose bool) *slog.Logger {
@@ -246,9 +262,10 @@ func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure policies side by side on the in-process system (YCSB, skew, node and write-ratio sweeps)",
-		Long: `Run the whole system in this process (storage nodes with an emulated capacity,
-the software switch programmed by the controller, clients) and measure the
-routing policies side by side on the same cluster and the same seeds:
+		Long: `Run the whole system in this process (storage nodes on an emulated storage
+device, --device, whose time is their capacity; the software switch programmed
+by the controller; clients) and measure the routing policies side by side on
+the same cluster and the same seeds:
 
   static    the chain head only (the directory off)
   replicas  uniform over the chain
@@ -360,7 +377,7 @@ counters are not read there (no directory hit rate).`,
 					return err
 				}
 				fmt.Fprintf(out, "==> preloading %d keys\n", keys)
-				if err := sys.Preload(ctx, src, 64, func(done, total int64) {
+				if err := sys.Preload(ctx, src, preloadWorkers, func(done, total int64) {
 					fmt.Fprintf(out, "    preload %d/%d\n", done, total)
 				}); err != nil {
 					sys.Close()
@@ -415,7 +432,7 @@ counters are not read there (no directory hit rate).`,
 	fl.StringVar(&workloads, "workload", "B", "YCSB core workloads, a comma list of A–F")
 	fl.StringVar(&writeRatio, "write-ratio", "", "instead of --workload: read/update mixes with these write fractions (e.g. 0,0.05,0.5)")
 	fl.StringVar(&zipfs, "zipf", "0.99", "key distributions: zipf θ values (0.9–1.2 are typical) and/or \"uniform\"")
-	fl.Int64Var(&keys, "keys", bench.DefaultKeys, "keys preloaded and drawn from")
+	fl.Int64Var(&keys, "keys", 10_000, "keys preloaded and drawn from (a device preloads a few hundred keys/s per node: each write syncs three WALs)")
 	fl.StringVar(&f.policies, "policies", strings.Join(bench.Policies, ","), "policies to run, in order")
 	fl.DurationVar(&f.duration, "duration", 10*time.Second, "measured time per run")
 	fl.DurationVar(&f.warmup, "warmup", 5*time.Second, "unmeasured time before each run (the controller promotes hot keys)")
@@ -444,3 +461,14 @@ func loopName(f benchFlags) string {
 	}
 	return fmt.Sprintf("closed loop, %d in flight", f.concurrency)
 }
+
+// defaultValueSize: values of 1000 random bytes, four to a 4 KiB block, so
+// that ten thousand keys are several times a node's memory on a device
+// (block cache and memtables, about 1 MiB) and GETs beyond the hottest keys
+// read the device.
+const defaultValueSize = 1000
+
+// preloadWorkers is how many preload writes are in flight. On a device
+// more writers let Pebble commit in groups, but 256 queued for over the
+// 10 s write timeout behind the preload's own flushes and compactions.
+const preloadWorkers = 64

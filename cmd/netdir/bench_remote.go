@@ -38,7 +38,7 @@ func (r *remoteFlags) register(cmd *cobra.Command) {
 
 // inProcessOnly are the flags that shape the in-process system, which
 // --service does not start.
-var inProcessOnly = []string{"nodes", "replicas", "data-dir", "p4info", "experiment"}
+var inProcessOnly = []string{"nodes", "replicas", "device", "data-dir", "p4info", "experiment"}
 
 // check validates the flags for a run against a deployment and gives
 // --policies its default there; nothing to do without --service.
@@ -81,7 +81,11 @@ func (r *remoteFlags) nodeCounts(f *benchFlags) ([]int, error) {
 // start starts the in-process system of n nodes, or dials the deployment.
 func (r *remoteFlags) start(ctx context.Context, cmd *cobra.Command, f *benchFlags, n int) (benchSystem, error) {
 	if r.service == "" {
-		sys, err := system.Start(ctx, f.systemConfig(cmd, n, nodeDir(f.dataDir, n), nil))
+		cfg, err := f.systemConfig(cmd, n, nodeDir(f.dataDir, n), nil)
+		if err != nil {
+			return nil, err
+		}
+		sys, err := system.Start(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}

@@ -30,7 +30,10 @@ func demoCmd() *cobra.Command {
 		Short: "Run the whole system in this process: a skewed workload with the directory off, then with netdir",
 		Long: `Run netdir on this machine with no root, no switch and no configuration, all in
 this process over loopback: storage nodes (Pebble in a temporary directory,
-each with an emulated capacity), the software switch, the controller driving it
+each with an emulated capacity of --capacity requests/s, a token bucket; or
+on an emulated storage device, --device ssd|hdd, whose time is its capacity:
+reads that miss the block cache, WAL writes, flushes and compactions share
+one queue), the software switch, the controller driving it
 over P4Runtime gRPC (or the switch's Go API until the P4Info is built), and
 clients sending to the switch.
 
@@ -74,7 +77,11 @@ summary table, and writes a JSON file and an HTML report with figures.`,
 			defer stop()
 
 			fmt.Fprintln(out, "netdir demo: the whole system in this process, over loopback")
-			sys, err := system.Start(ctx, f.systemConfig(cmd, n, f.dataDir, nil))
+			cfg, err := f.systemConfig(cmd, n, f.dataDir, nil)
+			if err != nil {
+				return err
+			}
+			sys, err := system.Start(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -86,17 +93,18 @@ summary table, and writes a JSON file and an HTML report with figures.`,
 				return err
 			}
 			fmt.Fprintf(out, "==> preloading %d keys (%s values) at their chain heads\n", keys, sizeName(f))
-			if err := sys.Preload(ctx, src, 64, func(done, total int64) {
+			if err := sys.Preload(ctx, src, preloadWorkers, func(done, total int64) {
 				fmt.Fprintf(out, "    preload %6d/%d keys\n", done, total)
 			}); err != nil {
 				return err
 			}
 			ideal := ""
 			if sys.Capacity() > 0 {
-				ideal = fmt.Sprintf("; capacity %.0f ops/s per node, ideal %.0f ops/s", sys.Capacity(), sys.Capacity()*float64(n))
+				ideal = fmt.Sprintf("; token bucket %.0f ops/s per node, ideal %.0f ops/s", sys.Capacity(), sys.Capacity()*float64(n))
 			}
 			fmt.Fprintf(out, "==> workload: YCSB %s (%.0f%% reads), zipf %.2f over %d keys, %s%s\n",
 				w.Name, 100*mix.ReadFraction(), zipf, keys, loopName(f), ideal)
+			fmt.Fprintf(out, "==> nodes: %s\n", sys.CapacityName())
 			var res bench.Results
 			for i, pol := range pols {
 				fmt.Fprintf(out, "==> phase %d/%d: %s (%s): %s warm-up, then %s measured\n",
@@ -110,12 +118,18 @@ summary table, and writes a JSON file and an HTML report with figures.`,
 				}
 				res.Runs = append(res.Runs, run)
 			}
-			fmt.Fprintln(out, "\nsummary")
+			fmt.Fprintf(out, "\nsummary (device %s)\n", sys.Device().Name)
 			if err := bench.WriteSummary(out, res.Runs); err != nil {
 				return err
 			}
 			comparison(out, res.Runs, sys.Capacity()*float64(n))
-			if err := writeOutputs(res, f.jsonPath, f.htmlPath, "netdir demo"); err != nil {
+			fmt.Fprintf(out, "device %s: block reads per GET", sys.Device().Name)
+			for _, r := range res.Runs {
+				fmt.Fprintf(out, " %s %.2f", r.Policy, r.DeviceReadsPerGet)
+			}
+			fmt.Fprintln(out, " (about the fraction of GETs that missed the block cache)")
+			title := fmt.Sprintf("netdir demo: %d nodes on device %s", n, sys.Device().Name)
+			if err := writeOutputs(res, f.jsonPath, f.htmlPath, title); err != nil {
 				return err
 			}
 			fmt.Fprintln(out, "\nJSON:  ", f.jsonPath)

@@ -67,13 +67,14 @@ func checkJSON(t *testing.T, path string, policies []string, nodes int) {
 	}
 }
 
-// TestDemoShort: a short demo writes the JSON with issue 6's field names,
-// one run per phase, an HTML report with figures, and prints the summary.
+// TestDemoShort: a short demo (on the device ssd) writes the JSON
+// with issue 6's field names, one run per phase, an HTML report with
+// figures, and prints the summary, which names the device.
 func TestDemoShort(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath := filepath.Join(dir, "demo.json")
 	out := runCmd(t, "demo", "--nodes", "3", "--keys", "300", "--duration", "1s", "--warmup", "500ms",
-		"--concurrency", "8", "--capacity", "0", "--json", jsonPath, "--out", dir, "--live", "lines")
+		"--concurrency", "8", "--device", "ssd", "--json", jsonPath, "--out", dir, "--live", "lines")
 	checkJSON(t, jsonPath, []string{"static", "netdir"}, 3)
 	html, err := os.ReadFile(filepath.Join(dir, "report.html"))
 	if err != nil {
@@ -82,7 +83,8 @@ func TestDemoShort(t *testing.T) {
 	if n := strings.Count(string(html), "data:image/png;base64,"); n != 4 {
 		t.Errorf("report has %d figures, want 4", n)
 	}
-	for _, want := range []string{"over P4Runtime gRPC", "preload", "phase 1/2: static", "phase 2/2: netdir", "summary", "netdir vs static", jsonPath} {
+	for _, want := range []string{"over P4Runtime gRPC", "preload", "phase 1/2: static", "phase 2/2: netdir", "summary (device ssd)",
+		"netdir vs static", "device ssd: block reads per GET", jsonPath} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -96,7 +98,7 @@ func TestBenchShort(t *testing.T) {
 	jsonPath, htmlPath := filepath.Join(dir, "b.json"), filepath.Join(dir, "b.html")
 	pols := []string{"static", "replicas", "c3", "pegasus", "netdir"}
 	runCmd(t, "bench", "--nodes", "3", "--keys", "200", "--duration", "500ms", "--warmup", "0s",
-		"--concurrency", "4", "--capacity", "0", "--zipf", "1.2", "--workload", "B",
+		"--concurrency", "4", "--device", "none", "--zipf", "1.2", "--workload", "B",
 		"--policies", strings.Join(pols, ","), "--json", jsonPath, "--html", htmlPath, "--live", "off", "--p4info", "none")
 	checkJSON(t, jsonPath, pols, 3)
 	if _, err := os.Stat(htmlPath); err != nil {
@@ -112,6 +114,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{"--write-ratio", "2"},
 		{"--workload", "Z"},
 		{"--live", "maybe"},
+		{"--device", "floppy"},
 	} {
 		cmd := benchCmd()
 		cmd.SetArgs(args)

@@ -45,9 +45,10 @@ func (e *experimentFlags) register(cmd *cobra.Command) {
 		system.ExpQoS+" (per-tenant dmClock: tenants with different triples, one on 2 nodes, rank-local against global); or "+
 		system.ExpChaos+" (Porcupine-checked histories while nodes are killed, with datagram faults; a node kill under load; a switch restart)")
 	fl.IntVar(&e.histories, "histories", 100, system.ExpChaos+": Porcupine-checked histories (seeded by --seed)")
-	fl.Float64Var(&e.fillMiB, "fill-mib", 16, "experiments: background writes per compacting node (MiB/s), which keep its compactions busy")
-	fl.Float64Var(&e.budgetMiB, "compaction-mib", float64(storagenode.DefaultCompactionBudget>>20),
-		"experiments: the nodes' compaction budget in the paced phase (MiB/s)")
+	fl.Float64Var(&e.fillMiB, "fill-mib", 0, "experiments: background writes per compacting node (MiB/s), which keep its compactions busy "+
+		fmt.Sprintf("(0: %g × the device's compaction budget)", float64(system.DefaultFillBudgets)))
+	fl.Float64Var(&e.budgetMiB, "compaction-mib", 0,
+		"experiments: the nodes' compaction budget in the paced phase (MiB/s; 0: the device's, HATS's 64 MiB/s scaled like the device)")
 	fl.DurationVar(&e.lead, "fill-lead", 3*time.Second, "experiments: background writes start this long before the workload")
 	fl.StringVar(&e.fillTrees, "fill-trees", "", "experiments: chain positions the background writes go to (comma list; default every tree)")
 	fl.Float64Var(&e.lbaseMiB, "lbase-mib", 2, "experiments: Pebble's base level size per tree (MiB; Pebble's default is 64): "+
@@ -93,8 +94,14 @@ func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload
 	} else {
 		workloads = workloads[:1]
 	}
+	sc, err := f.systemConfig(cmd, n, nodeDir(f.dataDir, n), func(o *storagenode.Options) {
+		o.LBaseMaxBytes = int64(e.lbaseMiB * (1 << 20))
+	})
+	if err != nil {
+		return err
+	}
 	cfg := system.ExperimentConfig{Name: e.name, Nodes: n, Repeat: e.repeat, FillRate: e.fillMiB * (1 << 20),
-		Lead: e.lead, Compactors: e.compactors, Budget: int64(e.budgetMiB * (1 << 20))}
+		Lead: e.lead, Compactors: e.compactors, Budget: int64(e.budgetMiB * (1 << 20)), DeviceBudget: sc.Device.CompactionBudget}
 	for _, x := range workloads {
 		mix, err := bench.YCSB(x)
 		if err != nil {
@@ -130,9 +137,7 @@ func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	sys, err := system.Start(ctx, f.systemConfig(cmd, n, nodeDir(f.dataDir, n), func(o *storagenode.Options) {
-		o.LBaseMaxBytes = int64(e.lbaseMiB * (1 << 20))
-	}))
+	sys, err := system.Start(ctx, sc)
 	if err != nil {
 		return err
 	}
@@ -142,13 +147,13 @@ func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload
 		return err
 	}
 	fmt.Fprintf(out, "==> preloading %d keys\n", keys)
-	if err := sys.Preload(ctx, src, 64, nil); err != nil {
+	if err := sys.Preload(ctx, src, preloadWorkers, nil); err != nil {
 		return err
 	}
 	res := system.ExperimentResults{Experiment: e.name, Command: strings.Join(os.Args, " ")}
 	for _, st := range steps {
 		ph := st.Phase
-		fmt.Fprintf(out, "==> %s, phase %s: %s on %s, %s, %d nodes, %s; background writes %.0f MiB/s on nodes %v, compaction budget %s\n",
+		fmt.Fprintf(out, "==> %s, phase %s: %s on %s, %s, %d nodes, %s; background writes %.3g MiB/s on nodes %v, compaction budget %s\n",
 			e.name, ph.Name, st.Policy, st.Workload.Name, distName(dist, theta), n, loopName(f), ph.FillRate/(1<<20), oneBasedList(ph.Fill), system.BudgetName(ph.Budget))
 		run, pr, err := sys.RunStep(ctx, st, system.RunOptions{
 			Workers: f.concurrency, Rate: f.rate, Warmup: f.warmup, Duration: f.duration, Live: live,

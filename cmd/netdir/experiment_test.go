@@ -14,7 +14,7 @@ import (
 // order and writes the runs, the phases' per-node figures and the summary.
 func TestExperimentShort(t *testing.T) {
 	doc := runExperimentJSON(t, "--experiment", "compaction-pacing", "--nodes", "3", "--keys", "200", "--duration", "300ms",
-		"--warmup", "0s", "--concurrency", "4", "--capacity", "0", "--workload", "C", "--zipf", "uniform",
+		"--warmup", "0s", "--concurrency", "4", "--device", "none", "--workload", "C", "--zipf", "uniform",
 		"--fill-mib", "2", "--fill-lead", "0s", "--repeat", "2", "--live", "off", "--p4info", "none")
 	var order []string
 	for _, p := range doc.Phases {
@@ -75,7 +75,7 @@ func TestExperimentUnknown(t *testing.T) {
 // every step. Tiny sizes, no timings.
 func TestAblationSteps(t *testing.T) {
 	doc := runExperimentJSON(t, "--experiment", "ablation", "--nodes", "3", "--keys", "200", "--duration", "700ms",
-		"--warmup", "300ms", "--concurrency", "8", "--capacity", "0", "--workload", "B", "--zipf", "1.2",
+		"--warmup", "300ms", "--concurrency", "8", "--device", "none", "--workload", "B", "--zipf", "1.2",
 		"--fill-mib", "1", "--fill-lead", "0s", "--live", "off", "--p4info", "none")
 	if len(doc.Runs) != len(system.AblationSteps) || len(doc.Phases) != len(system.AblationSteps) {
 		t.Fatalf("%d runs and %d phases, want %d", len(doc.Runs), len(doc.Phases), len(system.AblationSteps))

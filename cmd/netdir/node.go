@@ -15,6 +15,7 @@ import (
 	"github.com/netdir/netdir/cluster"
 	"github.com/netdir/netdir/gossip"
 	"github.com/netdir/netdir/storagenode"
+	"github.com/netdir/netdir/storagenode/device"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -31,6 +32,7 @@ func nodeCmd() *cobra.Command {
 		cacheMiB int64
 		memMiB   uint64
 		budget   int64
+		dev      string
 		verbose  bool
 		ctlAddr  string
 		every    time.Duration
@@ -60,9 +62,11 @@ controller's):
 Unless overridden, partition p's chain is R consecutive nodes, in order of
 id, starting at p mod n (ring placement).
 
---max-ops is an emulation knob for one-machine experiments: it caps client
-requests per second with a token bucket so that a loopback node behaves like a
-node of that capacity. Leave it 0 in production.
+--device ssd|hdd puts the trees on an emulated storage device for
+one-machine experiments: reads that miss the block cache, WAL writes, flushes
+and compactions share its queue, as on a disk, scaled in time so that many
+nodes fit on a few cores. --max-ops caps client requests per second with a
+token bucket instead, the older capacity model. Leave both off in production.
 
 With --gossip-seeds (the controller's --gossip address, e.g. 127.0.0.1:7946)
 the node gossips its stats with hashicorp/memberlist every --gossip-every: per
@@ -73,6 +77,10 @@ expected load per tree that the controller gossips back.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if data == "" || id == 0 {
 				return errors.New("node: --id and --data are required")
+			}
+			profile, err := device.Parse(dev)
+			if err != nil {
+				return fmt.Errorf("node: --device: %w", err)
 			}
 			m, err := loadLayout(cmd.Context(), "--config", config, ctlAddr)
 			if err != nil {
@@ -88,7 +96,7 @@ expected load per tree that the controller gossips back.`,
 			n, err := cluster.StartNode(ctx, cluster.NodeConfig{
 				Storage: storagenode.Options{
 					ID: wire.NodeID(id), Dir: data, Layout: m, Listen: listen,
-					Workers: workers, QueueLen: queue, MaxOps: maxOps,
+					Workers: workers, QueueLen: queue, MaxOps: maxOps, Device: profile,
 					CacheBytes: cacheMiB << 20, MemTableBytes: memMiB << 20,
 					CompactionBudget: budget << 20,
 				},
@@ -117,7 +125,9 @@ expected load per tree that the controller gossips back.`,
 	f.IntVar(&queue, "queue", storagenode.DefaultQueueLen, "queue length per worker (full: ERR queue-full)")
 	f.Int64Var(&cacheMiB, "cache-mib", storagenode.DefaultCacheBytes>>20, "Pebble block cache, shared by the trees (MiB)")
 	f.Uint64Var(&memMiB, "memtable-mib", storagenode.DefaultMemTableBytes>>20, "memtable size per tree (MiB)")
-	f.Int64Var(&budget, "compaction-mib", storagenode.DefaultCompactionBudget>>20, "node compaction budget (MiB/s)")
+	f.StringVar(&dev, "device", "none", "emulated storage device beneath the trees for one-machine experiments: ssd or hdd "+
+		"(real devices' ratios, scaled in time), or none (the real disk only)")
+	f.Int64Var(&budget, "compaction-mib", 0, "node compaction budget (MiB/s; 0: the device's, 64 MiB/s with none, scaled like the device otherwise)")
 	f.BoolVar(&verbose, "v", false, "log at info level")
 	f.StringVar(&ctlAddr, "controller", "", "controller API address to report hot keys and tree stats to, and to fetch the layout from without --config (empty: don't)")
 	f.DurationVar(&every, "report-every", cluster.DefaultReportEvery, "hot-key report interval (match the controller's round)")
