@@ -2,12 +2,10 @@ package cluster_test
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,66 +18,6 @@ import (
 )
 
 var seeds = flag.Int("seeds", 50, "random seeds of the linearizability test")
-
-// KV model for porcupine, partitioned by key.
-type kvIn struct {
-	Op  byte // 'g', 'p', 'd'
-	Key string
-	Val string
-}
-
-type kvOut struct {
-	Val     string
-	Found   bool
-	Ver     uint64
-	Unknown bool // a write whose outcome is unknown (its context ended)
-}
-
-type kvState struct {
-	Val    string
-	Exists bool
-}
-
-var kvModel = porcupine.Model{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		m := map[string][]porcupine.Operation{}
-		var keys []string
-		for _, op := range h {
-			k := op.Input.(kvIn).Key
-			if _, ok := m[k]; !ok {
-				keys = append(keys, k)
-			}
-			m[k] = append(m[k], op)
-		}
-		out := make([][]porcupine.Operation, 0, len(keys))
-		for _, k := range keys {
-			out = append(out, m[k])
-		}
-		return out
-	},
-	Init: func() any { return kvState{} },
-	Step: func(st, in, out any) (bool, any) {
-		s, i, o := st.(kvState), in.(kvIn), out.(kvOut)
-		switch i.Op {
-		case 'g':
-			return o.Found == s.Exists && (!s.Exists || o.Val == s.Val), s
-		case 'p':
-			return true, kvState{Val: i.Val, Exists: true}
-		default:
-			return true, kvState{}
-		}
-	},
-	DescribeOperation: func(in, out any) string {
-		i, o := in.(kvIn), out.(kvOut)
-		switch i.Op {
-		case 'g':
-			return fmt.Sprintf("get(%s) -> %q found=%v v%d", i.Key, o.Val, o.Found, o.Ver)
-		case 'p':
-			return fmt.Sprintf("put(%s, %q) -> v%d unknown=%v", i.Key, i.Val, o.Ver, o.Unknown)
-		}
-		return fmt.Sprintf("del(%s) -> v%d unknown=%v", i.Key, o.Ver, o.Unknown)
-	},
-}
 
 type scenario struct {
 	name   string
@@ -105,20 +43,11 @@ func scenarioFor(seed int) scenario {
 	}
 }
 
-// runHistory drives clients concurrently over a few keys and records the
-// history.
-func runHistory(t *testing.T, c *cluster.Cluster, seed int, sc scenario) []porcupine.Operation {
-	const clients, opsPer, nkeys = 4, 25, 3
+// runHistory drives clients concurrently over a few keys, with the
+// scenario's crash and promotions alongside, and records the history.
+func runHistory(t *testing.T, c *cluster.Cluster, seed int, sc scenario) cluster.History {
+	const nkeys = 3
 	rng := rand.New(rand.NewPCG(uint64(seed), 7))
-	base := time.Now()
-	now := func() int64 { return int64(time.Since(base)) }
-	var mu sync.Mutex
-	var hist []porcupine.Operation
-	var wg sync.WaitGroup
-	clientSeeds := make([]uint64, clients)
-	for i := range clientSeeds {
-		clientSeeds[i] = rng.Uint64()
-	}
 	stopCrash := make(chan struct{})
 	ctlDone := make(chan struct{})
 	if sc.hot {
@@ -153,61 +82,16 @@ func runHistory(t *testing.T, c *cluster.Cluster, seed int, sc scenario) []porcu
 	} else {
 		close(crashDone)
 	}
-	for ci := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(clientSeeds[ci], uint64(ci)))
-			cl, err := c.Client(client.Options{Service: c.Service(), Timeout: 20 * time.Millisecond, MaxTimeout: 200 * time.Millisecond})
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer cl.Close()
-			for j := range opsPer {
-				key := fmt.Sprintf("s%d-k%d", seed, r.IntN(nkeys))
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				var in kvIn
-				var out kvOut
-				call := now()
-				switch x := r.IntN(100); {
-				case x < 45:
-					in = kvIn{Op: 'g', Key: key}
-					v, ver, err := cl.Get(ctx, []byte(key))
-					switch {
-					case err == nil:
-						out = kvOut{Val: string(v), Found: true, Ver: ver}
-					case errors.Is(err, client.ErrNotFound):
-						out = kvOut{Ver: ver}
-					default:
-						cancel()
-						continue // a read with no answer constrains nothing
-					}
-				case x < 85:
-					in = kvIn{Op: 'p', Key: key, Val: fmt.Sprintf("c%d-%d", ci, j)}
-					ver, err := cl.Put(ctx, []byte(key), []byte(in.Val))
-					out = kvOut{Ver: ver, Unknown: err != nil}
-				default:
-					in = kvIn{Op: 'd', Key: key}
-					ver, err := cl.Delete(ctx, []byte(key))
-					out = kvOut{Ver: ver, Unknown: err != nil}
-				}
-				cancel()
-				ret := now()
-				if out.Unknown {
-					ret = 1 << 62 // may take effect at any time after its call
-				}
-				mu.Lock()
-				hist = append(hist, porcupine.Operation{ClientId: ci, Input: in, Call: call, Output: out, Return: ret})
-				mu.Unlock()
-			}
-		}()
+	h, err := c.RunHistory(cluster.HistoryConfig{Clients: 4, OpsPer: 25, Keys: nkeys, Prefix: fmt.Sprintf("s%d", seed),
+		Seed: rng.Uint64(), Gets: 45, Puts: 40, OpTimeout: 3 * time.Second,
+		Client: client.Options{Service: c.Service(), Timeout: 20 * time.Millisecond, MaxTimeout: 200 * time.Millisecond}})
+	if err != nil {
+		t.Error(err)
 	}
-	wg.Wait()
 	close(stopCrash)
 	<-crashDone
 	<-ctlDone
-	return hist
+	return h
 }
 
 // controller promotes keys to an extra node outside their chain and evicts
@@ -262,36 +146,20 @@ func controller(t *testing.T, c *cluster.Cluster, seed, nkeys int, stop <-chan s
 	}
 }
 
-// checkVersions: a version names one value. Every acknowledged write has a
-// distinct version per key, and every read of version v returns v's value.
-func checkVersions(t *testing.T, hist []porcupine.Operation) {
-	type kv struct {
-		key string
-		ver uint64
+// checkHistory fails t if h is not linearizable or its versions disagree;
+// what names the run in the failure.
+func checkHistory(t *testing.T, h cluster.History, what string) porcupine.CheckResult {
+	t.Helper()
+	res, info := porcupine.CheckOperationsVerbose(cluster.KVModel, h.Ops, 20*time.Second)
+	if res == porcupine.Illegal {
+		path := fmt.Sprintf("%s/lin.html", t.TempDir())
+		_ = porcupine.VisualizePath(cluster.KVModel, info, path)
+		t.Fatalf("%s: history of %d ops is not linearizable (visualization %s)", what, len(h.Ops), path)
 	}
-	vals := map[kv]kvOut{}
-	writes := map[kv]bool{}
-	for _, op := range hist {
-		in, out := op.Input.(kvIn), op.Output.(kvOut)
-		if out.Unknown || in.Op == 'g' {
-			continue
-		}
-		k := kv{in.Key, out.Ver}
-		if writes[k] {
-			t.Errorf("two acknowledged writes of %s got version %d", in.Key, out.Ver)
-		}
-		writes[k] = true
-		vals[k] = kvOut{Val: in.Val, Found: in.Op == 'p'}
+	if err := h.CheckVersions(); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
-	for _, op := range hist {
-		in, out := op.Input.(kvIn), op.Output.(kvOut)
-		if in.Op != 'g' || out.Ver == 0 {
-			continue
-		}
-		if w, ok := vals[kv{in.Key, out.Ver}]; ok && (w.Found != out.Found || w.Val != out.Val) {
-			t.Errorf("read of %s v%d = %q/%v, written %q/%v", in.Key, out.Ver, out.Val, out.Found, w.Val, w.Found)
-		}
-	}
+	return res
 }
 
 // TestLinearizable: clients talk to the nodes directly (through fault
@@ -339,17 +207,10 @@ func checkSeeds(t *testing.T, c *cluster.Cluster, scen func(int) scenario) {
 		sc := scen(seed)
 		c.SetFaults(sc.faults)
 		hist := runHistory(t, c, seed, sc)
-		res, info := porcupine.CheckOperationsVerbose(kvModel, hist, 20*time.Second)
-		switch res {
-		case porcupine.Illegal:
-			path := fmt.Sprintf("%s/lin-seed-%d.html", t.TempDir(), seed)
-			_ = porcupine.VisualizePath(kvModel, info, path)
-			t.Fatalf("seed %d (%s): history of %d ops is not linearizable (visualization %s)", seed, sc.name, len(hist), path)
-		case porcupine.Unknown:
+		if checkHistory(t, hist, fmt.Sprintf("seed %d (%s)", seed, sc.name)) == porcupine.Unknown {
 			unknown++
 			t.Logf("seed %d (%s): checker timed out", seed, sc.name)
 		}
-		checkVersions(t, hist)
 		if t.Failed() {
 			t.Fatalf("seed %d (%s) failed", seed, sc.name)
 		}

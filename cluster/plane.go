@@ -29,6 +29,7 @@ type PlaneConfig struct {
 type Plane struct {
 	Switch     *Switch
 	Controller *Controller
+	sc         SwitchConfig // the switch's, on the addresses it bound
 }
 
 // StartPlane starts a switch on the cluster's data-plane address and a
@@ -66,6 +67,10 @@ func (c *Cluster) StartPlane(ctx context.Context, cfg PlaneConfig) (_ *Plane, er
 	if err != nil {
 		return nil, fmt.Errorf("cluster: switch on %s: %w", c.opts.DataPlane, err)
 	}
+	p.sc = sc
+	if cfg.Schema != nil {
+		p.sc.P4Runtime = p.Switch.P4RuntimeAddr()
+	}
 	cc := cfg.Controller
 	cc.API, cc.GossipBind, cc.GossipSeeds = c.api, c.gossip, nil
 	cc.Layout = c.Layout.Config()
@@ -89,6 +94,24 @@ func (c *Cluster) StartPlane(ctx context.Context, cfg PlaneConfig) (_ *Plane, er
 		return nil, err
 	}
 	return p, nil
+}
+
+// RestartSwitch stops the switch and starts a fresh one, with no state,
+// on the same addresses, as a switch reboot does; a controller on
+// P4Runtime (PlaneConfig.Schema) notices and programs it again. It returns
+// when the new switch listens.
+func (p *Plane) RestartSwitch() error {
+	if err := p.Switch.Close(); err != nil {
+		return err
+	}
+	var err error
+	for try := 0; try < 100; try++ { // the old sockets may linger for a moment
+		if p.Switch, err = StartSwitch(p.sc); err == nil {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return err
 }
 
 // Close stops the controller, then the switch.

@@ -2,15 +2,10 @@ package cluster_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/anishathalye/porcupine"
 
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/cluster"
@@ -43,14 +38,8 @@ func TestChainReconfiguration(t *testing.T) {
 		ch := lay.ChainOf(wire.HashKey([]byte(key0)))
 		pos := map[string]int{"head": 0, "middle": 1, "tail": len(ch) - 1}[role]
 		victim := int(ch[pos]) - 1
-		hist, acked := killHistory(t, c, round, victim)
-		res, info := porcupine.CheckOperationsVerbose(kvModel, hist, 20*time.Second)
-		if res == porcupine.Illegal {
-			path := fmt.Sprintf("%s/reconf-%s.html", t.TempDir(), role)
-			_ = porcupine.VisualizePath(kvModel, info, path)
-			t.Fatalf("killing the %s (node %d): history of %d ops is not linearizable (%s)", role, victim+1, len(hist), path)
-		}
-		checkVersions(t, hist)
+		hist := killHistory(t, c, round, victim)
+		checkHistory(t, hist, fmt.Sprintf("killing the %s (node %d)", role, victim+1))
 		waitFor(t, fmt.Sprintf("node %d spliced out", victim+1), func() bool {
 			return slices.Contains(pl.Controller.Layout().Down(), ch[pos]) && c.CurrentLayout().Epoch() > lay.Epoch()
 		})
@@ -59,7 +48,7 @@ func TestChainReconfiguration(t *testing.T) {
 			t.Fatalf("killing the %s (node %d): layout epoch %d→%d, chain %v→%v", role, victim+1, lay.Epoch(), after.Epoch(),
 				ch, after.ChainOf(wire.HashKey([]byte(key0))))
 		}
-		checkAcked(t, c, acked)
+		checkAcked(t, c, hist.Acked)
 		// Back: the node catches up and rejoins as tail.
 		if err := c.Restart(victim); err != nil {
 			t.Fatal(err)
@@ -69,102 +58,47 @@ func TestChainReconfiguration(t *testing.T) {
 			n := c.Node(victim)
 			return !slices.Contains(m.Down(), ch[pos]) && n != nil && n.Layout().Epoch() == m.Epoch() && n.Ready()
 		})
-		checkAcked(t, c, acked)
+		checkAcked(t, c, hist.Acked)
 		t.Logf("%s (node %d) killed: %d ops linearizable, %d acknowledged writes kept; epoch now %d",
-			role, victim+1, len(hist), len(acked), pl.Controller.Layout().Epoch())
+			role, victim+1, len(hist.Ops), len(hist.Acked), pl.Controller.Layout().Epoch())
 	}
 }
 
 // killHistory runs clients over a few keys and crashes node victim early
-// in the run; it returns the history and each key's last acknowledged
-// write version.
-func killHistory(t *testing.T, c *cluster.Cluster, round, victim int) ([]porcupine.Operation, map[string]uint64) {
-	const clients, opsPer, nkeys = 4, 40, 3
-	base := time.Now()
-	now := func() int64 { return int64(time.Since(base)) }
-	var mu sync.Mutex
-	var hist []porcupine.Operation
-	acked := map[string]uint64{}
-	var wg sync.WaitGroup
+// in the run.
+func killHistory(t *testing.T, c *cluster.Cluster, round, victim int) cluster.History {
+	crashed := make(chan struct{})
 	go func() {
+		defer close(crashed)
 		time.Sleep(50 * time.Millisecond)
 		if err := c.Crash(victim); err != nil {
 			t.Errorf("crash: %v", err)
 		}
 	}()
-	for ci := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(round), uint64(ci)))
-			cl, err := c.Client(client.Options{Timeout: 20 * time.Millisecond, MaxTimeout: 200 * time.Millisecond})
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer cl.Close()
-			for j := range opsPer {
-				key := fmt.Sprintf("reconf-r%d-k%d", round, r.IntN(nkeys))
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				var in kvIn
-				var out kvOut
-				call := now()
-				if r.IntN(100) < 45 {
-					in = kvIn{Op: 'g', Key: key}
-					v, ver, err := cl.Get(ctx, []byte(key))
-					switch {
-					case err == nil:
-						out = kvOut{Val: string(v), Found: true, Ver: ver}
-					case errors.Is(err, client.ErrNotFound):
-						out = kvOut{Ver: ver}
-					default:
-						cancel()
-						continue
-					}
-				} else {
-					in = kvIn{Op: 'p', Key: key, Val: fmt.Sprintf("r%d-c%d-%d", round, ci, j)}
-					ver, err := cl.Put(ctx, []byte(key), []byte(in.Val))
-					out = kvOut{Ver: ver, Unknown: err != nil}
-					if err == nil {
-						mu.Lock()
-						acked[key] = max(acked[key], ver)
-						mu.Unlock()
-					}
-				}
-				cancel()
-				ret := now()
-				if out.Unknown {
-					ret = 1 << 62
-				}
-				mu.Lock()
-				hist = append(hist, porcupine.Operation{ClientId: ci, Input: in, Call: call, Output: out, Return: ret})
-				mu.Unlock()
-			}
-		}()
+	h, err := c.RunHistory(cluster.HistoryConfig{Clients: 4, OpsPer: 40, Keys: 3, Prefix: fmt.Sprintf("reconf-r%d", round),
+		Seed: uint64(round), Gets: 45, Puts: 55, OpTimeout: 5 * time.Second, Client: chainClient})
+	if err != nil {
+		t.Error(err)
 	}
-	wg.Wait()
-	return hist, acked
+	<-crashed
+	return h
 }
 
-// checkAcked reads every key and fails if its version is below the last
-// acknowledged write's: that write was lost.
+// chainClient talks to the nodes directly, with short retries.
+var chainClient = client.Options{Timeout: 20 * time.Millisecond, MaxTimeout: 200 * time.Millisecond}
+
+// checkAcked fails t if a key's version is below its last acknowledged
+// write's: that write was lost.
 func checkAcked(t *testing.T, c *cluster.Cluster, acked map[string]uint64) {
 	t.Helper()
-	cl, err := c.Client(client.Options{Timeout: 20 * time.Millisecond, MaxTimeout: 200 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lost, err := c.LostWrites(ctx, chainClient, acked)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
-	for key, want := range acked {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, ver, err := cl.Get(ctx, []byte(key))
-		cancel()
-		if err != nil && !errors.Is(err, client.ErrNotFound) {
-			t.Fatalf("read %s: %v", key, err)
-		}
-		if ver < want {
-			t.Fatalf("%s: version %d, but version %d was acknowledged: a write was lost", key, ver, want)
-		}
+	if len(lost) > 0 {
+		t.Fatalf("acknowledged writes lost: %v", lost)
 	}
 }
 

@@ -38,6 +38,15 @@ type P4Plane struct {
 	// them, so a re-sync after a pipeline push brings them back.
 	Routes []Route
 
+	// installed are the node_addr entries Setup wrote since the last
+	// pipeline push (nil: none, the device is bare): a re-sync on a layout
+	// change modifies what is there, and inserts only the new nodes.
+	installed map[wire.NodeID]bool
+	// slots are the entries installed since the last pipeline push: a
+	// re-sync on a layout change replaces them (remove, then install).
+	// The controller's keysMu orders every call that touches them.
+	slots map[uint32]Entry
+
 	// hits is each slot's hit count as ReadHits reports it. A P4 counter
 	// cell outlives its key (BMv2 keeps counting into it across entries, and
 	// P4Runtime offers no reset that every target implements), and a
@@ -82,6 +91,7 @@ func (p *P4Plane) Name() string { return p.name }
 // hears so from the push.
 func (p *P4Plane) PushPipeline(ctx context.Context, deviceConfig []byte) error {
 	_ = p.c.Write(ctx, p4rt.MulticastGroup(p4.Update_DELETE, VSBGroup, nil))
+	p.installed, p.slots = nil, nil
 	return p.c.SetPipeline(ctx, p.s.Info, deviceConfig)
 }
 
@@ -105,10 +115,17 @@ func (p *P4Plane) entry(table string, m []p4rt.Match, action string, params ...p
 }
 
 // Setup installs node addresses, storage ports, every partition with even
-// buckets, the fine-score ranges, the routes and the VSB multicast group.
+// buckets, the fine-score ranges, the routes and the VSB multicast group;
+// on a device it set up before (a layout change) it modifies them, and
+// inserts only the addresses of nodes new to it.
 func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) error {
 	p.bits = m.Bits()
+	t := p4.Update_INSERT
+	if p.installed != nil {
+		t = p4.Update_MODIFY
+	}
 	var ups []*p4.Update
+	nodes := map[wire.NodeID]bool{}
 	ports := map[uint32]bool{}
 	for _, id := range m.Nodes() {
 		n, _ := m.Node(id)
@@ -123,14 +140,19 @@ func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) e
 		if err != nil {
 			return err
 		}
-		ups = append(ups, p4rt.Insert(e))
+		nodes[n.ID] = true
+		if p.installed[n.ID] {
+			ups = append(ups, p4rt.Modify(e))
+		} else {
+			ups = append(ups, p4rt.Insert(e))
+		}
 		if n.Port != 0 && !ports[n.Port] {
 			ports[n.Port] = true
 			e, err := p.entry("storage_ports", []p4rt.Match{{Field: "ingress_port", Value: u(uint64(n.Port))}}, "storage_port")
 			if err != nil {
 				return err
 			}
-			ups = append(ups, p4rt.Insert(e))
+			ups = append(ups, p4rt.TableUpdate(t, e))
 		}
 	}
 	// The partitions table matches a prefix of the hash by LPM; its one
@@ -144,7 +166,7 @@ func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) e
 	}
 	hashField, hashBits := pt.GetMatchFields()[0].GetName(), uint(pt.GetMatchFields()[0].GetBitwidth())
 	for part, chain := range m.Chains() {
-		bu, err := p.partitionBuckets(p4.Update_INSERT, uint32(part), chain, evenBuckets(len(chain)))
+		bu, err := p.partitionBuckets(t, uint32(part), chain, evenBuckets(len(chain)))
 		if err != nil {
 			return err
 		}
@@ -156,10 +178,10 @@ func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) e
 		if err != nil {
 			return err
 		}
-		ups = append(ups, p4rt.Insert(e))
+		ups = append(ups, p4rt.TableUpdate(t, e))
 	}
 	if p.Window > 0 {
-		su, err := p.scoreRanges()
+		su, err := p.scoreRanges(t)
 		if err != nil {
 			return err
 		}
@@ -180,14 +202,20 @@ func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) e
 		if err != nil {
 			return err
 		}
-		ups = append(ups, p4rt.Insert(e))
+		ups = append(ups, p4rt.TableUpdate(t, e))
 	}
 	if err := p.write(ctx, ups); err != nil {
 		return err
 	}
 	if len(vsbGroup) > 0 {
-		return p.c.Write(ctx, p4rt.MulticastGroup(p4.Update_INSERT, VSBGroup, vsbGroup))
+		if err := p.c.Write(ctx, p4rt.MulticastGroup(t, VSBGroup, vsbGroup)); err != nil {
+			return err
+		}
 	}
+	for id := range p.installed {
+		nodes[id] = true // kept: a layout change never drops a node's address
+	}
+	p.installed = nodes
 	return nil
 }
 
@@ -211,7 +239,7 @@ func (p *P4Plane) partitionBuckets(t p4.Update_Type, part uint32, chain []wire.N
 			if err != nil {
 				return nil, err
 			}
-			ups = append(ups, &p4.Update{Type: t, Entity: &p4.Entity{Entity: &p4.Entity_TableEntry{TableEntry: e}}})
+			ups = append(ups, p4rt.TableUpdate(t, e))
 		}
 	}
 	return ups, nil
@@ -229,7 +257,7 @@ func (p *P4Plane) slotBuckets(t p4.Update_Type, e *Entry) ([]*p4.Update, error) 
 			if err != nil {
 				return nil, err
 			}
-			ups = append(ups, &p4.Update{Type: t, Entity: &p4.Entity{Entity: &p4.Entity_TableEntry{TableEntry: te}}})
+			ups = append(ups, p4rt.TableUpdate(t, te))
 		}
 	}
 	return ups, nil
@@ -240,7 +268,7 @@ func (p *P4Plane) slotBuckets(t p4.Update_Type, e *Entry) ([]*p4.Update, error) 
 func (p *P4Plane) slotTables(t p4.Update_Type, e *Entry) ([]*p4.Update, error) {
 	var ups []*p4.Update
 	up := func(te *p4.TableEntry) {
-		ups = append(ups, &p4.Update{Type: t, Entity: &p4.Entity{Entity: &p4.Entity_TableEntry{TableEntry: te}}})
+		ups = append(ups, p4rt.TableUpdate(t, te))
 	}
 	for i, n := range e.Locs {
 		te, err := p.entry("members", []p4rt.Match{{Field: "slot", Value: u(uint64(e.Slot))}, {Field: "node", Value: u(uint64(n))}},
@@ -275,6 +303,9 @@ func (p *P4Plane) slotEntry(e *Entry) (*p4.TableEntry, error) {
 // same entry installed again (a re-sync after a pipeline push) goes on from
 // the count reported before.
 func (p *P4Plane) InstallEntry(ctx context.Context, e *Entry) error {
+	if err := p.removeInstalled(ctx, []Entry{*e}); err != nil {
+		return err
+	}
 	ups, err := p.slotTables(p4.Update_INSERT, e)
 	if err != nil {
 		return err
@@ -297,13 +328,42 @@ func (p *P4Plane) InstallEntry(ctx context.Context, e *Entry) error {
 	if err != nil {
 		return err
 	}
-	return p.c.Write(ctx, p4rt.Insert(se))
+	if err := p.c.Write(ctx, p4rt.Insert(se)); err != nil {
+		return err
+	}
+	p.noteInstalled(*e)
+	return nil
+}
+
+// removeInstalled removes the entries installed at es's slots, which a
+// re-sync without a pipeline push (a layout change) finds in place.
+func (p *P4Plane) removeInstalled(ctx context.Context, es []Entry) error {
+	for i := range es {
+		if old, ok := p.slots[es[i].Slot]; ok {
+			if err := p.RemoveEntry(ctx, &old); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (p *P4Plane) noteInstalled(es ...Entry) {
+	if p.slots == nil {
+		p.slots = map[uint32]Entry{}
+	}
+	for _, e := range es {
+		p.slots[e.Slot] = e
+	}
 }
 
 // InstallEntries installs many entries as InstallEntry does each, in
 // fewer writes (a re-sync's): every slot's tables, one read of the hit
 // counter, then every slots entry.
 func (p *P4Plane) InstallEntries(ctx context.Context, es []Entry) error {
+	if err := p.removeInstalled(ctx, es); err != nil {
+		return err
+	}
 	var ups []*p4.Update
 	for i := range es {
 		u, err := p.slotTables(p4.Update_INSERT, &es[i])
@@ -344,7 +404,11 @@ func (p *P4Plane) InstallEntries(ctx context.Context, es []Entry) error {
 		ups = append(ups, p4rt.Insert(se))
 	}
 	p.mu.Unlock()
-	return p.write(ctx, ups)
+	if err := p.write(ctx, ups); err != nil {
+		return err
+	}
+	p.noteInstalled(es...)
+	return nil
 }
 
 // RemoveEntry deletes the slots entry first, then the slot's tables.
@@ -360,7 +424,11 @@ func (p *P4Plane) RemoveEntry(ctx context.Context, e *Entry) error {
 	if err != nil {
 		return err
 	}
-	return p.write(ctx, ups)
+	if err := p.write(ctx, ups); err != nil {
+		return err
+	}
+	delete(p.slots, e.Slot)
+	return nil
 }
 
 // SetSlotBuckets modifies a slot's bucket tables.
@@ -466,7 +534,7 @@ func (p *P4Plane) ReadSketch(ctx context.Context) (out [directory.SketchRows][di
 // scoreRanges realises floor(Window/t) for t in 1..Window as one range entry
 // per distinct quotient (about 2·sqrt(Window) entries), in score_a and
 // score_b.
-func (p *P4Plane) scoreRanges() ([]*p4.Update, error) {
+func (p *P4Plane) scoreRanges(t p4.Update_Type) ([]*p4.Update, error) {
 	var ups []*p4.Update
 	w := p.Window
 	for lo := uint64(1); lo <= w; {
@@ -479,7 +547,7 @@ func (p *P4Plane) scoreRanges() ([]*p4.Update, error) {
 				return nil, err
 			}
 			e.Priority = 1
-			ups = append(ups, p4rt.Insert(e))
+			ups = append(ups, p4rt.TableUpdate(t, e))
 		}
 		lo = hi + 1
 	}

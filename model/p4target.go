@@ -261,7 +261,13 @@ func (t *P4Target) ApplyTable(ut p4.Update_Type, tbl *p4config.Table, act *p4con
 		}
 		ps.nodes[idx], ps.buckets[b], ps.bktSet = wire.NodeID(node), uint8(idx), ps.bktSet|1<<b
 		if ps.active && ps.bktSet == ^uint32(0) {
-			return t.installPartition(p, ps)
+			// A chain rewritten bucket by bucket (a layout change) passes
+			// through states naming a node twice; a switch routes them
+			// as they are, the model keeps the last whole chain until the
+			// buckets (or the partitions entry that follows) make one.
+			if err := t.installPartition(p, ps); err != nil && !errors.Is(err, directory.ErrBadChain) {
+				return err
+			}
 		}
 		return nil
 	case "partitions":

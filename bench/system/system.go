@@ -211,6 +211,15 @@ func (s *System) progress(format string, args ...any) {
 
 // Start starts the storage nodes and reserves the addresses of the switch
 // and the controller. Planes start per policy run (StartPlane, Run).
+// embeddedSchema is the P4Info embedded in package p4.
+func embeddedSchema() (*p4rt.Schema, error) {
+	info := &p4config.P4Info{}
+	if err := prototext.Unmarshal(p4.P4Info, info); err != nil {
+		return nil, fmt.Errorf("system: embedded P4Info: %w", err)
+	}
+	return p4rt.NewSchema(info), nil
+}
+
 func Start(ctx context.Context, cfg Config) (*System, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -221,11 +230,10 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 		s.p4err = errors.New("disabled (P4Info \"none\")")
 	case "":
 		s.p4path = "embedded p4/build/netdir.p4info.txtpb"
-		info := &p4config.P4Info{}
-		if err := prototext.Unmarshal(p4.P4Info, info); err != nil {
-			return nil, fmt.Errorf("system: embedded P4Info: %w", err)
+		var err error
+		if s.schema, err = embeddedSchema(); err != nil {
+			return nil, err
 		}
-		s.schema = p4rt.NewSchema(info)
 	default:
 		s.p4path = cfg.P4Info
 		if s.schema, s.p4err = p4rt.LoadSchema(cfg.P4Info); s.p4err != nil {

@@ -31,6 +31,7 @@ type experimentFlags struct {
 	compactors int
 	lbaseMiB   float64
 	repeat     int
+	histories  int
 }
 
 func (e *experimentFlags) register(cmd *cobra.Command) {
@@ -41,7 +42,9 @@ func (e *experimentFlags) register(cmd *cobra.Command) {
 		"both on the first --nodes, --workload and --zipf and the first of --policies (default replicas); or "+
 		system.ExpAblation+" (static, coarse, coarse+fine, coarse+fine+compaction, c3 and replicas on every --workload "+
 		"(default A,B,C), the first --nodes and --zipf, compaction live); or "+
-		system.ExpQoS+" (per-tenant dmClock: tenants with different triples, one on 2 nodes, rank-local against global)")
+		system.ExpQoS+" (per-tenant dmClock: tenants with different triples, one on 2 nodes, rank-local against global); or "+
+		system.ExpChaos+" (Porcupine-checked histories while nodes are killed, with datagram faults; a node kill under load; a switch restart)")
+	fl.IntVar(&e.histories, "histories", 100, system.ExpChaos+": Porcupine-checked histories (seeded by --seed)")
 	fl.Float64Var(&e.fillMiB, "fill-mib", 0, "experiments: background writes per compacting node (MiB/s), which keep its compactions busy "+
 		fmt.Sprintf("(0: %g × the device's compaction budget)", float64(system.DefaultFillBudgets)))
 	fl.Float64Var(&e.budgetMiB, "compaction-mib", 0,
@@ -57,8 +60,11 @@ func (e *experimentFlags) register(cmd *cobra.Command) {
 }
 
 func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload, zipf string, keys int64) error {
-	if e.name == system.ExpQoS {
+	switch e.name {
+	case system.ExpQoS:
 		return runQoSExperiment(cmd, f)
+	case system.ExpChaos:
+		return runChaosExperiment(cmd, f, e.histories)
 	}
 	out := cmd.OutOrStdout()
 	nodes, err := parseInts("nodes", f.nodes)

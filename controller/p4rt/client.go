@@ -337,11 +337,12 @@ func (c *Client) Write(ctx context.Context, updates ...*p4.Update) error {
 }
 
 // Insert, Modify and Delete wrap table entries as updates.
-func Insert(te *p4.TableEntry) *p4.Update { return tableUpdate(p4.Update_INSERT, te) }
-func Modify(te *p4.TableEntry) *p4.Update { return tableUpdate(p4.Update_MODIFY, te) }
-func Delete(te *p4.TableEntry) *p4.Update { return tableUpdate(p4.Update_DELETE, te) }
+func Insert(te *p4.TableEntry) *p4.Update { return TableUpdate(p4.Update_INSERT, te) }
+func Modify(te *p4.TableEntry) *p4.Update { return TableUpdate(p4.Update_MODIFY, te) }
+func Delete(te *p4.TableEntry) *p4.Update { return TableUpdate(p4.Update_DELETE, te) }
 
-func tableUpdate(t p4.Update_Type, te *p4.TableEntry) *p4.Update {
+// TableUpdate wraps a table entry as an update of type t.
+func TableUpdate(t p4.Update_Type, te *p4.TableEntry) *p4.Update {
 	return &p4.Update{Type: t, Entity: &p4.Entity{Entity: &p4.Entity_TableEntry{TableEntry: te}}}
 }
 
