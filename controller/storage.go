@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/netdir/netdir/client"
@@ -23,6 +24,27 @@ type UDPStorage struct {
 	// agents only: no data plane stamps writes, so the head must keep
 	// accepting unstamped ones (storagenode's promoteNoStamp).
 	NoStamp bool
+
+	// conn is opened by the first call and shared by every later one,
+	// concurrent calls included (client.Conn matches replies by request
+	// id): a re-sync asks thousands of heads at once, and a socket keeps
+	// the network namespace it was opened in, so calls from other
+	// goroutines still reach the nodes.
+	mu   sync.Mutex
+	conn *client.Conn
+}
+
+func (u *UDPStorage) connection() (*client.Conn, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.conn == nil {
+		c, err := client.Listen()
+		if err != nil {
+			return nil, err
+		}
+		u.conn = c
+	}
+	return u.conn, nil
 }
 
 // Promote asks head to copy key to extras and announce them by VSB.
@@ -54,11 +76,10 @@ func (u *UDPStorage) call(ctx context.Context, head layout.Node, req wire.Packet
 	if err != nil {
 		return 0, fmt.Errorf("%s to node %d: %w", req.Op, head.ID, err)
 	}
-	conn, err := client.Listen()
+	conn, err := u.connection()
 	if err != nil {
 		return 0, fmt.Errorf("%s to node %d: %w", req.Op, head.ID, err)
 	}
-	defer conn.Close()
 	to := raddr.AddrPort()
 	r, err := conn.Call(ctx, netip.AddrPortFrom(to.Addr().Unmap(), to.Port()), &req, retry)
 	switch {
