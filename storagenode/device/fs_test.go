@@ -333,3 +333,58 @@ func TestWritesWrittenBack(t *testing.T) {
 		}
 	}
 }
+
+// TestReadWaitsForReadahead reads a compaction input through the FS on
+// the hdd profile (one slot) and a fake clock: its first 4 KiB block costs
+// one readahead chunk, and a user read that arrives meanwhile waits for
+// that chunk, then pays its own seek and transfer.
+func TestReadWaitsForReadahead(t *testing.T) {
+	p := mustParse(t, "hdd")
+	clock := NewFakeClock(t0)
+	d := New(p, clock)
+	mem := vfs.NewMem()
+	for _, name := range []string{"a.sst", "b.sst"} {
+		w, err := mem.Create(name, "pebble-compaction")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(make([]byte, 4*p.ChunkBytes)); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+	}
+	fs := d.FS(mem)
+	start := clock.Now()
+	seq, err := fs.Open("a.sst", vfs.SequentialReadsOption)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rnd, err := fs.Open("b.sst", vfs.RandomReadsOption)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, buf2 := make([]byte, 4<<10), make([]byte, 4<<10)
+	compactionDone, readDone := make(chan time.Time, 1), make(chan time.Time, 1)
+	go func() {
+		seq.ReadAt(buf, 0)
+		compactionDone <- clock.Now()
+	}()
+	clock.WaitSleepers(1) // the readahead chunk is booked
+	go func() {
+		rnd.ReadAt(buf2, 8*p.ChunkBytes/4)
+		readDone <- clock.Now()
+	}()
+	clock.WaitSleepers(2)
+	for len(readDone) == 0 {
+		clock.AdvanceToNext()
+		time.Sleep(time.Millisecond)
+	}
+	chunkDone := start.Add(p.ReadService + transferTime(p.ChunkBytes, p.ReadBandwidth))
+	wantRead := chunkDone.Add(p.ReadService + transferTime(4<<10, p.ReadBandwidth))
+	if got := <-compactionDone; !got.Equal(chunkDone) {
+		t.Errorf("compaction's first block done at %v, want %v (one readahead chunk)", got.Sub(start), chunkDone.Sub(start))
+	}
+	if got := <-readDone; !got.Equal(wantRead) {
+		t.Errorf("user read done at %v, want %v (behind the chunk)", got.Sub(start), wantRead.Sub(start))
+	}
+}
