@@ -364,21 +364,29 @@ func TestReadWaitsForReadahead(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf, buf2 := make([]byte, 4<<10), make([]byte, 4<<10)
+	// Each goroutine records when its read is done, then parks on the
+	// clock, so that two sleepers always means both have booked or
+	// finished.
 	compactionDone, readDone := make(chan time.Time, 1), make(chan time.Time, 1)
+	park := func(done chan<- time.Time) {
+		done <- clock.Now()
+		clock.Sleep(time.Hour)
+	}
 	go func() {
 		seq.ReadAt(buf, 0)
-		compactionDone <- clock.Now()
+		park(compactionDone)
 	}()
 	clock.WaitSleepers(1) // the readahead chunk is booked
 	go func() {
 		rnd.ReadAt(buf2, 8*p.ChunkBytes/4)
-		readDone <- clock.Now()
+		park(readDone)
 	}()
 	clock.WaitSleepers(2)
-	for len(readDone) == 0 {
+	for len(readDone) == 0 || len(compactionDone) == 0 {
 		clock.AdvanceToNext()
-		time.Sleep(time.Millisecond)
+		clock.WaitSleepers(2)
 	}
+	defer clock.Advance(2 * time.Hour) // unpark
 	chunkDone := start.Add(p.ReadService + transferTime(p.ChunkBytes, p.ReadBandwidth))
 	wantRead := chunkDone.Add(p.ReadService + transferTime(4<<10, p.ReadBandwidth))
 	if got := <-compactionDone; !got.Equal(chunkDone) {
