@@ -44,15 +44,16 @@ const (
 	DefaultCompactionBudget = 64 << 20 // bytes/s, whole node
 	DefaultCompactionFloor  = 4 << 20  // bytes/s, per tree
 	DefaultMaxCompactions   = 2        // concurrent paced compactions, whole node
-	DefaultL0Urgent         = 8        // L0 files at which a tree's compactions are no longer paced
+	DefaultL0Urgent         = 32       // L0 files at which a tree's compactions are no longer paced
 	// L0StopWrites is each tree's Pebble L0StopWritesThreshold (L0
 	// sublevels at which writes stop; Pebble's default is 12): above
 	// L0Urgent, so that the paced L0 may grow to L0Urgent without
 	// stalling writes, and the unpaced compactions from there drain it.
-	// L0Urgent stays low because every L0 file a GET's key falls in costs
-	// it index and filter reads that mostly miss a small block cache: with
-	// 48 (tried first), the preload left L0 deep and GETs read the device
-	// 3-7 times each at idle.
+	// Every L0 file a GET's key falls in costs it index and filter reads
+	// that mostly miss a small block cache, so a deep L0 of the keys that
+	// are read is costly (bench/system settles L0 unthrottled before each
+	// phase: a preload left deep by pacing made idle GETs read the device
+	// 3-7 times each); a deep L0 of keys that are only written is not.
 	L0StopWrites = 2 * DefaultL0Urgent
 )
 

@@ -135,11 +135,38 @@ func (s *System) snapshot() nodeSnapshot {
 	return ns
 }
 
+// settleL0 lets compactions run unthrottled until every tree's L0 holds
+// at most settledL0 files (or a minute has passed), so that each phase
+// starts from a settled LSM: without it a phase inherits the L0 that the
+// preload or the previous (paced) phase left, whose files every GET of
+// their keys must probe.
+func (s *System) settleL0(ctx context.Context) {
+	const settledL0 = 4 // Pebble's L0CompactionThreshold
+	s.SetCompactionBudget(storagenode.Unthrottled)
+	defer s.SetCompactionBudget(0)
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		deep := false
+		for i := range s.N() {
+			if n := s.Node(i); n != nil {
+				for _, t := range n.Stats().Trees {
+					deep = deep || t.L0Files > settledL0
+				}
+			}
+		}
+		if !deep {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 // RunCompactionPhase runs one phase: the budget, the background writes
 // (started Lead before the workload and stopped after it), then the policy's
 // run (System.Run).
 func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOptions, ph CompactionPhase) (bench.Run, PhaseResult, error) {
 	res := PhaseResult{Phase: ph.Name, Policy: policy, CompactionBudgetMB: float64(ph.Budget) / (1 << 20)}
+	s.settleL0(ctx)
 	s.SetCompactionBudget(ph.Budget)
 	defer s.SetCompactionBudget(0)
 	fctx, stop := context.WithCancel(ctx)
