@@ -72,6 +72,8 @@ const (
 	DefaultPartitionBits = layout.DefaultPartitionBits
 	DefaultRound         = 500 * time.Millisecond
 	DefaultClients       = 4
+	// DefaultFailureTimeout is Config.FailureTimeout's default.
+	DefaultFailureTimeout = 10 * time.Second
 	// hotShare is the share of the cluster's capacity per round that makes
 	// a key hot (Config.PromoteMin).
 	hotShare = 0.005
@@ -123,6 +125,14 @@ type Config struct {
 	// NodeOptions, if set, adjusts every node's options last (experiments:
 	// compaction budget, LSM level sizes).
 	NodeOptions func(*storagenode.Options)
+	// FailureTimeout is the gossip failure timeout after which the
+	// controller splices a silent node out of its chains (default
+	// DefaultFailureTimeout). No node fails in a policy run, but on a
+	// loaded machine gossip probes between the in-process members can go
+	// unanswered for a second: at gossip's own 1 s, runs on the device
+	// lost a node to a false suspicion (a new epoch, stale-epoch replies,
+	// throughput near zero) whenever the load average passed about 5.
+	FailureTimeout time.Duration
 	// FreePreload turns the devices' time off during Preload (setup, as if
 	// the data had been written long before): on the ssd each preload
 	// write syncs three WALs queued behind the preload's own flushes and
@@ -185,6 +195,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Clients <= 0 {
 		c.Clients = DefaultClients
+	}
+	if c.FailureTimeout <= 0 {
+		c.FailureTimeout = DefaultFailureTimeout
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -321,7 +334,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	go func() {
 		cl, err := cluster.Start(cluster.Options{
 			N: cfg.Nodes, R: cfg.Replicas, PartitionBits: cfg.PartitionBits, Epoch: 1,
-			Dir: s.dir, Controller: true, Round: cfg.Round,
+			Dir: s.dir, Controller: true, Round: cfg.Round, FailureTimeout: cfg.FailureTimeout,
 			Node: func(o *storagenode.Options) {
 				o.MaxOps = cfg.Capacity
 				o.Device = cfg.Device
