@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 
 	p4 "github.com/p4lang/p4runtime/go/p4/v1"
@@ -44,8 +45,13 @@ type P4Plane struct {
 	installed map[wire.NodeID]bool
 	// slots are the entries installed since the last pipeline push: a
 	// re-sync on a layout change replaces them (remove, then install).
-	// The controller's keysMu orders every call that touches them.
+	// The controller's keysMu orders every call that touches them. Their
+	// bucket tables are what a change of weights or a removal starts from:
+	// the range entries of their runs are the ones installed.
 	slots map[uint32]Entry
+	// parts are the partitions' bucket tables installed since the last
+	// pipeline push (the controller's partsMu orders the calls).
+	parts map[uint32][]uint8
 
 	// hits is each slot's hit count as ReadHits reports it. A P4 counter
 	// cell outlives its key (BMv2 keeps counting into it across entries, and
@@ -91,7 +97,7 @@ func (p *P4Plane) Name() string { return p.name }
 // hears so from the push.
 func (p *P4Plane) PushPipeline(ctx context.Context, deviceConfig []byte) error {
 	_ = p.c.Write(ctx, p4rt.MulticastGroup(p4.Update_DELETE, VSBGroup, nil))
-	p.installed, p.slots = nil, nil
+	p.installed, p.slots, p.parts = nil, nil, nil
 	return p.c.SetPipeline(ctx, p.s.Info, deviceConfig)
 }
 
@@ -166,7 +172,7 @@ func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) e
 	}
 	hashField, hashBits := pt.GetMatchFields()[0].GetName(), uint(pt.GetMatchFields()[0].GetBitwidth())
 	for part, chain := range m.Chains() {
-		bu, err := p.partitionBuckets(t, uint32(part), chain, evenBuckets(len(chain)))
+		bu, err := p.partitionBuckets(uint32(part), chain, evenBuckets(len(chain)))
 		if err != nil {
 			return err
 		}
@@ -220,51 +226,81 @@ func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) e
 }
 
 func evenBuckets(n int) []uint8 {
-	b := make([]uint8, directory.Buckets)
-	for i := range b {
-		b[i] = uint8(i % n)
-	}
-	return b
+	return directory.BucketsForWeights(make([]uint32, n))
 }
 
-// partitionBuckets writes both copies of a partition's bucket table.
-func (p *P4Plane) partitionBuckets(t p4.Update_Type, part uint32, chain []wire.NodeID, b []uint8) ([]*p4.Update, error) {
+// bucketRuns are the updates that take a bucket table's two copies
+// (prefix+"_a", prefix+"_b", actions act+"_a", act+"_b") from old (nil:
+// nothing installed) to b, one range entry per run (directory.Runs): old's
+// runs that b lacks are deleted, runs in both modified (their node may have
+// changed), b's new runs inserted, in that order. Runs never overlap, so a
+// packet between two of these updates meets either table's index for its
+// bucket, or none (the default: the head); each is a member.
+func (p *P4Plane) bucketRuns(prefix, act string, owner p4rt.Match, old, b []uint8, node func(idx uint8) wire.NodeID) ([]*p4.Update, error) {
+	del, same, add := directory.RunChanges(old, b)
 	var ups []*p4.Update
-	for _, copy := range []string{"a", "b"} {
-		for i, idx := range b {
-			e, err := p.entry("buckets_"+copy,
-				[]p4rt.Match{{Field: "partition", Value: u(uint64(part))}, {Field: "bucket", Value: u(uint64(i))}},
-				"set_chain_"+copy, p4rt.Param{Name: "index", Value: u(uint64(idx))},
-				p4rt.Param{Name: "node", Value: u(uint64(chain[idx]))})
-			if err != nil {
-				return nil, err
+	for _, step := range []struct {
+		runs []directory.Run
+		t    p4.Update_Type
+	}{{del, p4.Update_DELETE}, {same, p4.Update_MODIFY}, {add, p4.Update_INSERT}} {
+		for _, copy := range []string{"_a", "_b"} {
+			for _, r := range step.runs {
+				e, err := p.entry(prefix+copy, []p4rt.Match{owner, {Field: "bucket", Value: u(uint64(r.Lo)), High: u(uint64(r.Hi))}},
+					act+copy, p4rt.Param{Name: "index", Value: u(uint64(r.Index))}, p4rt.Param{Name: "node", Value: u(uint64(node(r.Index)))})
+				if err != nil {
+					return nil, err
+				}
+				e.Priority = 1
+				ups = append(ups, p4rt.TableUpdate(step.t, e))
 			}
-			ups = append(ups, p4rt.TableUpdate(t, e))
 		}
 	}
 	return ups, nil
 }
 
-// slotBuckets writes both copies of a slot's bucket table.
-func (p *P4Plane) slotBuckets(t p4.Update_Type, e *Entry) ([]*p4.Update, error) {
-	var ups []*p4.Update
-	for _, copy := range []string{"a", "b"} {
-		for i, idx := range e.Buckets {
-			te, err := p.entry("slot_buckets_"+copy,
-				[]p4rt.Match{{Field: "slot", Value: u(uint64(e.Slot))}, {Field: "bucket", Value: u(uint64(i))}},
-				"set_loc_"+copy, p4rt.Param{Name: "index", Value: u(uint64(idx))},
-				p4rt.Param{Name: "node", Value: u(uint64(e.Locs[idx]))})
-			if err != nil {
-				return nil, err
-			}
-			ups = append(ups, p4rt.TableUpdate(t, te))
+// partitionBuckets writes both copies of a partition's bucket table over
+// what this plane installed there since the last pipeline push.
+func (p *P4Plane) partitionBuckets(part uint32, chain []wire.NodeID, b []uint8) ([]*p4.Update, error) {
+	for _, idx := range b {
+		if int(idx) >= len(chain) {
+			return nil, fmt.Errorf("partition %d: bucket entry %d of a chain of %d", part, idx, len(chain))
 		}
 	}
+	ups, err := p.bucketRuns("buckets", "set_chain", p4rt.Match{Field: "partition", Value: u(uint64(part))},
+		p.parts[part], b, func(idx uint8) wire.NodeID { return at(chain, idx) })
+	if err != nil {
+		return nil, err
+	}
+	if p.parts == nil {
+		p.parts = map[uint32][]uint8{}
+	}
+	p.parts[part] = slices.Clone(b)
 	return ups, nil
+}
+
+// slotBuckets writes both copies of a slot's bucket table, from old (nil:
+// none installed) to e's.
+func (p *P4Plane) slotBuckets(old []uint8, e *Entry) ([]*p4.Update, error) {
+	for _, idx := range e.Buckets {
+		if int(idx) >= len(e.Locs) {
+			return nil, fmt.Errorf("slot %d: bucket entry %d of %d locations", e.Slot, idx, len(e.Locs))
+		}
+	}
+	return p.bucketRuns("slot_buckets", "set_loc", p4rt.Match{Field: "slot", Value: u(uint64(e.Slot))},
+		old, e.Buckets, func(idx uint8) wire.NodeID { return at(e.Locs, idx) })
+}
+
+// at is nodes[idx], or 0 past its end: the node of a deleted run, which a
+// delete does not need (it names only the match).
+func at(nodes []wire.NodeID, idx uint8) wire.NodeID {
+	if int(idx) < len(nodes) {
+		return nodes[idx]
+	}
+	return 0
 }
 
 // slotTables are a slot's entries other than its slots entry: members,
-// chain and both bucket tables.
+// chain and both bucket tables, inserted (t INSERT) or deleted (DELETE).
 func (p *P4Plane) slotTables(t p4.Update_Type, e *Entry) ([]*p4.Update, error) {
 	var ups []*p4.Update
 	up := func(te *p4.TableEntry) {
@@ -286,8 +322,23 @@ func (p *P4Plane) slotTables(t p4.Update_Type, e *Entry) ([]*p4.Update, error) {
 		}
 		up(te)
 	}
-	bu, err := p.slotBuckets(t, e)
+	var bu []*p4.Update
+	var err error
+	if t == p4.Update_DELETE {
+		bu, err = p.slotBuckets(p.installedBuckets(e), &Entry{Slot: e.Slot, Locs: e.Locs})
+	} else {
+		bu, err = p.slotBuckets(nil, e)
+	}
 	return append(ups, bu...), err
+}
+
+// installedBuckets is the bucket table this plane installed for e's key at
+// its slot, or e's if it installed none.
+func (p *P4Plane) installedBuckets(e *Entry) []uint8 {
+	if old, ok := p.slots[e.Slot]; ok && old.Hash == e.Hash {
+		return old.Buckets
+	}
+	return e.Buckets
 }
 
 func (p *P4Plane) slotEntry(e *Entry) (*p4.TableEntry, error) {
@@ -353,6 +404,7 @@ func (p *P4Plane) noteInstalled(es ...Entry) {
 		p.slots = map[uint32]Entry{}
 	}
 	for _, e := range es {
+		e.Buckets = slices.Clone(e.Buckets)
 		p.slots[e.Slot] = e
 	}
 }
@@ -431,18 +483,26 @@ func (p *P4Plane) RemoveEntry(ctx context.Context, e *Entry) error {
 	return nil
 }
 
-// SetSlotBuckets modifies a slot's bucket tables.
+// SetSlotBuckets replaces a slot's bucket tables: the runs that changed.
 func (p *P4Plane) SetSlotBuckets(ctx context.Context, e *Entry) error {
-	ups, err := p.slotBuckets(p4.Update_MODIFY, e)
+	ups, err := p.slotBuckets(p.installedBuckets(e), e)
 	if err != nil {
 		return err
 	}
-	return p.write(ctx, ups)
+	if err := p.write(ctx, ups); err != nil {
+		return err
+	}
+	if old, ok := p.slots[e.Slot]; ok && old.Hash == e.Hash {
+		old.Buckets = slices.Clone(e.Buckets)
+		p.slots[e.Slot] = old
+	}
+	return nil
 }
 
-// SetPartitionBuckets modifies a partition's bucket tables.
+// SetPartitionBuckets replaces a partition's bucket tables: the runs that
+// changed.
 func (p *P4Plane) SetPartitionBuckets(ctx context.Context, part uint32, chain []wire.NodeID, b []uint8) error {
-	ups, err := p.partitionBuckets(p4.Update_MODIFY, part, chain, b)
+	ups, err := p.partitionBuckets(part, chain, b)
 	if err != nil {
 		return err
 	}
