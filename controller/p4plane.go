@@ -427,17 +427,13 @@ func (p *P4Plane) InstallEntries(ctx context.Context, es []Entry) error {
 	if err := p.write(ctx, ups); err != nil {
 		return err
 	}
-	id, err := p.counterID("slot_hits")
+	slots := make([]uint32, len(es))
+	for i := range es {
+		slots[i] = es[i].Slot
+	}
+	base, err := p.readHitCells(ctx, slots)
 	if err != nil {
 		return err
-	}
-	cells, err := p.c.ReadCounter(ctx, id)
-	if err != nil {
-		return err
-	}
-	base := map[uint32]uint64{}
-	for _, c := range cells {
-		base[uint32(c.GetIndex().GetIndex())] = uint64(c.GetData().GetPacketCount())
 	}
 	ups = ups[:0]
 	p.mu.Lock()
@@ -519,22 +515,35 @@ func (p *P4Plane) counterID(name string) (uint32, error) {
 
 // readHitCell reads one slot's slot_hits cell.
 func (p *P4Plane) readHitCell(ctx context.Context, slot uint32) (uint64, error) {
+	cells, err := p.readHitCells(ctx, []uint32{slot})
+	return cells[slot], err
+}
+
+// readHitCells reads the slot_hits cells of slots, in one Read: a re-sync
+// installs its entries in chunks, and the counter has a cell per slot of the
+// whole directory.
+func (p *P4Plane) readHitCells(ctx context.Context, slots []uint32) (map[uint32]uint64, error) {
 	id, err := p.counterID("slot_hits")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	es, err := p.c.Read(ctx, &p4.Entity{Entity: &p4.Entity_CounterEntry{CounterEntry: &p4.CounterEntry{
-		CounterId: id, Index: &p4.Index{Index: int64(slot)},
-	}}})
+	filters := make([]*p4.Entity, len(slots))
+	for i, s := range slots {
+		filters[i] = &p4.Entity{Entity: &p4.Entity_CounterEntry{CounterEntry: &p4.CounterEntry{
+			CounterId: id, Index: &p4.Index{Index: int64(s)},
+		}}}
+	}
+	es, err := p.c.Read(ctx, filters...)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	out := make(map[uint32]uint64, len(slots))
 	for _, e := range es {
-		if c := e.GetCounterEntry(); c.GetIndex().GetIndex() == int64(slot) {
-			return uint64(c.GetData().GetPacketCount()), nil
+		if c := e.GetCounterEntry(); c != nil && c.GetCounterId() == id {
+			out[uint32(c.GetIndex().GetIndex())] = uint64(c.GetData().GetPacketCount())
 		}
 	}
-	return 0, nil
+	return out, nil
 }
 
 // ReadHits reads the slot_hits counter: each slot's hits since its entry

@@ -246,7 +246,10 @@ func (s *shard) promote(p *wire.NodePacket, from netip.AddrPort) {
 		persisted = append(persisted, promoNoStampMark)
 	}
 	rec, err := n.treeOf(part).getRecord(part, p.Key)
-	if err == nil {
+	// A promotion the head holds already, with the same extras, is on disk
+	// as it is (a controller's re-sync after a switch restart asks every
+	// head again): no synced write.
+	if prev, ok := n.copies.promoted(p.KeyHash); err == nil && !(ok && slices.Equal(prev, ids) && n.copies.unstampedOK(p.KeyHash) == noStamp) {
 		err = n.trees[0].db.Set(promoKey(p.Key), persisted, pebble.Sync)
 	}
 	if err != nil {
