@@ -126,6 +126,23 @@ func TestBMv2Arbitration(t *testing.T) {
 	arbitrationScenario(ctx, t, addr, p4info(t), js)
 }
 
+// TestBMv2BucketRuns runs the bucket-runs scenario against BMv2's P4Runtime
+// server (PI): range entries written, modified and deleted as weights change,
+// and read back.
+func TestBMv2BucketRuns(t *testing.T) {
+	bin := needBMv2(t)
+	js := bmv2DeviceConfig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	addr := startBMv2(t, bin, newFabric(t))
+	pc, err := p4rt.Dial(ctx, p4rt.Config{Addr: addr, DeviceID: 1, Election: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	bucketRunsScenario(ctx, t, pc, js, nil)
+}
+
 // TestBMv2EndToEndPromotion runs the promotion scenario through BMv2: every
 // storage node in a namespace of its own behind a switch port, the client
 // in another; the controller pushes the committed P4Info and BMv2 JSON over

@@ -77,23 +77,39 @@ func TestP4PlaneLayoutChange(t *testing.T) {
 // TestP4PlaneBucketRuns: a P4Runtime switch gets each bucket table as one
 // range entry per run (directory.Runs), and a change of weights rewrites
 // only the runs that changed: afterwards the switch's tables hold exactly
-// the new runs, and the model's slot and partition split by the new table.
+// the new runs, and the model's slot splits by the new table.
 func TestP4PlaneBucketRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	const bits = 2
-	sw, addr := serveModel(ctx, t, bits)
+	sw, addr := serveModel(ctx, t, runsBits)
 	pc, err := p4rt.Dial(ctx, p4rt.Config{Addr: addr, DeviceID: 1, Election: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pc.Close()
+	bucketRunsScenario(ctx, t, pc, nil, func(h wire.KeyHash) ([]uint8, bool) {
+		sl, ok := sw.Lookup(h)
+		return sl.Buckets[:], ok
+	})
+}
+
+// runsBits is bucketRunsScenario's partition bits.
+const runsBits = 2
+
+// bucketRunsScenario programs the device behind pc (after a pipeline push
+// with deviceConfig) with a layout, then a directory entry whose weights
+// change four times, the weights of a partition with them, and removes the
+// entry, counting the bucket tables' entries by reading them back after
+// each step. split, if not nil, returns the bucket table the device splits
+// a key by.
+func bucketRunsScenario(ctx context.Context, t *testing.T, pc *p4rt.Client, deviceConfig []byte, split func(wire.KeyHash) ([]uint8, bool)) {
+	t.Helper()
 	schema := p4info(t)
-	plane := controller.NewP4Plane("model", pc, schema)
-	if err := plane.PushPipeline(ctx, nil); err != nil {
+	plane := controller.NewP4Plane("runs", pc, schema)
+	if err := plane.PushPipeline(ctx, deviceConfig); err != nil {
 		t.Fatal(err)
 	}
-	m, err := layout.New(layout.Config{Epoch: 1, PartitionBits: bits, Replicas: 3, Nodes: []layout.Node{
+	m, err := layout.New(layout.Config{Epoch: 1, PartitionBits: runsBits, Replicas: 3, Nodes: []layout.Node{
 		{ID: 1, Addr: "127.0.0.1:7501"}, {ID: 2, Addr: "127.0.0.1:7502"}, {ID: 3, Addr: "127.0.0.1:7503"},
 		{ID: 4, Addr: "127.0.0.1:7504"}}})
 	if err != nil {
@@ -115,7 +131,7 @@ func TestP4PlaneBucketRuns(t *testing.T) {
 		}
 		return len(es)
 	}
-	parts := 1 << bits
+	parts := 1 << runsBits
 	if got := count("buckets_a") + count("buckets_b"); got != 2*3*parts {
 		t.Fatalf("even partitions: %d bucket entries, want %d (one run per chain member, two copies)", got, 2*3*parts)
 	}
@@ -141,9 +157,10 @@ func TestP4PlaneBucketRuns(t *testing.T) {
 		if got, want := count("slot_buckets_a")+count("slot_buckets_b"), 2*len(directory.Runs(e.Buckets)); got != want {
 			t.Fatalf("weights %v: %d slot bucket entries, want %d", w, got, want)
 		}
-		sl, ok := sw.Lookup(h)
-		if !ok || !slices.Equal(sl.Buckets[:], e.Buckets) {
-			t.Fatalf("weights %v: the model splits by %v, want %v", w, sl.Buckets, e.Buckets)
+		if split != nil {
+			if got, ok := split(h); !ok || !slices.Equal(got, e.Buckets) {
+				t.Fatalf("weights %v: the switch splits by %v, want %v", w, got, e.Buckets)
+			}
 		}
 		chain := m.Chain(1)
 		pb := directory.BucketsForWeights(w[:3])
