@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -22,6 +23,13 @@ const VSBGroup = 1
 
 // writeBatch is the number of updates per P4Runtime Write.
 const writeBatch = 4096
+
+// InstallEntries writes the slots' tables tableBatch slots per Write (a
+// slot of 4 locations is 15 table entries), tableWriters Writes at once.
+const (
+	tableBatch   = 64
+	tableWriters = 2
+)
 
 // P4Plane programs one P4Runtime device (the software data plane, BMv2 or
 // Tofino) through the netdir P4 program's tables: p4/include documents each.
@@ -416,17 +424,37 @@ func (p *P4Plane) InstallEntries(ctx context.Context, es []Entry) error {
 	if err := p.removeInstalled(ctx, es); err != nil {
 		return err
 	}
-	var ups []*p4.Update
-	for i := range es {
-		u, err := p.slotTables(p4.Update_INSERT, &es[i])
-		if err != nil {
-			return err
-		}
-		ups = append(ups, u...)
+	// The slots' tables, tableBatch slots per Write and tableWriters
+	// Writes in flight: the device decodes one batch while it applies
+	// another, and this side builds the next meanwhile. A slot's tables
+	// are all in one batch, and every batch is done before any slots entry
+	// is written.
+	batches := slices.Collect(slices.Chunk(es, tableBatch))
+	errs := make([]error, len(batches))
+	sem := make(chan struct{}, tableWriters)
+	var wg sync.WaitGroup
+	for i, b := range batches {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			var ups []*p4.Update
+			for j := range b {
+				u, err := p.slotTables(p4.Update_INSERT, &b[j])
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				ups = append(ups, u...)
+			}
+			errs[i] = p.write(ctx, ups)
+		}()
 	}
-	if err := p.write(ctx, ups); err != nil {
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	var ups []*p4.Update
 	slots := make([]uint32, len(es))
 	for i := range es {
 		slots[i] = es[i].Slot
