@@ -25,10 +25,13 @@ const VSBGroup = 1
 const writeBatch = 4096
 
 // InstallEntries writes the slots' tables tableBatch slots per Write (a
-// slot of 4 locations is 15 table entries), tableWriters Writes at once.
+// slot of 4 locations is 15 table entries), Setup the partitions
+// setupPartitions per Write (7 entries each for chains of 3), tableWriters
+// Writes at once.
 const (
-	tableBatch   = 64
-	tableWriters = 2
+	tableBatch      = 64
+	setupPartitions = 128
+	tableWriters    = 2
 )
 
 // P4Plane programs one P4Runtime device (the software data plane, BMv2 or
@@ -123,6 +126,30 @@ func (p *P4Plane) write(ctx context.Context, ups []*p4.Update) error {
 	return nil
 }
 
+// writeParallel builds and writes n batches of updates, each in a
+// goroutine of its own, at most tableWriters at once: the device decodes one
+// Write while it applies another, and this side builds the next meanwhile.
+// Batches must not depend on each other's order.
+func (p *P4Plane) writeParallel(ctx context.Context, n int, batch func(i int) ([]*p4.Update, error)) error {
+	errs := make([]error, n)
+	sem := make(chan struct{}, tableWriters)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ups, err := batch(i)
+			if err == nil {
+				err = p.write(ctx, ups)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // entry builds an entry, panicking on schema mismatches only through error.
 func (p *P4Plane) entry(table string, m []p4rt.Match, action string, params ...p4rt.Param) (*p4.TableEntry, error) {
 	return p.s.Entry(table, m, action, params...)
@@ -179,12 +206,17 @@ func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) e
 		return fmt.Errorf("partitions table: want one LPM field of at least %d bits", m.Bits())
 	}
 	hashField, hashBits := pt.GetMatchFields()[0].GetName(), uint(pt.GetMatchFields()[0].GetBitwidth())
+	// Each partition's bucket runs, then its partitions entry, in one
+	// batch; the batches go out in parallel once the node addresses are in.
+	var parts [][]*p4.Update
 	for part, chain := range m.Chains() {
+		if part%setupPartitions == 0 {
+			parts = append(parts, nil)
+		}
 		bu, err := p.partitionBuckets(uint32(part), chain, evenBuckets(len(chain)))
 		if err != nil {
 			return err
 		}
-		ups = append(ups, bu...)
 		e, err := p.entry("partitions",
 			[]p4rt.Match{{Field: hashField, Value: u(uint64(part) << (hashBits - m.Bits())), PrefixLen: int32(m.Bits())}},
 			"set_partition", p4rt.Param{Name: "id", Value: u(uint64(part))},
@@ -192,8 +224,15 @@ func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) e
 		if err != nil {
 			return err
 		}
-		ups = append(ups, p4rt.TableUpdate(t, e))
+		parts[len(parts)-1] = append(append(parts[len(parts)-1], bu...), p4rt.TableUpdate(t, e))
 	}
+	if err := p.write(ctx, ups); err != nil {
+		return err
+	}
+	if err := p.writeParallel(ctx, len(parts), func(i int) ([]*p4.Update, error) { return parts[i], nil }); err != nil {
+		return err
+	}
+	ups = ups[:0]
 	if p.Window > 0 {
 		su, err := p.scoreRanges(t)
 		if err != nil {
@@ -430,28 +469,17 @@ func (p *P4Plane) InstallEntries(ctx context.Context, es []Entry) error {
 	// are all in one batch, and every batch is done before any slots entry
 	// is written.
 	batches := slices.Collect(slices.Chunk(es, tableBatch))
-	errs := make([]error, len(batches))
-	sem := make(chan struct{}, tableWriters)
-	var wg sync.WaitGroup
-	for i, b := range batches {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			var ups []*p4.Update
-			for j := range b {
-				u, err := p.slotTables(p4.Update_INSERT, &b[j])
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				ups = append(ups, u...)
+	if err := p.writeParallel(ctx, len(batches), func(i int) ([]*p4.Update, error) {
+		var ups []*p4.Update
+		for j := range batches[i] {
+			u, err := p.slotTables(p4.Update_INSERT, &batches[i][j])
+			if err != nil {
+				return nil, err
 			}
-			errs[i] = p.write(ctx, ups)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+			ups = append(ups, u...)
+		}
+		return ups, nil
+	}); err != nil {
 		return err
 	}
 	var ups []*p4.Update
