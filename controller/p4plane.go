@@ -209,11 +209,15 @@ func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) e
 	// Each partition's bucket runs, then its partitions entry, in one
 	// batch; the batches go out in parallel once the node addresses are in.
 	var parts [][]*p4.Update
+	even := map[int][]uint8{} // by chain length
 	for part, chain := range m.Chains() {
 		if part%setupPartitions == 0 {
 			parts = append(parts, nil)
 		}
-		bu, err := p.partitionBuckets(uint32(part), chain, evenBuckets(len(chain)))
+		if even[len(chain)] == nil {
+			even[len(chain)] = evenBuckets(len(chain))
+		}
+		bu, err := p.partitionBuckets(uint32(part), chain, even[len(chain)])
 		if err != nil {
 			return err
 		}
@@ -231,6 +235,9 @@ func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) e
 	}
 	if err := p.writeParallel(ctx, len(parts), func(i int) ([]*p4.Update, error) { return parts[i], nil }); err != nil {
 		return err
+	}
+	for part, chain := range m.Chains() {
+		p.notePartition(uint32(part), even[len(chain)])
 	}
 	ups = ups[:0]
 	if p.Window > 0 {
@@ -306,23 +313,25 @@ func (p *P4Plane) bucketRuns(prefix, act string, owner p4rt.Match, old, b []uint
 }
 
 // partitionBuckets writes both copies of a partition's bucket table over
-// what this plane installed there since the last pipeline push.
+// what this plane installed there since the last pipeline push (the caller
+// notes b once written: notePartition).
 func (p *P4Plane) partitionBuckets(part uint32, chain []wire.NodeID, b []uint8) ([]*p4.Update, error) {
 	for _, idx := range b {
 		if int(idx) >= len(chain) {
 			return nil, fmt.Errorf("partition %d: bucket entry %d of a chain of %d", part, idx, len(chain))
 		}
 	}
-	ups, err := p.bucketRuns("buckets", "set_chain", p4rt.Match{Field: "partition", Value: u(uint64(part))},
+	return p.bucketRuns("buckets", "set_chain", p4rt.Match{Field: "partition", Value: u(uint64(part))},
 		p.parts[part], b, func(idx uint8) wire.NodeID { return at(chain, idx) })
-	if err != nil {
-		return nil, err
-	}
+}
+
+// notePartition records b as partition part's installed bucket table, once
+// written.
+func (p *P4Plane) notePartition(part uint32, b []uint8) {
 	if p.parts == nil {
 		p.parts = map[uint32][]uint8{}
 	}
 	p.parts[part] = slices.Clone(b)
-	return ups, nil
 }
 
 // slotBuckets writes both copies of a slot's bucket table, from old (nil:
@@ -482,7 +491,6 @@ func (p *P4Plane) InstallEntries(ctx context.Context, es []Entry) error {
 	}); err != nil {
 		return err
 	}
-	var ups []*p4.Update
 	slots := make([]uint32, len(es))
 	for i := range es {
 		slots[i] = es[i].Slot
@@ -491,7 +499,7 @@ func (p *P4Plane) InstallEntries(ctx context.Context, es []Entry) error {
 	if err != nil {
 		return err
 	}
-	ups = ups[:0]
+	var ups []*p4.Update
 	p.mu.Lock()
 	for i := range es {
 		e := &es[i]
@@ -558,7 +566,11 @@ func (p *P4Plane) SetPartitionBuckets(ctx context.Context, part uint32, chain []
 	if err != nil {
 		return err
 	}
-	return p.write(ctx, ups)
+	if err := p.write(ctx, ups); err != nil {
+		return err
+	}
+	p.notePartition(part, b)
+	return nil
 }
 
 func (p *P4Plane) counterID(name string) (uint32, error) {

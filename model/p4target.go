@@ -21,8 +21,9 @@ import (
 // p4rtserver.Target.
 //
 // A hot key's state is spread over several P4 tables indexed by its slot:
-// members (its LocationList), slot_buckets_a (its split), then the slots
-// entry that activates it. The target gathers them per slot and installs the
+// members (its LocationList), slot_buckets_a (its split: one range entry
+// per run of equal buckets, directory.Runs), then the slots entry that
+// activates it. The target gathers them per slot and installs the
 // slot in the directory core when the slots entry arrives, which is why the
 // controller writes a slot's tables before its slots entry (as it must for
 // a switch, too, so that no packet meets a half-built slot). Partitions are
