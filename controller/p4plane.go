@@ -60,9 +60,9 @@ type P4Plane struct {
 	// bucket tables are what a change of weights or a removal starts from:
 	// the range entries of their runs are the ones installed.
 	slots map[uint32]Entry
-	// parts are the partitions' bucket tables installed since the last
-	// pipeline push (the controller's partsMu orders the calls).
-	parts map[uint32][]uint8
+	// parts are the partitions' chains and bucket tables installed since
+	// the last pipeline push (the controller's partsMu orders the calls).
+	parts map[uint32]partition
 
 	// hits is each slot's hit count as ReadHits reports it. A P4 counter
 	// cell outlives its key (BMv2 keeps counting into it across entries, and
@@ -70,6 +70,12 @@ type P4Plane struct {
 	// pipeline push zeroes every cell while the controller keeps its keys.
 	mu   sync.Mutex
 	hits map[uint32]*slotHits
+}
+
+// partition is what a partition's entries say: its chain and bucket table.
+type partition struct {
+	chain   []wire.NodeID
+	buckets []uint8
 }
 
 // slotHits counts one slot's hits for its entry: carry plus what the cell
@@ -217,6 +223,9 @@ func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) e
 		if even[len(chain)] == nil {
 			even[len(chain)] = evenBuckets(len(chain))
 		}
+		if old, ok := p.parts[uint32(part)]; ok && slices.Equal(old.chain, chain) && slices.Equal(old.buckets, even[len(chain)]) {
+			continue // a layout change that leaves the partition as it is
+		}
 		bu, err := p.partitionBuckets(uint32(part), chain, even[len(chain)])
 		if err != nil {
 			return err
@@ -237,7 +246,7 @@ func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) e
 		return err
 	}
 	for part, chain := range m.Chains() {
-		p.notePartition(uint32(part), even[len(chain)])
+		p.notePartition(uint32(part), chain, even[len(chain)])
 	}
 	ups = ups[:0]
 	if p.Window > 0 {
@@ -322,16 +331,16 @@ func (p *P4Plane) partitionBuckets(part uint32, chain []wire.NodeID, b []uint8) 
 		}
 	}
 	return p.bucketRuns("buckets", "set_chain", p4rt.Match{Field: "partition", Value: u(uint64(part))},
-		p.parts[part], b, func(idx uint8) wire.NodeID { return at(chain, idx) })
+		p.parts[part].buckets, b, func(idx uint8) wire.NodeID { return at(chain, idx) })
 }
 
-// notePartition records b as partition part's installed bucket table, once
-// written.
-func (p *P4Plane) notePartition(part uint32, b []uint8) {
+// notePartition records chain and b as partition part's installed chain and
+// bucket table, once written.
+func (p *P4Plane) notePartition(part uint32, chain []wire.NodeID, b []uint8) {
 	if p.parts == nil {
-		p.parts = map[uint32][]uint8{}
+		p.parts = map[uint32]partition{}
 	}
-	p.parts[part] = slices.Clone(b)
+	p.parts[part] = partition{chain: slices.Clone(chain), buckets: slices.Clone(b)}
 }
 
 // slotBuckets writes both copies of a slot's bucket table, from old (nil:
@@ -569,7 +578,7 @@ func (p *P4Plane) SetPartitionBuckets(ctx context.Context, part uint32, chain []
 	if err := p.write(ctx, ups); err != nil {
 		return err
 	}
-	p.notePartition(part, b)
+	p.notePartition(part, chain, b)
 	return nil
 }
 
