@@ -64,6 +64,10 @@ type ControllerConfig struct {
 	// node dead, when the controller splices it out of its chains
 	// (default gossip.DefaultFailureTimeout).
 	FailureTimeout time.Duration `yaml:"failure_timeout"`
+	// SpareAfter is how long a node stays spliced out before spares take
+	// its place in each of its chains (0: never; LoadControllerConfig
+	// defaults it to DefaultSpareAfter).
+	SpareAfter time.Duration `yaml:"spare_after"`
 	// Schema is the P4Info to program the switches with; nil: load P4Info.
 	Schema *p4rt.Schema `yaml:"-"`
 	// Planes are data planes driven in process, beside Switches.
@@ -102,7 +106,7 @@ func LoadControllerConfig(path string) (*ControllerConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &ControllerConfig{API: "127.0.0.1:7400", P4Info: "p4/build/netdir.p4info.txtpb"}
+	c := &ControllerConfig{API: "127.0.0.1:7400", P4Info: "p4/build/netdir.p4info.txtpb", SpareAfter: DefaultSpareAfter}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil {
@@ -124,6 +128,9 @@ func LoadControllerConfig(path string) (*ControllerConfig, error) {
 	}
 	return c, nil
 }
+
+// DefaultSpareAfter is a configured controller's spare_after.
+const DefaultSpareAfter = 30 * time.Second
 
 // Controller is a running controller with its API, gossip and metrics.
 type Controller struct {
@@ -201,6 +208,7 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 	c.Controller, err = controller.New(controller.Config{
 		Layout: lay, Capacity: cfg.Capacity, Round: cfg.Round, Epoch: cfg.CoarseEpoch, PromoteMin: cfg.PromoteMin,
 		VSBGroup: cfg.VSBPorts, NodeCapacity: cfg.NodeCapacity, QoSStore: qosStore, Raft: cfg.Raft, Log: log,
+		SpareAfter: cfg.SpareAfter,
 	}, planes, &controller.UDPStorage{NoStamp: len(planes) == 0})
 	if err != nil {
 		return nil, err
