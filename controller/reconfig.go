@@ -228,3 +228,61 @@ func (c *Controller) replaceDown(ctx context.Context, since map[wire.NodeID]time
 		}
 	}
 }
+
+// AdoptLayout takes m, a layout the nodes hold (gossiped by an earlier
+// controller), if it leads and m's epoch is above its own: a controller
+// restarted from its YAML (epoch 1, nobody down) then serves and programs
+// the nodes' epoch, never an older one. With program, the data planes and
+// nodes get m as from SetLayout; without (before Setup programs the
+// planes), only the state takes it. It reports whether m was taken.
+func (c *Controller) AdoptLayout(ctx context.Context, m *layout.Map, program bool) (bool, error) {
+	c.reconfMu.Lock()
+	defer c.reconfMu.Unlock()
+	cur := c.Layout()
+	if m.Epoch() <= cur.Epoch() || c.Leading() != nil {
+		return false, nil
+	}
+	c.log.Warn("adopting the nodes' newer layout", "epoch", m.Epoch(), "was", cur.Epoch(), "down", m.Down())
+	if !program {
+		cfg := m.Config()
+		return true, c.repl.apply(command{Op: opLayout, Layout: &cfg})
+	}
+	return true, c.SetLayout(ctx, m)
+}
+
+// GossipedLayout is the newest layout gossip carries, if any parses.
+func (c *Controller) GossipedLayout() (*layout.Map, bool) {
+	c.gossip.mu.Lock()
+	g := c.gossip.g
+	c.gossip.mu.Unlock()
+	if g == nil {
+		return nil, false
+	}
+	b, ok := g.Layout()
+	if !ok {
+		return nil, false
+	}
+	m, err := layout.Parse(b)
+	if err != nil {
+		c.log.Warn("gossiped layout", "err", err)
+		return nil, false
+	}
+	return m, true
+}
+
+// RunAdopt adopts every newer layout that gossip brings (AdoptLayout,
+// programming it), signalled on learned, until ctx ends.
+func (c *Controller) RunAdopt(ctx context.Context, learned <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-learned:
+		}
+		if m, ok := c.GossipedLayout(); ok {
+			if _, err := c.AdoptLayout(ctx, m, true); err != nil && ctx.Err() == nil {
+				c.log.Warn("adopt the nodes' layout", "epoch", m.Epoch(), "err", err)
+			}
+		}
+	}
+}
