@@ -89,8 +89,11 @@ func TestSpareFill(t *testing.T) {
 		t.Fatal(err)
 	}
 	var whole, caught time.Duration
-	waitFor(t, "every chain back to 3 members", func() bool {
+	waitFor(t, "spares in every chain of node 2, and 3 members each", func() bool {
 		m := pl.Controller.Layout()
+		if m.Placed(vid) != 0 {
+			return false
+		}
 		for p := range m.Partitions() {
 			if len(m.Chain(uint32(p))) != 3 {
 				return false
