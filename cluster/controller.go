@@ -64,6 +64,18 @@ type ControllerConfig struct {
 	// node dead, when the controller splices it out of its chains
 	// (default gossip.DefaultFailureTimeout).
 	FailureTimeout time.Duration `yaml:"failure_timeout"`
+	// SpareAfter is how long a node stays spliced out before spares take
+	// its place in each of its chains (0: never; LoadControllerConfig
+	// defaults it to DefaultSpareAfter).
+	SpareAfter time.Duration `yaml:"spare_after"`
+	// LayoutWait is how long a controller with gossip waits at start, before
+	// it programs the data planes, to hear from the nodes a newer layout
+	// than its YAML's (an earlier controller's): it adopts the newest it
+	// hears, then or later, and never serves or pushes an older one. The
+	// nodes rejoin the controller's gossip every 2 s. 0: no wait (its
+	// GossipSeeds, joined at start, still count); LoadControllerConfig
+	// defaults it to DefaultLayoutWait.
+	LayoutWait time.Duration `yaml:"layout_wait"`
 	// Schema is the P4Info to program the switches with; nil: load P4Info.
 	Schema *p4rt.Schema `yaml:"-"`
 	// Planes are data planes driven in process, beside Switches.
@@ -102,7 +114,7 @@ func LoadControllerConfig(path string) (*ControllerConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &ControllerConfig{API: "127.0.0.1:7400", P4Info: "p4/build/netdir.p4info.txtpb"}
+	c := &ControllerConfig{API: "127.0.0.1:7400", P4Info: "p4/build/netdir.p4info.txtpb", SpareAfter: DefaultSpareAfter, LayoutWait: DefaultLayoutWait}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil {
@@ -124,6 +136,12 @@ func LoadControllerConfig(path string) (*ControllerConfig, error) {
 	}
 	return c, nil
 }
+
+// A configured controller's spare_after and layout_wait.
+const (
+	DefaultSpareAfter = 30 * time.Second
+	DefaultLayoutWait = 3 * time.Second
+)
 
 // Controller is a running controller with its API, gossip and metrics.
 type Controller struct {
@@ -201,9 +219,21 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 	c.Controller, err = controller.New(controller.Config{
 		Layout: lay, Capacity: cfg.Capacity, Round: cfg.Round, Epoch: cfg.CoarseEpoch, PromoteMin: cfg.PromoteMin,
 		VSBGroup: cfg.VSBPorts, NodeCapacity: cfg.NodeCapacity, QoSStore: qosStore, Raft: cfg.Raft, Log: log,
+		SpareAfter: cfg.SpareAfter,
 	}, planes, &controller.UDPStorage{NoStamp: len(planes) == 0})
 	if err != nil {
 		return nil, err
+	}
+	learned := make(chan struct{}, 1)
+	if cfg.GossipBind != "" {
+		if err := c.joinGossip(cfg, learned, log); err != nil {
+			return nil, err
+		}
+		if !replicated { // replicas keep the layout in their raft state
+			if err := c.awaitLayout(ctx, cfg.LayoutWait); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if !replicated {
 		if err := c.Setup(ctx); err != nil {
@@ -212,10 +242,11 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 		for _, s := range c.clients {
 			s.synced.Store(s.Session())
 		}
+		lay := c.Layout()
 		log.Info("partitions installed", "partitions", lay.Partitions(), "nodes", len(lay.Nodes()), "epoch", lay.Epoch())
 	}
 	if cfg.GossipBind != "" {
-		if err := c.startGossip(lctx, cfg, log); err != nil {
+		if err := c.runGossip(lctx, cfg, learned, log); err != nil {
 			return nil, err
 		}
 	}
@@ -390,7 +421,11 @@ func (c *Controller) dialSwitch(ctx context.Context, s SwitchEndpoint, schema *p
 // controller first withdraws any expected load an earlier one published:
 // its Setup installed even partition weights, which that load no longer
 // describes, so the nodes pace by their own reads until its first epoch.
-func (c *Controller) startGossip(ctx context.Context, cfg ControllerConfig, log *slog.Logger) error {
+//
+// joinGossip makes the member and joins the seeds; a newer layout it hears
+// (from the nodes: the one an earlier controller gave them) signals
+// learned. runGossip then starts the loops.
+func (c *Controller) joinGossip(cfg ControllerConfig, learned chan<- struct{}, log *slog.Logger) error {
 	name := "controller"
 	if cfg.Raft != nil {
 		name += "-" + cfg.Raft.ID
@@ -398,12 +433,45 @@ func (c *Controller) startGossip(ctx context.Context, cfg ControllerConfig, log 
 	g, err := gossip.Start(gossip.Config{Name: name, Bind: cfg.GossipBind, Seeds: cfg.GossipSeeds, Log: log,
 		FailureTimeout: cfg.FailureTimeout,
 		OnStats:        func(s gossip.NodeStats) { c.ObserveNodeStats(s) },
-		OnMember:       c.MemberChanged})
+		OnLayout: func([]byte) {
+			select {
+			case learned <- struct{}{}:
+			default:
+			}
+		},
+		OnMember: c.MemberChanged})
 	if err != nil {
 		return err
 	}
 	c.gossip = g
 	c.AttachGossip(g)
+	return nil
+}
+
+// awaitLayout adopts, before the data planes are programmed, the newest
+// layout gossip brought if it is newer than the controller's, waiting up
+// to wait for one while no other member has joined (a member that joins
+// brings its table with it).
+func (c *Controller) awaitLayout(ctx context.Context, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		if m, ok := c.GossipedLayout(); ok {
+			_, err := c.AdoptLayout(ctx, m, false)
+			return err
+		}
+		if time.Now().After(deadline) || c.gossip.Members() > 1 && time.Until(deadline) < wait-500*time.Millisecond {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Controller) runGossip(ctx context.Context, cfg ControllerConfig, learned <-chan struct{}, log *slog.Logger) error {
+	g := c.gossip
 	// A replica keeps the partition weights of the state, so the expected
 	// loads gossiped under them still hold.
 	if cfg.Raft == nil {
@@ -415,10 +483,14 @@ func (c *Controller) startGossip(ctx context.Context, cfg ControllerConfig, log 
 			return err
 		}
 	}
-	c.loopsWG.Add(2)
+	c.loopsWG.Add(3)
 	go func() {
 		defer c.loopsWG.Done()
 		c.RunGossip(ctx)
+	}()
+	go func() {
+		defer c.loopsWG.Done()
+		c.RunAdopt(ctx, learned)
 	}()
 	go func() {
 		defer c.loopsWG.Done()

@@ -40,7 +40,7 @@ func statusOf(code codes.Code, err error) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &nl):
-		return notLeaderStatus(nl)
+		return NotLeaderStatus(nl)
 	}
 	return status.Error(code, err.Error())
 }

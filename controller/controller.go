@@ -73,6 +73,10 @@ type Config struct {
 	// memory only, lost on restart); a replicated one keeps them in its
 	// raft state.
 	QoSStore QoSStore
+	// SpareAfter is how long a node stays spliced out before spares take
+	// its place in every chain it was in (Replace); 0: never, its chains
+	// stay short until it is back.
+	SpareAfter time.Duration
 	// Raft, if set, makes the controller one of several replicas of its
 	// state (raft.go); nil: a lone controller.
 	Raft *RaftConfig

@@ -20,9 +20,9 @@ import (
 // its metadata name the leader.
 const notLeaderReason = "NOT_LEADER"
 
-// notLeaderStatus is a follower's refusal as a gRPC status: Unavailable,
+// NotLeaderStatus is a follower's refusal as a gRPC status: Unavailable,
 // naming the leader's API address in an ErrorInfo when it is known.
-func notLeaderStatus(e *NotLeaderError) error {
+func NotLeaderStatus(e *NotLeaderError) error {
 	st := status.New(codes.Unavailable, e.Error())
 	info := &errdetails.ErrorInfo{Reason: notLeaderReason, Domain: "netdir",
 		Metadata: map[string]string{"leader_id": e.Leader.ID, "leader_api": e.Leader.API}}
@@ -106,32 +106,64 @@ func (cs *Controllers) follow(addr string) {
 	cs.cur = i
 }
 
+// Client is the client of the controller Call tries first (the leader,
+// once one answered), and its address: for a caller that holds a stream
+// (a directory subscription) rather than making calls, and reports how
+// it ended with Next.
+func (cs *Controllers) Client() (api.ControllerClient, string, error) {
+	addr := cs.Current()
+	c, err := cs.client(addr)
+	if err != nil {
+		return nil, addr, fmt.Errorf("controller %s: %w", addr, err)
+	}
+	return c, addr, nil
+}
+
+// Next moves past err, the failure of a call to addr: a refusal naming
+// the leader makes the leader current (hinted); an unreachable controller,
+// or a refusal naming none, makes the next address current. It reports
+// whether err was one of those (another controller may answer); other
+// errors change nothing.
+func (cs *Controllers) Next(addr string, err error) (hinted, moved bool) {
+	hint, notLeader := LeaderHint(err)
+	switch {
+	case err == nil:
+		return false, false
+	case hint != "" && hint != addr:
+		cs.follow(hint)
+		return true, true
+	case !notLeader && status.Code(err) != codes.Unavailable:
+		return false, false
+	}
+	cs.follow("")
+	return false, true
+}
+
 // Call calls f with the leader's client until it answers or ctx ends: a
 // refusal naming the leader is followed at once; an unreachable controller,
 // or a refusal naming none, moves on to the next address (pausing after a
 // whole round of them). Other errors are f's.
 func (cs *Controllers) Call(ctx context.Context, f func(context.Context, api.ControllerClient) error) error {
 	for tries := 1; ; tries++ {
-		addr := cs.Current()
-		c, err := cs.client(addr)
+		c, addr, err := cs.Client()
 		if err != nil {
-			return fmt.Errorf("controller %s: %w", addr, err)
+			return err
 		}
 		err = f(ctx, c)
-		hint, notLeader := LeaderHint(err)
-		switch {
-		case err == nil:
+		if err == nil {
 			return nil
-		case ctx.Err() != nil:
-			return fmt.Errorf("controller %s: %w", addr, err)
-		case hint != "" && hint != addr:
-			cs.follow(hint)
-			continue
-		case !notLeader && status.Code(err) != codes.Unavailable:
+		}
+		if ctx.Err() != nil {
 			return fmt.Errorf("controller %s: %w", addr, err)
 		}
-		cs.follow("")
-		if tries%len(cs.addrs) == 0 {
+		hinted, moved := cs.Next(addr, err)
+		switch {
+		case hinted:
+			continue
+		case !moved:
+			return fmt.Errorf("controller %s: %w", addr, err)
+		}
+		if tries%cs.count() == 0 {
 			select {
 			case <-time.After(100 * time.Millisecond):
 			case <-ctx.Done():
@@ -139,6 +171,25 @@ func (cs *Controllers) Call(ctx context.Context, f func(context.Context, api.Con
 			}
 		}
 	}
+}
+
+// Ask makes one unary call at the leader (Call): rpc is a method
+// expression of the API's client, such as api.ControllerClient.Status.
+func Ask[Req, Resp any](ctx context.Context, cs *Controllers,
+	rpc func(api.ControllerClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	var resp Resp
+	err := cs.Call(ctx, func(ctx context.Context, c api.ControllerClient) error {
+		var err error
+		resp, err = rpc(c, ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+func (cs *Controllers) count() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return len(cs.addrs)
 }
 
 // Close closes the connections.

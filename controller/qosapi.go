@@ -95,7 +95,7 @@ func (a *API) QoSRemove(_ context.Context, r *api.QoSGetRequest) (*api.QoSRemove
 func qosStatus(err error) error {
 	var nl *NotLeaderError
 	if errors.As(err, &nl) {
-		return notLeaderStatus(nl)
+		return NotLeaderStatus(nl)
 	}
 	if errors.Is(err, ErrQoS) {
 		return status.Error(codes.InvalidArgument, err.Error())

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -41,6 +42,26 @@ func (c *Controller) NodeUp(ctx context.Context, id wire.NodeID) error {
 		return err
 	}
 	c.log.Info("node up: rejoining as tail", "node", id, "epoch", m.Epoch())
+	return c.SetLayout(ctx, m)
+}
+
+// NodeReplace replaces node id, spliced out, by spares in every chain of
+// its placement (layout.Map.Replace), with a new epoch: each spare joins
+// its chain as tail and fills from its predecessor at its paced copy
+// rate, and serves the chain once caught up. A node that is no longer
+// down, or placed nowhere any more, is left.
+func (c *Controller) NodeReplace(ctx context.Context, id wire.NodeID) error {
+	c.reconfMu.Lock()
+	defer c.reconfMu.Unlock()
+	cur := c.Layout()
+	if !slices.Contains(cur.Down(), id) || cur.Placed(id) == 0 {
+		return nil
+	}
+	m, n, err := cur.Replace(id)
+	if err != nil {
+		return err
+	}
+	c.log.Warn("node down too long: spares take its place", "node", id, "chains", n, "epoch", m.Epoch())
 	return c.SetLayout(ctx, m)
 }
 
@@ -142,13 +163,25 @@ func (c *Controller) MemberChanged(name string, alive bool) {
 }
 
 // RunReconfig splices out the nodes that gossip declares dead and adds
-// back, as tails, the spliced-out nodes that rejoin, until ctx ends.
+// back, as tails, the spliced-out nodes that rejoin, until ctx ends. With
+// Config.SpareAfter, a node down that long (as this controller saw it: a
+// new leader counts from when it took the layout) is replaced by spares.
 func (c *Controller) RunReconfig(ctx context.Context) {
+	var tick <-chan time.Time
+	if c.cfg.SpareAfter > 0 {
+		t := time.NewTicker(min(c.cfg.SpareAfter/4, time.Second))
+		defer t.Stop()
+		tick = t.C
+	}
+	since := map[wire.NodeID]time.Time{} // nodes down, from when this controller saw them so
 	for {
 		var mc memberChange
 		select {
 		case <-ctx.Done():
 			return
+		case now := <-tick:
+			c.replaceDown(ctx, since, now)
+			continue
 		case mc = <-c.members:
 		}
 		var id wire.NodeID
@@ -168,6 +201,88 @@ func (c *Controller) RunReconfig(ctx context.Context) {
 		}
 		if err != nil && ctx.Err() == nil {
 			c.log.Warn("reconfiguration", "node", id, "alive", mc.alive, "err", err)
+		}
+	}
+}
+
+// replaceDown notes when each node down was first seen so and replaces
+// those down for SpareAfter, if this controller leads.
+func (c *Controller) replaceDown(ctx context.Context, since map[wire.NodeID]time.Time, now time.Time) {
+	down := c.Layout().Down()
+	for id := range since {
+		if !slices.Contains(down, id) {
+			delete(since, id)
+		}
+	}
+	for _, id := range down {
+		t, ok := since[id]
+		if !ok {
+			since[id] = now
+			continue
+		}
+		if now.Sub(t) < c.cfg.SpareAfter || c.Leading() != nil || c.Layout().Placed(id) == 0 {
+			continue
+		}
+		if err := c.NodeReplace(ctx, id); err != nil && ctx.Err() == nil && !errors.Is(err, layout.ErrNoSpare) {
+			c.log.Warn("replace a node down", "node", id, "err", err)
+		}
+	}
+}
+
+// AdoptLayout takes m, a layout the nodes hold (gossiped by an earlier
+// controller), if it leads and m's epoch is above its own: a controller
+// restarted from its YAML (epoch 1, nobody down) then serves and programs
+// the nodes' epoch, never an older one. With program, the data planes and
+// nodes get m as from SetLayout; without (before Setup programs the
+// planes), only the state takes it. It reports whether m was taken.
+func (c *Controller) AdoptLayout(ctx context.Context, m *layout.Map, program bool) (bool, error) {
+	c.reconfMu.Lock()
+	defer c.reconfMu.Unlock()
+	cur := c.Layout()
+	if m.Epoch() <= cur.Epoch() || c.Leading() != nil {
+		return false, nil
+	}
+	c.log.Warn("adopting the nodes' newer layout", "epoch", m.Epoch(), "was", cur.Epoch(), "down", m.Down())
+	if !program {
+		cfg := m.Config()
+		return true, c.repl.apply(command{Op: opLayout, Layout: &cfg})
+	}
+	return true, c.SetLayout(ctx, m)
+}
+
+// GossipedLayout is the newest layout gossip carries, if any parses.
+func (c *Controller) GossipedLayout() (*layout.Map, bool) {
+	c.gossip.mu.Lock()
+	g := c.gossip.g
+	c.gossip.mu.Unlock()
+	if g == nil {
+		return nil, false
+	}
+	b, ok := g.Layout()
+	if !ok {
+		return nil, false
+	}
+	m, err := layout.Parse(b)
+	if err != nil {
+		c.log.Warn("gossiped layout", "err", err)
+		return nil, false
+	}
+	return m, true
+}
+
+// RunAdopt adopts every newer layout that gossip brings (AdoptLayout,
+// programming it), signalled on learned, until ctx ends.
+func (c *Controller) RunAdopt(ctx context.Context, learned <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-learned:
+		}
+		if m, ok := c.GossipedLayout(); ok {
+			if _, err := c.AdoptLayout(ctx, m, true); err != nil && ctx.Err() == nil {
+				c.log.Warn("adopt the nodes' layout", "epoch", m.Epoch(), "err", err)
+			}
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -78,10 +79,14 @@ func (m MAC) String() string { return net.HardwareAddr(m).String() }
 //	  7: [3, 1, 2]
 //	down: [2]                    # spliced out of every chain (Without)
 //	tails: [1]                   # rejoined: at the tail of their chains (WithTail)
+//	spares: {7: 4}               # partition -> the spare at its tail (Replace)
 //
 // The placement (ring and overrides) fixes each node's slot in each chain,
 // which is the tree it keeps the partition in; Down and Tails reconfigure
-// the chains without moving data between a node's trees.
+// the chains without moving data between a node's trees. Replace writes a
+// spare into the slot of a down member (an override) and names it in
+// Spares, which puts it at the tail of that chain: it joined last and
+// catches up from its predecessor.
 type Config struct {
 	Epoch         uint32                   `yaml:"epoch"`
 	PartitionBits uint                     `yaml:"partition_bits"`
@@ -91,6 +96,7 @@ type Config struct {
 	Chains        map[uint32][]wire.NodeID `yaml:"chains,omitempty"`
 	Down          []wire.NodeID            `yaml:"down,omitempty,flow"`
 	Tails         []wire.NodeID            `yaml:"tails,omitempty,flow"`
+	Spares        map[uint32]wire.NodeID   `yaml:"spares,omitempty"`
 }
 
 // Load reads a YAML layout file.
@@ -204,6 +210,11 @@ func New(c Config) (*Map, error) {
 		}
 		m.placed[p] = slices.Clone(ch)
 	}
+	for p, id := range c.Spares {
+		if int(p) >= np || !slices.Contains(m.placed[p], id) {
+			return nil, fmt.Errorf("layout: spare %d of partition %d is not in its placement", id, p)
+		}
+	}
 	if err := m.reconfigure(); err != nil {
 		return nil, err
 	}
@@ -211,7 +222,8 @@ func New(c Config) (*Map, error) {
 }
 
 // reconfigure derives the chains from the placement: members in Down are
-// spliced out, members in Tails move to the end, in Tails' order.
+// spliced out, members in Tails move to the end, in Tails' order, and a
+// partition's spare comes last.
 func (m *Map) reconfigure() error {
 	for _, list := range [][]wire.NodeID{m.cfg.Down, m.cfg.Tails} {
 		for _, id := range list {
@@ -227,16 +239,21 @@ func (m *Map) reconfigure() error {
 	}
 	m.chains = make([][]wire.NodeID, len(m.placed))
 	for p, placed := range m.placed {
+		spare, hasSpare := m.cfg.Spares[uint32(p)]
+		last := func(id wire.NodeID) bool { return hasSpare && id == spare }
 		ch := make([]wire.NodeID, 0, len(placed))
 		for _, id := range placed {
-			if !slices.Contains(m.cfg.Down, id) && !slices.Contains(m.cfg.Tails, id) {
+			if !slices.Contains(m.cfg.Down, id) && !slices.Contains(m.cfg.Tails, id) && !last(id) {
 				ch = append(ch, id)
 			}
 		}
 		for _, id := range m.cfg.Tails {
-			if slices.Contains(placed, id) {
+			if slices.Contains(placed, id) && !last(id) {
 				ch = append(ch, id)
 			}
+		}
+		if hasSpare && !slices.Contains(m.cfg.Down, spare) {
+			ch = append(ch, spare)
 		}
 		if len(ch) == 0 {
 			return fmt.Errorf("layout: partition %d: every member is down", p)
@@ -278,6 +295,96 @@ func (m *Map) WithTail(id wire.NodeID) (*Map, error) {
 	return New(c)
 }
 
+// ErrNoSpare is Replace's error when no chain of the node can take a spare.
+var ErrNoSpare = errors.New("layout: no spare")
+
+// Replace returns the next layout (epoch+1) in which node id, down, is
+// replaced in every chain of its placement by a spare, and the number of
+// chains it was replaced in. A chain's spare is a node that is not down
+// and not in the chain's placement: the one in the fewest chains so far
+// (counting the ones this call assigns), ties going to the first after id
+// on the ring. The spare takes id's slot in the placement (an override in
+// Chains, so no other member changes tree) and the chain's tail (Spares):
+// it holds nothing of the partition yet, and a tail catches up from its
+// predecessor before it serves reads. Chains with no candidate keep id
+// spliced out; if no chain has one, Replace fails with ErrNoSpare.
+func (m *Map) Replace(id wire.NodeID) (*Map, int, error) {
+	if !slices.Contains(m.cfg.Down, id) {
+		return nil, 0, fmt.Errorf("layout: node %d is not down", id)
+	}
+	load := map[wire.NodeID]int{}
+	var ring []wire.NodeID // the live nodes, from the one after id
+	start, _ := slices.BinarySearch(m.ids, id)
+	for i := range m.ids {
+		n := m.ids[(start+1+i)%len(m.ids)]
+		if n != id && !slices.Contains(m.cfg.Down, n) {
+			ring = append(ring, n)
+			load[n] = 0
+		}
+	}
+	for _, ch := range m.chains {
+		for _, n := range ch {
+			if _, live := load[n]; live {
+				load[n]++
+			}
+		}
+	}
+	c := m.Config()
+	if c.Chains == nil {
+		c.Chains = map[uint32][]wire.NodeID{}
+	}
+	if c.Spares == nil {
+		c.Spares = map[uint32]wire.NodeID{}
+	}
+	replaced := 0
+	for p, placed := range m.placed {
+		j := slices.Index(placed, id)
+		if j < 0 {
+			continue
+		}
+		best := wire.NodeID(0)
+		for _, n := range ring {
+			if !slices.Contains(placed, n) && (best == 0 || load[n] < load[best]) {
+				best = n
+			}
+		}
+		if best == 0 {
+			continue
+		}
+		ch := slices.Clone(placed)
+		ch[j] = best
+		c.Chains[uint32(p)] = ch
+		c.Spares[uint32(p)] = best
+		load[best]++
+		replaced++
+	}
+	if replaced == 0 {
+		return nil, 0, fmt.Errorf("%w for node %d: every live node is in each of its chains", ErrNoSpare, id)
+	}
+	c.Epoch++
+	nm, err := New(c)
+	return nm, replaced, err
+}
+
+// Placed is the number of partitions whose placement holds node id (down
+// or not): those a spare could take over.
+func (m *Map) Placed(id wire.NodeID) int {
+	n := 0
+	for _, placed := range m.placed {
+		if slices.Contains(placed, id) {
+			n++
+		}
+	}
+	return n
+}
+
+// Spare is the spare at the tail of partition p's chain, if it has one
+// that is not down.
+func (m *Map) Spare(p uint32) (wire.NodeID, bool) {
+	id, ok := m.cfg.Spares[p]
+	return id, ok && !slices.Contains(m.cfg.Down, id)
+}
+
 // Down lists the nodes spliced out of every chain.
 func (m *Map) Down() []wire.NodeID { return slices.Clone(m.cfg.Down) }
 
@@ -304,6 +411,7 @@ func (c Config) clone() Config {
 		}
 		c.Chains = chains
 	}
+	c.Spares = maps.Clone(c.Spares)
 	return c
 }
 

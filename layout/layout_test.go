@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -246,5 +247,100 @@ func TestWithoutWithTail(t *testing.T) {
 	}
 	if _, err := one.Without(2); err == nil {
 		t.Error("splicing out the last member: no error")
+	}
+}
+
+// TestReplace replaces a down node by spares: every chain it was placed in
+// has R members again, each spare at the tail and in the down node's slot,
+// the other members keep their slots, and the spares are spread evenly.
+func TestReplace(t *testing.T) {
+	m, err := Parse([]byte("epoch: 2\npartition_bits: 3\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}, {id: 3, addr: 127.0.0.1:3}, {id: 4, addr: 127.0.0.1:4}, {id: 5, addr: 127.0.0.1:5}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Replace(2); err == nil {
+		t.Error("replacing a live node: no error")
+	}
+	down, err := m.Without(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, n, err := down.Replace(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != m.Placed(2) || n != 5 || r.Epoch() != down.Epoch()+1 || r.Placed(2) != 0 {
+		t.Errorf("replaced in %d chains of %d placed, epoch %d after %d, still placed in %d", n, m.Placed(2), r.Epoch(), down.Epoch(), r.Placed(2))
+	}
+	load := map[wire.NodeID]int{}
+	for p := range r.Partitions() {
+		part := uint32(p)
+		ch := r.Chain(part)
+		for _, id := range ch {
+			load[id]++
+		}
+		if len(ch) != 3 || slices.Contains(ch, 2) || len(slices.Compact(slices.Sorted(slices.Values(ch)))) != 3 {
+			t.Errorf("partition %d: chain %v, want 3 distinct members without 2", p, ch)
+		}
+		j := m.Slot(part, 2)
+		spare, ok := r.Spare(part)
+		if j < 0 {
+			if ok || !slices.Equal(ch, m.Chain(part)) {
+				t.Errorf("partition %d without node 2: chain %v→%v, spare %d", p, m.Chain(part), ch, spare)
+			}
+			continue
+		}
+		if !ok || ch[len(ch)-1] != spare || r.Slot(part, spare) != j || m.Slot(part, spare) >= 0 {
+			t.Errorf("partition %d: chain %v, spare %d (%v) in slot %d, node 2 was in slot %d", p, ch, spare, ok, r.Slot(part, spare), j)
+		}
+		for _, id := range m.Chain(part) {
+			if id != 2 && r.Slot(part, id) != m.Slot(part, id) {
+				t.Errorf("partition %d: node %d moved from slot %d to %d", p, id, m.Slot(part, id), r.Slot(part, id))
+			}
+		}
+	}
+	// 8 chains of 3 over the 4 live nodes: 6 each, least-loaded first.
+	for id, l := range load {
+		if l != 6 {
+			t.Errorf("node %d in %d chains, want 6: %v", id, l, load)
+		}
+	}
+	b, err := r.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Parse(b)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	if !reflect.DeepEqual(again.Chains(), r.Chains()) {
+		t.Errorf("round trip changed the layout:\n%s", b)
+	}
+	// A spare that dies is spliced out like any member, and replaced in turn.
+	spare, _ := r.Spare(0)
+	w, err := r.Without(spare)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := w.Spare(0); ok || slices.Contains(w.Chain(0), spare) || len(w.Chain(0)) != 2 {
+		t.Errorf("spare %d down: chain 0 %v", spare, w.Chain(0))
+	}
+	if w2, _, err := w.Replace(spare); err != nil || len(w2.Chain(0)) != 3 {
+		t.Errorf("replacing spare %d: %v", spare, err)
+	}
+	// Every live node is in every chain: no spare.
+	three, err := Parse([]byte("partition_bits: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}, {id: 3, addr: 127.0.0.1:3}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if three, err = three.Without(3); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := three.Replace(3); !errors.Is(err, ErrNoSpare) {
+		t.Errorf("three nodes, one down: %v, want ErrNoSpare", err)
+	}
+	// A spare outside the placement is refused.
+	if _, err := Parse([]byte("partition_bits: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}, {id: 3, addr: 127.0.0.1:3}, {id: 4, addr: 127.0.0.1:4}]\nspares: {0: 4}")); err == nil {
+		t.Error("a spare outside its placement: no error")
 	}
 }

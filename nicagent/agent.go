@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/wire"
 )
@@ -35,8 +37,12 @@ var DefaultService = netip.MustParseAddrPort("169.254.74.20:7420")
 
 // Config configures an Agent.
 type Config struct {
-	Iface      string // the interface to attach to (required)
-	Controller string // the controller's gRPC API address (required)
+	Iface string // the interface to attach to (required)
+	// Controller is the controller's gRPC API address, or several,
+	// comma-separated (replicated controllers): the agent subscribes to
+	// and reports to the leader, following a follower's refusal to it
+	// (controller.Controllers, as netdir ctl does). Required.
+	Controller string
 	// Service is the address clients send requests to; default
 	// DefaultService. Requests to any other address pass untouched, so
 	// clients' home-path retries straight to a node bypass the directory.
@@ -353,12 +359,11 @@ func (a *Agent) Ready() bool {
 // ends.
 func (a *Agent) Run(ctx context.Context) error {
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, a.cfg.DialOptions...)
-	conn, err := grpc.NewClient(a.cfg.Controller, opts...)
+	cs, err := controller.DialControllers(strings.Split(a.cfg.Controller, ","), opts...)
 	if err != nil {
-		return fmt.Errorf("nicagent: controller %s: %w", a.cfg.Controller, err)
+		return fmt.Errorf("nicagent: %w", err)
 	}
-	defer conn.Close()
-	cl := api.NewControllerClient(conn)
+	defer cs.Close()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -369,15 +374,33 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.reportLoop(ctx, cl)
+			a.reportLoop(ctx, cs)
 		}()
 	}
+	a.subscribe(ctx, cs)
+	wg.Wait()
+	return nil
+}
+
+// subscribe keeps the directory subscription until ctx ends: at the
+// controller that leads (a follower's refusal names it), resubscribing
+// with backoff when a stream ends.
+func (a *Agent) subscribe(ctx context.Context, cs *controller.Controllers) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := a.watch(ctx, cl)
+		cl, addr, err := cs.Client()
+		if err == nil {
+			err = a.watch(ctx, cl)
+		}
 		if ctx.Err() != nil {
 			break
+		}
+		if hinted, _ := cs.Next(addr, err); hinted {
+			// A follower named the leader: subscribe there at once.
+			a.log.Info("following the controller leader", "leader", cs.Current())
+			backoff = 100 * time.Millisecond
+			continue
 		}
 		a.mu.Lock()
 		a.synced = false
@@ -395,8 +418,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
-	wg.Wait()
-	return nil
 }
 
 // errGap means a delta was missed: only a fresh snapshot can repair it.

@@ -35,9 +35,11 @@ func Command() *cobra.Command {
 		Short: "Run the eBPF host agent: the directory on this host's NIC (XDP + TC)",
 		Long: `Run the eBPF host agent on interface IF (root). It loads netdir's XDP
 (ingress) and TC (tcx egress) programs, attaches them to IF (native XDP, else
-generic), subscribes to the controller's directory at ADDR (its gRPC API) and
-keeps the programs' maps in step: a snapshot, then deltas, resubscribing on
-any error.
+generic), subscribes to the controller's directory at ADDR (its gRPC API;
+with replicated controllers, ADDR lists them all, comma-separated, and the
+agent subscribes and reports at the raft leader, following a follower's
+refusal to it) and keeps the programs' maps in step: a snapshot, then
+deltas, resubscribing on any error.
 
 Clients on this host send requests to the service address (--service,
 default ` + DefaultService.String() + `); the agent routes that address out of IF and its TC
@@ -105,7 +107,7 @@ out, and writes are stamped.`,
 		},
 	}
 	cmd.Flags().StringVar(&iface, "iface", "", "interface to attach to (required)")
-	cmd.Flags().StringVar(&ctl, "controller", "", "controller gRPC API address (required)")
+	cmd.Flags().StringVar(&ctl, "controller", "", "controller gRPC API address, or every controller comma-separated: the agent follows the raft leader (required)")
 	cmd.Flags().StringVar(&service, "service", DefaultService.String(), "service address clients on this host send to")
 	cmd.Flags().BoolVar(&noRoute, "no-service-route", false, "do not install the service address's route and neighbour entry")
 	cmd.Flags().StringVar(&policy, "policy", "netdir", "replica choice: netdir, pegasus, replicas or static")

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/wire"
 )
@@ -75,7 +76,7 @@ func (r *reporter) takeLocked(d *Dataplane) (*api.AgentStats, error) {
 
 // report sends one report: the pending one, else a new one if anything
 // was counted.
-func (r *reporter) report(ctx context.Context, d *Dataplane, cl api.ControllerClient) error {
+func (r *reporter) report(ctx context.Context, d *Dataplane, cs *controller.Controllers) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.pending == nil {
@@ -91,7 +92,12 @@ func (r *reporter) report(ctx context.Context, d *Dataplane, cl api.ControllerCl
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := cl.ReportAgentStats(cctx, r.pending)
+	var resp *api.ReportAgentStatsResponse
+	err := cs.Call(cctx, func(ctx context.Context, cl api.ControllerClient) error {
+		var err error
+		resp, err = cl.ReportAgentStats(ctx, r.pending)
+		return err
+	})
 	if err != nil {
 		r.failed++
 		return err
@@ -122,7 +128,7 @@ func (a *Agent) ReportStats() ReportStats {
 
 // reportLoop reports every ReportEvery until ctx ends, and once more then
 // (with a short deadline) so the last counts are not lost on a clean stop.
-func (a *Agent) reportLoop(ctx context.Context, cl api.ControllerClient) {
+func (a *Agent) reportLoop(ctx context.Context, cl *controller.Controllers) {
 	t := time.NewTicker(a.cfg.ReportEvery)
 	defer t.Stop()
 	warned := false

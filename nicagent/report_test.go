@@ -23,7 +23,7 @@ import (
 
 // serveController serves ctl's API on loopback until the test ends and
 // returns a client of it.
-func serveController(tb testing.TB, ctl *controller.Controller, opts ...grpc.DialOption) api.ControllerClient {
+func serveController(tb testing.TB, ctl *controller.Controller, opts ...grpc.DialOption) *controller.Controllers {
 	tb.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -33,12 +33,12 @@ func serveController(tb testing.TB, ctl *controller.Controller, opts ...grpc.Dia
 	api.RegisterControllerServer(gs, controller.NewAPI(ctl))
 	go gs.Serve(lis)
 	tb.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+	cs, err := controller.DialControllers([]string{lis.Addr().String()}, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { conn.Close() })
-	return api.NewControllerClient(conn)
+	tb.Cleanup(func() { cs.Close() })
+	return cs
 }
 
 // TestReportsDrivePromotion runs the agent's report path end to end on BPF
@@ -61,7 +61,7 @@ func TestReportsDrivePromotion(t *testing.T) {
 	cl := serveController(t, ctl, grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		err := invoke(ctx, method, req, reply, cc, opts...)
 		if err == nil && strings.HasSuffix(method, "/ReportAgentStats") && loseAnswer.CompareAndSwap(true, false) {
-			return status.Error(codes.Unavailable, "the answer was lost")
+			return status.Error(codes.DeadlineExceeded, "the answer was lost") // Unavailable would be retried at once (controller.Controllers.Call)
 		}
 		return err
 	}))
@@ -74,7 +74,13 @@ func TestReportsDrivePromotion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	watched := make(chan error, 1)
-	go func() { watched <- a.watch(ctx, cl) }()
+	go func() {
+		sub, _, err := cl.Client()
+		if err == nil {
+			err = a.watch(ctx, sub)
+		}
+		watched <- err
+	}()
 	t.Cleanup(func() {
 		cancel()
 		<-watched
@@ -262,5 +268,61 @@ func TestNetnsReportsPromote(t *testing.T) {
 	}
 	if rs := e.agent.ReportStats(); rs.Failed != 0 || rs.Sent == 0 {
 		t.Errorf("agent reports: %+v", rs)
+	}
+}
+
+// follower is a controller that is not the leader: it refuses the
+// subscription, naming the leader's API.
+type follower struct {
+	api.UnimplementedControllerServer
+	leader string
+}
+
+func (f *follower) WatchDirectory(*api.WatchDirectoryRequest, api.Controller_WatchDirectoryServer) error {
+	return controller.NotLeaderStatus(&controller.NotLeaderError{Leader: controller.RaftPeer{ID: "c2", API: f.leader}})
+}
+
+// TestSubscribeFollowsLeader: given several controllers, the agent
+// subscribes at the one that leads, following a follower's refusal to it
+// (controller.Controllers, as netdir ctl does).
+func TestSubscribeFollowsLeader(t *testing.T) {
+	d := loadTest(t)
+	ctl, err := controller.New(controller.Config{Layout: testLayout(t, 3), Round: time.Hour, Log: quietLog()}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := serveController(t, ctl).Current()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	api.RegisterControllerServer(gs, &follower{leader: leader})
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	cs, err := controller.DialControllers([]string{lis.Addr().String(), leader}, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	a := &Agent{dp: d, nodes: map[wire.NodeID]netip.AddrPort{}, resolved: map[wire.NodeID]NodeAddr{},
+		resolveKick: make(chan struct{}, 1), ifmac: agentMAC, cfg: Config{Service: service},
+		log: quietLog(), reporter: newReporter("test/agent")}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.subscribe(ctx, cs)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor(t, 5*time.Second, "a snapshot from the leader", func() bool { return a.SyncStats().Synced })
+	if cs.Current() != leader {
+		t.Fatalf("subscribed at %s, want the leader %s", cs.Current(), leader)
+	}
+	if s := a.SyncStats(); s.Resubscribes != 0 {
+		t.Errorf("%d resubscriptions: the follower's refusal was taken as a broken stream", s.Resubscribes)
 	}
 }

@@ -272,7 +272,7 @@ func (s *shard) get(p *wire.NodePacket, from netip.AddrPort) {
 		s.send(from, n.replyPacket(&p.Header, wire.OpGetReply, readCode(&v), v.Ver, v.Val))
 		return
 	}
-	if !n.ready.Load() {
+	if !n.serves(part) {
 		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
 		return
 	}
@@ -315,7 +315,7 @@ func (s *shard) query(w *verWait, h wire.KeyHash, tail wire.NodeID, latest uint6
 func (s *shard) verQuery(p *wire.NodePacket, from netip.AddrPort) {
 	n := s.n
 	part, ch, pos := n.where(p.KeyHash)
-	if pos != len(ch)-1 || !n.ready.Load() {
+	if pos != len(ch)-1 || !n.serves(part) {
 		return // a tail still catching up may not know the committed version
 	}
 	rec, err := n.treeOf(part).getRecord(part, p.Key)
@@ -391,7 +391,7 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 		}
 		return
 	}
-	if !n.ready.Load() || len(s.pending) >= max(1, n.opts.MaxPending/len(n.admit.shards)) {
+	if !n.serves(part) || len(s.pending) >= max(1, n.opts.MaxPending/len(n.admit.shards)) {
 		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
 		return
 	}
@@ -472,7 +472,7 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 // (spec/README.md, flaw F.)
 func (s *shard) noop(p *wire.NodePacket, part uint32, ch []wire.NodeID) {
 	n := s.n
-	if !n.ready.Load() || len(s.pending) >= max(1, n.opts.MaxPending/len(n.admit.shards)) {
+	if !n.serves(part) || len(s.pending) >= max(1, n.opts.MaxPending/len(n.admit.shards)) {
 		return // the key's next write completes past the stamp
 	}
 	t := n.treeOf(part)

@@ -41,6 +41,9 @@ func (g *fastGet) serve(b []byte, from udpbatch.Peer) bool {
 		return false
 	}
 	part, ch, pos := n.where(p.KeyHash)
+	if pos >= 0 && !n.serves(part) {
+		return false // the shard answers unavailable
+	}
 	var v version
 	if pos < 0 {
 		var ok bool

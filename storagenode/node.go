@@ -86,6 +86,7 @@ const (
 	DefaultDedupEntries    = 1 << 16
 	DefaultMaxPending      = 1 << 14
 	DefaultRetransmitAfter = 100 * time.Millisecond
+	DefaultSyncRate        = 32 << 20 // bytes/s a catch-up copies
 )
 
 // Options configure a node.
@@ -129,6 +130,12 @@ type Options struct {
 	CompactionFloor int64
 	Allocator       Allocator // default ReadShare
 
+	// SyncRate paces catching up (OpSyncData taken from chain neighbours:
+	// a restart's recovery, a rejoin, a spare's fill) in bytes/s, so that
+	// copying a partition does not starve the neighbour's or this node's
+	// reads; 0 takes DefaultSyncRate, Unthrottled paces nothing.
+	SyncRate int64
+
 	// QoSRankLocal makes the node's QoS ignore the δ and ρ that the data
 	// plane stamps, so each node enforces the policies alone (CephFS's
 	// rank-local QoS): the bench's baseline, not a production setting.
@@ -170,6 +177,9 @@ func (o *Options) fill() error {
 	}
 	if o.MaxPending <= 0 {
 		o.MaxPending = DefaultMaxPending
+	}
+	if o.SyncRate == 0 {
+		o.SyncRate = DefaultSyncRate
 	}
 	if o.RetransmitAfter <= 0 {
 		o.RetransmitAfter = DefaultRetransmitAfter
@@ -310,13 +320,18 @@ func (n *Node) ID() wire.NodeID { return n.id }
 // Addr is the bound UDP address.
 func (n *Node) Addr() netip.AddrPort { return n.laddr }
 
-// Ready reports whether recovery is done and reads are served.
-func (n *Node) Ready() bool { return n.ready.Load() }
+// Ready reports whether recovery is done and reads are served: the node
+// is catching up with no chain.
+func (n *Node) Ready() bool { return n.ready.Load() && n.recov.partsBehind.Load() == 0 }
+
+// serves reports whether the node serves partition part: recovery is done
+// and no catch-up of the partition (a rejoin, a spare's fill) is under way.
+func (n *Node) serves(part uint32) bool { return n.ready.Load() && !n.recov.behindOn(part) }
 
 // WaitReady waits until the node serves reads, up to d.
 func (n *Node) WaitReady(d time.Duration) bool {
 	deadline := time.Now().Add(d)
-	for !n.ready.Load() {
+	for !n.Ready() {
 		if time.Now().After(deadline) {
 			return false
 		}

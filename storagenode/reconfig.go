@@ -60,17 +60,17 @@ func (n *Node) SetLayout(m *layout.Map) bool {
 		}
 	}
 	if len(joined) > 0 {
-		// Back in chains (as tail): catch up before serving reads or
-		// answering ver-queries.
-		n.recov.begin()
+		// In chains as their tail (back, or a spare): catch up with each
+		// before serving its reads or answering its ver-queries. The
+		// node's other chains are served throughout.
+		n.recov.beginParts(joined)
 	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		if len(joined) > 0 {
 			n.dropDirty(joined)
-			n.recov.catchUpAsTail(func(p uint32) bool { return joined[p] })
-			n.recov.end()
+			n.recov.catchUpAsTail(joined)
 		}
 		n.adoptDirty()
 	}()

@@ -2,6 +2,7 @@ package storagenode
 
 import (
 	"bytes"
+	"fmt"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -54,7 +55,15 @@ type recovery struct {
 	wait map[uint64]chan *wire.NodePacket // this node's syncs in flight, by id
 
 	behindMu sync.Mutex
-	behind   int // catch-ups under way (start, rejoins): the node is ready when none is
+	behind   int // catch-ups under way (start): the node is ready when none is
+
+	// Catch-ups as tail (SetLayout's joins: a rejoin, a spare's fill),
+	// per partition: the node serves a partition only when none is under
+	// way for it.
+	behindParts []atomic.Int32
+	partsBehind atomic.Int64 // partitions with one under way
+
+	pace bucket // Options.SyncRate, over every sync's data
 }
 
 func (rc *recovery) init(n *Node) {
@@ -62,6 +71,49 @@ func (rc *recovery) init(n *Node) {
 	rc.ids.Store(uint64(time.Now().UnixNano()))
 	rc.serving = make(chan struct{}, syncServeLimit)
 	rc.wait = make(map[uint64]chan *wire.NodePacket)
+	rc.behindParts = make([]atomic.Int32, n.opts.Layout.Partitions())
+	if n.opts.SyncRate > 0 {
+		rc.pace.setRate(float64(n.opts.SyncRate))
+	}
+}
+
+// beginParts marks the partitions as behind until endPart.
+func (rc *recovery) beginParts(parts map[uint32]bool) {
+	for p := range parts {
+		if int(p) < len(rc.behindParts) && rc.behindParts[p].Add(1) == 1 {
+			rc.partsBehind.Add(1)
+		}
+	}
+}
+
+// endPart ends one catch-up of partition p that beginParts started.
+func (rc *recovery) endPart(p uint32) {
+	if int(p) < len(rc.behindParts) && rc.behindParts[p].Add(-1) == 0 {
+		rc.partsBehind.Add(-1)
+	}
+}
+
+// behindOn reports whether a catch-up of partition p is under way.
+func (rc *recovery) behindOn(p uint32) bool {
+	return int(p) < len(rc.behindParts) && rc.behindParts[p].Load() > 0
+}
+
+// paceSync charges n bytes of sync data to the copy rate and waits while
+// it is in debt; false once the node stops.
+func (rc *recovery) paceSync(n int) bool {
+	rc.n.ctr.syncBytes.Add(uint64(n))
+	wait := rc.pace.charge(uint64(n), time.Now())
+	if wait <= 0 {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-rc.n.stop:
+		return false
+	}
 }
 
 // run catches up with every chain this node is in, then marks the node
@@ -163,24 +215,50 @@ func (rc *recovery) catchUp(want func(part uint32) bool) {
 	wg.Wait()
 }
 
-// catchUpAsTail pulls the partitions that want names, which this node
-// rejoins as tail, from each one's predecessor, dirty versions included. It
-// tries again until the predecessor answers at this node's epoch (it may
-// not have taken the layout yet; a dead one is spliced out by a newer
-// layout, which names the next), or the node is no longer behind anyone
-// in the chain. Unlike catchUp it never takes silence as caught up.
-func (rc *recovery) catchUpAsTail(want func(part uint32) bool) {
+// catchUpAsTail pulls the partitions in parts, which this node joined as
+// tail (rejoining, or as a spare), from each one's predecessor, dirty
+// versions included, at the paced copy rate, and ends each one's
+// beginParts as it is done: the partition is then served. It tries again
+// until the predecessor answers at this node's epoch (it may not have
+// taken the layout yet; a dead one is spliced out by a newer layout, which
+// names the next), or the node is no longer behind anyone in the chain.
+// Unlike catchUp it never takes silence as caught up. It logs its
+// progress every few seconds and when done.
+func (rc *recovery) catchUpAsTail(parts map[uint32]bool) {
 	n := rc.n
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, syncParallel)
+	start, bytes0 := time.Now(), n.ctr.syncBytes.Load()
+	var done atomic.Int64
+	progress := func(msg string) {
+		el := time.Since(start)
+		b := n.ctr.syncBytes.Load() - bytes0
+		n.log.Info(msg, "chains", len(parts), "done", done.Load(), "bytes", b, "elapsed", el.Round(time.Millisecond),
+			"MiB/s", fmt.Sprintf("%.2f", float64(b)/(1<<20)/max(el.Seconds(), 1e-3)), "rate_limit", n.opts.SyncRate)
+	}
+	progress("catching up as tail")
+	quit := make(chan struct{})
+	go func() {
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				progress("catch-up progress")
+			case <-quit:
+				return
+			}
+		}
+	}()
+	defer close(quit)
 	for p := range n.layout().Partitions() {
-		if !want(uint32(p)) {
+		if !parts[uint32(p)] {
 			continue
 		}
 		wg.Add(1)
 		slots <- struct{}{}
 		go func(part uint32) {
-			defer func() { <-slots; wg.Done() }()
+			defer func() { <-slots; rc.endPart(part); done.Add(1); wg.Done() }()
 			for wait := syncTryTimeout; ; wait = min(2*wait, time.Second) {
 				lay := n.layout()
 				ch, pos := lay.Chain(part), lay.Position(part, n.id)
@@ -198,6 +276,7 @@ func (rc *recovery) catchUpAsTail(want func(part uint32) bool) {
 		}(uint32(p))
 	}
 	wg.Wait()
+	progress("caught up as tail")
 }
 
 // syncPartition pulls partition part from peer; false if the peer did not
@@ -235,6 +314,9 @@ func (rc *recovery) syncPartition(part uint32, peer wire.NodeID, asTail bool) bo
 		}
 		recs, more, ok := decodeSyncData(got.Ext)
 		if !ok || asTail && !syncLatest(got.Ext) {
+			return false
+		}
+		if !rc.paceSync(len(got.Ext)) {
 			return false
 		}
 		var wg sync.WaitGroup

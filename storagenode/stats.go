@@ -56,9 +56,11 @@ type Stats struct {
 	RxPackets   uint64 `json:"rx_packets"`
 	TxPackets   uint64 `json:"tx_packets"`
 	SyncedKeys  uint64 `json:"synced_keys"`
-	Pending     int    `json:"pending"`  // uncommitted writes at this head
-	Promoted    int    `json:"promoted"` // keys this node heads that are promoted
-	Copies      int    `json:"copies"`   // extra copies held
+	SyncedBytes uint64 `json:"synced_bytes"`  // taken by catch-ups (OpSyncData), paced at Options.SyncRate
+	Behind      int    `json:"behind_chains"` // partitions whose catch-up as tail is under way
+	Pending     int    `json:"pending"`       // uncommitted writes at this head
+	Promoted    int    `json:"promoted"`      // keys this node heads that are promoted
+	Copies      int    `json:"copies"`        // extra copies held
 	CacheBytes  int64  `json:"cache_bytes"`
 	// BlockCacheHits and BlockCacheMisses count the lookups of the node's
 	// block cache (shared by its trees) since it started: index, filter
@@ -87,7 +89,7 @@ type counters struct {
 	gets, puts, dels, errs, queueFull  atomic.Uint64
 	dupWrites, retransmits, verQueries atomic.Uint64
 	rxPackets, txPackets               atomic.Uint64
-	syncKeys                           atomic.Uint64
+	syncKeys, syncBytes                atomic.Uint64
 	noops                              atomic.Uint64 // no-op versions made for stamped duplicates
 
 	mu  sync.Mutex
@@ -121,12 +123,13 @@ func (c *counters) topKeys(max int) []sched.KeyCount {
 // Stats returns the node's counters and per-tree figures.
 func (n *Node) Stats() Stats {
 	s := Stats{
-		ID: n.id, Ready: n.ready.Load(), Load: n.load(),
+		ID: n.id, Ready: n.Ready(), Load: n.load(),
 		Gets: n.ctr.gets.Load(), Puts: n.ctr.puts.Load(), Dels: n.ctr.dels.Load(),
 		Errors: n.ctr.errs.Load(), QueueFull: n.ctr.queueFull.Load(), DupWrites: n.ctr.dupWrites.Load(),
 		Noops:       n.ctr.noops.Load(),
 		Retransmits: n.ctr.retransmits.Load(), VerQueries: n.ctr.verQueries.Load(),
 		RxPackets: n.ctr.rxPackets.Load(), TxPackets: n.ctr.txPackets.Load(), SyncedKeys: n.ctr.syncKeys.Load(),
+		SyncedBytes: n.ctr.syncBytes.Load(), Behind: int(n.recov.partsBehind.Load()),
 		CacheBytes: n.opts.CacheBytes, DeviceProfile: n.opts.Device.Name,
 		Device: deviceClasses(n.dev.Stats(), device.Stats{}),
 	}
@@ -213,6 +216,9 @@ var (
 	descOps         = prometheus.NewDesc("netdir_node_requests_total", "Client requests by op.", []string{"node", "op"}, nil)
 	descPending     = prometheus.NewDesc("netdir_node_pending_writes", "Uncommitted writes at this head.", []string{"node"}, nil)
 	descRetransmits = prometheus.NewDesc("netdir_node_retransmits_total", "Chain writes retransmitted by this head.", []string{"node"}, nil)
+	descSyncBytes   = prometheus.NewDesc("netdir_node_sync_bytes_total", "Bytes taken from chain neighbours by catch-ups (restart, rejoin, spare fill), paced.", []string{"node"}, nil)
+	descSyncKeys    = prometheus.NewDesc("netdir_node_sync_keys_total", "Keys updated by catch-ups.", []string{"node"}, nil)
+	descBehind      = prometheus.NewDesc("netdir_node_chains_behind", "Partitions this node joined as tail and is still filling.", []string{"node"}, nil)
 
 	descDevSlots = prometheus.NewDesc("netdir_node_device_slots", "I/Os the node's device serves at once (its queue depth): utilisation is rate(busy_seconds) over it.", []string{"node"}, nil)
 	descDevIOs   = prometheus.NewDesc("netdir_node_device_ios_total", "I/Os on the node's device by class.", []string{"node", "class"}, nil)
@@ -231,7 +237,7 @@ var (
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descRetransmits,
+	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descRetransmits, descSyncBytes, descSyncKeys, descBehind,
 		descDevSlots, descDevIOs, descDevBytes, descDevBusy, descDevWait, descTreeBusy, descCPUBusy, descCPUWait,
 		descQoSQueued, descQoSInflight, descQoSServed, descQoSThrottled, descQoSDelay} {
 		ch <- d
@@ -269,6 +275,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descOps, prometheus.CounterValue, float64(s.Dels), id, "del")
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(s.Pending), id)
 	ch <- prometheus.MustNewConstMetric(descRetransmits, prometheus.CounterValue, float64(s.Retransmits), id)
+	ch <- prometheus.MustNewConstMetric(descSyncBytes, prometheus.CounterValue, float64(s.SyncedBytes), id)
+	ch <- prometheus.MustNewConstMetric(descSyncKeys, prometheus.CounterValue, float64(s.SyncedKeys), id)
+	ch <- prometheus.MustNewConstMetric(descBehind, prometheus.GaugeValue, float64(s.Behind), id)
 	for _, q := range s.QoS {
 		tn := fmt.Sprint(q.Tenant)
 		ch <- prometheus.MustNewConstMetric(descQoSQueued, prometheus.GaugeValue, float64(q.Queued), id, tn)

@@ -15,6 +15,7 @@ import (
 	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/bench"
 	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/storagenode"
 )
@@ -37,8 +38,10 @@ var RemotePolicies = []string{RemoteStatic, RemoteNetdir}
 
 // RemoteConfig is a running deployment to measure.
 type RemoteConfig struct {
-	Service    string // the data plane's service address (host:port)
-	Controller string // the controller's gRPC API (host:port)
+	Service string // the data plane's service address (host:port)
+	// Controller is the controller's gRPC API (host:port), or several,
+	// comma-separated: calls go to the raft leader (controller.Controllers).
+	Controller string
 	// Capacity is the nodes' emulated capacity (their --max-ops), for the
 	// report only; 0: unknown or unlimited.
 	Capacity float64
@@ -57,8 +60,7 @@ type RemoteConfig struct {
 // report's CPU is this process's).
 type Remote struct {
 	cfg    RemoteConfig
-	conn   *grpc.ClientConn
-	api    api.ControllerClient
+	ctl    *controller.Controllers
 	lay    *layout.Map
 	direct *client.Client // to the nodes: their stats
 	target *switchTarget
@@ -80,13 +82,12 @@ func Dial(ctx context.Context, cfg RemoteConfig) (_ *Remote, err error) {
 			r.Close()
 		}
 	}()
-	if r.conn, err = grpc.NewClient(cfg.Controller, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+	if r.ctl, err = controller.DialControllers(strings.Split(cfg.Controller, ","), grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
 		return nil, err
 	}
-	r.api = api.NewControllerClient(r.conn)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ly, err := r.api.GetLayout(cctx, &api.GetLayoutRequest{})
+	ly, err := controller.Ask(cctx, r.ctl, api.ControllerClient.GetLayout, &api.GetLayoutRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("controller at %s: %w", cfg.Controller, err)
 	}
@@ -145,8 +146,8 @@ func (r *Remote) Close() error {
 	if r.direct != nil {
 		r.direct.Close()
 	}
-	if r.conn != nil {
-		errs = append(errs, r.conn.Close())
+	if r.ctl != nil {
+		errs = append(errs, r.ctl.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -196,16 +197,16 @@ func (r *Remote) Run(ctx context.Context, policy string, o RunOptions) (bench.Ru
 // sets even partition weights and resumes the loops.
 func (r *Remote) setUp(ctx context.Context, policy string) error {
 	if policy == RemoteStatic {
-		if _, err := r.api.SetLoops(ctx, &api.SetLoopsRequest{Paused: true}); err != nil {
+		if _, err := controller.Ask(ctx, r.ctl, api.ControllerClient.SetLoops, &api.SetLoopsRequest{Paused: true}); err != nil {
 			return err
 		}
 		r.paused = true
-		dir, err := r.api.ListDirectory(ctx, &api.ListDirectoryRequest{})
+		dir, err := controller.Ask(ctx, r.ctl, api.ControllerClient.ListDirectory, &api.ListDirectoryRequest{})
 		if err != nil {
 			return err
 		}
 		for _, e := range dir.GetEntries() {
-			if _, err := r.api.Unpin(ctx, &api.PinRequest{Key: e.GetKey()}); err != nil {
+			if _, err := controller.Ask(ctx, r.ctl, api.ControllerClient.Unpin, &api.PinRequest{Key: e.GetKey()}); err != nil {
 				return fmt.Errorf("evict %q: %w", e.GetKey(), err)
 			}
 		}
@@ -217,12 +218,12 @@ func (r *Remote) setUp(ctx context.Context, policy string) error {
 			w[0] = 1
 		}
 		req := &api.SetWeightsRequest{Target: &api.SetWeightsRequest_Partition{Partition: uint32(p)}, Weights: w}
-		if _, err := r.api.SetWeights(ctx, req); err != nil {
+		if _, err := controller.Ask(ctx, r.ctl, api.ControllerClient.SetWeights, req); err != nil {
 			return fmt.Errorf("partition %d weights: %w", p, err)
 		}
 	}
 	if policy == RemoteNetdir {
-		if _, err := r.api.SetLoops(ctx, &api.SetLoopsRequest{Paused: false}); err != nil {
+		if _, err := controller.Ask(ctx, r.ctl, api.ControllerClient.SetLoops, &api.SetLoopsRequest{Paused: false}); err != nil {
 			return err
 		}
 		r.paused = false
@@ -243,7 +244,7 @@ func (r *Remote) Sample() Sample {
 	var err error
 	s.Requests, err = r.requests(ctx)
 	s.Reads, s.LatSum = r.target.acct.latency()
-	if st, serr := r.api.Status(ctx, &api.StatusRequest{}); serr == nil {
+	if st, serr := controller.Ask(ctx, r.ctl, api.ControllerClient.Status, &api.StatusRequest{}); serr == nil {
 		s.DirSize = int(st.GetDirectorySize())
 	} else {
 		err = errors.Join(err, serr)

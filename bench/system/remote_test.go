@@ -2,6 +2,7 @@ package system
 
 import (
 	"context"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -13,7 +14,8 @@ import (
 // TestRemoteSetUp drives an in-process cluster as a running deployment:
 // static pauses the controller's loops, evicts every key and puts every
 // partition's weights on its head; netdir resumes the loops from even
-// weights; the node counters come from the nodes' stats op.
+// weights; the node counters come from the nodes' stats op. Of the
+// controllers it is given, it calls the one that leads.
 func TestRemoteSetUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -31,7 +33,14 @@ func TestRemoteSetUp(t *testing.T) {
 	if _, err := ctl.Pin(ctx, []byte("hot")); err != nil {
 		t.Fatal(err)
 	}
-	r, err := Dial(ctx, RemoteConfig{Service: cl.DataPlane(), Controller: ctl.APIAddr()})
+	// Several controllers, the first gone: the calls go to the one that
+	// answers and leads.
+	gone, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone.Close()
+	r, err := Dial(ctx, RemoteConfig{Service: cl.DataPlane(), Controller: gone.Addr().String() + "," + ctl.APIAddr()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func (r *remoteFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&r.service, "service", "", "measure a running deployment instead of the in-process system: its data plane's "+
 		"service address (host:port); needs --controller, runs the policies "+strings.Join(system.RemotePolicies, " and ")+
 		", and --capacity then only labels the report with the nodes' --max-ops")
-	fl.StringVar(&r.controller, "controller", "", "with --service: the deployment's controller API (host:port)")
+	fl.StringVar(&r.controller, "controller", "", "with --service: the deployment's controller API (host:port), or every controller, comma-separated (the raft leader is followed)")
 }
 
 // inProcessOnly are the flags that shape the in-process system, which

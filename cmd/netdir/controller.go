@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,6 +20,7 @@ import (
 func controllerCmd() *cobra.Command {
 	var cfgPath, gBind, gSeeds, apiAddr, metrics string
 	var raftID, raftBind, raftPeers, dataDir string
+	var spareAfter time.Duration
 	cmd := &cobra.Command{
 		Use:   "controller --config FILE",
 		Short: "Run the controller: program switches over P4Runtime and promote hot keys",
@@ -39,6 +41,7 @@ partition_bits, replicas, dataplane, nodes, chains; see netdir node --help):
   round: 500ms
   coarse_epoch: 60s
   data_dir: /var/lib/netdir/controller
+  spare_after: 30s       # a node down this long is replaced by spares (0: never)
   p4info: p4/build/netdir.p4info.txtpb
   switches:
     - {name: tor1, addr: 127.0.0.1:9559, device_id: 1, election_id: 1}
@@ -95,6 +98,9 @@ restarted with the same --data, it rejoins as a follower:
 			if cmd.Flags().Changed("metrics") {
 				cfg.Metrics = metrics
 			}
+			if cmd.Flags().Changed("spare-after") {
+				cfg.SpareAfter = spareAfter
+			}
 			if raftID != "" {
 				peers, err := parsePeers(raftPeers)
 				if err != nil {
@@ -120,6 +126,8 @@ restarted with the same --data, it rejoins as a follower:
 	cmd.Flags().StringVar(&raftID, "raft-id", "", "this controller's raft id, one of --raft-peers (empty: a lone controller)")
 	cmd.Flags().StringVar(&raftBind, "raft-bind", "", "raft's TCP address, this controller's in --raft-peers")
 	cmd.Flags().StringVar(&raftPeers, "raft-peers", "", "every controller as ID=RAFT_ADDR/API_ADDR, comma-separated")
+	cmd.Flags().DurationVar(&spareAfter, "spare-after", cluster.DefaultSpareAfter,
+		"after a node has been down this long, spares take its place in each of its chains, filled at the nodes' --sync-mib (0: never; default the config's spare_after)")
 	cmd.Flags().StringVar(&dataDir, "data", "", "directory of the raft log and snapshots (empty: in memory, lost on exit)")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd

@@ -32,6 +32,7 @@ func nodeCmd() *cobra.Command {
 		cacheMiB int64
 		memMiB   uint64
 		budget   int64
+		syncMiB  float64
 		dev      string
 		verbose  bool
 		ctlAddr  string
@@ -100,7 +101,7 @@ expected load per tree that the controller gossips back.`,
 					ID: wire.NodeID(id), Dir: data, Layout: m, Listen: listen,
 					Workers: workers, QueueLen: queue, MaxOps: maxOps, Device: profile,
 					CacheBytes: cacheMiB << 20, MemTableBytes: memMiB << 20,
-					CompactionBudget: budget << 20,
+					CompactionBudget: budget << 20, SyncRate: syncRate(syncMiB),
 				},
 				Metrics: metrics, Controller: ctlAddr, ReportEvery: every,
 				GossipBind: gBind, GossipSeeds: parseList(gSeeds), GossipEvery: gEvery, Log: log,
@@ -130,6 +131,8 @@ expected load per tree that the controller gossips back.`,
 	f.StringVar(&dev, "device", "none", "emulated storage device beneath the trees for one-machine experiments: ssd or hdd "+
 		"(real devices' ratios, scaled in time), or none (the real disk only)")
 	f.Int64Var(&budget, "compaction-mib", 0, "node compaction budget (MiB/s; 0: the device's, 64 MiB/s with none, scaled like the device otherwise)")
+	f.Float64Var(&syncMiB, "sync-mib", float64(storagenode.DefaultSyncRate)/(1<<20),
+		"catch-up copy rate (MiB/s): a restart's recovery, a rejoin, a spare's fill (0: unpaced)")
 	f.BoolVar(&verbose, "v", false, "log at info level")
 	f.StringVar(&ctlAddr, "controller", "", "controller API address to report hot keys and tree stats to, and to fetch the layout from without --config (empty: don't)")
 	f.DurationVar(&every, "report-every", cluster.DefaultReportEvery, "hot-key report interval (match the controller's round)")
@@ -137,4 +140,12 @@ expected load per tree that the controller gossips back.`,
 	f.StringVar(&gSeeds, "gossip-seeds", "", "comma list of gossip members to join, e.g. the controller's "+gossip.DefaultControllerBind+" (empty: no gossip)")
 	f.DurationVar(&gEvery, "gossip-every", gossip.DefaultInterval, "how often the node gossips a new version of its stats")
 	return cmd
+}
+
+// syncRate is --sync-mib as storagenode.Options.SyncRate.
+func syncRate(mib float64) int64 {
+	if mib <= 0 {
+		return storagenode.Unthrottled
+	}
+	return int64(mib * (1 << 20))
 }
