@@ -703,7 +703,9 @@ func (c *Controller) Reprogram(ctx context.Context, p DataPlane, reset func(cont
 				return err
 			}
 			for i := range chunk {
-				if v := wire.MakeStamp(inc, vers[i]); v != chunk[i].Ver {
+				// Never below the version the entry had: a higher seed
+				// costs balance only.
+				if v := wire.MakeStamp(inc, max(vers[i], wire.StampVersion(chunk[i].Ver))); v != chunk[i].Ver {
 					chunk[i].Ver = v
 					newer = append(newer, chunk[i])
 				}
