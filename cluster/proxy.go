@@ -22,6 +22,10 @@ type Faults struct {
 	// DropOps are ops whose packets are always dropped: a deterministic
 	// loss, such as a chain's acks, for replaying a trail step by step.
 	DropOps []wire.Op
+	// Hold, if set, sees every netdir packet (up: towards the node) and
+	// holds those it returns true for until Release: a delay of one
+	// packet past chosen others, for replaying a trail step by step.
+	Hold func(f wire.Frame, up bool) bool
 }
 
 // Proxy is a fault-injecting UDP proxy in front of one node. Packets from
@@ -42,6 +46,44 @@ type Proxy struct {
 	wg     sync.WaitGroup
 
 	Dropped, Duplicated, Delayed, Forwarded atomic.Uint64
+
+	hmu  sync.Mutex
+	held []heldPacket
+}
+
+// heldPacket is a packet Faults.Hold held, and how to send it on.
+type heldPacket struct {
+	b    []byte
+	send func([]byte)
+}
+
+// Held is the number of packets held (Faults.Hold).
+func (p *Proxy) Held() int {
+	p.hmu.Lock()
+	defer p.hmu.Unlock()
+	return len(p.held)
+}
+
+// Release sends on, in the order they came, the held packets that match
+// (all if match is nil), and returns how many.
+func (p *Proxy) Release(match func(wire.Frame) bool) int {
+	p.hmu.Lock()
+	var out []heldPacket
+	keep := p.held[:0]
+	for _, h := range p.held {
+		if match == nil || match(wire.Frame(h.b)) {
+			out = append(out, h)
+		} else {
+			keep = append(keep, h)
+		}
+	}
+	p.held = keep
+	p.hmu.Unlock()
+	for _, h := range out {
+		p.Forwarded.Add(1)
+		h.send(h.b)
+	}
+	return len(out)
 }
 
 // NewProxy listens on a loopback ephemeral port.
@@ -111,7 +153,7 @@ func (p *Proxy) loop() {
 			continue
 		}
 		dst := *up
-		p.deliver(buf[:n], func(b []byte) { c.WriteToUDPAddrPort(b, dst) })
+		p.deliver(buf[:n], true, func(b []byte) { c.WriteToUDPAddrPort(b, dst) })
 	}
 }
 
@@ -146,16 +188,22 @@ func (p *Proxy) conn(src netip.AddrPort) *net.UDPConn {
 					continue
 				}
 			}
-			p.deliver(buf[:n], func(b []byte) { p.ln.WriteToUDPAddrPort(b, src) })
+			p.deliver(buf[:n], false, func(b []byte) { p.ln.WriteToUDPAddrPort(b, src) })
 		}
 	}()
 	return c
 }
 
-func (p *Proxy) deliver(b []byte, send func([]byte)) {
+func (p *Proxy) deliver(b []byte, up bool, send func([]byte)) {
 	f := p.faults.Load()
 	if len(f.DropOps) > 0 && wire.Frame(b).Check() == nil && slices.Contains(f.DropOps, wire.Frame(b).Op()) {
 		p.Dropped.Add(1)
+		return
+	}
+	if f.Hold != nil && wire.Frame(b).Check() == nil && f.Hold(wire.Frame(b), up) {
+		p.hmu.Lock()
+		p.held = append(p.held, heldPacket{b: slices.Clone(b), send: send})
+		p.hmu.Unlock()
 		return
 	}
 	p.rmu.Lock()

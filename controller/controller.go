@@ -47,8 +47,10 @@ type DataPlane interface {
 
 // Storage reaches the chain heads to create and drop extra copies.
 type Storage interface {
-	// Promote returns the head's latest version of key (clean or dirty).
-	Promote(ctx context.Context, head layout.Node, key []byte, extras []layout.Node) (uint64, error)
+	// Promote returns the head's latest version of key (clean or dirty);
+	// from then on the head refuses the key's writes stamped in an
+	// incarnation older than inc (wire/stamp.go).
+	Promote(ctx context.Context, head layout.Node, key []byte, extras []layout.Node, inc uint16) (uint64, error)
 	Demote(ctx context.Context, head layout.Node, key []byte, extras []layout.Node) error
 }
 
@@ -515,8 +517,9 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 	// that does not hold the key is answered wrong-node and retried on the
 	// chain.
 	slot := c.st.free[0]
+	inc := c.st.inc
 	e := Entry{Hash: h, Key: slices.Clone(key), Slot: slot, Locs: locs, R: len(chain),
-		Buckets: directory.BucketsForWeights(weights), Pinned: pinned, Gen: c.st.gen + 1}
+		Buckets: directory.BucketsForWeights(weights), Pinned: pinned, Gen: c.st.gen + 1, Ver: wire.MakeStamp(inc, 0)}
 	c.st.mu.Unlock()
 	if err := c.repl.apply(command{Op: opReserve, Entries: []Entry{e}}); err != nil {
 		return Entry{}, err
@@ -536,7 +539,7 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 	// already written far was refused as stale and retried once per
 	// version until the stamps caught up (a write storm).
 	if c.storage != nil {
-		ver, err := c.storage.Promote(ctx, c.node(chain[0]), key, c.nodes(extras))
+		ver, err := c.storage.Promote(ctx, c.node(chain[0]), key, c.nodes(extras), inc)
 		if err != nil {
 			// The head may have promoted and its answer been lost: undo,
 			// or it would refuse the key's unstamped writes for good.
@@ -546,7 +549,7 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 			release()
 			return Entry{}, fmt.Errorf("promote %q at its head: %w", key, err)
 		}
-		e.Ver = ver
+		e.Ver = wire.MakeStamp(inc, ver)
 	}
 	for i, p := range c.planes {
 		if err := p.InstallEntry(ctx, &e); err != nil {
@@ -658,6 +661,20 @@ func (c *Controller) Reprogram(ctx context.Context, p DataPlane, reset func(cont
 		}
 	}
 	start := time.Now()
+	// A plane that lost its state (reset) may still have writes it
+	// stamped in flight to their heads; the heads' latest versions, which
+	// seed its slots below, do not count them. So a new incarnation: each
+	// head is told it below before its key's slot is installed, the slots
+	// stamp it, and the heads refuse what the lost state stamped
+	// (spec/README.md, flaw G).
+	inc, bumped := c.incarnation(), false
+	if reset != nil && c.storage != nil {
+		inc++
+		if err := c.repl.apply(command{Op: opIncarnation, Incarnation: inc}); err != nil {
+			return fmt.Errorf("re-sync: new incarnation: %w", err)
+		}
+		bumped = true
+	}
 	parts := c.Partitions()
 	if err := p.Setup(ctx, parts.Layout, c.cfg.VSBGroup); err != nil {
 		return err
@@ -704,7 +721,7 @@ func (c *Controller) Reprogram(ctx context.Context, p DataPlane, reset func(cont
 			return ch
 		}
 		go func() {
-			v, err := c.headVersions(ctx, chunks[i])
+			v, err := c.headVersions(ctx, chunks[i], inc)
 			ch <- heads{v, err}
 		}()
 		return ch
@@ -721,8 +738,10 @@ func (c *Controller) Reprogram(ctx context.Context, p DataPlane, reset func(cont
 		}
 		next = ask(i + 1)
 		for j := range h.vers {
-			if h.vers[j] > chunk[j].Ver {
-				chunk[j].Ver = h.vers[j]
+			// Never below the version the entry had: a higher seed
+			// costs balance only.
+			if v := wire.MakeStamp(inc, max(h.vers[j], wire.StampVersion(chunk[j].Ver))); v != chunk[j].Ver {
+				chunk[j].Ver = v
 				newer = append(newer, chunk[j])
 			}
 		}
@@ -737,6 +756,19 @@ func (c *Controller) Reprogram(ctx context.Context, p DataPlane, reset func(cont
 			return fmt.Errorf("re-sync: record the heads' versions: %w", err)
 		}
 	}
+	// The other planes kept their state, and stamp in the last
+	// incarnation, which the heads now refuse: they take the new one
+	// (the same generation: their slots keep their registers).
+	if bumped {
+		for _, q := range c.planes {
+			if q == p {
+				continue
+			}
+			if err := reinstallEntries(ctx, q, entries); err != nil {
+				return fmt.Errorf("re-sync: incarnation %d on %s: %w", inc, q.Name(), err)
+			}
+		}
+	}
 	c.log.Info("data plane re-synced", "plane", p.Name(), "entries", len(entries),
 		"partitions_took", partsTook, "heads_wait", headsWait, "entries_took", installTook, "took", time.Since(start))
 	return nil
@@ -749,9 +781,9 @@ const (
 	resyncChunk = 256
 )
 
-// headVersions re-promotes every entry at its head, resyncHeads at a time,
-// and returns the heads' latest versions.
-func (c *Controller) headVersions(ctx context.Context, entries []Entry) ([]uint64, error) {
+// headVersions re-promotes every entry at its head in incarnation inc,
+// resyncHeads at a time, and returns the heads' latest versions.
+func (c *Controller) headVersions(ctx context.Context, entries []Entry, inc uint16) ([]uint64, error) {
 	vers := make([]uint64, len(entries))
 	errs := make([]error, len(entries))
 	sem := make(chan struct{}, resyncHeads)
@@ -761,7 +793,7 @@ func (c *Controller) headVersions(ctx context.Context, entries []Entry) ([]uint6
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			v, err := c.storage.Promote(ctx, c.node(e.Locs[0]), e.Key, c.nodes(e.Locs[e.R:]))
+			v, err := c.storage.Promote(ctx, c.node(e.Locs[0]), e.Key, c.nodes(e.Locs[e.R:]), inc)
 			if err != nil {
 				err = fmt.Errorf("re-sync %q at its head: %w", e.Key, err)
 			}
@@ -783,6 +815,38 @@ func installEntries(ctx context.Context, p DataPlane, es []Entry) error {
 		return b.InstallEntries(ctx, es)
 	}
 	for i := range es {
+		if err := p.InstallEntry(ctx, &es[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// incarnation is the data planes' current incarnation (wire/stamp.go).
+func (c *Controller) incarnation() uint16 {
+	c.st.mu.Lock()
+	defer c.st.mu.Unlock()
+	return c.st.inc
+}
+
+// reinstallEntries installs entries a plane holds already, changed: a
+// plane that installs many at once replaces them in place (P4Plane keeps
+// the slots' registers for the same generation); any other has each
+// removed and installed again, which re-seeds its slot as a promotion
+// does.
+func reinstallEntries(ctx context.Context, p DataPlane, es []Entry) error {
+	if _, ok := p.(EntryInstaller); ok {
+		for chunk := range slices.Chunk(es, resyncChunk) {
+			if err := installEntries(ctx, p, chunk); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for i := range es {
+		if err := p.RemoveEntry(ctx, &es[i]); err != nil && !errors.Is(err, directory.ErrNotFound) {
+			return err
+		}
 		if err := p.InstallEntry(ctx, &es[i]); err != nil {
 			return err
 		}

@@ -102,12 +102,17 @@ type recStorage struct {
 	mu       sync.Mutex
 	promoted map[string][]wire.NodeID
 	demoted  []string
-	latest   uint64 // the heads' latest version, as Promote answers
+	latest   uint64            // the heads' latest version, as Promote answers
+	inc      map[string]uint16 // the incarnation each key's last promotion carried
 }
 
-func (s *recStorage) Promote(_ context.Context, head layout.Node, key []byte, extras []layout.Node) (uint64, error) {
+func (s *recStorage) Promote(_ context.Context, head layout.Node, key []byte, extras []layout.Node, inc uint16) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.inc == nil {
+		s.inc = map[string]uint16{}
+	}
+	s.inc[string(key)] = inc
 	ids := []wire.NodeID{head.ID}
 	for _, e := range extras {
 		ids = append(ids, e.ID)
@@ -391,5 +396,76 @@ func TestResyncPinnedFirst(t *testing.T) {
 		if pinned := strings.HasPrefix(k, "pinned-"); pinned != (i < 2) {
 			t.Fatalf("installed in the order %v: want the pinned keys first", p.keys)
 		}
+	}
+}
+
+// TestReprogramNewIncarnation: re-programming a plane that lost its state
+// (a reset) starts a new incarnation (spec/README.md, flaw G): every head
+// is re-promoted in it, and the reset plane and the plane that kept its
+// state both stamp it; a re-sync without a reset keeps the incarnation.
+func TestReprogramNewIncarnation(t *testing.T) {
+	ctx := context.Background()
+	lost, kept := newCorePlane(t), newCorePlane(t)
+	st := &recStorage{promoted: map[string][]wire.NodeID{}, latest: 7}
+	c, err := New(Config{Layout: ringLayout(t, 8)}, []DataPlane{lost, kept}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.Pin(ctx, []byte("hot"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Ver != wire.MakeStamp(0, 7) || st.inc["hot"] != 0 {
+		t.Fatalf("first promotion: seed %#x, head told incarnation %d; want version 7 in incarnation 0", e.Ver, st.inc["hot"])
+	}
+	stamp := func(p *corePlane) uint64 {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		pk := wire.Packet{Header: wire.Header{Op: wire.OpPut, ReqID: 1, KeyHash: e.Hash}, Key: []byte("hot")}
+		b, err := pk.AppendEncode(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := p.d.Process(b, 0, 1); v.Action != directory.Forward {
+			t.Fatalf("PUT: %v", v)
+		}
+		return wire.Frame(b).Stamp()
+	}
+	if s := stamp(kept); s != wire.MakeStamp(0, 8) {
+		t.Fatalf("stamp before the reset %#x, want 8 in incarnation 0", s)
+	}
+	st.latest = 8
+	reset := func(context.Context) error {
+		d, err := directory.New(directory.Config{PartitionBits: 4, Slots: 64})
+		lost.mu.Lock()
+		lost.d, lost.slots = d, map[uint32]wire.KeyHash{}
+		lost.mu.Unlock()
+		return err
+	}
+	if err := c.Reprogram(ctx, lost, reset); err != nil {
+		t.Fatal(err)
+	}
+	if st.inc["hot"] != 1 {
+		t.Fatalf("head re-promoted in incarnation %d, want 1", st.inc["hot"])
+	}
+	if got, _ := c.entry([]byte("hot")); got.Ver != wire.MakeStamp(1, 8) {
+		t.Fatalf("entry's seed after the reset %#x, want version 8 in incarnation 1", got.Ver)
+	}
+	for name, p := range map[string]*corePlane{"reset plane": lost, "plane that kept its state": kept} {
+		if s := stamp(p); s != wire.MakeStamp(1, 9) {
+			t.Fatalf("%s stamps %d in incarnation %d, want 9 in incarnation 1", name, wire.StampVersion(s), wire.StampIncarnation(s))
+		}
+	}
+	if err := reset(ctx); err != nil { // emptied by hand: Resync itself resets nothing
+		t.Fatal(err)
+	}
+	if err := c.Resync(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	if st.inc["hot"] != 1 || c.incarnation() != 1 {
+		t.Fatalf("a re-sync without a reset moved the incarnation to %d (head told %d)", c.incarnation(), st.inc["hot"])
 	}
 }

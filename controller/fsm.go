@@ -35,6 +35,9 @@ const (
 	opPartitions
 	opLayout // a new layout, of a higher epoch
 	opQoS    // the QoS configuration, as QoSStore.Save gives it
+	// opIncarnation starts a new incarnation of the data planes' stamps:
+	// a plane lost its state (spec/README.md, flaw G; wire/stamp.go).
+	opIncarnation
 )
 
 // command is one change to the replicated state.
@@ -44,6 +47,9 @@ type command struct {
 	Partitions map[uint32][]uint8 // partitions: buckets by partition
 	Layout     *layout.Config     // layout
 	QoS        *QoSConfig         // qos
+	// Incarnation is the new incarnation (incarnation); it must follow
+	// the current one.
+	Incarnation uint16
 }
 
 // errStale refuses a command whose entry changed since it was decided (a
@@ -59,6 +65,7 @@ type snapshot struct {
 	PartBuckets map[uint32][]uint8
 	Gen         uint32
 	QoS         QoSConfig
+	Inc         uint16 // the data planes' incarnation (opIncarnation)
 }
 
 func encodeCommand(c command) ([]byte, error) {
@@ -172,6 +179,11 @@ func (s *state) apply(c command) error {
 		s.publishLocked(directoryUpdate{kind: updateSnapshot, entries: s.sortedLocked(), partitions: s.partitionsLocked()})
 	case opQoS:
 		s.qos = cloneQoS(*c.QoS)
+	case opIncarnation:
+		if !wire.IncarnationBefore(s.inc, c.Incarnation) {
+			return fmt.Errorf("controller: incarnation %d does not follow %d", c.Incarnation, s.inc)
+		}
+		s.inc = c.Incarnation
 	default:
 		return fmt.Errorf("controller: unknown command %d", c.Op)
 	}
@@ -188,7 +200,7 @@ func (s *state) has(h wire.KeyHash) bool {
 // snapshotLocked copies the replicated state; s.mu is held.
 func (s *state) snapshotLocked() snapshot {
 	sn := snapshot{Layout: s.lay.Config(), Entries: s.sortedLocked(), Free: slices.Clone(s.free),
-		PartBuckets: maps.Clone(s.partBuckets), Gen: s.gen, QoS: cloneQoS(s.qos)}
+		PartBuckets: maps.Clone(s.partBuckets), Gen: s.gen, QoS: cloneQoS(s.qos), Inc: s.inc}
 	sn.Reserved = bySlot(s.reserved)
 	for i := range sn.Entries {
 		sn.Entries[i].Hits = 0 // this controller's last round: not replicated
@@ -203,7 +215,7 @@ func (s *state) restoreLocked(sn snapshot) error {
 	if err != nil {
 		return err
 	}
-	s.lay, s.free, s.gen = m, sn.Free, sn.Gen
+	s.lay, s.free, s.gen, s.inc = m, sn.Free, sn.Gen, sn.Inc
 	s.partBuckets = sn.PartBuckets
 	if s.partBuckets == nil {
 		s.partBuckets = map[uint32][]uint8{}

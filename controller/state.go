@@ -24,8 +24,10 @@ type Entry struct {
 	// re-seeds its registers when it sees a new one, so a reused slot does
 	// not inherit the evicted key's versions and fresh bits.
 	Gen uint32
-	// Ver is the head's latest version when the key was promoted. Every
-	// plane seeds the slot with it.
+	// Ver is the seed stamp (wire.MakeStamp): the head's latest version
+	// when the key was promoted (or re-synced), below the incarnation the
+	// head was told. Every plane seeds the slot with the version and
+	// stamps the incarnation above its versions (spec/README.md, flaw G).
 	Ver uint64
 }
 
@@ -73,7 +75,12 @@ type state struct {
 	// split evenly. Its slices are replaced, never written into.
 	partBuckets map[uint32][]uint8
 	gen         uint32 // the last promotion's generation
-	qos         QoSConfig
+	// inc is the data planes' incarnation: every promotion hands it to
+	// the head and seeds the slot with it (wire.MakeStamp), and a
+	// re-program of a plane that lost its state takes the next one
+	// (spec/README.md, flaw G).
+	inc uint16
+	qos QoSConfig
 	// This controller's own.
 	hits     map[wire.KeyHash]uint64 // each entry's hits in the last round
 	seq      uint64

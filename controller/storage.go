@@ -47,13 +47,16 @@ func (u *UDPStorage) connection() (*client.Conn, error) {
 	return u.conn, nil
 }
 
-// Promote asks head to copy key to extras and announce them by VSB.
-func (u *UDPStorage) Promote(ctx context.Context, head layout.Node, key []byte, extras []layout.Node) (uint64, error) {
+// Promote asks head to copy key to extras and announce them by VSB, and
+// tells it the incarnation of the key's stamps.
+func (u *UDPStorage) Promote(ctx context.Context, head layout.Node, key []byte, extras []layout.Node, inc uint16) (uint64, error) {
 	ids := make([]wire.NodeID, len(extras))
 	for i, e := range extras {
 		ids[i] = e.ID
 	}
-	return u.call(ctx, head, wire.NewPromote(key, ids, u.NoStamp))
+	req := wire.NewPromote(key, ids, u.NoStamp)
+	req.Stamp = wire.MakeStamp(inc, 0)
+	return u.call(ctx, head, req)
 }
 
 // Demote asks head to drop the copies.

@@ -142,6 +142,11 @@ type Slot struct {
 	Fresh   uint32                    // bit i: Locs[i] may serve reads of VerDone
 	VerNext uint64
 	VerDone uint64
+	// Inc is the incarnation the controller installed the slot in (the
+	// seed's top 16 bits): stamped on top of every version the slot
+	// stamps (wire.MakeStamp), so the head can refuse a write stamped
+	// before the plane lost its state (spec/README.md, flaw G).
+	Inc     uint16
 	Hits    uint64
 	Buckets [Buckets]uint8 // entries index Locs
 	used    bool
@@ -416,8 +421,10 @@ func (d *Directory) SetPort(port uint32, kind PortKind) {
 // larger of ver and the key's stamp floor, so that neither an extra's copy
 // from before the head's latest nor a stamp this plane issued before an
 // eviction can be taken for the newest version (spec/README.md, flaws A, B
-// and E). Only the chain starts fresh. A nil buckets spreads evenly over
-// locs. It returns the slot index.
+// and E). ver is a seed stamp (wire.MakeStamp): its top 16 bits are the
+// incarnation the slot stamps writes in (flaw G), its low 48 the version.
+// Only the chain starts fresh. A nil buckets spreads evenly over locs. It
+// returns the slot index.
 func (d *Directory) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64, buckets []uint8) (uint32, error) {
 	if _, ok := d.index[h]; ok {
 		return 0, ErrExists
@@ -433,7 +440,8 @@ func (d *Directory) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64
 	copy(s.Locs[:], locs)
 	s.N, s.R = uint8(len(locs)), uint8(r)
 	s.Fresh = s.chainMask()
-	ver = max(ver, d.floors[FloorIndex(&h)])
+	s.Inc = wire.StampIncarnation(ver)
+	ver = max(wire.StampVersion(ver), d.floors[FloorIndex(&h)])
 	s.VerNext, s.VerDone = ver, ver
 	s.used = true
 	if err := FillBuckets(&s.Buckets, buckets, len(locs)); err != nil {

@@ -30,7 +30,7 @@ func fuzzDir(t testing.TB) *directory.Directory {
 	if v := d.Process(pkt(t, wire.OpVSB, "apple", 0, 7, 4), 4, 0); v.Action != directory.Multicast {
 		t.Fatal(v)
 	}
-	if _, err := d.Insert(key("cherry"), []wire.NodeID{3, 4, 5, 6}, 1, 2, nil); err != nil {
+	if _, err := d.Insert(key("cherry"), []wire.NodeID{3, 4, 5, 6}, 1, wire.MakeStamp(3, 2), nil); err != nil { // seeded in incarnation 3
 		t.Fatal(err)
 	}
 	if v := d.Process(pkt(t, wire.OpPut, "cherry", 0, 0, 0), 9, 0); v.Action != directory.Forward {
@@ -130,8 +130,8 @@ func check(t *testing.T, d *directory.Directory, b []byte, port uint32, now uint
 			if h.Op != wire.OpGet && v.Node != s.Locs[0] {
 				t.Fatalf("write to %d, head is %d", v.Node, s.Locs[0])
 			}
-			if h.Op != wire.OpGet && (h.Flags&wire.FlagStamped == 0 || h.Stamp != s.VerNext) {
-				t.Fatalf("write hit: flags %#x stamp %d, ver_next %d", h.Flags, h.Stamp, s.VerNext)
+			if h.Op != wire.OpGet && (h.Flags&wire.FlagStamped == 0 || h.Stamp != wire.MakeStamp(s.Inc, s.VerNext)) {
+				t.Fatalf("write hit: flags %#x stamp %#x, ver_next %d in incarnation %d", h.Flags, h.Stamp, s.VerNext, s.Inc)
 			}
 		} else {
 			p, _ := d.Partition(h.KeyHash.Partition(1))

@@ -258,7 +258,7 @@ func (d *Directory) write(f wire.Frame, h *wire.KeyHash, now uint64) Verdict {
 		s.Fresh = s.chainMask()
 		if d.cfg.Mode == ModeToR {
 			s.VerNext++
-			f.SetStamp(s.VerNext)
+			f.SetStamp(wire.MakeStamp(s.Inc, s.VerNext))
 			flags |= wire.FlagStamped
 			f := &d.floors[FloorIndex(h)]
 			*f = max(*f, s.VerNext)

@@ -429,8 +429,10 @@ func (d *Dataplane) Partition(p uint32) (directory.Partition, bool, error) {
 }
 
 // Insert promotes a key: locs is its LocationList (the chain's r nodes
-// first), ver seeds ver_next and ver_done (raised to the key's stamp floor,
-// as directory.Insert does); only the chain starts fresh.
+// first), ver is the seed stamp (wire.MakeStamp): its version seeds ver_next
+// and ver_done (raised to the key's stamp floor, as directory.Insert does),
+// its incarnation goes above every version the slot stamps; only the chain
+// starts fresh.
 func (d *Dataplane) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64, buckets []uint8) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -452,7 +454,8 @@ func (d *Dataplane) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64
 	if err := d.objs.Floors.Lookup(directory.FloorIndex(&h), &fl); err != nil {
 		return err
 	}
-	ver = max(ver, fl.V)
+	inc := wire.StampIncarnation(ver)
+	ver = max(wire.StampVersion(ver), fl.V)
 	idx := d.free[len(d.free)-1]
 	if err := d.objs.SlotBuckets.Put(idx, &b); err != nil {
 		return err
@@ -460,7 +463,7 @@ func (d *Dataplane) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64
 	if err := d.objs.SlotHits.Put(idx, d.zeroHits); err != nil {
 		return err
 	}
-	s := netdirNdSlot{Fresh: uint32(1)<<r - 1, VerNext: ver, VerDone: ver, Idx: idx, N: uint8(len(locs)), R: uint8(r)}
+	s := netdirNdSlot{Fresh: uint32(1)<<r - 1, VerNext: ver, VerDone: ver, Idx: idx, N: uint8(len(locs)), R: uint8(r), Inc: inc}
 	copy(s.Locs[:], locs)
 	k := netdirNdKey{Hash: h}
 	if err := d.objs.Dir.Update(&k, &s, ebpf.UpdateNoExist); err != nil {

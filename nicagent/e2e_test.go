@@ -138,9 +138,9 @@ type nsStorage struct {
 	u  controller.UDPStorage
 }
 
-func (s *nsStorage) Promote(ctx context.Context, head layout.Node, key []byte, extras []layout.Node) (ver uint64, err error) {
+func (s *nsStorage) Promote(ctx context.Context, head layout.Node, key []byte, extras []layout.Node, inc uint16) (ver uint64, err error) {
 	err = inNS(s.ns, func() (err error) {
-		ver, err = s.u.Promote(ctx, head, key, extras)
+		ver, err = s.u.Promote(ctx, head, key, extras, inc)
 		return err
 	})
 	return ver, err

@@ -139,7 +139,7 @@ type netdirNdSlot struct {
 	Idx     uint32
 	N       uint8
 	R       uint8
-	Pad     uint16
+	Inc     uint16
 	Locs    [32]uint16
 }
 

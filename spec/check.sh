@@ -54,6 +54,7 @@ MUTANTS=(
   "resync-old-seed|-DMUT_RESYNC_OLD_SEED -DSWLOSS -DNE=1 -DWMAX=1 -DPROG3=PR_R"
   "no-takeover|-DMUT_NO_TAKEOVER -DFAILOVER -DNE=1 -DWMAX=1 -DPROG3=PR_R"
   "stale-leader|-DMUT_STALE_LEADER -DFAILOVER -DNE=1 -DWMAX=1 -DPROG3=PR_R"
+  "no-incarnation-check|-DMUT_NO_INC_CHECK -DSWLOSS -DNE=1 -DWMAX=1 -DPROG3=PR_R"
 )
 
 # Weakenings that Spin shows to be redundant in the fixed protocol (within
@@ -70,7 +71,7 @@ FLAWS=(
   "E-ver-done-stuck|-DBEFORE_FIX"
   "B-stale-vsb-after-repromotion|-DBEFORE_FIX -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W -DNO_P4"
   "C-copy-resurrected|-DBEFORE_FIX -DFIX_SEED -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W"
-  "G-stamp-across-switch-restart|-DSWLOSS -DSWLOSS_INFLIGHT -DNE=1 -DWMAX=1 -DPROG3=PR_R"
+  "G-stamp-across-switch-restart|-DBEFORE_FIX -DFIX_SEED -DFIX_MONO -DFIX_REJOIN -DSWLOSS -DNE=1 -DWMAX=1 -DPROG3=PR_R"
   "H-rejoin-behind-dirty|-DBEFORE_FIX -DFIX_SEED -DFIX_MONO -DFAIL_TAIL -DNE=1 -DWMAX=1 -DPROG3=PR_R"
 )
 

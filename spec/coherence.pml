@@ -48,12 +48,14 @@
  * first and the slot seeded from its latest version and the plane's stamp
  * floor (FIX_SEED), an extra never goes back to an older copy (FIX_MONO),
  * and a tail rejoining catches up with its predecessor's latest version,
- * dirty included (FIX_REJOIN). -DBEFORE_FIX models the code before them
- * (make spec-flaws). */
+ * dirty included (FIX_REJOIN), and a stamp carries the switch's
+ * incarnation, which the head checks (FIX_INC). -DBEFORE_FIX models the
+ * code before them (make spec-flaws). */
 #ifndef BEFORE_FIX
 #define FIX_SEED
 #define FIX_MONO
 #define FIX_REJOIN
+#define FIX_INC
 #endif
 
 /* ---------------------------------------------------------------- sizes */
@@ -117,6 +119,7 @@
 /* ------------------------------------------------------------- messages */
 #define GET 1   /* F1 node, F2 op                      DP -> node        */
 #define PUT 2   /* F1 op, F2 att, F3 stamped, F4 stamp DP -> head        */
+                /*   F3: 0 unstamped, else 1 + the stamp's incarnation   */
 #define CW  3   /* F1 M|T, F2 ver, F3 promoted, F4 rid  chain write       */
 #define ACK 4   /* F1 H|M, F2 ver                       chain ack         */
 #define VQ  5   /* F1 asker H|M, F2 op                  ver query to tail */
@@ -154,6 +157,12 @@ bool cached;                    /* the key is in the directory */
 byte vnext, vdone;              /* Slot.VerNext, Slot.VerDone */
 byte fresh;                     /* Slot.Fresh, extras' bits only (the chain is always fresh) */
 byte sfloor;                     /* highest stamp ever issued (FIX_SEED) */
+/* Incarnations (FIX_INC; wire/stamp.go): cinc the controller's (the
+ * raft state's), sinc the slot's (the entry's seed: stamped above every
+ * version), hinc the head's promotion's. A stamp is (incarnation,
+ * version); only the versions are ordered as versions. */
+byte cinc, sinc, hinc;
+#define STAMPINC(msg) (F3(msg) - 1)     /* a stamped PUT's incarnation */
 
 /* ---------------------------------------------------------------- nodes */
 byte hclean, hdirty, hpend;     /* head: clean version, dirty set, pending set (bit v) */
@@ -309,7 +318,7 @@ inline dp_write(c) {
 		vnext++;
 		printf("  DP stamps op %d att %d with %d\n", cop[c], catt[c], vnext);
 		max2(sfloor, vnext);
-		send(MK(PUT, cop[c], catt[c], 1, vnext))
+		send(MK(PUT, cop[c], catt[c], 1 + sinc, vnext))
 	:: else ->
 		printf("  DP miss: op %d att %d unstamped\n", cop[c], catt[c]);
 		send(MK(PUT, cop[c], catt[c], 0, 0))
@@ -369,6 +378,14 @@ inline announce(v) {
 #else
 #define MUT_UNSTAMPED 0
 #endif
+/* storagenode (*copies).staleIncarnation: a stamped write to a promoted
+ * key whose stamp's incarnation is older than the promotion's was stamped
+ * by a switch that has since lost its state (flaw G): refused as stale. */
+#if defined(FIX_INC) && !defined(MUT_NO_INC_CHECK)
+#define OLDINC(msg) (F3(msg) && promoted && STAMPINC(msg) < hinc)
+#else
+#define OLDINC(msg) 0
+#endif
 
 /* storagenode (*shard).noop: a stamped duplicate's stamp v, above the
  * head's latest version, becomes a no-op version: the latest value again
@@ -402,7 +419,7 @@ inline head_write(msg) {
 #ifndef MUT_NO_NOOP_VERSION
 		latest(hdirty, hclean);
 		if                          /* the DP stamped the resend: make the stamp real */
-		:: F3(msg) && F4(msg) > lt && F4(msg) <= MAXV -> noop(F4(msg))
+		:: F3(msg) && F4(msg) > lt && F4(msg) <= MAXV && !OLDINC(msg) -> noop(F4(msg))
 		:: else
 		fi
 #else
@@ -412,7 +429,11 @@ inline head_write(msg) {
 #endif
 		latest(hdirty, hclean);
 		if
-		:: F3(msg) && F4(msg) <= lt && !MUT_NONINC ->   /* stale stamp */
+		:: OLDINC(msg) ->                /* a stamp of an older incarnation */
+			printf("  head refuses op %d's stamp of incarnation %d (promoted in %d)\n", F1(msg), STAMPINC(msg), hinc);
+			dd[j] = (1+STALE) << 4 | lt;
+			send(MK(ER, j, STALE, 0, 0))
+		:: F3(msg) && F4(msg) <= lt && !MUT_NONINC && !OLDINC(msg) ->   /* stale stamp */
 			dd[j] = (1+STALE) << 4 | lt;
 			send(MK(ER, j, STALE, 0, 0))
 		:: !F3(msg) && promoted && !MUT_UNSTAMPED ->   /* unstamped write to a promoted key */
@@ -635,7 +656,8 @@ inline client_reply(msg) {
 inline pmsg(x) {
 	if
 	:: TY(x) == GET -> printf("GET(node %d, op %d)", F1(x), F2(x))
-	:: TY(x) == PUT -> printf("PUT(op %d att %d, stamped %d, stamp %d)", F1(x), F2(x), F3(x), F4(x))
+	:: TY(x) == PUT && F3(x) -> printf("PUT(op %d att %d, stamp %d, incarnation %d)", F1(x), F2(x), F4(x), STAMPINC(x))
+	:: TY(x) == PUT -> printf("PUT(op %d att %d, unstamped)", F1(x), F2(x))
 	:: TY(x) == CW  -> printf("CHAIN-WRITE(to %d, v%d, promoted %d)", F1(x), F2(x), F3(x))
 	:: TY(x) == ACK -> printf("CHAIN-ACK(to %d, v%d)", F1(x), F2(x))
 	:: TY(x) == VQ  -> printf("VER-QUERY(from %d, op %d)", F1(x), F2(x))
@@ -786,7 +808,7 @@ LOSEREPLY(i) \
  * FIX_SEED the head is promoted first and the slot is seeded from the head's
  * latest version and the plane's stamp floor. */
 inline dp_insert() {
-	cached = 1; fresh = 0;
+	cached = 1; fresh = 0; sinc = cinc;
 #ifdef FIX_SEED
 	vnext = seed;
 #ifndef MUT_NO_FLOOR
@@ -804,7 +826,7 @@ inline dp_insert() {
 #define MUT_CD 0
 #endif
 inline head_promote() {
-	promoted = 1;
+	promoted = 1; hinc = cinc;
 	latest(hdirty, hclean); seed = lt;
 	printf("controller: Promote at head (clean %d, latest %d)\n", hclean, lt);
 	if                              /* (*shard).promote: copy the clean version now */
@@ -932,21 +954,18 @@ end:
 		printf("T rejoins as tail at v%d: chain H M T\n", tclean); tst = 2; resend(); CLEAN }
 #endif
 #ifdef SWLOSS
-	/* A restart takes about a second, far longer than a rack's delay: no
-	 * write stamped by the lost incarnation is still in flight when the
-	 * controller re-syncs (without this bound: flaw G in spec/README.md). */
-#define NSTP(i) (NET <= i || TY(net[i]) != PUT || F3(net[i]) == 0)
-#ifdef SWLOSS_INFLIGHT
-#define NOSTAMPED 1
-#else
-#define NOSTAMPED (NSTP(0) && NSTP(1) && NSTP(2) && NSTP(3) && NSTP(4) && NSTP(5) && NSTP(6) && NSTP(7))
-#endif
-	/* the switch restarts: its registers are lost, slot and stamp floors
-	 * alike; controller Resync asks the head again (a promotion: its
-	 * latest version), then installs the slot seeded with it. */
-	:: d_step { LIVE && ctl == 2 && swl == 0 && NOSTAMPED ->
+	/* the switch restarts, with writes it stamped maybe still in flight:
+	 * its registers are lost, slot and stamp floors alike; controller
+	 * Reprogram takes a new incarnation (FIX_INC), asks the head again (a
+	 * promotion, in the new incarnation: its latest version), then
+	 * installs the slot seeded with it, stamping the new incarnation. */
+	:: d_step { LIVE && ctl == 2 && swl == 0 ->
 		printf("switch restarts: directory state lost\n");
-		cached = 0; vnext = 0; vdone = 0; fresh = 0; sfloor = 0; swl = 1; ctl = 4; CLEAN }
+		cached = 0; vnext = 0; vdone = 0; fresh = 0; sfloor = 0; swl = 1; ctl = 4;
+#ifdef FIX_INC
+		cinc++;
+#endif
+		CLEAN }
 	:: d_step { LIVE && ctl == 4 ->
 #ifndef MUT_RESYNC_OLD_SEED
 		head_promote();

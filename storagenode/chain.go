@@ -405,12 +405,24 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 	extras, promoted := n.copies.promoted(p.KeyHash)
 	var v uint64
 	if p.Flags&wire.FlagStamped != 0 {
-		if p.Stamp <= latest {
+		// Stamped by a data plane that has since lost its state: the
+		// slot was re-seeded from this head's latest version without it,
+		// so committing it above that seed would let an extra's older
+		// copy pass for the newest (spec/README.md, flaw G). Refused as
+		// stale: the client's retry is stamped in the new incarnation.
+		if n.copies.staleIncarnation(p.KeyHash, wire.StampIncarnation(p.Stamp)) {
+			n.ctr.staleIncarnation.Add(1)
 			n.chain.dedup.add(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeStaleVersion), Op: uint8(p.Op)})
 			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeStaleVersion, latest, nil))
 			return
 		}
-		v = p.Stamp
+		if stamp := wire.StampVersion(p.Stamp); stamp <= latest {
+			n.chain.dedup.add(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeStaleVersion), Op: uint8(p.Op)})
+			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeStaleVersion, latest, nil))
+			return
+		} else {
+			v = stamp
+		}
 	} else {
 		if promoted && !n.copies.unstampedOK(p.KeyHash) {
 			n.chain.dedup.add(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeRetry), Op: uint8(p.Op)})
@@ -481,10 +493,11 @@ func (s *shard) noop(p *wire.NodePacket, part uint32, ch []wire.NodeID) {
 		return
 	}
 	cur := rec.Latest()
-	if p.Stamp <= cur.Ver {
+	// A stamp of an older incarnation is no slot's to complete (flaw G).
+	if wire.StampVersion(p.Stamp) <= cur.Ver || n.copies.staleIncarnation(p.KeyHash, wire.StampIncarnation(p.Stamp)) {
 		return
 	}
-	nv := version{Ver: p.Stamp, Del: cur.Del || cur.Ver == 0, Tenant: p.Tenant, Op: uint8(wire.OpPut)}
+	nv := version{Ver: wire.StampVersion(p.Stamp), Del: cur.Del || cur.Ver == 0, Tenant: p.Tenant, Op: uint8(wire.OpPut)}
 	if nv.Del {
 		nv.Op = uint8(wire.OpDel)
 	} else {

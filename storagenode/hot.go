@@ -19,7 +19,11 @@ type copies struct {
 	mu      sync.RWMutex
 	promo   map[wire.KeyHash][]wire.NodeID // promoted keys at this head → extras
 	noStamp map[wire.KeyHash]bool          // promoted keys no data plane stamps (promoteNoStamp)
-	extras  map[wire.KeyHash]*extraCopy
+	// inc is a promoted key's incarnation (wire.StampIncarnation): a
+	// stamped write of an older one was stamped by a data plane that has
+	// since lost its state (spec/README.md, flaw G). Absent: 0.
+	inc    map[wire.KeyHash]uint16
+	extras map[wire.KeyHash]*extraCopy
 }
 
 // extraCopy is a copy an extra holds, or the tombstone of a dropped one.
@@ -48,6 +52,7 @@ func (c *extraCopy) held(key []byte) bool {
 func (c *copies) load(t *tree) error {
 	c.promo = make(map[wire.KeyHash][]wire.NodeID)
 	c.noStamp = make(map[wire.KeyHash]bool)
+	c.inc = make(map[wire.KeyHash]uint16)
 	c.extras = make(map[wire.KeyHash]*extraCopy)
 	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindPromo}, UpperBound: []byte{kindPromo + 1}})
 	if err != nil {
@@ -55,17 +60,18 @@ func (c *copies) load(t *tree) error {
 	}
 	defer it.Close()
 	for it.First(); it.Valid(); it.Next() {
-		v := it.Value()
 		h := wire.HashKey(it.Key()[1:])
-		if len(v)%2 == 1 && v[len(v)-1] == promoNoStampMark {
-			v = v[:len(v)-1]
-			c.noStamp[h] = true
-		}
-		ids, err := wire.ParseNodeIDs(v)
+		ids, noStamp, inc, err := parsePromo(it.Value())
 		if err != nil {
 			continue
 		}
 		c.promo[h] = ids
+		if noStamp {
+			c.noStamp[h] = true
+		}
+		if inc != 0 {
+			c.inc[h] = inc
+		}
 	}
 	return it.Error()
 }
@@ -87,16 +93,29 @@ func (c *copies) unstampedOK(h wire.KeyHash) bool {
 
 // holds reports whether h is promoted here with exactly this promotion:
 // every field the promotion persists (promoKey's value) must be compared,
-// since a promotion that holds is not written again.
-func (c *copies) holds(h wire.KeyHash, ids []wire.NodeID, noStamp bool) bool {
+// the incarnation included, since a promotion that holds is not written
+// again.
+func (c *copies) holds(h wire.KeyHash, ids []wire.NodeID, noStamp bool, inc uint16) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	prev, ok := c.promo[h]
-	return ok && slices.Equal(prev, ids) && c.noStamp[h] == noStamp
+	return ok && slices.Equal(prev, ids) && c.noStamp[h] == noStamp && c.inc[h] == inc
 }
 
-// promote records h's extras at this head and returns the previous ones.
-func (c *copies) promote(h wire.KeyHash, ids []wire.NodeID, noStamp bool) []wire.NodeID {
+// staleIncarnation reports whether a stamp of incarnation inc is older
+// than h's promotion's: stamped by a data plane before it lost its state,
+// and in flight across the controller's re-sync (spec/README.md, flaw G).
+// A key not promoted here has no incarnation to compare with.
+func (c *copies) staleIncarnation(h wire.KeyHash, inc uint16) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	_, ok := c.promo[h]
+	return ok && wire.IncarnationBefore(inc, c.inc[h])
+}
+
+// promote records h's extras and incarnation at this head and returns the
+// previous extras.
+func (c *copies) promote(h wire.KeyHash, ids []wire.NodeID, noStamp bool, inc uint16) []wire.NodeID {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old := c.promo[h]
@@ -105,6 +124,11 @@ func (c *copies) promote(h wire.KeyHash, ids []wire.NodeID, noStamp bool) []wire
 		c.noStamp[h] = true
 	} else {
 		delete(c.noStamp, h)
+	}
+	if inc != 0 {
+		c.inc[h] = inc
+	} else {
+		delete(c.inc, h)
 	}
 	return old
 }
@@ -116,6 +140,7 @@ func (c *copies) demote(h wire.KeyHash) []wire.NodeID {
 	ids := c.promo[h]
 	delete(c.promo, h)
 	delete(c.noStamp, h)
+	delete(c.inc, h)
 	return ids
 }
 
@@ -251,22 +276,22 @@ func (s *shard) promote(p *wire.NodePacket, from netip.AddrPort) {
 		return
 	}
 	noStamp := p.Flags&wire.FlagPromoteNoStamp != 0
-	persisted := wire.AppendNodeIDs(nil, ids)
-	if noStamp {
-		persisted = append(persisted, promoNoStampMark)
-	}
+	// The incarnation the data planes stamp this key's writes in from now
+	// on (wire.StampIncarnation): older stamps are refused (flaw G).
+	inc := wire.StampIncarnation(p.Stamp)
+	persisted := appendPromo(ids, noStamp, inc)
 	rec, err := n.treeOf(part).getRecord(part, p.Key)
 	// A promotion the head holds already, exactly as persisted, is on disk
 	// as it is (a controller's re-sync after a switch restart asks every
 	// head again): no synced write.
-	if err == nil && !n.copies.holds(p.KeyHash, ids, noStamp) {
+	if err == nil && !n.copies.holds(p.KeyHash, ids, noStamp, inc) {
 		err = n.trees[0].db.Set(promoKey(p.Key), persisted, pebble.Sync)
 	}
 	if err != nil {
 		s.send(from, n.replyPacket(&p.Header, wire.OpPromote, wire.CodeInternal, 0, nil))
 		return
 	}
-	old := n.copies.promote(p.KeyHash, ids, noStamp)
+	old := n.copies.promote(p.KeyHash, ids, noStamp, inc)
 	// Extras dropped from the list drop their copy.
 	for _, id := range old {
 		if !slices.Contains(ids, id) {

@@ -723,3 +723,51 @@ func TestPromoteWithoutStamping(t *testing.T) {
 		t.Fatalf("unstamped write after a restart: %s %s", r.Op, r.Code)
 	}
 }
+
+// TestStaleIncarnation: the head of a key promoted in incarnation 2 refuses
+// a write stamped in incarnation 1 (a data plane that lost its state since:
+// spec/README.md, flaw G) as stale, whatever its version, also after the
+// head restarts; the same version stamped in incarnation 2 is applied. A
+// key demoted has no incarnation to compare with.
+func TestStaleIncarnation(t *testing.T) {
+	dp := newPeer(t)
+	c := startCluster(t, cluster.Options{N: 4, R: 3, DataPlane: dp.addr().String()})
+	extra := wire.NodeID(4)
+	key := keyNotOn(c, extra)
+	h := wire.HashKey(key)
+	ch := c.Layout.ChainOf(h)
+	p := newPeer(t)
+	head := addrOf(c, ch[0])
+	ids := wire.AppendNodeIDs(nil, []wire.NodeID{extra})
+	if r := p.call(head, raw(wire.Header{Op: wire.OpPromote, ReqID: 1, KeyHash: h, Stamp: wire.MakeStamp(2, 0)}, key, ids)); r.Code != wire.CodeOK || r.Stamp != 0 {
+		t.Fatalf("promote in incarnation 2: %s %s v%d", r.Op, r.Code, r.Stamp)
+	}
+	put := func(reqid uint64, inc uint16, ver uint64) wire.Packet {
+		return p.call(head, raw(wire.Header{Op: wire.OpPut, Flags: wire.FlagStamped, ReqID: reqid, KeyHash: h, Stamp: wire.MakeStamp(inc, ver)}, key, []byte("x")))
+	}
+	if r := put(10, 1, 1); r.Op != wire.OpErr || r.Code != wire.CodeStaleVersion {
+		t.Fatalf("write stamped 1 in incarnation 1: %s %s v%d, want err stale-version", r.Op, r.Code, r.Stamp)
+	}
+	headIdx := int(ch[0]) - 1
+	if err := c.Crash(headIdx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Restart(headIdx); err != nil {
+		t.Fatal(err)
+	}
+	if r := put(11, 1, 5); r.Op != wire.OpErr || r.Code != wire.CodeStaleVersion {
+		t.Fatalf("after the head's restart, write stamped 5 in incarnation 1: %s %s v%d, want err stale-version", r.Op, r.Code, r.Stamp)
+	}
+	if r := put(12, 2, 1); r.Op != wire.OpPutReply || r.Code != wire.CodeOK || r.Stamp != 1 {
+		t.Fatalf("write stamped 1 in incarnation 2: %s %s v%d, want put-reply v1", r.Op, r.Code, r.Stamp)
+	}
+	if got := c.Node(headIdx).Stats().StaleIncarnation; got != 1 {
+		t.Fatalf("stale-incarnation refusals since the restart: %d, want 1", got)
+	}
+	if r := p.call(head, raw(wire.Header{Op: wire.OpDemote, ReqID: 2, KeyHash: h}, key, nil)); r.Code != wire.CodeOK {
+		t.Fatalf("demote: %s %s", r.Op, r.Code)
+	}
+	if r := put(13, 1, 2); r.Op != wire.OpPutReply || r.Code != wire.CodeOK || r.Stamp != 2 {
+		t.Fatalf("demoted, write stamped 2 in incarnation 1: %s %s v%d, want put-reply v2", r.Op, r.Code, r.Stamp)
+	}
+}

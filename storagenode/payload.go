@@ -2,6 +2,8 @@ package storagenode
 
 import (
 	"encoding/binary"
+
+	"github.com/netdir/netdir/wire"
 )
 
 // Node ops are laid out in package wire (wire.NodePacket, wire.ChainExt,
@@ -13,6 +15,37 @@ import (
 // came with wire.FlagPromoteNoStamp: the head keeps accepting unstamped
 // writes to the key.
 const promoNoStampMark = 0xff
+
+// promoIncMark ends a persisted promotion whose stamps carry an
+// incarnation (wire.StampIncarnation): the extras' ids, the incarnation
+// (2 bytes), then the mark. It never meets promoNoStampMark: a key no
+// data plane stamps has no incarnation.
+const promoIncMark = 0xfe
+
+// appendPromo is a promotion as the head persists it.
+func appendPromo(ids []wire.NodeID, noStamp bool, inc uint16) []byte {
+	b := wire.AppendNodeIDs(nil, ids)
+	switch {
+	case noStamp:
+		b = append(b, promoNoStampMark)
+	case inc != 0:
+		b = append(binary.BigEndian.AppendUint16(b, inc), promoIncMark)
+	}
+	return b
+}
+
+// parsePromo is the inverse of appendPromo.
+func parsePromo(v []byte) (ids []wire.NodeID, noStamp bool, inc uint16, err error) {
+	switch {
+	case len(v)%2 == 1 && v[len(v)-1] == promoNoStampMark:
+		v, noStamp = v[:len(v)-1], true
+	case len(v)%2 == 1 && len(v) >= 3 && v[len(v)-1] == promoIncMark:
+		inc = binary.BigEndian.Uint16(v[len(v)-3:])
+		v = v[:len(v)-3]
+	}
+	ids, err = wire.ParseNodeIDs(v)
+	return ids, noStamp, inc, err
+}
 
 // syncRecord is one key's version in a sync-data reply: the clean one, or
 // the latest for a tail.

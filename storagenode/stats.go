@@ -41,27 +41,30 @@ type TreeStats struct {
 
 // Stats is a node's counters.
 type Stats struct {
-	ID          uint16 `json:"id"`
-	Ready       bool   `json:"ready"`
-	Load        uint16 `json:"load"` // queue depth
-	Gets        uint64 `json:"gets"`
-	Puts        uint64 `json:"puts"`
-	Dels        uint64 `json:"dels"`
-	Errors      uint64 `json:"errors"`
-	QueueFull   uint64 `json:"queue_full"`
-	DupWrites   uint64 `json:"dup_writes"`
-	Noops       uint64 `json:"noops"` // no-op versions made for stamped duplicates
-	Retransmits uint64 `json:"retransmits"`
-	VerQueries  uint64 `json:"ver_queries"`
-	RxPackets   uint64 `json:"rx_packets"`
-	TxPackets   uint64 `json:"tx_packets"`
-	SyncedKeys  uint64 `json:"synced_keys"`
-	SyncedBytes uint64 `json:"synced_bytes"`  // taken by catch-ups (OpSyncData), paced at Options.SyncRate
-	Behind      int    `json:"behind_chains"` // partitions whose catch-up as tail is under way
-	Pending     int    `json:"pending"`       // uncommitted writes at this head
-	Promoted    int    `json:"promoted"`      // keys this node heads that are promoted
-	Copies      int    `json:"copies"`        // extra copies held
-	CacheBytes  int64  `json:"cache_bytes"`
+	ID        uint16 `json:"id"`
+	Ready     bool   `json:"ready"`
+	Load      uint16 `json:"load"` // queue depth
+	Gets      uint64 `json:"gets"`
+	Puts      uint64 `json:"puts"`
+	Dels      uint64 `json:"dels"`
+	Errors    uint64 `json:"errors"`
+	QueueFull uint64 `json:"queue_full"`
+	DupWrites uint64 `json:"dup_writes"`
+	Noops     uint64 `json:"noops"` // no-op versions made for stamped duplicates
+	// StaleIncarnation counts stamped writes refused for a stamp of an
+	// older incarnation than the key's promotion (spec/README.md, flaw G).
+	StaleIncarnation uint64 `json:"stale_incarnation"`
+	Retransmits      uint64 `json:"retransmits"`
+	VerQueries       uint64 `json:"ver_queries"`
+	RxPackets        uint64 `json:"rx_packets"`
+	TxPackets        uint64 `json:"tx_packets"`
+	SyncedKeys       uint64 `json:"synced_keys"`
+	SyncedBytes      uint64 `json:"synced_bytes"`  // taken by catch-ups (OpSyncData), paced at Options.SyncRate
+	Behind           int    `json:"behind_chains"` // partitions whose catch-up as tail is under way
+	Pending          int    `json:"pending"`       // uncommitted writes at this head
+	Promoted         int    `json:"promoted"`      // keys this node heads that are promoted
+	Copies           int    `json:"copies"`        // extra copies held
+	CacheBytes       int64  `json:"cache_bytes"`
 	// BlockCacheHits and BlockCacheMisses count the lookups of the node's
 	// block cache (shared by its trees) since it started: index, filter
 	// and data blocks of user reads (compactions bypass the cache).
@@ -91,6 +94,7 @@ type counters struct {
 	rxPackets, txPackets               atomic.Uint64
 	syncKeys, syncBytes                atomic.Uint64
 	noops                              atomic.Uint64 // no-op versions made for stamped duplicates
+	staleIncarnation                   atomic.Uint64 // stamped writes of an older incarnation, refused
 
 	mu  sync.Mutex
 	hot *sched.TopK
@@ -126,8 +130,9 @@ func (n *Node) Stats() Stats {
 		ID: n.id, Ready: n.Ready(), Load: n.load(),
 		Gets: n.ctr.gets.Load(), Puts: n.ctr.puts.Load(), Dels: n.ctr.dels.Load(),
 		Errors: n.ctr.errs.Load(), QueueFull: n.ctr.queueFull.Load(), DupWrites: n.ctr.dupWrites.Load(),
-		Noops:       n.ctr.noops.Load(),
-		Retransmits: n.ctr.retransmits.Load(), VerQueries: n.ctr.verQueries.Load(),
+		Noops:            n.ctr.noops.Load(),
+		StaleIncarnation: n.ctr.staleIncarnation.Load(),
+		Retransmits:      n.ctr.retransmits.Load(), VerQueries: n.ctr.verQueries.Load(),
 		RxPackets: n.ctr.rxPackets.Load(), TxPackets: n.ctr.txPackets.Load(), SyncedKeys: n.ctr.syncKeys.Load(),
 		SyncedBytes: n.ctr.syncBytes.Load(), Behind: int(n.recov.partsBehind.Load()),
 		CacheBytes: n.opts.CacheBytes, DeviceProfile: n.opts.Device.Name,

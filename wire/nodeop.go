@@ -26,7 +26,9 @@ import (
 //	copy         key        value             -                                Stamp = version; Code not-found for
 //	                                                                           a tombstone
 //	copy-ack     key        -                 -                                Stamp = version held
-//	promote      key        extra ids (2·n)   -                                reply: same op, Code, to the sender;
+//	promote      key        extra ids (2·n)   -                                Stamp = MakeStamp(incarnation, 0): the
+//	                                                                           data planes' incarnation (stamp.go);
+//	                                                                           reply: same op, Code, to the sender;
 //	                                                                           Stamp = the head's latest version
 //	demote       key        -                 -                                reply: same op, Code, to the sender
 //	sync         cursor     -                 -                                ReqID = sync id; Stamp = partition;
@@ -178,7 +180,9 @@ func (c *ChainExt) Decode(b []byte) error {
 
 // NewPromote is the promote request that a controller sends to key's chain
 // head: the extras' ids as its value, and FlagPromoteNoStamp if noStamp.
-// The caller sets ReqID (and Epoch if it follows one).
+// The caller sets ReqID (and Epoch if it follows one), and Stamp to
+// MakeStamp(incarnation, 0) once the data planes have lost their state
+// (stamp.go).
 func NewPromote(key []byte, extras []NodeID, noStamp bool) Packet {
 	p := Packet{Header: Header{Op: OpPromote, KeyHash: HashKey(key)}, Key: key, Value: AppendNodeIDs(nil, extras)}
 	if noStamp {

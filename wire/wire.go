@@ -17,7 +17,9 @@
 //	     6    2 tenant     tenant id, for dmClock QoS
 //	     8    8 reqid      request id; the data planes draw split buckets from it
 //	    16   16 keyhash    KeyHash: the first 16 bytes of SHAKE128(key)
-//	    32    8 version    VersionStamp
+//	    32    8 version    VersionStamp; on a stamped write, the data plane's
+//	                       incarnation (top 16 bits) and the version (low 48):
+//	                       MakeStamp, stamp.go
 //	    40    2 node       node id: the target of a request, the sender of a reply or VSB
 //	    42    2 load       the sender's load (queue depth) on replies
 //	    44    4 epoch      chain-configuration epoch the sender believes in

@@ -439,3 +439,21 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	}
 }
+
+func TestStampIncarnation(t *testing.T) {
+	s := MakeStamp(3, 8)
+	if s != 3<<48|8 || StampVersion(s) != 8 || StampIncarnation(s) != 3 {
+		t.Fatalf("MakeStamp(3, 8) = %#x: version %d incarnation %d", s, StampVersion(s), StampIncarnation(s))
+	}
+	if StampVersion(MakeStamp(1, 1<<48|5)) != 5 {
+		t.Fatal("a version over 48 bits spills into the incarnation")
+	}
+	for _, c := range []struct {
+		a, b   uint16
+		before bool
+	}{{1, 2, true}, {2, 1, false}, {2, 2, false}, {0xffff, 0, true}, {0, 0xffff, false}, {0, 0x7fff, true}} {
+		if got := IncarnationBefore(c.a, c.b); got != c.before {
+			t.Errorf("IncarnationBefore(%d, %d) = %v, want %v", c.a, c.b, got, c.before)
+		}
+	}
+}

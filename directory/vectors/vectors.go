@@ -19,7 +19,8 @@
 //	reset [partition-bits=N (default 1)] [slots=N (default 16)] [mode=tor|host] [policy=P]
 //	partition p=N chain=(1,2,3) [buckets=(...32...)|weights=(...)]
 //	port port=N kind=storage|client
-//	insert key=K locs=(...) r=N [ver=V] [buckets=(...)|weights=(...)]
+//	insert key=K locs=(...) r=N [ver=V] [inc=I] [buckets=(...)|weights=(...)]
+//	                             (the seed: version V in incarnation I, wire.MakeStamp)
 //	evict key=K
 //	buckets key=K (buckets=(...)|weights=(...))
 //	node id=N [load=L] [latency=NS]
@@ -288,6 +289,14 @@ func run(p Plane, td *datadriven.TestData) (string, error) {
 		if err != nil {
 			return "", err
 		}
+		inc, err := a.uint("inc", 0)
+		if err != nil {
+			return "", err
+		}
+		if inc > 0xffff || ver > wire.MaxVersion {
+			return "", fmt.Errorf("insert: incarnation %d or version %d out of range", inc, ver)
+		}
+		ver = wire.MakeStamp(uint16(inc), ver)
 		b, err := a.buckets()
 		if err != nil {
 			return "", err
@@ -409,7 +418,8 @@ func packet(p Plane, a args, input string) (string, error) {
 
 // buildPacket reads "hex=..." (raw bytes) or header fields as key=value:
 // op, flags (stale-ok,stamped,hit,reservation), code, tenant, reqid, key,
-// hash, stamp, node, load, epoch, ts, delta, rho, value.
+// hash, stamp, inc (the stamp's incarnation, wire.MakeStamp), node, load,
+// epoch, ts, delta, rho, value.
 func buildPacket(input string) ([]byte, error) {
 	input = strings.TrimSpace(input)
 	if x, ok := strings.CutPrefix(input, "hex="); ok {
@@ -418,6 +428,7 @@ func buildPacket(input string) ([]byte, error) {
 	var pk wire.Packet
 	pk.Op = wire.OpGet
 	hashSet := false
+	var inc uint64
 	for _, f := range strings.Fields(input) {
 		k, v, ok := strings.Cut(f, "=")
 		if !ok {
@@ -456,6 +467,10 @@ func buildPacket(input string) ([]byte, error) {
 				pk.ReqID = x
 			case "stamp":
 				pk.Stamp = x
+			case "inc":
+				if inc = x; x > 0xffff {
+					err = errors.New("over 16 bits")
+				}
 			case "node":
 				pk.Node = wire.NodeID(x)
 			case "load":
@@ -475,6 +490,9 @@ func buildPacket(input string) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("packet field %q: %v", f, err)
 		}
+	}
+	if inc != 0 {
+		pk.Stamp = wire.MakeStamp(uint16(inc), pk.Stamp)
 	}
 	return pk.AppendEncode(nil)
 }
@@ -536,8 +554,13 @@ func formatHeader(b []byte) string {
 	if err := h.DecodeHeader(b); err != nil {
 		return "undecodable: " + err.Error()
 	}
-	return fmt.Sprintf("op=%s flags=%s code=%s tenant=%d reqid=%#x stamp=%d node=%d load=%d epoch=%d ts=%d delta=%d rho=%d",
-		h.Op, formatFlags(h.Flags), h.Code.String(), h.Tenant, h.ReqID, h.Stamp, h.Node, h.Load, h.Epoch, h.Timestamp, h.Delta, h.Rho)
+	stamp := strconv.FormatUint(h.Stamp, 10)
+	if inc := wire.StampIncarnation(h.Stamp); inc != 0 {
+		// A stamp with an incarnation (wire.MakeStamp): version, then incarnation.
+		stamp = fmt.Sprintf("%d inc=%d", wire.StampVersion(h.Stamp), inc)
+	}
+	return fmt.Sprintf("op=%s flags=%s code=%s tenant=%d reqid=%#x stamp=%s node=%d load=%d epoch=%d ts=%d delta=%d rho=%d",
+		h.Op, formatFlags(h.Flags), h.Code.String(), h.Tenant, h.ReqID, stamp, h.Node, h.Load, h.Epoch, h.Timestamp, h.Delta, h.Rho)
 }
 
 func formatSlot(s *directory.Slot) string {

@@ -173,7 +173,7 @@ struct nd_slot {
 	__u32 idx; // index into slot_buckets and slot_hits
 	__u8 n;
 	__u8 r;
-	__u16 pad;
+	__u16 inc; // the incarnation stamps carry above the version (wire.MakeStamp)
 	__u16 locs[MAX_LOCS];
 };
 
@@ -589,6 +589,7 @@ static __always_inline int nd_write(struct nd_pkt *p)
 			s->ver_next++;
 			stamp = s->ver_next;
 		}
+		__u64 inc = s->inc;
 		bpf_spin_unlock(&s->lock);
 		if (tor) {
 			flags |= FLAG_STAMPED;
@@ -603,7 +604,11 @@ static __always_inline int nd_write(struct nd_pkt *p)
 				bpf_spin_unlock(&f->lock);
 			}
 		}
-		// A host agent does not stamp: the head assigns the version.
+		// A host agent does not stamp: the head assigns the version. The
+		// stamp carries the slot's incarnation above the version
+		// (wire.MakeStamp; spec/README.md, flaw G).
+		if (tor)
+			stamp = inc << 48 | (stamp & ((1ULL << 48) - 1));
 		h->stamp = bpf_cpu_to_be64(stamp);
 		h->flags = flags | FLAG_HIT;
 		return forward(p, s->locs[0]);

@@ -528,7 +528,7 @@ func (p *Plane) slotEntries(idx uint32, s *directory.Slot, typ p4.Update_Type, w
 	if withRest {
 		if err := add(tSlots, []Match{keyMatch("keyhash", s.Hash)}, aSlotHit, []Param{
 			par("slot", uint64(idx)), par("n", uint64(s.N)), par("r", uint64(s.R)), par("head", uint64(s.Locs[0])),
-			par("gen", uint64(p.slotGen[s.Hash])), par("ver", s.VerDone),
+			par("gen", uint64(p.slotGen[s.Hash])), par("ver", wire.MakeStamp(s.Inc, s.VerDone)),
 		}); err != nil {
 			return nil, err
 		}

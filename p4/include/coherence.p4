@@ -15,15 +15,19 @@
 // generation and a seed version. The first packet of a slot whose gen
 // register differs re-seeds it: ver_next = ver_done = max(seed,
 // stamp_floor[FloorIndex]), fresh = the chain (directory.Insert), then runs
-// its command. Until then the slot's registers still show the previous key;
+// its command (the seed is the low 48 bits of the entry's ver; its top 16
+// are the incarnation, which only stamps use). Until then the slot's
+// registers still show the previous key;
 // its effective state is that seed. The floor keeps a key that was evicted
 // with a stamped write in flight, and promoted again, from being seeded
 // below that write (spec/coherence.pml, flaw B).
 //
 // One command per packet (meta.coh_cmd), as directory/process.go does:
 //   COH_READ      GET hit: read fresh.
-//   COH_STAMP     PUT/DEL hit: ver_next += 1 (the stamp), fresh = the chain,
-//                 stamp_floor = max(stamp_floor, ver_next).
+//   COH_STAMP     PUT/DEL hit: ver_next += 1, fresh = the chain,
+//                 stamp_floor = max(stamp_floor, ver_next); the stamp is
+//                 ver_next below the entry's incarnation (the top 16 bits
+//                 of its seed, wire.MakeStamp; spec/README.md, flaw G).
 //   COH_COMPLETE  PUT/DEL reply with code OK, or a VSB from the tail:
 //                 if v > ver_done: ver_done = v, ver_next = max(ver_next, v),
 //                 fresh = the chain.
@@ -63,7 +67,7 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
             stamp_floor.read(fl, fi);
         }
         if (reseed) {
-            version_t seed = meta.slot_ver;
+            version_t seed = (version_t)meta.slot_ver[47:0]; // the seed's version (wire.StampVersion)
             if (fl > seed) {
                 seed = fl;
             }
@@ -83,7 +87,9 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
             if (vn > fl) {
                 stamp_floor.write(fi, vn);
             }
-            meta.coh_version = vn;
+            // The stamp: the entry's incarnation (the seed's top 16 bits)
+            // above the version (wire.MakeStamp; spec/README.md, flaw G).
+            meta.coh_version = meta.slot_ver[63:48] ++ vn[47:0];
         } else if (meta.coh_cmd == COH_COMPLETE) {
             ver_done.read(vd, s);
             if (hdr.netdir.stamp > vd) {

@@ -10,8 +10,10 @@
 
 control Directory(in headers_t hdr, inout local_meta_t meta) {
     // gen: the promotion's generation, nonzero and different from the slot's
-    // previous key's (a controller's insert counter); ver: the version that
-    // seeds ver_next and ver_done. The slot's registers still hold the
+    // previous key's (a controller's insert counter); ver: the seed stamp
+    // (wire.MakeStamp): its low 48 bits are the version that seeds ver_next
+    // and ver_done, its top 16 the incarnation that Coherence stamps above
+    // every version (spec/README.md, flaw G). The slot's registers still hold the
     // previous key's state, and P4Runtime cannot write registers, so
     // Coherence re-seeds them on the first packet that finds a new gen
     // (ver_next = ver_done = ver, fresh = the chain).

@@ -6,8 +6,10 @@
 //
 // Tofino's stateful ALUs are 32 bits wide: ver_next, ver_done and the stamp
 // floors keep the low 32 bits of the VersionStamp (a key wraps after 2^32
-// stamped writes; the header carries the value zero-extended to 64 bits). A
-// VSB whose stamp has high bits set never matches ver_done.
+// stamped writes; a stamp carries the value zero-extended to 48 bits, below
+// the entry's incarnation, the top 16 bits of its seed: wire.MakeStamp,
+// spec/README.md flaw G). A VSB whose stamp has high bits set never matches
+// ver_done.
 //
 // Stamp floors (directory.StampFloors, FloorIndex): stamp_floor, indexed by
 // the low 14 bits of the KeyHash, is the highest stamp issued to any key of
@@ -230,7 +232,8 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
             } else {
                 meta.vn32 = next_stamp.execute(meta.slot);
             }
-            meta.coh_version = (bit<64>)meta.vn32;
+            // The entry's incarnation above the version (wire.MakeStamp).
+            meta.coh_version = meta.slot_ver[63:48] ++ 16w0 ++ meta.vn32;
             fresh_chain.execute(meta.slot);
             floor_raise.execute(fi);
         } else if (meta.coh_cmd == COH_COMPLETE) {
