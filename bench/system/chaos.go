@@ -71,14 +71,14 @@ func RunChaos(ctx context.Context, e ChaosExperiment) (ChaosResults, error) {
 		return res, err
 	}
 	c, err := cluster.Start(cluster.Options{N: 4, R: 3, Dir: e.Dir, Proxy: true, Seed: e.Seed,
-		Controller: true, Round: 100 * time.Millisecond,
+		Controller: true, Controllers: 3, Round: 100 * time.Millisecond,
 		Node: func(o *storagenode.Options) { o.RetransmitAfter = 30 * time.Millisecond }})
 	if err != nil {
 		return res, err
 	}
 	defer c.Close()
 	pl, err := c.StartPlane(ctx, cluster.PlaneConfig{Schema: schema,
-		Controller: cluster.ControllerConfig{Round: 100 * time.Millisecond, CoarseEpoch: time.Minute, Log: e.ControlLog}})
+		Controller: cluster.ControllerConfig{Round: 100 * time.Millisecond, CoarseEpoch: time.Minute, Log: e.ControlLog}, Replicas: 3})
 	if err != nil {
 		return res, err
 	}
