@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -162,6 +163,12 @@ func (c *Cluster) chaosKill(ctx context.Context, pl *Plane, role, victim int, do
 		time.Sleep(down)
 		return pl.ReviveSwitch()
 	case "leader":
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := pl.WaitLeader(wctx) // not in the middle of an election
+		cancel()
+		if err != nil {
+			return err
+		}
 		i, err := pl.KillLeader()
 		if err != nil {
 			return err
@@ -252,16 +259,25 @@ func (c *Cluster) Settle(ctx context.Context, pl *Plane, within time.Duration) e
 			lead = pl.View()
 		}
 		m := lead.Layout()
-		ok := len(m.Down()) == 0 && lead.Serving()
-		for i := range c.N() {
-			n := c.Node(i)
-			ok = ok && n != nil && n.Ready() && n.Layout().Epoch() == m.Epoch()
+		var behind []string
+		if !lead.Serving() {
+			behind = append(behind, "no controller leads and serves")
 		}
-		if ok {
+		for i := range c.N() {
+			switch n := c.Node(i); {
+			case n == nil:
+				behind = append(behind, fmt.Sprintf("node %d stopped", i+1))
+			case !n.Ready():
+				behind = append(behind, fmt.Sprintf("node %d not ready", i+1))
+			case n.Layout().Epoch() != m.Epoch():
+				behind = append(behind, fmt.Sprintf("node %d at epoch %d", i+1, n.Layout().Epoch()))
+			}
+		}
+		if len(m.Down()) == 0 && len(behind) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("cluster: not healed within %v (down %v, epoch %d)", within, m.Down(), m.Epoch())
+			return fmt.Errorf("cluster: not healed within %v (down %v, epoch %d; %s)", within, m.Down(), m.Epoch(), strings.Join(behind, ", "))
 		}
 		select {
 		case <-time.After(20 * time.Millisecond):
