@@ -72,6 +72,10 @@ type Options struct {
 	// 1): a plane with PlaneConfig.Replicas up to this many raft-replicated
 	// controllers; the nodes report to whichever leads and gossip with all.
 	Controllers int
+	// FailureTimeout is the nodes' and the plane's controller's gossip
+	// failure timeout (0: gossip.DefaultFailureTimeout), after which the
+	// controller splices a silent node out of its chains.
+	FailureTimeout time.Duration
 }
 
 // Cluster is a running in-process cluster.
@@ -235,6 +239,7 @@ func (c *Cluster) start(i int) error {
 	if c.opts.Controller {
 		cfg.Controller, cfg.ReportEvery = strings.Join(c.apis, ","), c.opts.Round
 		cfg.GossipBind, cfg.GossipSeeds = gossip.DefaultNodeBind, c.gossips
+		cfg.FailureTimeout = c.opts.FailureTimeout
 	}
 	var n *Node
 	var err error

@@ -67,6 +67,9 @@ type Stats struct {
 	// and mean wait.
 	DeviceProfile string               `json:"device_profile"`
 	Device        []gossip.DeviceClass `json:"device"`
+	// CPU is the node's emulated processor (device.CPU; zero without one):
+	// client requests booked, their processor time and their queue wait.
+	CPU device.CPUStats `json:"cpu"`
 	// QoS is per tenant the dmClock scheduling, for every tenant seen or
 	// given a policy (qos.go); QoSOn says whether requests go through it.
 	QoSOn bool        `json:"qos_on"`
@@ -121,6 +124,9 @@ func (n *Node) Stats() Stats {
 		RxPackets: n.ctr.rxPackets.Load(), TxPackets: n.ctr.txPackets.Load(), SyncedKeys: n.ctr.syncKeys.Load(),
 		CacheBytes: n.opts.CacheBytes, DeviceProfile: n.opts.Device.Name,
 		Device: deviceClasses(n.dev.Stats(), device.Stats{}),
+	}
+	if n.admit.cpu != nil {
+		s.CPU = n.admit.cpu.Stats()
 	}
 	s.Promoted, s.Copies = n.copies.counts()
 	s.QoSOn, s.QoS = n.admit.qos.on.Load(), n.QoSStats()
@@ -206,6 +212,8 @@ var (
 	descDevBusy  = prometheus.NewDesc("netdir_node_device_busy_seconds_total", "Device time (service plus transfer) by class.", []string{"node", "class"}, nil)
 	descDevWait  = prometheus.NewDesc("netdir_node_device_wait_seconds_total", "Time I/Os queued for the device by class.", []string{"node", "class"}, nil)
 	descTreeBusy = prometheus.NewDesc("netdir_node_tree_device_busy_seconds_total", "Device time per tree by class.", []string{"node", "tree", "class"}, nil)
+	descCPUBusy  = prometheus.NewDesc("netdir_node_cpu_busy_seconds_total", "Emulated processor time of client requests (the device profile's per-request time).", []string{"node"}, nil)
+	descCPUWait  = prometheus.NewDesc("netdir_node_cpu_wait_seconds_total", "Time client requests queued for the emulated processor.", []string{"node"}, nil)
 
 	descQoSQueued    = prometheus.NewDesc("netdir_node_qos_queued", "Requests waiting in the tenant's dmClock queue.", []string{"node", "tenant"}, nil)
 	descQoSInflight  = prometheus.NewDesc("netdir_node_qos_inflight", "The tenant's requests admitted and not yet handled.", []string{"node", "tenant"}, nil)
@@ -216,7 +224,7 @@ var (
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descRetransmits,
-		descDevSlots, descDevIOs, descDevBytes, descDevBusy, descDevWait, descTreeBusy,
+		descDevSlots, descDevIOs, descDevBytes, descDevBusy, descDevWait, descTreeBusy, descCPUBusy, descCPUWait,
 		descQoSQueued, descQoSInflight, descQoSServed, descQoSThrottled, descQoSDelay} {
 		ch <- d
 	}
@@ -245,6 +253,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDevBusy, prometheus.CounterValue, d.Busy.Seconds(), id, d.Class)
 		ch <- prometheus.MustNewConstMetric(descDevWait, prometheus.CounterValue, d.Wait.Seconds(), id, d.Class)
 	}
+	ch <- prometheus.MustNewConstMetric(descCPUBusy, prometheus.CounterValue, s.CPU.Busy.Seconds(), id)
+	ch <- prometheus.MustNewConstMetric(descCPUWait, prometheus.CounterValue, s.CPU.Wait.Seconds(), id)
 	ch <- prometheus.MustNewConstMetric(descLoad, prometheus.GaugeValue, float64(s.Load), id)
 	ch <- prometheus.MustNewConstMetric(descOps, prometheus.CounterValue, float64(s.Gets), id, "get")
 	ch <- prometheus.MustNewConstMetric(descOps, prometheus.CounterValue, float64(s.Puts), id, "put")
