@@ -28,7 +28,7 @@ type TreeStats struct {
 	CompactionRate    int64         `json:"compaction_rate"`          // paced bytes/s granted now (the pool's if pooled; 0: unthrottled)
 	CompactionPooled  bool          `json:"compaction_pooled"`        // below the floor: paced by the shared pool, first come first served
 	CompactionDebt    uint64        `json:"compaction_debt_bytes"`    // Pebble's estimated compaction debt
-	UnpacedBytes      uint64        `json:"unpaced_compaction_bytes"` // compaction bytes exempt from pacing (L0)
+	UnpacedBytes      uint64        `json:"unpaced_compaction_bytes"` // compaction bytes exempt from pacing (deep L0: L0Urgent files)
 	ThrottledTime     time.Duration `json:"throttled_ns"`
 	FlushBytes        uint64        `json:"flush_bytes"`
 	DiskBytes         uint64        `json:"disk_bytes"`
@@ -41,26 +41,31 @@ type TreeStats struct {
 
 // Stats is a node's counters.
 type Stats struct {
-	ID          uint16      `json:"id"`
-	Ready       bool        `json:"ready"`
-	Load        uint16      `json:"load"` // queue depth
-	Gets        uint64      `json:"gets"`
-	Puts        uint64      `json:"puts"`
-	Dels        uint64      `json:"dels"`
-	Errors      uint64      `json:"errors"`
-	QueueFull   uint64      `json:"queue_full"`
-	DupWrites   uint64      `json:"dup_writes"`
-	Noops       uint64      `json:"noops"` // no-op versions made for stamped duplicates
-	Retransmits uint64      `json:"retransmits"`
-	VerQueries  uint64      `json:"ver_queries"`
-	RxPackets   uint64      `json:"rx_packets"`
-	TxPackets   uint64      `json:"tx_packets"`
-	SyncedKeys  uint64      `json:"synced_keys"`
-	Pending     int         `json:"pending"`  // uncommitted writes at this head
-	Promoted    int         `json:"promoted"` // keys this node heads that are promoted
-	Copies      int         `json:"copies"`   // extra copies held
-	CacheBytes  int64       `json:"cache_bytes"`
-	Trees       []TreeStats `json:"trees"`
+	ID          uint16 `json:"id"`
+	Ready       bool   `json:"ready"`
+	Load        uint16 `json:"load"` // queue depth
+	Gets        uint64 `json:"gets"`
+	Puts        uint64 `json:"puts"`
+	Dels        uint64 `json:"dels"`
+	Errors      uint64 `json:"errors"`
+	QueueFull   uint64 `json:"queue_full"`
+	DupWrites   uint64 `json:"dup_writes"`
+	Noops       uint64 `json:"noops"` // no-op versions made for stamped duplicates
+	Retransmits uint64 `json:"retransmits"`
+	VerQueries  uint64 `json:"ver_queries"`
+	RxPackets   uint64 `json:"rx_packets"`
+	TxPackets   uint64 `json:"tx_packets"`
+	SyncedKeys  uint64 `json:"synced_keys"`
+	Pending     int    `json:"pending"`  // uncommitted writes at this head
+	Promoted    int    `json:"promoted"` // keys this node heads that are promoted
+	Copies      int    `json:"copies"`   // extra copies held
+	CacheBytes  int64  `json:"cache_bytes"`
+	// BlockCacheHits and BlockCacheMisses count the lookups of the node's
+	// block cache (shared by its trees) since it started: index, filter
+	// and data blocks of user reads (compactions bypass the cache).
+	BlockCacheHits   uint64      `json:"block_cache_hits"`
+	BlockCacheMisses uint64      `json:"block_cache_misses"`
+	Trees            []TreeStats `json:"trees"`
 	// DeviceProfile names the node's device profile; Device is the
 	// device since the node started, per I/O class (read, wal, flush,
 	// compaction): I/Os, bytes, busy time and queue wait, utilisation
@@ -162,6 +167,9 @@ func (n *Node) Stats() Stats {
 			ts.DiskBytes = m.DiskSpaceUsage()
 			ts.MemTableBytes = m.MemTable.Size
 			ts.CompactionDebt = m.Compact.EstimatedDebt
+			if len(s.Trees) == 0 { // the cache is the node's: any tree's metrics show it
+				s.BlockCacheHits, s.BlockCacheMisses = uint64(max(0, m.BlockCache.Hits)), uint64(max(0, m.BlockCache.Misses))
+			}
 		}
 		s.Trees = append(s.Trees, ts)
 	}

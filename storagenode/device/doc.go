@@ -35,6 +35,23 @@
 // queues behind the read: a read waits for one chunk, never for the whole
 // compaction.
 //
+// # The page cache
+//
+// Pebble's own I/O is small (4 KiB blocks, bufio's 4 KiB writes), but a
+// disk beneath the kernel sees larger I/Os, and the model follows the
+// kernel (fs.go's file): a compaction input, opened for sequential reads
+// (POSIX_FADV_SEQUENTIAL, which doubles Linux's 128 KiB readahead), reads
+// ahead one ChunkBytes at a time and its reads inside the window cost
+// nothing; and writes are written back, one device write per ChunkBytes
+// dirtied (the writer waits for it, as the kernel throttles a writer that
+// outruns its disk), the rest at the next sync: a synced WAL commit is one
+// device write, not a write and a sync; a sync with nothing dirty is a
+// write of no bytes. User
+// reads are random (POSIX_FADV_RANDOM: no readahead) and pay per block.
+// Without this, a compaction read paid a read service time per 4 KiB
+// block whenever a user read cut in, so compaction crawled at 4 KiB per
+// service time in one slot and never took the device from reads.
+//
 // Time is virtual: Book places an I/O in the device's future under a
 // mutex, and Do sleeps on the Clock until the booking ends. Waiting costs
 // no CPU, and a goroutine that wakes late does not delay the device's
