@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -13,10 +14,18 @@ import (
 	"github.com/netdir/netdir/wire"
 )
 
-// ChaosRoles are the positions of a key's chain a chaos run kills, in
-// turn: its head, a middle member, its tail, and a node outside the chain
-// (the extra that holds the key's copy while it is promoted).
-var ChaosRoles = []string{"head", "middle", "tail", "extra"}
+// ChaosRoles are what a chaos run kills: the positions of a key's chain
+// (its head, a middle member, its tail, and a node outside the chain: the
+// extra that holds the key's copy while it is promoted), the switch, and
+// the raft leader of the controllers (with PlaneConfig.Replicas > 1).
+var ChaosRoles = []string{"head", "middle", "tail", "extra", "switch", "leader"}
+
+// chaosRole is the role of history i: every block of as many histories as
+// there are roles kills each role once, in a random order.
+func chaosRole(seed uint64, i, roles int) int {
+	perm := rand.New(rand.NewPCG(seed, uint64(i/roles)|1<<32)).Perm(roles)
+	return perm[i%roles]
+}
 
 // ChaosConfig is a chaos run (issue 15, item 6): histories of concurrent
 // clients, each while a node is killed and restarted, with the proxies'
@@ -47,7 +56,7 @@ type ChaosResult struct {
 	Histories, Ops, Undecided int
 	Violations                int      // histories Porcupine or the version check refuses
 	Acked, Lost               int      // keys with an acknowledged write; of those, lost
-	Kills                     [4]int   // per ChaosRoles
+	Kills                     [6]int   // per ChaosRoles
 	Pins                      int      // keys the controller promoted during the histories
 	Failures                  []string // each violation or loss, with its history
 }
@@ -74,19 +83,18 @@ func (c *Cluster) Chaos(ctx context.Context, cfg ChaosConfig) (ChaosResult, erro
 		if len(cfg.Faults) > 0 {
 			c.SetFaults(cfg.Faults[i%len(cfg.Faults)])
 		}
-		role := i % len(ChaosRoles)
+		roles := len(ChaosRoles)
+		if cfg.Plane.Controllers() < 3 {
+			roles-- // no raft leader to kill
+		}
+		role := chaosRole(cfg.Seed, i, roles)
 		victim := c.chaosVictim(cfg.Plane, hc.Key(0), role)
 		res.Kills[role]++
 		down := cfg.Down[0] + time.Duration(rng.Int64N(int64(cfg.Down[1]-cfg.Down[0])+1))
 		killed := make(chan error, 1)
 		go func(delay time.Duration) {
 			time.Sleep(delay)
-			if err := c.Crash(victim); err != nil {
-				killed <- err
-				return
-			}
-			time.Sleep(down)
-			killed <- c.Restart(victim)
+			killed <- c.chaosKill(ctx, cfg.Plane, role, victim, down)
 		}(time.Duration(rng.IntN(100)) * time.Millisecond)
 		stop := make(chan struct{})
 		pins := make(chan int)
@@ -103,6 +111,9 @@ func (c *Cluster) Chaos(ctx context.Context, cfg ChaosConfig) (ChaosResult, erro
 		res.Histories++
 		res.Ops += len(h.Ops)
 		what := fmt.Sprintf("history %d (seed %d, %s node %d killed for %v)", i, cfg.Seed, ChaosRoles[role], victim+1, down.Round(time.Millisecond))
+		if victim < 0 {
+			what = fmt.Sprintf("history %d (seed %d, %s killed for %v)", i, cfg.Seed, ChaosRoles[role], down.Round(time.Millisecond))
+		}
 		lin, info := porcupine.CheckOperationsVerbose(KVModel, h.Ops, cfg.Check)
 		switch lin {
 		case porcupine.Illegal:
@@ -136,15 +147,51 @@ func (c *Cluster) Chaos(ctx context.Context, cfg ChaosConfig) (ChaosResult, erro
 		for _, l := range lost {
 			res.Failures = append(res.Failures, fmt.Sprintf("%s: write lost: %s", what, l))
 		}
-		cfg.Log("%s: %d ops, %d keys acknowledged, %d lost; epoch %d", what, len(h.Ops), len(h.Acked), len(lost), cfg.Plane.Controller.Layout().Epoch())
+		cfg.Log("%s: %d ops, %d keys acknowledged, %d lost; epoch %d", what, len(h.Ops), len(h.Acked), len(lost), cfg.Plane.View().Layout().Epoch())
 	}
 	return res, nil
 }
 
+// chaosKill kills the role's victim (a node, 0-based, for the chain's
+// roles), waits down, and starts it again.
+func (c *Cluster) chaosKill(ctx context.Context, pl *Plane, role, victim int, down time.Duration) error {
+	switch ChaosRoles[role] {
+	case "switch":
+		if err := pl.KillSwitch(); err != nil {
+			return err
+		}
+		time.Sleep(down)
+		return pl.ReviveSwitch()
+	case "leader":
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := pl.WaitLeader(wctx) // not in the middle of an election
+		cancel()
+		if err != nil {
+			return err
+		}
+		i, err := pl.KillLeader()
+		if err != nil {
+			return err
+		}
+		time.Sleep(down)
+		return pl.RestartController(ctx, i)
+	}
+	if err := c.Crash(victim); err != nil {
+		return err
+	}
+	time.Sleep(down)
+	return c.Restart(victim)
+}
+
 // chaosVictim is the node (0-based) at role in key's chain of the
-// controller's layout; the extra is the first node outside it.
+// controller's layout; the extra is the first node outside it; -1 for the
+// switch and the leader.
 func (c *Cluster) chaosVictim(pl *Plane, key string, role int) int {
-	lay := pl.Controller.Layout()
+	switch ChaosRoles[role] {
+	case "switch", "leader":
+		return -1
+	}
+	lay := pl.View().Layout()
 	ch := lay.ChainOf(wire.HashKey([]byte(key)))
 	switch ChaosRoles[role] {
 	case "head":
@@ -172,7 +219,9 @@ func promoteAtRandom(ctx context.Context, pl *Plane, hc HistoryConfig, seed uint
 	defer func() {
 		for k := range pinned {
 			uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_ = pl.Controller.Unpin(uctx, []byte(k))
+			if lead, err := pl.WaitLeader(uctx); err == nil {
+				_ = lead.Unpin(uctx, []byte(k))
+			}
 			cancel()
 		}
 	}()
@@ -183,12 +232,16 @@ func promoteAtRandom(ctx context.Context, pl *Plane, hc HistoryConfig, seed uint
 		case <-time.After(time.Duration(5+r.IntN(20)) * time.Millisecond):
 		}
 		k := hc.Key(r.IntN(hc.Keys))
+		lead := pl.Lead()
+		if lead == nil {
+			continue // a failover: no leader yet
+		}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if pinned[k] {
-			if pl.Controller.Unpin(pctx, []byte(k)) == nil {
+			if lead.Unpin(pctx, []byte(k)) == nil {
 				delete(pinned, k)
 			}
-		} else if _, err := pl.Controller.Pin(pctx, []byte(k)); err == nil {
+		} else if _, err := lead.Pin(pctx, []byte(k)); err == nil {
 			pinned[k] = true
 			pins++
 		}
@@ -196,22 +249,35 @@ func promoteAtRandom(ctx context.Context, pl *Plane, hc HistoryConfig, seed uint
 	}
 }
 
-// Settle waits until every node is back in the controller's layout,
-// serving at its epoch.
+// Settle waits until a controller leads and has programmed the switch,
+// and every node is back in its layout, serving at its epoch.
 func (c *Cluster) Settle(ctx context.Context, pl *Plane, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
-		m := pl.Controller.Layout()
-		ok := len(m.Down()) == 0
-		for i := range c.N() {
-			n := c.Node(i)
-			ok = ok && n != nil && n.Ready() && n.Layout().Epoch() == m.Epoch()
+		lead := pl.Lead()
+		if lead == nil {
+			lead = pl.View()
 		}
-		if ok {
+		m := lead.Layout()
+		var behind []string
+		if !lead.Serving() {
+			behind = append(behind, "no controller leads and serves")
+		}
+		for i := range c.N() {
+			switch n := c.Node(i); {
+			case n == nil:
+				behind = append(behind, fmt.Sprintf("node %d stopped", i+1))
+			case !n.Ready():
+				behind = append(behind, fmt.Sprintf("node %d not ready", i+1))
+			case n.Layout().Epoch() != m.Epoch():
+				behind = append(behind, fmt.Sprintf("node %d at epoch %d", i+1, n.Layout().Epoch()))
+			}
+		}
+		if len(m.Down()) == 0 && len(behind) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("cluster: not healed within %v (down %v, epoch %d)", within, m.Down(), m.Epoch())
+			return fmt.Errorf("cluster: not healed within %v (down %v, epoch %d; %s)", within, m.Down(), m.Epoch(), strings.Join(behind, ", "))
 		}
 		select {
 		case <-time.After(20 * time.Millisecond):

@@ -16,14 +16,16 @@ var chaosSeed = flag.Uint64("chaos-seed", 1, "seed of TestChaos")
 
 // TestChaos is the bounded chaos suite (issue 15, item 6; the long form is
 // `netdir bench --experiment chaos`): histories of clients through the
-// switch while the node at the head, the middle, the tail of a key's chain
-// or its extra is killed and restarted, with datagram loss, delay and
-// reordering on every node's traffic and the controller pinning and
-// unpinning the keys. No history may be non-linearizable and no
-// acknowledged write may be lost.
+// switch while one of these, picked at random, is killed and restarted:
+// the node at the head, the middle, the tail of a key's chain or its
+// extra, the switch (which comes back empty), or the leader of the three
+// raft-replicated controllers; with datagram loss, delay and reordering on
+// every node's traffic and the leader pinning and unpinning the keys. No
+// history may be non-linearizable and no acknowledged write may be lost.
+// The first 6 histories kill each of the six once.
 func TestChaos(t *testing.T) {
 	c, err := cluster.Start(cluster.Options{N: 4, R: 3, Dir: t.TempDir(), Proxy: true, Seed: *chaosSeed,
-		Controller: true, Round: 100 * time.Millisecond,
+		Controller: true, Controllers: 3, Round: 100 * time.Millisecond,
 		Node: func(o *storagenode.Options) { o.RetransmitAfter = 30 * time.Millisecond }})
 	if err != nil {
 		t.Fatal(err)
@@ -38,14 +40,14 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	pl, err := c.StartPlane(ctx, cluster.PlaneConfig{Schema: schema,
-		Controller: cluster.ControllerConfig{Round: 100 * time.Millisecond, CoarseEpoch: time.Minute}})
+		Controller: cluster.ControllerConfig{Round: 100 * time.Millisecond, CoarseEpoch: time.Minute}, Replicas: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pl.Close()
 	histories := 8
 	if testing.Short() {
-		histories = 4
+		histories = 6
 	}
 	res, err := c.Chaos(ctx, cluster.ChaosConfig{Histories: histories, Seed: *chaosSeed, Plane: pl,
 		History: cluster.HistoryConfig{Clients: 4, OpsPer: 30, Keys: 3, Gets: 45, Puts: 40, OpTimeout: 5 * time.Second,

@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,6 +68,10 @@ type Options struct {
 	// --controller --gossip-seeds` does.
 	Controller bool
 	Round      time.Duration
+	// Controllers is how many controllers' addresses to reserve (default
+	// 1): a plane with PlaneConfig.Replicas up to this many raft-replicated
+	// controllers; the nodes report to whichever leads and gossip with all.
+	Controllers int
 	// FailureTimeout is the nodes' and the plane's controller's gossip
 	// failure timeout (0: gossip.DefaultFailureTimeout), after which the
 	// controller splices a silent node out of its chains.
@@ -83,8 +88,9 @@ type Cluster struct {
 	proxies []*Proxy
 	sw      *Switch
 	swProxy *Proxy
-	// The controller's reserved addresses (Options.Controller).
-	api, gossip string
+	// The controllers' reserved addresses (Options.Controller), one of
+	// each per replica (Options.Controllers): API, gossip and raft.
+	apis, gossips, rafts []string
 }
 
 // Start starts the cluster and waits until every node serves.
@@ -207,12 +213,16 @@ func (c *Cluster) reserveControl() error {
 		}
 		c.opts.DataPlane = a.String()
 	}
-	var err error
-	if c.api, err = freeTCP(); err != nil {
-		return err
+	for range max(c.opts.Controllers, 1) {
+		for _, l := range []*[]string{&c.apis, &c.gossips, &c.rafts} {
+			a, err := freeTCP()
+			if err != nil {
+				return err
+			}
+			*l = append(*l, a)
+		}
 	}
-	c.gossip, err = freeTCP()
-	return err
+	return nil
 }
 
 func (c *Cluster) start(i int) error {
@@ -227,8 +237,8 @@ func (c *Cluster) start(i int) error {
 	}
 	cfg := NodeConfig{Storage: so, Log: so.Logger}
 	if c.opts.Controller {
-		cfg.Controller, cfg.ReportEvery = c.api, c.opts.Round
-		cfg.GossipBind, cfg.GossipSeeds = gossip.DefaultNodeBind, []string{c.gossip}
+		cfg.Controller, cfg.ReportEvery = strings.Join(c.apis, ","), c.opts.Round
+		cfg.GossipBind, cfg.GossipSeeds = gossip.DefaultNodeBind, c.gossips
 		cfg.FailureTimeout = c.opts.FailureTimeout
 	}
 	var n *Node

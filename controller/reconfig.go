@@ -163,45 +163,45 @@ func (c *Controller) MemberChanged(name string, alive bool) {
 }
 
 // RunReconfig splices out the nodes that gossip declares dead and adds
-// back, as tails, the spliced-out nodes that rejoin, until ctx ends. With
+// back, as tails, the spliced-out nodes that rejoin, until ctx ends. It
+// keeps each node's last known liveness and, every reconcileEvery while
+// this controller leads, brings the layout in line with it: a change that
+// a replica heard while it followed (and could not apply), or that failed
+// during a failover, is applied by whichever controller leads next. With
 // Config.SpareAfter, a node down that long (as this controller saw it: a
 // new leader counts from when it took the layout) is replaced by spares.
 func (c *Controller) RunReconfig(ctx context.Context) {
-	var tick <-chan time.Time
-	if c.cfg.SpareAfter > 0 {
-		t := time.NewTicker(min(c.cfg.SpareAfter/4, time.Second))
-		defer t.Stop()
-		tick = t.C
-	}
+	alive := map[wire.NodeID]bool{}
 	since := map[wire.NodeID]time.Time{} // nodes down, from when this controller saw them so
+	t := time.NewTicker(reconcileEvery)
+	defer t.Stop()
+	var last error
 	for {
-		var mc memberChange
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-tick:
-			c.replaceDown(ctx, since, now)
+		case mc := <-c.members:
+			var id wire.NodeID
+			if _, err := fmt.Sscanf(mc.name, "node-%d", &id); err != nil {
+				continue // the controller, an agent
+			}
+			if _, ok := c.Layout().Node(id); !ok {
+				continue
+			}
+			alive[id] = mc.alive
+		case now := <-t.C:
+			if c.cfg.SpareAfter > 0 {
+				c.replaceDown(ctx, since, now)
+			}
+		}
+		if c.Leading() != nil {
 			continue
-		case mc = <-c.members:
 		}
-		var id wire.NodeID
-		if _, err := fmt.Sscanf(mc.name, "node-%d", &id); err != nil {
-			continue // the controller, an agent
+		err := c.reconcile(ctx, alive)
+		if err != nil && ctx.Err() == nil && (last == nil || err.Error() != last.Error()) {
+			c.log.Warn("reconfiguration", "err", err)
 		}
-		if _, ok := c.Layout().Node(id); !ok {
-			continue
-		}
-		down := slices.Contains(c.Layout().Down(), id)
-		var err error
-		switch {
-		case !mc.alive && !down:
-			err = c.NodeDown(ctx, id)
-		case mc.alive && down:
-			err = c.NodeUp(ctx, id)
-		}
-		if err != nil && ctx.Err() == nil {
-			c.log.Warn("reconfiguration", "node", id, "alive", mc.alive, "err", err)
-		}
+		last = err
 	}
 }
 
@@ -285,4 +285,51 @@ func (c *Controller) RunAdopt(ctx context.Context, learned <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// reconcileEvery is how often the leader checks the layout against the
+// nodes' liveness.
+const reconcileEvery = 250 * time.Millisecond
+
+// reconcile splices out each node known dead and still in its chains, and
+// adds back each node known alive and spliced out; Reconcile decides.
+func (c *Controller) reconcile(ctx context.Context, alive map[wire.NodeID]bool) error {
+	var errs []error
+	for _, ch := range Reconcile(c.Layout(), alive) {
+		var err error
+		if ch.Alive {
+			err = c.NodeUp(ctx, ch.Node)
+		} else {
+			err = c.NodeDown(ctx, ch.Node)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("node %d (alive %v): %w", ch.Node, ch.Alive, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LivenessChange is a node to splice out (Alive false) or to add back as
+// a tail (Alive true).
+type LivenessChange struct {
+	Node  wire.NodeID
+	Alive bool
+}
+
+// Reconcile is the changes that bring layout m in line with the nodes'
+// last known liveness, in node order; nodes of unknown liveness are left
+// as they are.
+func Reconcile(m *layout.Map, alive map[wire.NodeID]bool) []LivenessChange {
+	var out []LivenessChange
+	down := m.Down()
+	for _, n := range m.Nodes() {
+		a, ok := alive[n]
+		if !ok {
+			continue
+		}
+		if isDown := slices.Contains(down, n); a == isDown {
+			out = append(out, LivenessChange{Node: n, Alive: a})
+		}
+	}
+	return out
 }

@@ -34,6 +34,8 @@ VERIFY=(
   "fail-tail-1x|-DNE=1 -DFAIL_TAIL -DWMAX=1 -DPROG3=PR_R"
   "switch-loss-1x|-DNE=1 -DSWLOSS -DWMAX=1 -DPROG3=PR_R"
   "failover-1x|-DNE=1 -DFAILOVER -DWMAX=1 -DPROG3=PR_R"
+  "fail-mid-1x|-DNE=1 -DFAIL_MID -DWMAX=1 -DPROG3=PR_R"
+  "fail-head-1x|-DNE=1 -DFAIL_HEAD -DWMAX=1 -DPROG3=PR_R -DRETX=0"
 )
 
 # Mutants of the fixed protocol: name | flags. Each must be caught.
@@ -55,6 +57,9 @@ MUTANTS=(
   "no-takeover|-DMUT_NO_TAKEOVER -DFAILOVER -DNE=1 -DWMAX=1 -DPROG3=PR_R"
   "stale-leader|-DMUT_STALE_LEADER -DFAILOVER -DNE=1 -DWMAX=1 -DPROG3=PR_R"
   "no-incarnation-check|-DMUT_NO_INC_CHECK -DSWLOSS -DNE=1 -DWMAX=1 -DPROG3=PR_R"
+  "mid-no-resend|-DMUT_NO_RESEND -DFAIL_MID -DNE=1 -DWMAX=1 -DPROG3=PR_R -DFAULTS=0"
+  "head-no-adopt-pending|-DMUT_NO_ADOPT_PENDING -DFAIL_HEAD -DNE=1 -DWMAX=1 -DPROG3=PR_R"
+  "head-no-adopt-dedup|-DMUT_NO_ADOPT_DEDUP -DFAIL_HEAD -DNE=1 -DWMAX=1 -DPROG3=PR_R"
 )
 
 # Weakenings that Spin shows to be redundant in the fixed protocol (within

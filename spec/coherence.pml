@@ -185,6 +185,28 @@ byte tclean;                    /* tail (setClean only, never dirty) */
  * the chain, 1 T dead and spliced out, 2 T back (once per run). */
 byte tst;
 #define TUP (tst != 1)
+/* -DFAIL_MID, -DFAIL_HEAD: the middle M, or the head H, dies and is spliced
+ * out (layout epoch+1, chain H T or M T), once per run, at any time; the
+ * node does not come back (a rejoin is as a tail: -DFAIL_TAIL). mst: 0 all
+ * in the chain, 1 M's place gone. With FAIL_HEAD, M takes over as head: its
+ * state moves into the head's variables (hclean, hdirty, hpend, prid, dd),
+ * and M's place is what is gone, so both failures leave the chain "H T". */
+#if defined(FAIL_MID) || defined(FAIL_HEAD)
+byte mst;
+#define MGONE (mst == 1)
+#define HSUCC (MGONE -> T : M)          /* the head's successor */
+#define TPRED (MGONE -> H : M)          /* the tail's predecessor */
+#else
+#define MGONE 0
+#define HSUCC M
+#define TPRED M
+#endif
+#ifdef FAIL_HEAD
+byte mrid[MAXV+1];              /* middle: request id of its version v (version.ReqID) */
+#define MREAD 1                 /* a read routed to M reaches the new head */
+#else
+#define MREAD (!MGONE)
+#endif
 #define TAILC (TUP -> tclean : mclean)  /* the committed version at the tail */
 byte ex[NE];                    /* extras: 0 = no copy, else held version + 1 */
 byte exmax[NE];                 /* extras: highest version ever held (FIX_MONO) */
@@ -330,7 +352,7 @@ inline dp_write(c) {
 /* directory.(*Directory).get: the DP may send a read to node n. A hit goes
  * to a fresh LocationList member (the chain is always fresh); a miss to a
  * chain member (CRAQ). */
-#define CANREAD(n) (((n) < X && ((n) != T || TUP)) || ((n) >= X && cached && (fresh & BIT((n)-X))))
+#define CANREAD(n) (((n) < X && ((n) != T || TUP) && ((n) != M || MREAD)) || ((n) >= X && cached && (fresh & BIT((n)-X))))
 
 /* directory.(*Directory).vsb, extra case: set e's fresh bit only if the key
  * is cached, no write is pending and v == ver_done. */
@@ -401,7 +423,7 @@ inline noop(v) {
 #ifdef FIX_FORWARD
 	if :: promoted -> pprom = pprom | BIT(v) :: else -> pprom = pprom & ~BIT(v) fi;
 #endif
-	send(MK(CW, M, v, promoted, NORID))
+	send(MK(CW, HSUCC, v, promoted, NORID))
 }
 
 /* storagenode (*shard).write at the head. */
@@ -413,7 +435,7 @@ inline head_write(msg) {
 		if
 		:: (dd[j] >> 4) != 1 -> send(MK(ER, j, (dd[j] >> 4) - 1, 0, 0))
 		:: (dd[j] >> 4) == 1 && (hpend & BIT(dd[j] & 15)) ->
-			send(MK(CW, M, dd[j] & 15, REFWD(dd[j] & 15), prid[dd[j] & 15]))
+			send(MK(CW, HSUCC, dd[j] & 15, REFWD(dd[j] & 15), prid[dd[j] & 15]))
 		:: else -> send(MK(PR, j, dd[j] & 15, 0, 0))
 		fi;
 #ifndef MUT_NO_NOOP_VERSION
@@ -462,7 +484,7 @@ inline head_write(msg) {
 #ifdef FIX_FORWARD
 				if :: promoted -> pprom = pprom | BIT(v0) :: else -> pprom = pprom & ~BIT(v0) fi;
 #endif
-				send(MK(CW, M, v0, promoted, j))   /* (*shard).forward */
+				send(MK(CW, HSUCC, v0, promoted, j))   /* (*shard).forward */
 			fi
 		fi
 #ifndef MUT_NO_DEDUP
@@ -474,8 +496,12 @@ inline head_write(msg) {
 inline chain_write(msg) {
 	v0 = F2(msg);
 	if
+	:: F1(msg) == M && MGONE -> skip        /* to a dead M, or to M now heading (pos 0): dropped */
 	:: F1(msg) == M && TUP ->
 		if :: v0 > mclean -> mdirty = mdirty | BIT(v0) :: else fi;
+#ifdef FAIL_HEAD
+		mrid[v0] = F4(msg);
+#endif
 		send(MK(CW, T, v0, F3(msg), F4(msg)))
 	:: F1(msg) == M ->              /* M is the tail while T is spliced out */
 		if :: v0 > mclean -> mclean = v0; mdirty = mdirty & ~UPTO(v0) :: else fi;
@@ -487,7 +513,7 @@ inline chain_write(msg) {
 		max2(tclean, v0);
 		if :: F4(msg) != NORID -> send(MK(PR, F4(msg), v0, 0, 0)) :: else fi;   /* a no-op: no requester */
 		if :: F3(msg) -> announce(tclean) :: else fi;
-		send(MK(ACK, M, v0, 0, 0))
+		send(MK(ACK, TPRED, v0, 0, 0))
 	fi
 }
 
@@ -532,6 +558,7 @@ inline node_get(msg) {
 		:: else -> send(MK(GR, F2(msg), ex[F1(msg)-X]-1, 1, 0))
 		fi
 	:: F1(msg) == T && tst == 1 -> skip         /* to a dead node: lost */
+	:: F1(msg) == M && MGONE -> skip            /* to a dead M: lost */
 	:: F1(msg) == T -> send(MK(GR, F2(msg), tclean, 1, 0))
 	:: F1(msg) == M && !TUP -> latest(mdirty, mclean); send(MK(GR, F2(msg), lt, 1, 0))  /* a tail serves its latest */
 	:: F1(msg) == H && (hdirty == 0 || MUT_DRC) -> send(MK(GR, F2(msg), hclean, 1, 0))
@@ -674,14 +701,23 @@ inline pmsg(x) {
 	fi
 }
 
+/* -DFAIL_HEAD: once H is spliced out, a read or an ack addressed to M
+ * reaches M as the head (the head's variables); -DFAIL_MID: to a dead M,
+ * dropped (deliver). */
+#ifdef FAIL_HEAD
+#define TOHEAD(x) if :: F1(x) == M && MGONE -> x = MK(TY(x), H, F2(x), F3(x), F4(x)) :: else fi
+#else
+#define TOHEAD(x) skip
+#endif
+
 /* a message is delivered */
 inline deliver(msg) {
 	printf("deliver "); pmsg(msg); printf("\n");
 	if
-	:: TY(msg) == GET -> node_get(msg)
+	:: TY(msg) == GET -> TOHEAD(msg); node_get(msg)
 	:: TY(msg) == PUT -> head_write(msg)
 	:: TY(msg) == CW  -> chain_write(msg)
-	:: TY(msg) == ACK -> chain_ack(msg)
+	:: TY(msg) == ACK -> TOHEAD(msg); if :: F1(msg) == M && MGONE -> skip :: else -> chain_ack(msg) fi
 	:: TY(msg) == VQ  -> if :: TUP -> lt = tclean :: else -> latest(mdirty, mclean) fi; send(MK(VA, F1(msg), F2(msg), lt, 0))   /* (*shard).verQuery */
 	:: TY(msg) == VA  -> ver_answer(msg)
 	:: TY(msg) == GR  -> client_reply(msg)          /* DP: a get-reply completes nothing */
@@ -800,7 +836,7 @@ LOSEREPLY(i) \
 
 /* storagenode (*shard).housekeep: the head re-forwards a pending write */
 #define RETRANSMIT(v) \
-	:: d_step { LIVE && FAULT(retx, RETX) && (hpend & BIT(v)) && NOTINBAG(MK(CW, M, v, REFWD(v), prid[v])) -> retx++; printf("head retransmits v%d (promoted %d)\n", v, REFWD(v)); sendnew(MK(CW, M, v, REFWD(v), prid[v])); CLEAN }
+	:: d_step { LIVE && FAULT(retx, RETX) && (hpend & BIT(v)) && NOTINBAG(MK(CW, HSUCC, v, REFWD(v), prid[v])) -> retx++; printf("head retransmits v%d (promoted %d)\n", v, REFWD(v)); sendnew(MK(CW, HSUCC, v, REFWD(v), prid[v])); CLEAN }
 
 /* controller (*Controller).promote / evict, as implemented: install the slot
  * in the data plane (ver 0: unknown), then Promote at the head; evict from
@@ -848,7 +884,7 @@ inline resend() {
 #ifndef MUT_NO_RESEND
 	j = 1;
 	do
-	:: j <= MAXV -> if :: hpend & BIT(j) -> sendnew(MK(CW, M, j, REFWD(j), prid[j])) :: else fi; j++
+	:: j <= MAXV -> if :: hpend & BIT(j) -> sendnew(MK(CW, HSUCC, j, REFWD(j), prid[j])) :: else fi; j++
 	:: else -> break
 	od
 #else
@@ -867,7 +903,7 @@ inline resend() {
  * is in flight, the head has no pending write (each was re-sent down the
  * new chain), and the head is promoted only while its slot is reserved or
  * installed (a promoted head without a slot refuses every write). */
-#if defined(FAIL_TAIL) || defined(SWLOSS) || defined(FAILOVER)
+#if defined(FAIL_TAIL) || defined(SWLOSS) || defined(FAILOVER) || defined(FAIL_MID) || defined(FAIL_HEAD)
 #define P5
 #endif
 
@@ -952,6 +988,73 @@ end:
 #endif
 #endif
 		printf("T rejoins as tail at v%d: chain H M T\n", tclean); tst = 2; resend(); CLEAN }
+#endif
+#ifdef FAIL_MID
+	/* controller reconfig.go NodeDown (layout.Without): M dies and is
+	 * spliced out with epoch+1 (chain H T); storagenode SetLayout ->
+	 * adoptDirty -> resendPending: the head re-sends its pending writes to
+	 * its new successor T, which acks them to H. */
+	:: d_step { LIVE && mst == 0 ->
+		printf("M dies; spliced out: chain H T\n"); mst = 1; mclean = 0; mdirty = 0; resend(); CLEAN }
+#endif
+#ifdef FAIL_HEAD
+	/* controller NodeDown: H dies and is spliced out with epoch+1 (chain M
+	 * T); not while a promotion is half done (ctl 1). storagenode
+	 * adoptDirty -> (*shard).adopt at M, the new head: its dirty versions
+	 * become pending writes and go down the chain, and their request ids
+	 * (and its clean version's) enter the dedup table, so a client's retry
+	 * is not applied again; H's dedup table is gone with it. If the key is
+	 * hot, SetLayout -> Resync then promotes it at the new head (ctl 7) and
+	 * re-installs the slot seeded from the head's latest version and the
+	 * stamp floor (ctl 8). Gossip declares H dead a second or more after
+	 * it stops, far longer than a rack's delay: no request sent to H is
+	 * still in flight at the splice, nor H's refusals (NOPUTS: a request,
+	 * a retry and the answer to either live across the failover only with
+	 * a second's delay; a client's retry after it goes to M). */
+#define NPUT(i) (NET <= i || (TY(net[i]) != PUT && TY(net[i]) != ER))
+#define NOPUTS (NPUT(0) && NPUT(1) && NPUT(2) && NPUT(3) && NPUT(4) && NPUT(5) && NPUT(6) && NPUT(7))
+	:: d_step { LIVE && mst == 0 && ctl != 1 && NOPUTS ->
+		printf("H dies; spliced out: chain M T, M heads (clean %d, dirty %d)\n", mclean, mdirty);
+		j = 0;
+		do
+		:: j < NC*OPS*MAXATT -> dd[j] = 0; j++
+		:: else -> break
+		od;
+		hclean = mclean; hdirty = mdirty; hpend = 0; promoted = 0;
+		j = 0;
+		do
+		:: j <= MAXV ->
+			prid[j] = 0;
+			if
+			:: (mdirty & BIT(j)) || (j == mclean && j > 0) ->
+				prid[j] = mrid[j];
+#ifndef MUT_NO_ADOPT_DEDUP
+				if :: mrid[j] != NORID -> dd[mrid[j]] = 1 << 4 | j :: else fi;
+#endif
+#ifndef MUT_NO_ADOPT_PENDING
+				if :: mdirty & BIT(j) -> hpend = hpend | BIT(j) :: else fi
+#else
+				skip
+#endif
+			:: else
+			fi;
+			mrid[j] = 0; j++
+		:: else -> break
+		od;
+		/* ghosts: a write H applied that never reached M died with H,
+		 * unacknowledged (an acknowledged one reached the tail through M);
+		 * a retry may apply it anew */
+		latest(mdirty, mclean);
+		j = lt + 1;
+		do
+		:: j <= MAXV -> if :: vop[j] != 0 -> applied[vop[j]] = 0; vop[j] = 0 :: else fi; j++
+		:: else -> break
+		od;
+		mclean = 0; mdirty = 0; mst = 1;
+		if :: ctl == 2 -> ctl = 7 :: else fi;
+		resend(); CLEAN }
+	:: d_step { LIVE && ctl == 7 -> head_promote(); ctl = 8; CLEAN }
+	:: d_step { LIVE && ctl == 8 -> dp_insert(); ctl = 2; CLEAN }
 #endif
 #ifdef SWLOSS
 	/* the switch restarts, with writes it stamped maybe still in flight:

@@ -383,6 +383,11 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 			pw.v.Addr, pw.v.TS = from, p.Timestamp
 			pw.v.Reservation = p.Flags&wire.FlagReservation != 0
 			s.forward(pw, ch)
+		case s.dirtyAt(part, p.Key, e.Ver):
+			// A version this node took below the head and has not
+			// adopted yet (a layout change made it the head): not
+			// committed, so not acknowledged; the client retries.
+			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
 		default:
 			s.send(from, n.replyPacket(&p.Header, wire.Op(e.Op).Reply(), wire.CodeOK, e.Ver, nil))
 		}
@@ -572,6 +577,7 @@ func (s *shard) chainWrite(p *wire.NodePacket) {
 				return // not stored: the head retransmits
 			}
 		}
+		s.remember(t, p.KeyHash, &nv)
 		s.send(n.peers[ch[pos+1]], n.chainPacket(p.KeyHash, p.Key, &nv, ext.Promoted, ext.Extras))
 		return
 	}
@@ -581,6 +587,7 @@ func (s *shard) chainWrite(p *wire.NodePacket) {
 			return
 		}
 	}
+	s.remember(t, p.KeyHash, &nv)
 	s.replyCommitted(p.KeyHash, &nv)
 	if ext.Promoted {
 		s.announce(p.KeyHash, p.Key, &rec.Clean, ext.Extras)
@@ -671,4 +678,39 @@ func (s *shard) housekeep() {
 		_, ch, _ := n.where(h)
 		s.query(w, h, ch[len(ch)-1], 0)
 	}
+}
+
+// remember records, at a chain member below the head, the request id of a
+// version it took, as the head's dedup table does: should the head die and
+// this node head the chain, a client's retry of the request is answered
+// with its version rather than applied again. Without it a new head knew
+// only the request ids of the versions in its records (adopt), so the
+// retry of a write acknowledged as v4 and overwritten since was applied
+// again as v9 (TestChaos seed 12, history 4: head killed).
+func (s *shard) remember(t *tree, h wire.KeyHash, v *version) {
+	if v.ReqID == 0 {
+		return // a no-op version: no requester
+	}
+	d := &s.n.chain.dedup
+	if e, ok := d.get(v.ReqID, h); ok && e.Ver >= v.Ver {
+		return
+	}
+	e, evict := d.add(v.ReqID, dedupEntry{KeyHash: h, Ver: v.Ver, Code: uint8(wire.CodeOK), Op: v.Op})
+	b := t.db.NewBatch()
+	defer b.Close()
+	b.Set(dedupKey(v.ReqID), e.encode(), nil)
+	for _, id := range evict {
+		b.Delete(dedupKey(id), nil)
+	}
+	b.Commit(pebble.NoSync)
+}
+
+// dirtyAt reports whether version ver of key is dirty in this node's
+// record.
+func (s *shard) dirtyAt(part uint32, key []byte, ver uint64) bool {
+	rec, err := s.n.treeOf(part).getRecord(part, key)
+	if err != nil {
+		return true // unknown: not acknowledged
+	}
+	return slices.ContainsFunc(rec.Dirty, func(v version) bool { return v.Ver == ver })
 }

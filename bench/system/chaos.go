@@ -45,6 +45,12 @@ type ChaosResults struct {
 	// SwitchWriteResume is the time from a fresh switch's start until a
 	// write to a promoted key is acknowledged (goal ≤ 1 s).
 	SwitchWriteResume time.Duration
+	// Failover is the time from the raft leader's kill until another
+	// controller leads and has programmed the switch (goal ≤ 2 s);
+	// FailoverErrors are the closed-loop clients' failed operations from
+	// the kill until a second after that (goal 0), out of FailoverOps.
+	Failover                    time.Duration
+	FailoverErrors, FailoverOps int64
 }
 
 // RunChaos runs the histories, then the node-kill throughput phase, then
@@ -71,14 +77,14 @@ func RunChaos(ctx context.Context, e ChaosExperiment) (ChaosResults, error) {
 		return res, err
 	}
 	c, err := cluster.Start(cluster.Options{N: 4, R: 3, Dir: e.Dir, Proxy: true, Seed: e.Seed,
-		Controller: true, Round: 100 * time.Millisecond,
+		Controller: true, Controllers: 3, Round: 100 * time.Millisecond,
 		Node: func(o *storagenode.Options) { o.RetransmitAfter = 30 * time.Millisecond }})
 	if err != nil {
 		return res, err
 	}
 	defer c.Close()
 	pl, err := c.StartPlane(ctx, cluster.PlaneConfig{Schema: schema,
-		Controller: cluster.ControllerConfig{Round: 100 * time.Millisecond, CoarseEpoch: time.Minute, Log: e.ControlLog}})
+		Controller: cluster.ControllerConfig{Round: 100 * time.Millisecond, CoarseEpoch: time.Minute, Log: e.ControlLog}, Replicas: 3})
 	if err != nil {
 		return res, err
 	}
@@ -99,21 +105,24 @@ func RunChaos(ctx context.Context, e ChaosExperiment) (ChaosResults, error) {
 		return res, err
 	}
 	e.Log("switch restart: writes to a promoted key resumed after %v", res.SwitchWriteResume.Round(time.Millisecond))
+	if err := c.Settle(ctx, pl, 30*time.Second); err != nil {
+		return res, err
+	}
+	if err := leaderFailover(ctx, c, pl, cl, e, &res); err != nil {
+		return res, err
+	}
 	return res, nil
 }
 
-// killThroughput runs e.Workers closed-loop clients (half gets, half puts
-// over 1000 keys) for 2 s, kills node 1, and compares the rate in the
-// third second after the kill with the second before it; node 1 then
-// restarts and the cluster heals.
-func killThroughput(ctx context.Context, c *cluster.Cluster, pl *cluster.Plane, o client.Options, e ChaosExperiment, res *ChaosResults) error {
-	var ops atomic.Int64
-	stop := make(chan struct{})
+// closedLoop runs workers closed-loop clients (half gets, half puts over
+// 1000 keys, the first 16 pinned by the caller) until stop, counting
+// operations and failures (not-found is no failure).
+func closedLoop(ctx context.Context, c *cluster.Cluster, o client.Options, workers int, stop <-chan struct{}, ops, fails *atomic.Int64) (wait func(), err error) {
 	var wg sync.WaitGroup
-	for w := range e.Workers {
+	for w := range workers {
 		cl, err := c.Client(o)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		wg.Add(1)
 		go func() {
@@ -136,9 +145,65 @@ func killThroughput(ctx context.Context, c *cluster.Cluster, pl *cluster.Plane, 
 				cancel()
 				if err == nil || errors.Is(err, client.ErrNotFound) {
 					ops.Add(1)
+				} else if fails != nil {
+					fails.Add(1)
 				}
 			}
 		}()
+	}
+	return wg.Wait, nil
+}
+
+// leaderFailover pins 16 of the load's keys, runs e.Workers closed-loop
+// clients, kills the raft leader, and measures until another controller
+// leads and has programmed the switch, and the clients' failures from the
+// kill until a second after that; the old leader then restarts.
+func leaderFailover(ctx context.Context, c *cluster.Cluster, pl *cluster.Plane, o client.Options, e ChaosExperiment, res *ChaosResults) error {
+	lead, err := pl.WaitLeader(ctx)
+	if err != nil {
+		return err
+	}
+	for i := range 16 {
+		if _, err := lead.Pin(ctx, fmt.Appendf(nil, "load-%d", i)); err != nil {
+			return err
+		}
+	}
+	var ops, fails atomic.Int64
+	stop := make(chan struct{})
+	wait, err := closedLoop(ctx, c, o, e.Workers, stop, &ops, &fails)
+	if err != nil {
+		return err
+	}
+	time.Sleep(time.Second)
+	ops0, fails0 := ops.Load(), fails.Load()
+	start := time.Now()
+	killed, err := pl.KillLeader()
+	if err == nil {
+		_, err = pl.WaitLeader(ctx)
+	}
+	res.Failover = time.Since(start)
+	time.Sleep(time.Second)
+	close(stop)
+	wait()
+	res.FailoverOps, res.FailoverErrors = ops.Load()-ops0, fails.Load()-fails0
+	if err != nil {
+		return err
+	}
+	e.Log("controller failover: %v; %d client errors in %d operations from the kill to 1 s after",
+		res.Failover.Round(time.Millisecond), res.FailoverErrors, res.FailoverOps)
+	return pl.RestartController(ctx, killed)
+}
+
+// killThroughput runs e.Workers closed-loop clients (half gets, half puts
+// over 1000 keys) for 2 s, kills node 1, and compares the rate in the
+// third second after the kill with the second before it; node 1 then
+// restarts and the cluster heals.
+func killThroughput(ctx context.Context, c *cluster.Cluster, pl *cluster.Plane, o client.Options, e ChaosExperiment, res *ChaosResults) error {
+	var ops atomic.Int64
+	stop := make(chan struct{})
+	wait, err := closedLoop(ctx, c, o, e.Workers, stop, &ops, nil)
+	if err != nil {
+		return err
 	}
 	rate := func(from, to time.Duration) float64 {
 		time.Sleep(from)
@@ -152,7 +217,7 @@ func killThroughput(ctx context.Context, c *cluster.Cluster, pl *cluster.Plane, 
 	}
 	res.ThroughputAfter = rate(2*time.Second, 3*time.Second)
 	close(stop)
-	wg.Wait()
+	wait()
 	if res.ThroughputBefore > 0 {
 		res.KillRatio = res.ThroughputAfter / res.ThroughputBefore
 	}
@@ -175,7 +240,11 @@ func switchRestart(ctx context.Context, c *cluster.Cluster, pl *cluster.Plane, o
 	if _, err := cl.Put(ctx, key, []byte("v")); err != nil {
 		return 0, err
 	}
-	if _, err := pl.Controller.Pin(ctx, key); err != nil {
+	lead, err := pl.WaitLeader(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := lead.Pin(ctx, key); err != nil {
 		return 0, err
 	}
 	if err := pl.RestartSwitch(); err != nil {

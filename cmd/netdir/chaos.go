@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/netdir/netdir/bench/system"
+	"github.com/netdir/netdir/cluster"
 )
 
 // runChaosExperiment is `netdir bench --experiment chaos`: --histories
@@ -41,9 +42,11 @@ func runChaosExperiment(cmd *cobra.Command, f benchFlags, histories int) error {
 	}
 	fmt.Fprintf(out, "\nchaos, seed %d, %v:\n", e.Seed, time.Since(start).Round(time.Second))
 	fmt.Fprintf(out, "  histories %d (%d ops, %d undecided): %d linearizability violations (goal 0)\n", res.Histories, res.Ops, res.Undecided, res.Violations)
-	fmt.Fprintf(out, "  acknowledged writes lost: %d of %d keys (goal 0); kills head/middle/tail/extra %v; %d pins\n", res.Lost, res.Acked, res.Kills, res.Pins)
+	fmt.Fprintf(out, "  acknowledged writes lost: %d of %d keys (goal 0); kills %v of %v; %d pins\n", res.Lost, res.Acked, res.Kills, cluster.ChaosRoles, res.Pins)
 	fmt.Fprintf(out, "  throughput 2-3 s after a node's kill: %.0f of %.0f ops/s, %.2f× (goal ≥ 0.6)\n", res.ThroughputAfter, res.ThroughputBefore, res.KillRatio)
 	fmt.Fprintf(out, "  writes to a promoted key after a switch restart: resume in %v (goal ≤ 1 s)\n", res.SwitchWriteResume.Round(time.Millisecond))
+	fmt.Fprintf(out, "  controller failover (raft leader killed): %v, %d client errors in %d operations (goal ≤ 2 s, 0 errors)\n",
+		res.Failover.Round(time.Millisecond), res.FailoverErrors, res.FailoverOps)
 	if err != nil {
 		return err
 	}

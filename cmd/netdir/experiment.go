@@ -43,7 +43,7 @@ func (e *experimentFlags) register(cmd *cobra.Command) {
 		system.ExpAblation+" (static, coarse, coarse+fine, coarse+fine+compaction, c3 and replicas on every --workload "+
 		"(default A,B,C), the first --nodes and --zipf, compaction live); or "+
 		system.ExpQoS+" (per-tenant dmClock: tenants with different triples, one on 2 nodes, rank-local against global); or "+
-		system.ExpChaos+" (Porcupine-checked histories while nodes are killed, with datagram faults; a node kill under load; a switch restart)")
+		system.ExpChaos+" (Porcupine-checked histories while a node, the switch or the raft leader is killed, with datagram faults; a node kill under load; a switch restart; a controller failover)")
 	fl.IntVar(&e.histories, "histories", 100, system.ExpChaos+": Porcupine-checked histories (seeded by --seed)")
 	fl.Float64Var(&e.fillMiB, "fill-mib", 0, "experiments: background writes per compacting node (MiB/s), which keep its compactions busy "+
 		fmt.Sprintf("(0: %g × the device's compaction budget)", float64(system.DefaultFillBudgets)))

@@ -1,0 +1,59 @@
+package storagenode_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/netdir/netdir/cluster"
+	"github.com/netdir/netdir/wire"
+)
+
+// TestNewHeadAnswersRetry: a write acknowledged as v1 and overwritten by
+// v2; the head dies and is spliced out, so the middle heads the chain; the
+// client's retry of the first write (its reply was lost) reaches the new
+// head, which must answer it with v1 from its dedup table, not apply it
+// again as v3 over v2. Before the fix only the head kept request ids, and
+// a new head knew those of the versions in its records (clean and dirty):
+// TestChaos seed 12 saw a put acknowledged as v9 whose value was read at v4.
+func TestNewHeadAnswersRetry(t *testing.T) {
+	c := startCluster(t, cluster.Options{N: 3, R: 3})
+	p := newPeer(t)
+	key := []byte("retry-after-failover")
+	h := wire.HashKey(key)
+	ch := c.Layout.ChainOf(h)
+	put := func(to wire.NodeID, id uint64, val string) wire.Packet {
+		t.Helper()
+		return p.call(addrOf(c, to), raw(wire.Header{Op: wire.OpPut, ReqID: id, KeyHash: h}, key, []byte(val)))
+	}
+	if r := put(ch[0], 101, "a"); r.Op != wire.OpPutReply || r.Stamp != 1 {
+		t.Fatalf("put a: %s %s v%d", r.Op, r.Code, r.Stamp)
+	}
+	if r := put(ch[0], 102, "b"); r.Op != wire.OpPutReply || r.Stamp != 2 {
+		t.Fatalf("put b: %s %s v%d", r.Op, r.Code, r.Stamp)
+	}
+	time.Sleep(50 * time.Millisecond) // v2's acks reach the middle: clean there
+	if err := c.Crash(int(ch[0]) - 1); err != nil {
+		t.Fatal(err)
+	}
+	spliced, err := c.Layout.Without(ch[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Node(int(ch[1]) - 1).SetLayout(spliced)
+	c.Node(int(ch[2]) - 1).SetLayout(spliced)
+	if got := spliced.ChainOf(h); got[0] != ch[1] {
+		t.Fatalf("spliced chain %v: want %d at the head", got, ch[1])
+	}
+	r := put(ch[1], 101, "a")
+	for deadline := time.Now().Add(5 * time.Second); r.Op == wire.OpErr && r.Code == wire.CodeUnavailable && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		r = put(ch[1], 101, "a")
+	}
+	if r.Op != wire.OpPutReply || r.Stamp != 1 {
+		t.Fatalf("retry at the new head: %s %s v%d, want the first answer, v1", r.Op, r.Code, r.Stamp)
+	}
+	g := p.call(addrOf(c, ch[2]), raw(wire.Header{Op: wire.OpGet, ReqID: 103, KeyHash: h}, key, nil))
+	if g.Op != wire.OpGetReply || g.Stamp != 2 || string(g.Value) != "b" {
+		t.Fatalf("read at the tail: %s v%d %q, want v2 \"b\"", g.Op, g.Stamp, g.Value)
+	}
+}
