@@ -123,6 +123,10 @@ type Config struct {
 	// NodeOptions, if set, adjusts every node's options last (experiments:
 	// compaction budget, LSM level sizes).
 	NodeOptions func(*storagenode.Options)
+	// Template, if set, is a data root that PreloadTemplate filled for a
+	// system of this shape: Start copies it into its (empty) data root, so
+	// that the nodes start with the template's keys (Fresh).
+	Template string
 }
 
 // System is a running in-process netdir.
@@ -252,6 +256,12 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 			return nil, err
 		}
 		s.dir, s.ownDir = d, true
+	}
+	if cfg.Template != "" {
+		if err := os.CopyFS(s.dir, os.DirFS(cfg.Template)); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("system: copy template %s: %w", cfg.Template, err)
+		}
 	}
 	s.progress("starting %d storage nodes (R=%d, %d partitions, %s, Pebble under %s)",
 		cfg.Nodes, cfg.Replicas, 1<<cfg.PartitionBits, cfg.capacityName(), s.dir)
