@@ -172,9 +172,11 @@ func ExperimentSteps(e ExperimentConfig) ([]ExperimentStep, error) {
 		if e.Policy != "" {
 			return nil, errors.New("--experiment " + ExpSLO + ": compares its own policies (no --policies)")
 		}
-		for _, st := range AblationSteps {
-			if st.Name == PolicyC3 || st.Name == AblationFull {
-				steps = append(steps, e.ablationStep(st, e.Workloads[0], compactors))
+		for _, name := range []string{PolicyC3, AblationFull} { // c3 first: it sets the SLO
+			for _, st := range AblationSteps {
+				if st.Name == name {
+					steps = append(steps, e.ablationStep(st, e.Workloads[0], compactors))
+				}
 			}
 		}
 	default:
