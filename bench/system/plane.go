@@ -75,7 +75,7 @@ func (s *System) StartPlane(ctx context.Context, policy string) (_ *Plane, err e
 		Schema:    s.schema,
 		Controller: cluster.ControllerConfig{
 			Round: s.cfg.Round, PromoteMin: s.cfg.PromoteMin, CoarseEpoch: CoarseEpoch, NodeCapacity: s.cfg.Capacity,
-			ProgramOnly: !dirPolicy(pol), Log: s.log.With("component", "controller"),
+			ProgramOnly: !dirPolicy(pol), Log: s.log.With("component", "controller"), FailureTimeout: benchFailureTimeout,
 		},
 	})
 	if err != nil {

@@ -273,7 +273,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	go func() {
 		cl, err := cluster.Start(cluster.Options{
 			N: cfg.Nodes, R: cfg.Replicas, PartitionBits: cfg.PartitionBits, Epoch: 1,
-			Dir: s.dir, Controller: true, Round: cfg.Round,
+			Dir: s.dir, Controller: true, Round: cfg.Round, FailureTimeout: benchFailureTimeout,
 			Node: func(o *storagenode.Options) {
 				o.MaxOps = cfg.Capacity
 				o.Device = cfg.Device
@@ -465,6 +465,13 @@ func (c *countingTarget) Put(ctx context.Context, key, val []byte) (uint64, erro
 	}
 	return v, err
 }
+
+// benchFailureTimeout is the gossip failure timeout of the system's nodes
+// and controllers: no node fails in a run, and on a shared machine whose
+// load reaches 20 the default second lets memberlist declare starved
+// nodes dead, and the controller splice them out of their chains
+// mid-run (the clients then meet stale-epoch errors).
+const benchFailureTimeout = 30 * time.Second
 
 // Client timeouts. On loopback nothing is lost unless a socket buffer
 // overflows, while an overloaded node (the point of the exercise) answers in
