@@ -82,8 +82,8 @@ func NewFresh(ctx context.Context, cfg Config, src *bench.Source, workers int) (
 	return f, nil
 }
 
-// Start starts a fresh system from the template; its Close removes its
-// data.
+// Start starts a fresh system from the template, for one run: its planes'
+// Close skips the demotion of their keys, and its Close removes its data.
 func (f *Fresh) Start(ctx context.Context) (*System, error) {
 	d, err := os.MkdirTemp(f.root, "step-")
 	if err != nil {
@@ -103,7 +103,7 @@ func (f *Fresh) Start(ctx context.Context) (*System, error) {
 		os.RemoveAll(d)
 		return nil, err
 	}
-	s.ownDir = true
+	s.ownDir, s.discard = true, true
 	return s, nil
 }
 

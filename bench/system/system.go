@@ -141,6 +141,12 @@ type System struct {
 	direct *client.Client // to the nodes, for preload and cleanup
 	log    *slog.Logger
 
+	// discard: the system is dropped after one run (Fresh), so a plane's
+	// Close leaves the promotions and copies to it: demoting every key
+	// through nodes still busy with the run's compactions can outlast the
+	// clean-up's 30 s, and it would measure nothing.
+	discard bool
+
 	mu   sync.Mutex
 	keys map[wire.KeyHash][]byte // every key ever promoted, for cleanup
 }
