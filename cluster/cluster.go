@@ -67,8 +67,9 @@ type Options struct {
 	// --controller --gossip-seeds` does.
 	Controller bool
 	Round      time.Duration
-	// FailureTimeout is the nodes' gossip failure timeout
-	// (NodeConfig.FailureTimeout; default gossip.DefaultFailureTimeout).
+	// FailureTimeout is the nodes' and the plane's controller's gossip
+	// failure timeout (0: gossip.DefaultFailureTimeout), after which the
+	// controller splices a silent node out of its chains.
 	FailureTimeout time.Duration
 }
 
