@@ -54,6 +54,7 @@ func (c *Controller) ObserveNodeStats(s gossip.NodeStats) bool {
 	}
 	c.mu.Lock()
 	c.noteTreesLocked(s.Node, trees)
+	c.noteDeviceLocked(s.Node, s.Window, s.Device)
 	c.mu.Unlock()
 	return true
 }

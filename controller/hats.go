@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/gossip"
 	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/wire"
 )
@@ -19,6 +20,13 @@ type coarseState struct {
 	// mean read latency), and epochReads the reads at the last epoch.
 	trees      map[wire.NodeID][]TreeReport
 	epochReads map[wire.NodeID]map[uint32]uint64
+	// epochRead is each node's cumulative reads and read time at the last
+	// epoch, so that T is the mean over the epoch, not since the start.
+	epochRead map[wire.NodeID][2]float64
+	// background is each node's device time in background classes and in
+	// all, over the gossiped windows since the last epoch
+	// (ObserveNodeStats), for NodeStats.Background.
+	background map[wire.NodeID][2]float64
 	keyHits    map[wire.KeyHash]uint64 // directory keys' hits since the last epoch
 	share      map[wire.NodeID]float64 // E's shares from the last epoch
 	epochs     uint64
@@ -29,6 +37,8 @@ func newCoarseState() coarseState {
 	return coarseState{
 		trees:      map[wire.NodeID][]TreeReport{},
 		epochReads: map[wire.NodeID]map[uint32]uint64{},
+		epochRead:  map[wire.NodeID][2]float64{},
+		background: map[wire.NodeID][2]float64{},
 		keyHits:    map[wire.KeyHash]uint64{},
 	}
 }
@@ -38,6 +48,23 @@ func (c *Controller) noteTreesLocked(n wire.NodeID, trees []TreeReport) {
 	if len(trees) > 0 {
 		c.coarse.trees[n] = trees
 	}
+}
+
+// noteDeviceLocked adds a gossiped window of a node's device use to the
+// epoch's: the background classes' (all but reads) utilisation and the
+// window, each weighted by the window. c.mu held.
+func (c *Controller) noteDeviceLocked(n wire.NodeID, window time.Duration, classes []gossip.DeviceClass) {
+	if window <= 0 || len(classes) == 0 {
+		return
+	}
+	var bg float64
+	for _, d := range classes {
+		if d.Class != "read" {
+			bg += d.Utilisation
+		}
+	}
+	b := c.coarse.background[n]
+	c.coarse.background[n] = [2]float64{b[0] + bg*window.Seconds(), b[1] + window.Seconds()}
 }
 
 // nodeStatsLocked turns the nodes' reports into the coarse scheduler's
@@ -65,9 +92,22 @@ func (c *Controller) nodeStatsLocked(nodes []wire.NodeID, scale float64) []sched
 			reads += float64(t.Reads)
 			latency += float64(t.Reads) * float64(t.MeanReadLatency)
 		}
-		if reads > 0 {
+		// T over the epoch: the cumulative read time's growth over the
+		// reads' (the mean since the start where the counters went back).
+		prev := c.coarse.epochRead[id]
+		if prev[0] > reads || prev[1] > latency {
+			prev = [2]float64{}
+		}
+		if d := reads - prev[0]; d > 0 {
+			s.ReadLatency = time.Duration((latency - prev[1]) / d)
+		} else if reads > 0 {
 			s.ReadLatency = time.Duration(latency / reads)
 		}
+		c.coarse.epochRead[id] = [2]float64{reads, latency}
+		if b := c.coarse.background[id]; b[1] > 0 {
+			s.Background = b[0] / b[1]
+		}
+		delete(c.coarse.background, id)
 		c.coarse.epochReads[id] = now
 		if baseline { // a node's first report counts since it started
 			out = append(out, s)

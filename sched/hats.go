@@ -37,7 +37,18 @@ type NodeStats struct {
 	// than read latency limits it (provisioning, or the bench's emulated
 	// capacity); 0 if nothing does.
 	Capacity float64
+	// Background is the part of the node's device time in the epoch that
+	// I/O other than reads took (WAL, flushes, compactions; 0 if unknown):
+	// its reads have the rest, so its capacity is (1 − Background)·L/T. A
+	// compacting node's T rises only by the reads' own waits behind
+	// compaction, while compaction's share of the device is gone for every
+	// read it could have served.
+	Background float64
 }
+
+// maxBackground bounds NodeStats.Background: a node whose device is all
+// background still gets a tenth of L/T, not a capacity of zero.
+const maxBackground = 0.9
 
 // HotKeyLoad is one directory key's traffic during the epoch.
 type HotKeyLoad struct {
@@ -354,8 +365,8 @@ func fractions(w []uint32, n int) []float64 {
 	return f
 }
 
-// nodeCapacities is each node's capacity in requests per epoch: L/T_i,
-// bounded by its Capacity. Nodes that know neither get the mean of those
+// nodeCapacities is each node's capacity in requests per epoch:
+// (1 − Background_i)·L/T_i, bounded by its Capacity. Nodes that know neither get the mean of those
 // that do; if none does, every node gets 1 (then only proportions count).
 func nodeCapacities(stats []*NodeStats, epoch time.Duration) []float64 {
 	out := make([]float64, len(stats))
@@ -367,7 +378,7 @@ func nodeCapacities(stats []*NodeStats, epoch time.Duration) []float64 {
 		}
 		rate := math.Inf(1)
 		if s.ReadLatency > 0 {
-			rate = 1 / s.ReadLatency.Seconds()
+			rate = (1 - min(max(s.Background, 0), maxBackground)) / s.ReadLatency.Seconds()
 		}
 		if s.Capacity > 0 {
 			rate = min(rate, s.Capacity)

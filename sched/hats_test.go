@@ -82,6 +82,40 @@ func TestCoarseDelta(t *testing.T) {
 	}
 }
 
+// TestCoarseBackground: a node whose device is half taken by compaction
+// has half the capacity of one with the same read time T, so that the
+// coarse loop moves reads off it although its T alone looks like the
+// others'.
+func TestCoarseBackground(t *testing.T) {
+	chains := ring(t, 4, 3, 16)
+	in := CoarseInput{Epoch: 10 * time.Second, Chains: chains}
+	for i := 1; i <= 4; i++ {
+		s := NodeStats{Node: wire.NodeID(i), ReadLatency: 10 * time.Millisecond, Requests: []uint64{300, 300, 300}}
+		if i == 1 {
+			s.Background = 0.5
+		}
+		in.Nodes = append(in.Nodes, s)
+	}
+	p, err := Coarse(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := p.Delta[1]; math.Abs(d-(500-900)) > 1e-6 {
+		t.Errorf("Δ of the compacting node = %v, want 0.5 × 10 s / 10 ms − 900", d)
+	}
+	if p.Delta[2] != 1000-900 {
+		t.Errorf("Δ of an idle node = %v, want 100", p.Delta[2])
+	}
+	if p.Share[1] >= p.Share[2] {
+		t.Errorf("the compacting node's share %.3f is not below an idle node's %.3f", p.Share[1], p.Share[2])
+	}
+	// All background still leaves a tenth of L/T.
+	in.Nodes[0].Background = 1
+	if p, _ = Coarse(in); math.Abs(p.Delta[1]-(100-900)) > 1e-6 {
+		t.Errorf("Δ with an all-background device = %v, want 0.1 × 1000 − 900", p.Delta[1])
+	}
+}
+
 // skewedInput: 8 nodes, ring chains of 3 over 64 partitions; node 1 serves
 // three times the others at every position, and two hot keys add load to
 // nodes 1–3 and spread over extras.

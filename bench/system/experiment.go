@@ -23,7 +23,15 @@ const (
 	// beside c3 and replicas, with compaction live (HATS: P99 −59% against
 	// C3 on YCSB-B with compaction).
 	ExpAblation = "ablation"
+	// ExpSLO: the throughput at the same P99 SLO, c3 against the full
+	// system: open-loop rates rising until p99 exceeds the SLO (HATS:
+	// 2.41–2.90× c3's).
+	ExpSLO = "slo"
 )
+
+// AblationRepeat is the ablation's default passes over its steps: forward,
+// then in reverse (ABBA), each step on a fresh system.
+const AblationRepeat = 2
 
 // AblationStep is one run of the ablation per workload: its name in the
 // results, its data path's policy (StartPlane) and whether the nodes pace
@@ -109,10 +117,11 @@ func ExperimentSteps(e ExperimentConfig) ([]ExperimentStep, error) {
 	if e.Budget <= 0 || e.FillRate <= 0 {
 		return nil, errors.New("system: experiment without a compaction budget or fill rate")
 	}
-	fill := func(k int) CompactionPhase {
-		return CompactionPhase{Fill: firstNodes(k, e.Nodes), FillRate: e.FillRate, FillTrees: e.FillTrees, Lead: e.Lead}
-	}
+	fill := e.fill
 	compactors := e.Compactors
+	if compactors == 0 && (e.Name == ExpAblation || e.Name == ExpSLO) {
+		compactors = (e.Nodes + 1) / 2
+	}
 	var steps []ExperimentStep
 	switch e.Name {
 	case ExpCompactionBalance, ExpCompactionPacing:
@@ -141,26 +150,75 @@ func ExperimentSteps(e ExperimentConfig) ([]ExperimentStep, error) {
 			steps = append(steps, ExperimentStep{Name: policy, Policy: policy, Workload: e.Workloads[0], Phase: ph})
 		}
 	case ExpAblation:
-		if e.Policy != "" || e.Repeat > 1 {
-			return nil, errors.New("--experiment " + ExpAblation + ": runs its own steps (no --policies or --repeat)")
-		}
-		if compactors == 0 {
-			compactors = (e.Nodes + 1) / 2
+		if e.Policy != "" {
+			return nil, errors.New("--experiment " + ExpAblation + ": runs its own steps (no --policies)")
 		}
 		for _, w := range e.Workloads {
-			for _, st := range AblationSteps {
-				ph := fill(compactors)
-				ph.Name, ph.Budget = st.Name, storagenode.Unthrottled
-				if st.Paced {
-					ph.Budget = e.Budget
+			passes := e.Repeat
+			if passes <= 0 {
+				passes = AblationRepeat
+			}
+			for pass := range passes {
+				for i := range AblationSteps {
+					st := AblationSteps[i]
+					if pass%2 == 1 { // ABBA: every other pass in reverse
+						st = AblationSteps[len(AblationSteps)-1-i]
+					}
+					steps = append(steps, e.ablationStep(st, w, compactors))
 				}
-				steps = append(steps, ExperimentStep{Name: st.Name, Policy: st.Policy, Workload: w, Phase: ph})
+			}
+		}
+	case ExpSLO:
+		if e.Policy != "" {
+			return nil, errors.New("--experiment " + ExpSLO + ": compares its own policies (no --policies)")
+		}
+		for _, name := range []string{PolicyC3, AblationFull} { // c3 first: it sets the SLO
+			for _, st := range AblationSteps {
+				if st.Name == name {
+					steps = append(steps, e.ablationStep(st, e.Workloads[0], compactors))
+				}
 			}
 		}
 	default:
-		return nil, fmt.Errorf("--experiment %q: want %s, %s or %s", e.Name, ExpCompactionBalance, ExpCompactionPacing, ExpAblation)
+		return nil, fmt.Errorf("--experiment %q: want %s, %s, %s or %s", e.Name, ExpCompactionBalance, ExpCompactionPacing, ExpAblation, ExpSLO)
 	}
 	return steps, nil
+}
+
+// fill is the phase with background writes on the first k nodes.
+func (e ExperimentConfig) fill(k int) CompactionPhase {
+	return CompactionPhase{Fill: firstNodes(k, e.Nodes), FillRate: e.FillRate, FillTrees: e.FillTrees, Lead: e.Lead}
+}
+
+// ablationStep is step st of the ablation on w, compaction live on the
+// first k nodes, paced at the experiment's budget where st says so.
+func (e ExperimentConfig) ablationStep(st AblationStep, w bench.Workload, k int) ExperimentStep {
+	ph := e.fill(k)
+	ph.Name, ph.Budget = st.Name, storagenode.Unthrottled
+	if st.Paced {
+		ph.Budget = e.Budget
+	}
+	return ExperimentStep{Name: st.Name, Policy: st.Policy, Workload: w, Phase: ph}
+}
+
+// ProbeStep is the capacity probe of the ablation and the SLO sweep: the
+// step run closed loop, before the others and on a fresh system of its own,
+// whose throughput sets their offered load: static for the ablation (the
+// step that loads its busiest node most, so an offered load below its
+// capacity saturates no step), c3 for the SLO sweep (the baseline the
+// sweep's rates are relative to).
+func ProbeStep(steps []ExperimentStep, name string) (ExperimentStep, error) {
+	want := "static"
+	if name == ExpSLO {
+		want = PolicyC3
+	}
+	for _, st := range steps {
+		if st.Name == want {
+			st.Phase.Name = "probe"
+			return st, nil
+		}
+	}
+	return ExperimentStep{}, fmt.Errorf("system: %s has no %s step to probe with", name, want)
 }
 
 // RunStep runs one step of an experiment (RunCompactionPhase); a step named
@@ -186,6 +244,13 @@ type ExperimentResults struct {
 	Runs       []bench.Run        `json:"runs"`
 	Phases     []PhaseResult      `json:"phases"`
 	Summary    map[string]float64 `json:"summary"`
+	// The ablation and the SLO sweep (FreshExperiment): the capacity
+	// probe's closed-loop ops/s, the ablation's offered load, the sweep's
+	// SLO, and each run's offered rate.
+	CapacityOps float64   `json:"capacity_ops,omitempty"`
+	OfferedOps  float64   `json:"offered_ops,omitempty"`
+	SLOus       float64   `json:"slo_us,omitempty"`
+	Rates       []float64 `json:"rates,omitempty"`
 }
 
 // Summarise puts the experiment's headline figures in res.Summary.
@@ -193,32 +258,13 @@ func (res *ExperimentResults) Summarise() {
 	if res.Summary == nil {
 		res.Summary = map[string]float64{}
 	}
-	if res.Experiment == ExpAblation {
+	switch res.Experiment {
+	case ExpAblation:
 		res.summariseAblation()
-	} else {
+	case ExpSLO:
+		res.summariseSLO()
+	default:
 		res.summarisePhases()
-	}
-}
-
-// summariseAblation puts, per workload, each step's p99, throughput and
-// node latency CoV in res.Summary, and the full system's p99 over c3's (the
-// goal: at most 0.40 on YCSB-B).
-func (res *ExperimentResults) summariseAblation() {
-	s := res.Summary
-	p99 := map[[2]string]float64{}
-	for _, r := range res.Runs {
-		s[r.Workload+" "+r.Policy+" p99 us"] = r.P99us
-		s[r.Workload+" "+r.Policy+" throughput ops/s"] = r.ThroughputOps
-		s[r.Workload+" "+r.Policy+" node latency CoV"] = r.NodeLatencyCoV
-		p99[[2]string{r.Workload, r.Policy}] = r.P99us
-	}
-	for _, r := range res.Runs {
-		if r.Policy != AblationFull {
-			continue
-		}
-		if c3 := p99[[2]string{r.Workload, PolicyC3}]; c3 > 0 {
-			s[r.Workload+" p99 "+AblationFull+"/c3 x"] = r.P99us / c3
-		}
 	}
 }
 

@@ -186,11 +186,14 @@ func (p *Plane) Sample() Sample {
 // Close stops the controller's loops, evicts every directory entry (so the
 // chain heads drop their promotions and extra copies, and the next policy
 // starts from plain chains), and stops the clients, the controller and the
-// switch.
+// switch. On a system Fresh started for one run, the keys are not
+// evicted: the system is dropped next.
 func (p *Plane) Close() error {
 	var errs []error
 	p.closeOnce.Do(func() {
-		if ctl := p.Controller(); ctl != nil {
+		if ctl := p.Controller(); ctl != nil && p.sys.discard {
+			ctl.StopLoops()
+		} else if ctl != nil {
 			ctl.StopLoops()
 			p.Sample() // remember the keys
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

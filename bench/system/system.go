@@ -125,6 +125,10 @@ type Config struct {
 	// NodeOptions, if set, adjusts every node's options last (experiments:
 	// compaction budget, LSM level sizes).
 	NodeOptions func(*storagenode.Options)
+	// Template, if set, is a data root that PreloadTemplate filled for a
+	// system of this shape: Start copies it into its (empty) data root, so
+	// that the nodes start with the template's keys (Fresh).
+	Template string
 	// FailureTimeout is the gossip failure timeout after which the
 	// controller splices a silent node out of its chains (default
 	// DefaultFailureTimeout). No node fails in a policy run, but on a
@@ -152,6 +156,12 @@ type System struct {
 	p4err  error
 	direct *client.Client // to the nodes, for preload and cleanup
 	log    *slog.Logger
+
+	// discard: the system is dropped after one run (Fresh), so a plane's
+	// Close leaves the promotions and copies to it: demoting every key
+	// through nodes still busy with the run's compactions can outlast the
+	// clean-up's 30 s, and it would measure nothing.
+	discard bool
 
 	mu   sync.Mutex
 	keys map[wire.KeyHash][]byte // every key ever promoted, for cleanup
@@ -323,6 +333,12 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 			return nil, err
 		}
 		s.dir, s.ownDir = d, true
+	}
+	if cfg.Template != "" {
+		if err := os.CopyFS(s.dir, os.DirFS(cfg.Template)); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("system: copy template %s: %w", cfg.Template, err)
+		}
 	}
 	s.progress("starting %d storage nodes (R=%d, %d partitions, %s, Pebble under %s)",
 		cfg.Nodes, cfg.Replicas, 1<<cfg.PartitionBits, cfg.capacityName(), s.dir)

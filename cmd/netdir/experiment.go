@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +33,8 @@ type experimentFlags struct {
 	lbaseMiB   float64
 	repeat     int
 	histories  int
+	load       float64
+	probe      time.Duration
 }
 
 func (e *experimentFlags) register(cmd *cobra.Command) {
@@ -40,8 +43,10 @@ func (e *experimentFlags) register(cmd *cobra.Command) {
 		system.ExpCompactionBalance+" (request vs latency balance while node 1 compacts), "+
 		system.ExpCompactionPacing+" (read throughput, compaction unthrottled vs paced), "+
 		"both on the first --nodes, --workload and --zipf and the first of --policies (default replicas); or "+
-		system.ExpAblation+" (static, coarse, coarse+fine, coarse+fine+compaction, c3 and replicas on every --workload "+
-		"(default A,B,C), the first --nodes and --zipf, compaction live); or "+
+		system.ExpAblation+" (static, coarse, coarse+fine, coarse+fine+compaction, c3 and replicas on every --workload, "+
+		"the first --nodes and --zipf, compaction live, each on a fresh cluster, in ABBA passes, open loop at --load of "+
+		"static's probed capacity); or "+system.ExpSLO+" (throughput at the same p99 SLO: c3 and coarse+fine+compaction "+
+		"at open-loop rates rising from --load of c3's probed capacity until p99 exceeds twice c3's at the first rate); or "+
 		system.ExpQoS+" (per-tenant dmClock: tenants with different triples, one on 2 nodes, rank-local against global); or "+
 		system.ExpChaos+" (Porcupine-checked histories while a node, the switch or the raft leader is killed, with datagram faults; a node kill under load; a switch restart; a controller failover)")
 	fl.IntVar(&e.histories, "histories", 100, system.ExpChaos+": Porcupine-checked histories (seeded by --seed)")
@@ -54,7 +59,12 @@ func (e *experimentFlags) register(cmd *cobra.Command) {
 	fl.Float64Var(&e.lbaseMiB, "lbase-mib", 2, "experiments: Pebble's base level size per tree (MiB; Pebble's default is 64): "+
 		"a small data set gets the levels, and so the non-L0 compactions that pacing acts on, of a large one")
 	fl.IntVar(&e.repeat, "repeat", 1, "experiments: run the compared phases this many times, in ABBA order "+
-		"(A B, B A, A B, …), so that a drift of the shared machine's load cancels; the summary averages them")
+		"(A B, B A, A B, …), so that a drift of the shared machine's load cancels; the summary averages them "+
+		fmt.Sprintf("(%s: passes over its steps, every other one reversed; default %d)", system.ExpAblation, system.AblationRepeat))
+	fl.Float64Var(&e.load, "load", 0, fmt.Sprintf("%s and %s: the offered load as a fraction of a closed-loop capacity probe run first "+
+		"(0: %g for %s, %g for %s's first rate); --rate fixes it instead", system.ExpAblation, system.ExpSLO,
+		system.DefaultAblationLoad, system.ExpAblation, system.DefaultSLOLoad, system.ExpSLO))
+	fl.DurationVar(&e.probe, "probe", system.DefaultProbe, "the capacity probe's measured time")
 	fl.IntVar(&e.compactors, "compacting-nodes", 0, "experiments: how many nodes write in the background (default 1 for "+
 		system.ExpCompactionBalance+", every node for "+system.ExpCompactionPacing+", half of them for "+system.ExpAblation+")")
 }
@@ -87,11 +97,7 @@ func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload
 	if len(workloads) == 0 {
 		return errors.New("--workload: empty")
 	}
-	if e.name == system.ExpAblation {
-		if !cmd.Flags().Changed("workload") {
-			workloads = []string{"A", "B", "C"}
-		}
-	} else {
+	if e.name != system.ExpAblation {
 		workloads = workloads[:1]
 	}
 	sc, err := f.systemConfig(cmd, n, nodeDir(f.dataDir, n), func(o *storagenode.Options) {
@@ -100,7 +106,11 @@ func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload
 	if err != nil {
 		return err
 	}
-	cfg := system.ExperimentConfig{Name: e.name, Nodes: n, Repeat: e.repeat, FillRate: e.fillMiB * (1 << 20),
+	repeat := e.repeat
+	if e.name == system.ExpAblation && !cmd.Flags().Changed("repeat") {
+		repeat = 0 // the ablation's default passes
+	}
+	cfg := system.ExperimentConfig{Name: e.name, Nodes: n, Repeat: repeat, FillRate: e.fillMiB * (1 << 20),
 		Lead: e.lead, Compactors: e.compactors, Budget: int64(e.budgetMiB * (1 << 20)), DeviceBudget: sc.Device.CompactionBudget}
 	for _, x := range workloads {
 		mix, err := bench.YCSB(x)
@@ -127,7 +137,8 @@ func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload
 	if err != nil {
 		return err
 	}
-	if e.name == system.ExpAblation && f.warmup < 2*system.CoarseEpoch {
+	fresh := e.name == system.ExpAblation || e.name == system.ExpSLO
+	if fresh && f.warmup < 2*system.CoarseEpoch {
 		fmt.Fprintf(out, "==> note: coarse weights from measured load are installed %s after a plane starts; with --warmup %s the measurement starts before them\n",
 			2*system.CoarseEpoch, f.warmup)
 	}
@@ -137,6 +148,9 @@ func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if fresh {
+		return runFreshExperiment(ctx, cmd, f, e, sc, steps, keys, live)
+	}
 	sys, err := system.Start(ctx, sc)
 	if err != nil {
 		return err
@@ -170,12 +184,51 @@ func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload
 		fmt.Fprintf(out, "    fine score switched %.1f%% of routed requests; compaction %s\n", run.SwitchedFraction*100, pacedName(pr.Paced))
 	}
 	res.Summarise()
-	if e.name == system.ExpAblation {
-		fmt.Fprintln(out)
-		if err := bench.WriteSummary(out, res.Runs); err != nil {
-			return err
-		}
+	return writeExperiment(out, f, e, res)
+}
+
+// runFreshExperiment runs the ablation or the SLO sweep: a template
+// preloaded once, each step a fresh cluster from it (system.Fresh).
+func runFreshExperiment(ctx context.Context, cmd *cobra.Command, f benchFlags, e experimentFlags, sc system.Config,
+	steps []system.ExperimentStep, keys int64, live func(bench.LiveStats)) error {
+	out := cmd.OutOrStdout()
+	src, err := bench.Workload{Name: "load", Mix: bench.WriteMix(1), Keys: keys, ValueSize: f.valueSize, Seed: f.seed}.Build()
+	if err != nil {
+		return err
 	}
+	fmt.Fprintf(out, "==> preloading %d keys into a template (without device cost); every step starts a fresh cluster from it\n", keys)
+	fr, err := system.NewFresh(ctx, sc, src, preloadWorkers)
+	if err != nil {
+		return err
+	}
+	defer fr.Close()
+	x := system.FreshExperiment{Name: e.name, Steps: steps, Load: e.load, Probe: e.probe,
+		Run: system.RunOptions{Workers: f.concurrency, Rate: f.rate, Warmup: f.warmup, Duration: f.duration, Live: live},
+		OnRun: func(st system.ExperimentStep, run bench.Run, pr system.PhaseResult) {
+			ph := st.Phase
+			fmt.Fprintf(out, "==> %s, %s: %s on %s, %d nodes; background writes %.3g MiB/s on nodes %v, compaction budget %s\n",
+				e.name, run.Policy, st.Policy, st.Workload.Name, len(pr.NodeRequests), ph.FillRate/(1<<20), oneBasedList(ph.Fill),
+				system.BudgetName(ph.Budget))
+			if err := bench.WriteSummary(out, []bench.Run{run}); err != nil {
+				fmt.Fprintln(out, "   ", err)
+			}
+			writePhase(out, pr)
+			fmt.Fprintf(out, "    fine score switched %.1f%% of routed requests; compaction %s\n", run.SwitchedFraction*100, pacedName(pr.Paced))
+		}}
+	res, err := fr.Run(ctx, x)
+	if err != nil {
+		return err
+	}
+	res.Command = strings.Join(os.Args, " ")
+	fmt.Fprintln(out)
+	if err := bench.WriteSummary(out, res.Runs); err != nil {
+		return err
+	}
+	return writeExperiment(out, f, e, res)
+}
+
+// writeExperiment prints the summary and writes the JSON and HTML files.
+func writeExperiment(out io.Writer, f benchFlags, e experimentFlags, res system.ExperimentResults) error {
 	fmt.Fprintln(out, "\nsummary")
 	for _, k := range slices.Sorted(maps.Keys(res.Summary)) {
 		fmt.Fprintf(out, "  %-50s %.3f\n", k, res.Summary[k])

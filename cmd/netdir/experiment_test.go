@@ -67,26 +67,31 @@ func TestExperimentUnknown(t *testing.T) {
 	}
 }
 
-// TestAblationSteps: the ablation runs its steps in order on the same
-// cluster, each what it claims: the fine score moves requests only where it
-// is on (coarse+fine and coarse+fine+compaction; none under coarse, which has
-// the directory and weights but the first choice only), compaction is paced
-// only in the last step, and background writes keep compaction live in
-// every step. Tiny sizes, no timings.
+// TestAblationSteps: the ablation probes static's capacity first, then
+// runs its steps in order, each on a fresh cluster at the same offered load
+// (a fraction of the probe), each what it claims: the fine score moves
+// requests only where it is on (coarse+fine and coarse+fine+compaction;
+// none under coarse, which has the directory and weights but the first
+// choice only), compaction is paced only in the last step, and background
+// writes keep compaction live in every step. Tiny sizes, no timings.
 func TestAblationSteps(t *testing.T) {
 	doc := runExperimentJSON(t, "--experiment", "ablation", "--nodes", "3", "--keys", "200", "--duration", "700ms",
 		"--warmup", "300ms", "--concurrency", "8", "--device", "none", "--workload", "B", "--zipf", "1.2",
-		"--fill-mib", "1", "--fill-lead", "0s", "--live", "off", "--p4info", "none")
+		"--fill-mib", "1", "--fill-lead", "0s", "--live", "off", "--p4info", "none", "--repeat", "1",
+		"--probe", "600ms", "--load", "0.5")
 	if len(doc.Runs) != len(system.AblationSteps) || len(doc.Phases) != len(system.AblationSteps) {
 		t.Fatalf("%d runs and %d phases, want %d", len(doc.Runs), len(doc.Phases), len(system.AblationSteps))
+	}
+	if doc.CapacityOps <= 0 || doc.OfferedOps != 0.5*doc.CapacityOps {
+		t.Fatalf("probed %.1f ops/s, offered %.1f, want half of it", doc.CapacityOps, doc.OfferedOps)
 	}
 	for i, st := range system.AblationSteps {
 		r, p := doc.Runs[i], doc.Phases[i]
 		if r.Policy != st.Name || p.Phase != st.Name || p.Policy != st.Policy || r.Workload != "B" {
 			t.Fatalf("run %d: %s/%s on %s (phase policy %s), want %s/%s on B", i, r.Policy, p.Phase, r.Workload, p.Policy, st.Name, st.Policy)
 		}
-		if r.Ops == 0 {
-			t.Errorf("%s: no operations", st.Name)
+		if r.Ops == 0 || doc.Rates[i] != doc.OfferedOps {
+			t.Errorf("%s: %d operations at %.1f ops/s offered", st.Name, r.Ops, doc.Rates[i])
 		}
 		if fine := st.Policy == "netdir"; fine != (r.SwitchedFraction > 0) {
 			t.Errorf("%s: fine score switched %.3f of requests", st.Name, r.SwitchedFraction)
