@@ -228,6 +228,18 @@ func (s *shard) handle(b []byte, from netip.AddrPort) {
 
 // checkClient validates a client request; every rejection has its code.
 func (n *Node) checkClient(p *wire.NodePacket) wire.Code {
+	if c := n.checkShape(p); c != wire.CodeOK {
+		return c
+	}
+	if wire.HashKey(p.Key) != p.KeyHash {
+		return wire.CodeHashMismatch
+	}
+	return wire.CodeOK
+}
+
+// checkShape is checkClient without the KeyHash check (SHAKE128 of the
+// key), for fastGet, which checks the hash only where the answer depends on it.
+func (n *Node) checkShape(p *wire.NodePacket) wire.Code {
 	switch {
 	case len(p.Ext) != 0:
 		return wire.CodeMalformed
@@ -237,8 +249,6 @@ func (n *Node) checkClient(p *wire.NodePacket) wire.Code {
 		return wire.CodeValTooLarge
 	case p.Epoch != 0 && p.Epoch != n.layout().Epoch():
 		return wire.CodeStaleEpoch
-	case wire.HashKey(p.Key) != p.KeyHash:
-		return wire.CodeHashMismatch
 	}
 	return wire.CodeOK
 }
