@@ -224,13 +224,18 @@ func (w *Writer) Flush() {
 			i++
 		}
 	}
-	clear(w.all)
-	clear(w.sort[:len(w.all)])
 	for i := range n {
 		w.msgs[i].Buffers = nil
 		w.msgs[i].Addr = nil
 		w.msgs[i].OOB = nil
 	}
+	w.Discard()
+}
+
+// Discard drops everything queued, unsent.
+func (w *Writer) Discard() {
+	clear(w.sort[:len(w.all)])
+	clear(w.all)
 	for i := range w.dsts {
 		w.dsts[i].to = nil
 	}
