@@ -335,8 +335,11 @@ type Run struct {
 	DirSize           int             `json:"dir_size,omitempty"`
 	Latency           []QuantilePoint `json:"latency,omitempty"` // CDF points for the report
 	Note              string          `json:"note,omitempty"`
-	// The system under test: each node's token bucket in ops/s (0: none),
-	// so the ideal throughput is then Nodes × CapacityOps; and how the
+	// The system under test: each node's nominal capacity in ops/s (0:
+	// none), its token bucket's or, on a device, the least of its
+	// processor's and its device's at the run's DeviceReadsPerGet
+	// (system.System.NodeCapacity), so the ideal throughput is Nodes ×
+	// CapacityOps; and how the
 	// data plane was programmed ("p4runtime", "control-api", or "client" for
 	// client-side policies).
 	CapacityOps float64 `json:"capacity_ops,omitempty"`

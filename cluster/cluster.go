@@ -67,6 +67,10 @@ type Options struct {
 	// --controller --gossip-seeds` does.
 	Controller bool
 	Round      time.Duration
+	// FailureTimeout is the nodes' and the plane's controller's gossip
+	// failure timeout (0: gossip.DefaultFailureTimeout), after which the
+	// controller splices a silent node out of its chains.
+	FailureTimeout time.Duration
 }
 
 // Cluster is a running in-process cluster.
@@ -225,6 +229,7 @@ func (c *Cluster) start(i int) error {
 	if c.opts.Controller {
 		cfg.Controller, cfg.ReportEvery = c.api, c.opts.Round
 		cfg.GossipBind, cfg.GossipSeeds = gossip.DefaultNodeBind, []string{c.gossip}
+		cfg.FailureTimeout = c.opts.FailureTimeout
 	}
 	var n *Node
 	var err error

@@ -73,6 +73,9 @@ func (c *Cluster) StartPlane(ctx context.Context, cfg PlaneConfig) (_ *Plane, er
 	}
 	cc := cfg.Controller
 	cc.API, cc.GossipBind, cc.GossipSeeds = c.api, c.gossip, nil
+	if cc.FailureTimeout == 0 {
+		cc.FailureTimeout = c.opts.FailureTimeout
+	}
 	cc.Layout = c.Layout.Config()
 	// The controller joins the nodes' gossip at once, rather than waiting
 	// for their next join of the seed.

@@ -115,15 +115,34 @@ func newFabric(t *testing.T) *bmv2test.Fabric {
 	return f
 }
 
-// TestBMv2Arbitration runs the arbitration scenario against BMv2's
-// P4Runtime server (PI), pushing the committed BMv2 JSON.
-func TestBMv2Arbitration(t *testing.T) {
+// bareBMv2 starts BMv2 in a fabric with no hosts, for a minute at most;
+// it returns the context, the P4Runtime address and the BMv2 JSON to push.
+func bareBMv2(t *testing.T) (context.Context, string, []byte) {
 	bin := needBMv2(t)
 	js := bmv2DeviceConfig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	addr := startBMv2(t, bin, newFabric(t))
+	t.Cleanup(cancel)
+	return ctx, startBMv2(t, bin, newFabric(t)), js
+}
+
+// TestBMv2Arbitration runs the arbitration scenario against BMv2's
+// P4Runtime server (PI), pushing the committed BMv2 JSON.
+func TestBMv2Arbitration(t *testing.T) {
+	ctx, addr, js := bareBMv2(t)
 	arbitrationScenario(ctx, t, addr, p4info(t), js)
+}
+
+// TestBMv2BucketRuns runs the bucket-runs scenario against BMv2's P4Runtime
+// server (PI): range entries written, modified and deleted as weights change,
+// and read back.
+func TestBMv2BucketRuns(t *testing.T) {
+	ctx, addr, js := bareBMv2(t)
+	pc, err := p4rt.Dial(ctx, p4rt.Config{Addr: addr, DeviceID: 1, Election: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	bucketRunsScenario(ctx, t, pc, js, nil)
 }
 
 // TestBMv2EndToEndPromotion runs the promotion scenario through BMv2: every

@@ -676,25 +676,57 @@ func (c *Controller) Reprogram(ctx context.Context, p DataPlane, reset func(cont
 	// plane stamps none without the slot (another plane that kept it may,
 	// between the two: the same window as a promotion's with several
 	// planes).
-	// In chunks, so the first keys' writes resume before the last keys'
-	// slots are written.
+	// In chunks, pinned keys first, so the first keys' writes resume
+	// before the last keys' slots are written; the next chunk's heads are
+	// asked while this chunk is installed.
+	slices.SortStableFunc(entries, func(a, b Entry) int {
+		switch {
+		case a.Pinned == b.Pinned:
+			return 0
+		case a.Pinned:
+			return -1
+		}
+		return 1
+	})
+	chunks := slices.Collect(slices.Chunk(entries, resyncChunk))
+	type heads struct {
+		vers []uint64
+		err  error
+	}
+	ask := func(i int) <-chan heads {
+		ch := make(chan heads, 1)
+		if c.storage == nil || i >= len(chunks) {
+			ch <- heads{}
+			return ch
+		}
+		go func() {
+			v, err := c.headVersions(ctx, chunks[i])
+			ch <- heads{v, err}
+		}()
+		return ch
+	}
 	var newer []Entry
-	for chunk := range slices.Chunk(entries, resyncChunk) {
-		if c.storage != nil {
-			vers, err := c.headVersions(ctx, chunk)
-			if err != nil {
-				return err
-			}
-			for i := range chunk {
-				if vers[i] > chunk[i].Ver {
-					chunk[i].Ver = vers[i]
-					newer = append(newer, chunk[i])
-				}
+	var headsWait, installTook time.Duration // for the log
+	next := ask(0)
+	for i, chunk := range chunks {
+		t0 := time.Now()
+		h := <-next
+		headsWait += time.Since(t0)
+		if h.err != nil {
+			return h.err
+		}
+		next = ask(i + 1)
+		for j := range h.vers {
+			if h.vers[j] > chunk[j].Ver {
+				chunk[j].Ver = h.vers[j]
+				newer = append(newer, chunk[j])
 			}
 		}
+		t1 := time.Now()
 		if err := installEntries(ctx, p, chunk); err != nil {
 			return err
 		}
+		installTook += time.Since(t1)
 	}
 	if len(newer) > 0 {
 		if err := c.repl.apply(command{Op: opUpdate, Entries: newer}); err != nil && !errors.Is(err, errStale) {
@@ -702,7 +734,7 @@ func (c *Controller) Reprogram(ctx context.Context, p DataPlane, reset func(cont
 		}
 	}
 	c.log.Info("data plane re-synced", "plane", p.Name(), "entries", len(entries),
-		"partitions_took", partsTook, "took", time.Since(start))
+		"partitions_took", partsTook, "heads_wait", headsWait, "entries_took", installTook, "took", time.Since(start))
 	return nil
 }
 

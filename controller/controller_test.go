@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -342,5 +343,53 @@ func TestLayoutOverridesAndEpoch(t *testing.T) {
 	snap := nextUpdate(c.st.watch())
 	if snap.GetEpoch() != 5 || fmt.Sprint(snap.GetPartitions()[2].GetChain()) != "[4 2 1]" {
 		t.Fatalf("snapshot epoch %d, partition 2 %v", snap.GetEpoch(), snap.GetPartitions()[2].GetChain())
+	}
+}
+
+// orderPlane records the keys a re-sync installs, in order.
+type orderPlane struct {
+	*corePlane
+	keys []string
+}
+
+func (p *orderPlane) InstallEntry(ctx context.Context, e *Entry) error {
+	p.keys = append(p.keys, string(e.Key))
+	return p.corePlane.InstallEntry(ctx, e)
+}
+
+// TestResyncPinnedFirst: a re-sync installs pinned keys before the others,
+// whatever their slots, so that their writes resume first after a switch
+// restart; every key is installed once.
+func TestResyncPinnedFirst(t *testing.T) {
+	ctx := context.Background()
+	c, _, _ := testController(t)
+	c.keysMu.Lock()
+	for i := range 3 {
+		if _, err := c.promote(ctx, fmt.Appendf(nil, "warm-%d", i), 0.1, map[wire.NodeID]float64{}, false); err != nil {
+			c.keysMu.Unlock()
+			t.Fatal(err)
+		}
+	}
+	c.keysMu.Unlock()
+	for i := range 2 {
+		if _, err := c.Pin(ctx, fmt.Appendf(nil, "pinned-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bySlot := c.Entries()
+	if bySlot[0].Pinned {
+		t.Fatalf("precondition: want an unpinned key in the first slot, got %q", bySlot[0].Key)
+	}
+	p := &orderPlane{corePlane: newCorePlane(t)}
+	if err := c.Resync(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.keys) != 5 {
+		t.Fatalf("installed %v, want 5 keys", p.keys)
+	}
+	for i, k := range p.keys {
+		if pinned := strings.HasPrefix(k, "pinned-"); pinned != (i < 2) {
+			t.Fatalf("installed in the order %v: want the pinned keys first", p.keys)
+		}
 	}
 }

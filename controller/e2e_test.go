@@ -23,7 +23,7 @@ import (
 )
 
 // p4info is the committed P4Info of the netdir P4 program.
-func p4info(t *testing.T) *p4rt.Schema {
+func p4info(t testing.TB) *p4rt.Schema {
 	_, file, _, _ := runtime.Caller(0)
 	s, err := p4rt.LoadSchema(filepath.Join(filepath.Dir(file), "..", "p4", "build", "netdir.p4info.txtpb"))
 	if err != nil {
@@ -35,9 +35,15 @@ func p4info(t *testing.T) *p4rt.Schema {
 // serveModel runs the software data plane (partitionBits, 64 slots) and its
 // P4Runtime server on loopback until the test ends; it returns the switch
 // and the server's address.
-func serveModel(ctx context.Context, t *testing.T, partitionBits uint) (*model.Switch, string) {
+func serveModel(ctx context.Context, t testing.TB, partitionBits uint) (*model.Switch, string) {
 	t.Helper()
-	sw, err := model.New(model.Config{Listen: "127.0.0.1:0", Directory: directory.Config{PartitionBits: partitionBits, Slots: 64}})
+	return serveModelSlots(ctx, t, partitionBits, 64)
+}
+
+// serveModelSlots is serveModel with a directory of slots entries.
+func serveModelSlots(ctx context.Context, t testing.TB, partitionBits uint, slots int) (*model.Switch, string) {
+	t.Helper()
+	sw, err := model.New(model.Config{Listen: "127.0.0.1:0", Directory: directory.Config{PartitionBits: partitionBits, Slots: slots}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,11 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 
 	p4 "github.com/p4lang/p4runtime/go/p4/v1"
@@ -21,6 +23,16 @@ const VSBGroup = 1
 
 // writeBatch is the number of updates per P4Runtime Write.
 const writeBatch = 4096
+
+// InstallEntries writes the slots' tables tableBatch slots per Write (a
+// slot of 4 locations is 15 table entries), Setup the partitions
+// setupPartitions per Write (7 entries each for chains of 3), tableWriters
+// Writes at once.
+const (
+	tableBatch      = 64
+	setupPartitions = 128
+	tableWriters    = 2
+)
 
 // P4Plane programs one P4Runtime device (the software data plane, BMv2 or
 // Tofino) through the netdir P4 program's tables: p4/include documents each.
@@ -44,8 +56,13 @@ type P4Plane struct {
 	installed map[wire.NodeID]bool
 	// slots are the entries installed since the last pipeline push: a
 	// re-sync on a layout change replaces them (remove, then install).
-	// The controller's keysMu orders every call that touches them.
+	// The controller's keysMu orders every call that touches them. Their
+	// bucket tables are what a change of weights or a removal starts from:
+	// the range entries of their runs are the ones installed.
 	slots map[uint32]Entry
+	// parts are the partitions' chains and bucket tables installed since
+	// the last pipeline push (the controller's partsMu orders the calls).
+	parts map[uint32]partition
 
 	// hits is each slot's hit count as ReadHits reports it. A P4 counter
 	// cell outlives its key (BMv2 keeps counting into it across entries, and
@@ -53,6 +70,12 @@ type P4Plane struct {
 	// pipeline push zeroes every cell while the controller keeps its keys.
 	mu   sync.Mutex
 	hits map[uint32]*slotHits
+}
+
+// partition is what a partition's entries say: its chain and bucket table.
+type partition struct {
+	chain   []wire.NodeID
+	buckets []uint8
 }
 
 // slotHits counts one slot's hits for its entry: carry plus what the cell
@@ -91,7 +114,7 @@ func (p *P4Plane) Name() string { return p.name }
 // hears so from the push.
 func (p *P4Plane) PushPipeline(ctx context.Context, deviceConfig []byte) error {
 	_ = p.c.Write(ctx, p4rt.MulticastGroup(p4.Update_DELETE, VSBGroup, nil))
-	p.installed, p.slots = nil, nil
+	p.installed, p.slots, p.parts = nil, nil, nil
 	return p.c.SetPipeline(ctx, p.s.Info, deviceConfig)
 }
 
@@ -107,6 +130,30 @@ func (p *P4Plane) write(ctx context.Context, ups []*p4.Update) error {
 		ups = ups[n:]
 	}
 	return nil
+}
+
+// writeParallel builds and writes n batches of updates, each in a
+// goroutine of its own, at most tableWriters at once: the device decodes one
+// Write while it applies another, and this side builds the next meanwhile.
+// Batches must not depend on each other's order.
+func (p *P4Plane) writeParallel(ctx context.Context, n int, batch func(i int) ([]*p4.Update, error)) error {
+	errs := make([]error, n)
+	sem := make(chan struct{}, tableWriters)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ups, err := batch(i)
+			if err == nil {
+				err = p.write(ctx, ups)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // entry builds an entry, panicking on schema mismatches only through error.
@@ -165,12 +212,24 @@ func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) e
 		return fmt.Errorf("partitions table: want one LPM field of at least %d bits", m.Bits())
 	}
 	hashField, hashBits := pt.GetMatchFields()[0].GetName(), uint(pt.GetMatchFields()[0].GetBitwidth())
+	// Each partition's bucket runs, then its partitions entry, in one
+	// batch; the batches go out in parallel once the node addresses are in.
+	var parts [][]*p4.Update
+	even := map[int][]uint8{} // by chain length
 	for part, chain := range m.Chains() {
-		bu, err := p.partitionBuckets(t, uint32(part), chain, evenBuckets(len(chain)))
+		if part%setupPartitions == 0 {
+			parts = append(parts, nil)
+		}
+		if even[len(chain)] == nil {
+			even[len(chain)] = evenBuckets(len(chain))
+		}
+		if old, ok := p.parts[uint32(part)]; ok && slices.Equal(old.chain, chain) && slices.Equal(old.buckets, even[len(chain)]) {
+			continue // a layout change that leaves the partition as it is
+		}
+		bu, err := p.partitionBuckets(uint32(part), chain, even[len(chain)])
 		if err != nil {
 			return err
 		}
-		ups = append(ups, bu...)
 		e, err := p.entry("partitions",
 			[]p4rt.Match{{Field: hashField, Value: u(uint64(part) << (hashBits - m.Bits())), PrefixLen: int32(m.Bits())}},
 			"set_partition", p4rt.Param{Name: "id", Value: u(uint64(part))},
@@ -178,8 +237,18 @@ func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) e
 		if err != nil {
 			return err
 		}
-		ups = append(ups, p4rt.TableUpdate(t, e))
+		parts[len(parts)-1] = append(append(parts[len(parts)-1], bu...), p4rt.TableUpdate(t, e))
 	}
+	if err := p.write(ctx, ups); err != nil {
+		return err
+	}
+	if err := p.writeParallel(ctx, len(parts), func(i int) ([]*p4.Update, error) { return parts[i], nil }); err != nil {
+		return err
+	}
+	for part, chain := range m.Chains() {
+		p.notePartition(uint32(part), chain, even[len(chain)])
+	}
+	ups = ups[:0]
 	if p.Window > 0 {
 		su, err := p.scoreRanges(t)
 		if err != nil {
@@ -220,51 +289,83 @@ func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) e
 }
 
 func evenBuckets(n int) []uint8 {
-	b := make([]uint8, directory.Buckets)
-	for i := range b {
-		b[i] = uint8(i % n)
-	}
-	return b
+	return directory.BucketsForWeights(make([]uint32, n))
 }
 
-// partitionBuckets writes both copies of a partition's bucket table.
-func (p *P4Plane) partitionBuckets(t p4.Update_Type, part uint32, chain []wire.NodeID, b []uint8) ([]*p4.Update, error) {
+// bucketRuns are the updates that take a bucket table's two copies
+// (prefix+"_a", prefix+"_b", actions act+"_a", act+"_b") from old (nil:
+// nothing installed) to b, one range entry per run (directory.Runs): old's
+// runs that b lacks are deleted, runs in both modified (their node may have
+// changed), b's new runs inserted, in that order. Runs never overlap, so a
+// packet between two of these updates meets either table's index for its
+// bucket, or none (the default: the head); each is a member.
+func (p *P4Plane) bucketRuns(prefix, act string, owner p4rt.Match, old, b []uint8, node func(idx uint8) wire.NodeID) ([]*p4.Update, error) {
+	del, same, add := directory.RunChanges(old, b)
 	var ups []*p4.Update
-	for _, copy := range []string{"a", "b"} {
-		for i, idx := range b {
-			e, err := p.entry("buckets_"+copy,
-				[]p4rt.Match{{Field: "partition", Value: u(uint64(part))}, {Field: "bucket", Value: u(uint64(i))}},
-				"set_chain_"+copy, p4rt.Param{Name: "index", Value: u(uint64(idx))},
-				p4rt.Param{Name: "node", Value: u(uint64(chain[idx]))})
-			if err != nil {
-				return nil, err
+	for _, step := range []struct {
+		runs []directory.Run
+		t    p4.Update_Type
+	}{{del, p4.Update_DELETE}, {same, p4.Update_MODIFY}, {add, p4.Update_INSERT}} {
+		for _, copy := range []string{"_a", "_b"} {
+			for _, r := range step.runs {
+				e, err := p.entry(prefix+copy, []p4rt.Match{owner, {Field: "bucket", Value: u(uint64(r.Lo)), High: u(uint64(r.Hi))}},
+					act+copy, p4rt.Param{Name: "index", Value: u(uint64(r.Index))}, p4rt.Param{Name: "node", Value: u(uint64(node(r.Index)))})
+				if err != nil {
+					return nil, err
+				}
+				e.Priority = 1
+				ups = append(ups, p4rt.TableUpdate(step.t, e))
 			}
-			ups = append(ups, p4rt.TableUpdate(t, e))
 		}
 	}
 	return ups, nil
 }
 
-// slotBuckets writes both copies of a slot's bucket table.
-func (p *P4Plane) slotBuckets(t p4.Update_Type, e *Entry) ([]*p4.Update, error) {
-	var ups []*p4.Update
-	for _, copy := range []string{"a", "b"} {
-		for i, idx := range e.Buckets {
-			te, err := p.entry("slot_buckets_"+copy,
-				[]p4rt.Match{{Field: "slot", Value: u(uint64(e.Slot))}, {Field: "bucket", Value: u(uint64(i))}},
-				"set_loc_"+copy, p4rt.Param{Name: "index", Value: u(uint64(idx))},
-				p4rt.Param{Name: "node", Value: u(uint64(e.Locs[idx]))})
-			if err != nil {
-				return nil, err
-			}
-			ups = append(ups, p4rt.TableUpdate(t, te))
+// partitionBuckets writes both copies of a partition's bucket table over
+// what this plane installed there since the last pipeline push (the caller
+// notes b once written: notePartition).
+func (p *P4Plane) partitionBuckets(part uint32, chain []wire.NodeID, b []uint8) ([]*p4.Update, error) {
+	for _, idx := range b {
+		if int(idx) >= len(chain) {
+			return nil, fmt.Errorf("partition %d: bucket entry %d of a chain of %d", part, idx, len(chain))
 		}
 	}
-	return ups, nil
+	return p.bucketRuns("buckets", "set_chain", p4rt.Match{Field: "partition", Value: u(uint64(part))},
+		p.parts[part].buckets, b, func(idx uint8) wire.NodeID { return at(chain, idx) })
+}
+
+// notePartition records chain and b as partition part's installed chain and
+// bucket table, once written.
+func (p *P4Plane) notePartition(part uint32, chain []wire.NodeID, b []uint8) {
+	if p.parts == nil {
+		p.parts = map[uint32]partition{}
+	}
+	p.parts[part] = partition{chain: slices.Clone(chain), buckets: slices.Clone(b)}
+}
+
+// slotBuckets writes both copies of a slot's bucket table, from old (nil:
+// none installed) to e's.
+func (p *P4Plane) slotBuckets(old []uint8, e *Entry) ([]*p4.Update, error) {
+	for _, idx := range e.Buckets {
+		if int(idx) >= len(e.Locs) {
+			return nil, fmt.Errorf("slot %d: bucket entry %d of %d locations", e.Slot, idx, len(e.Locs))
+		}
+	}
+	return p.bucketRuns("slot_buckets", "set_loc", p4rt.Match{Field: "slot", Value: u(uint64(e.Slot))},
+		old, e.Buckets, func(idx uint8) wire.NodeID { return at(e.Locs, idx) })
+}
+
+// at is nodes[idx], or 0 past its end: the node of a deleted run, which a
+// delete does not need (it names only the match).
+func at(nodes []wire.NodeID, idx uint8) wire.NodeID {
+	if int(idx) < len(nodes) {
+		return nodes[idx]
+	}
+	return 0
 }
 
 // slotTables are a slot's entries other than its slots entry: members,
-// chain and both bucket tables.
+// chain and both bucket tables, inserted (t INSERT) or deleted (DELETE).
 func (p *P4Plane) slotTables(t p4.Update_Type, e *Entry) ([]*p4.Update, error) {
 	var ups []*p4.Update
 	up := func(te *p4.TableEntry) {
@@ -286,8 +387,23 @@ func (p *P4Plane) slotTables(t p4.Update_Type, e *Entry) ([]*p4.Update, error) {
 		}
 		up(te)
 	}
-	bu, err := p.slotBuckets(t, e)
+	var bu []*p4.Update
+	var err error
+	if t == p4.Update_DELETE {
+		bu, err = p.slotBuckets(p.installedBuckets(e), &Entry{Slot: e.Slot, Locs: e.Locs})
+	} else {
+		bu, err = p.slotBuckets(nil, e)
+	}
 	return append(ups, bu...), err
+}
+
+// installedBuckets is the bucket table this plane installed for e's key at
+// its slot, or e's if it installed none.
+func (p *P4Plane) installedBuckets(e *Entry) []uint8 {
+	if old, ok := p.slots[e.Slot]; ok && old.Hash == e.Hash {
+		return old.Buckets
+	}
+	return e.Buckets
 }
 
 func (p *P4Plane) slotEntry(e *Entry) (*p4.TableEntry, error) {
@@ -353,6 +469,7 @@ func (p *P4Plane) noteInstalled(es ...Entry) {
 		p.slots = map[uint32]Entry{}
 	}
 	for _, e := range es {
+		e.Buckets = slices.Clone(e.Buckets)
 		p.slots[e.Slot] = e
 	}
 }
@@ -364,30 +481,34 @@ func (p *P4Plane) InstallEntries(ctx context.Context, es []Entry) error {
 	if err := p.removeInstalled(ctx, es); err != nil {
 		return err
 	}
-	var ups []*p4.Update
-	for i := range es {
-		u, err := p.slotTables(p4.Update_INSERT, &es[i])
-		if err != nil {
-			return err
+	// The slots' tables, tableBatch slots per Write and tableWriters
+	// Writes in flight: the device decodes one batch while it applies
+	// another, and this side builds the next meanwhile. A slot's tables
+	// are all in one batch, and every batch is done before any slots entry
+	// is written.
+	batches := slices.Collect(slices.Chunk(es, tableBatch))
+	if err := p.writeParallel(ctx, len(batches), func(i int) ([]*p4.Update, error) {
+		var ups []*p4.Update
+		for j := range batches[i] {
+			u, err := p.slotTables(p4.Update_INSERT, &batches[i][j])
+			if err != nil {
+				return nil, err
+			}
+			ups = append(ups, u...)
 		}
-		ups = append(ups, u...)
-	}
-	if err := p.write(ctx, ups); err != nil {
+		return ups, nil
+	}); err != nil {
 		return err
 	}
-	id, err := p.counterID("slot_hits")
+	slots := make([]uint32, len(es))
+	for i := range es {
+		slots[i] = es[i].Slot
+	}
+	base, err := p.readHitCells(ctx, slots)
 	if err != nil {
 		return err
 	}
-	cells, err := p.c.ReadCounter(ctx, id)
-	if err != nil {
-		return err
-	}
-	base := map[uint32]uint64{}
-	for _, c := range cells {
-		base[uint32(c.GetIndex().GetIndex())] = uint64(c.GetData().GetPacketCount())
-	}
-	ups = ups[:0]
+	var ups []*p4.Update
 	p.mu.Lock()
 	for i := range es {
 		e := &es[i]
@@ -431,22 +552,34 @@ func (p *P4Plane) RemoveEntry(ctx context.Context, e *Entry) error {
 	return nil
 }
 
-// SetSlotBuckets modifies a slot's bucket tables.
+// SetSlotBuckets replaces a slot's bucket tables: the runs that changed.
 func (p *P4Plane) SetSlotBuckets(ctx context.Context, e *Entry) error {
-	ups, err := p.slotBuckets(p4.Update_MODIFY, e)
+	ups, err := p.slotBuckets(p.installedBuckets(e), e)
 	if err != nil {
 		return err
 	}
-	return p.write(ctx, ups)
+	if err := p.write(ctx, ups); err != nil {
+		return err
+	}
+	if old, ok := p.slots[e.Slot]; ok && old.Hash == e.Hash {
+		old.Buckets = slices.Clone(e.Buckets)
+		p.slots[e.Slot] = old
+	}
+	return nil
 }
 
-// SetPartitionBuckets modifies a partition's bucket tables.
+// SetPartitionBuckets replaces a partition's bucket tables: the runs that
+// changed.
 func (p *P4Plane) SetPartitionBuckets(ctx context.Context, part uint32, chain []wire.NodeID, b []uint8) error {
-	ups, err := p.partitionBuckets(p4.Update_MODIFY, part, chain, b)
+	ups, err := p.partitionBuckets(part, chain, b)
 	if err != nil {
 		return err
 	}
-	return p.write(ctx, ups)
+	if err := p.write(ctx, ups); err != nil {
+		return err
+	}
+	p.notePartition(part, chain, b)
+	return nil
 }
 
 func (p *P4Plane) counterID(name string) (uint32, error) {
@@ -459,22 +592,35 @@ func (p *P4Plane) counterID(name string) (uint32, error) {
 
 // readHitCell reads one slot's slot_hits cell.
 func (p *P4Plane) readHitCell(ctx context.Context, slot uint32) (uint64, error) {
+	cells, err := p.readHitCells(ctx, []uint32{slot})
+	return cells[slot], err
+}
+
+// readHitCells reads the slot_hits cells of slots, in one Read: a re-sync
+// installs its entries in chunks, and the counter has a cell per slot of the
+// whole directory.
+func (p *P4Plane) readHitCells(ctx context.Context, slots []uint32) (map[uint32]uint64, error) {
 	id, err := p.counterID("slot_hits")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	es, err := p.c.Read(ctx, &p4.Entity{Entity: &p4.Entity_CounterEntry{CounterEntry: &p4.CounterEntry{
-		CounterId: id, Index: &p4.Index{Index: int64(slot)},
-	}}})
+	filters := make([]*p4.Entity, len(slots))
+	for i, s := range slots {
+		filters[i] = &p4.Entity{Entity: &p4.Entity_CounterEntry{CounterEntry: &p4.CounterEntry{
+			CounterId: id, Index: &p4.Index{Index: int64(s)},
+		}}}
+	}
+	es, err := p.c.Read(ctx, filters...)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	out := make(map[uint32]uint64, len(slots))
 	for _, e := range es {
-		if c := e.GetCounterEntry(); c.GetIndex().GetIndex() == int64(slot) {
-			return uint64(c.GetData().GetPacketCount()), nil
+		if c := e.GetCounterEntry(); c != nil && c.GetCounterId() == id {
+			out[uint32(c.GetIndex().GetIndex())] = uint64(c.GetData().GetPacketCount())
 		}
 	}
-	return 0, nil
+	return out, nil
 }
 
 // ReadHits reads the slot_hits counter: each slot's hits since its entry

@@ -302,8 +302,11 @@ func FillBuckets(dst *[Buckets]uint8, b []uint8, n int) error {
 
 // BucketsForWeights realises integer weights as a bucket table: member i gets
 // a share of the Buckets entries proportional to w[i] (largest remainder),
-// interleaved so that no member's buckets cluster. Zero total weight spreads
-// evenly.
+// as one contiguous run of buckets, member 0's first. Zero total weight
+// spreads evenly. Request ids are random (package wire), so a run splits as
+// well as any other placement, and a table of runs is what a P4 switch
+// installs cheaply: one range entry per member instead of one exact entry
+// per bucket (Runs).
 func BucketsForWeights(w []uint32) []uint8 {
 	n := len(w)
 	out := make([]uint8, Buckets)
@@ -316,47 +319,86 @@ func BucketsForWeights(w []uint32) []uint8 {
 	}
 	count := make([]int, n)
 	if total == 0 {
-		for i := range out {
-			out[i] = uint8(i % n)
-		}
-		return out
-	}
-	rem := make([]uint64, n)
-	given := 0
-	for i, x := range w {
-		q := uint64(x) * Buckets
-		count[i] = int(q / total)
-		rem[i] = q % total
-		given += count[i]
-	}
-	for ; given < Buckets; given++ {
-		best := 0
-		for i := range rem {
-			if rem[i] > rem[best] {
-				best = i
+		for i := range count {
+			count[i] = Buckets / n
+			if i < Buckets%n {
+				count[i]++
 			}
 		}
-		count[best]++
-		rem[best] = 0
-	}
-	// Interleave: at each step take the member furthest behind its share.
-	placed := make([]int, n)
-	for b := 0; b < Buckets; b++ {
-		best := -1
-		var bestLag float64
-		for i := 0; i < n; i++ {
-			if placed[i] >= count[i] {
-				continue
-			}
-			lag := float64(count[i])*float64(b+1)/Buckets - float64(placed[i])
-			if best < 0 || lag > bestLag {
-				best, bestLag = i, lag
-			}
+	} else {
+		rem := make([]uint64, n)
+		given := 0
+		for i, x := range w {
+			q := uint64(x) * Buckets
+			count[i] = int(q / total)
+			rem[i] = q % total
+			given += count[i]
 		}
-		out[b] = uint8(best)
-		placed[best]++
+		for ; given < Buckets; given++ {
+			best := 0
+			for i := range rem {
+				if rem[i] > rem[best] {
+					best = i
+				}
+			}
+			count[best]++
+			rem[best] = 0
+		}
+	}
+	b := 0
+	for i, c := range count {
+		for ; c > 0; c-- {
+			out[b] = uint8(i)
+			b++
+		}
 	}
 	return out
+}
+
+// Run is a maximal range of buckets Lo..Hi (inclusive) that all hold Index.
+type Run struct {
+	Lo, Hi, Index uint8
+}
+
+// Runs decomposes a bucket table into its maximal runs, in bucket order: a
+// table from BucketsForWeights has one run per member with a nonzero share.
+// The P4 program installs one range entry per run.
+func Runs(b []uint8) []Run {
+	var out []Run
+	for i := 0; i < len(b); i++ {
+		if len(out) > 0 && out[len(out)-1].Index == b[i] && int(out[len(out)-1].Hi)+1 == i {
+			out[len(out)-1].Hi = uint8(i)
+			continue
+		}
+		out = append(out, Run{Lo: uint8(i), Hi: uint8(i), Index: b[i]})
+	}
+	return out
+}
+
+// RunChanges is what takes a table installed as runs from old (nil: none)
+// to b: old's runs whose span b has not (del), b's runs whose span old has
+// too, though maybe for another member (same), and b's other runs (add).
+// A P4 writer deletes del, modifies same and inserts add, in that order.
+func RunChanges(old, b []uint8) (del, same, add []Run) {
+	span := func(r Run) [2]uint8 { return [2]uint8{r.Lo, r.Hi} }
+	was, now := map[[2]uint8]bool{}, map[[2]uint8]bool{}
+	for _, r := range Runs(old) {
+		was[span(r)] = true
+	}
+	for _, r := range Runs(b) {
+		now[span(r)] = true
+		if was[span(r)] {
+			same = append(same, r)
+		} else {
+			add = append(add, r)
+		}
+	}
+	for _, r := range Runs(old) {
+		if !now[span(r)] {
+			del = append(del, r)
+		}
+	}
+	return del, same, add
 }
 
 // SetPort classifies an ingress port.

@@ -16,10 +16,10 @@ func TestBucketsForWeights(t *testing.T) {
 		w    []uint32
 		want []uint8
 	}{
-		{[]uint32{1, 0, 3}, []uint8{2, 0, 2, 2, 2, 0, 2, 2, 2, 0, 2, 2, 2, 0, 2, 2, 2, 0, 2, 2, 2, 0, 2, 2, 2, 0, 2, 2, 2, 0, 2, 2}},
-		{[]uint32{1, 1, 1, 5}, []uint8{3, 0, 3, 1, 3, 2, 3, 3, 3, 0, 3, 1, 3, 2, 3, 3, 3, 0, 3, 1, 3, 2, 3, 3, 3, 0, 3, 1, 3, 2, 3, 3}},
-		{[]uint32{3, 1, 0}, []uint8{0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0}},
-		{[]uint32{0, 0, 0}, []uint8{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1}},
+		{[]uint32{1, 0, 3}, []uint8{0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}},
+		{[]uint32{1, 1, 1, 5}, []uint8{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3}},
+		{[]uint32{3, 1, 0}, []uint8{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1}},
+		{[]uint32{0, 0, 0}, []uint8{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}},
 		{[]uint32{7}, make([]uint8, 32)},
 		{nil, make([]uint8, 32)},
 	}
@@ -71,18 +71,53 @@ func TestBucketsForWeights(t *testing.T) {
 				t.Fatalf("%v: zero-weight member %d has %d buckets", w, i, count[i])
 			}
 		}
-		// Interleaved: along the table every member stays within 1.5 buckets
-		// of its pro-rata share of the prefix; a clustered table (a member's
-		// buckets side by side) is off by up to count*(1-count/32).
-		placed := make([]int, n)
-		for k, x := range b {
-			placed[x]++
-			for i := range placed {
-				share := float64(count[i]) * float64(k+1) / directory.Buckets
-				if d := float64(placed[i]) - share; d > 1.5 || d < -1.5 {
-					t.Fatalf("%v = %v: member %d has %d of the first %d buckets, share %.2f", w, b, i, placed[i], k+1, share)
-				}
+		// Contiguous: one run per member with a share, in member order.
+		rs := directory.Runs(b)
+		for k, run := range rs {
+			if k > 0 && run.Index <= rs[k-1].Index {
+				t.Fatalf("%v = %v: runs %v out of member order", w, b, rs)
 			}
+			if int(run.Hi-run.Lo)+1 != count[run.Index] {
+				t.Fatalf("%v = %v: member %d's run %v is not all its %d buckets", w, b, run.Index, run, count[run.Index])
+			}
+		}
+	}
+}
+
+func TestRuns(t *testing.T) {
+	for _, tc := range []struct {
+		b    []uint8
+		want []directory.Run
+	}{
+		{nil, nil},
+		{[]uint8{4}, []directory.Run{{0, 0, 4}}},
+		{[]uint8{0, 0, 1, 1, 1, 0}, []directory.Run{{0, 1, 0}, {2, 4, 1}, {5, 5, 0}}},
+		{[]uint8{0, 1, 2, 0}, []directory.Run{{0, 0, 0}, {1, 1, 1}, {2, 2, 2}, {3, 3, 0}}},
+	} {
+		if got := directory.Runs(tc.b); !slices.Equal(got, tc.want) {
+			t.Errorf("Runs(%v) = %v, want %v", tc.b, got, tc.want)
+		}
+	}
+	// Every table is the union of its runs.
+	r := rand.New(rand.NewPCG(3, 4))
+	for it := 0; it < 1000; it++ {
+		b := make([]uint8, directory.Buckets)
+		for i := range b {
+			b[i] = uint8(r.IntN(1 + it%4))
+		}
+		got := make([]uint8, directory.Buckets)
+		next := 0
+		for _, run := range directory.Runs(b) {
+			if int(run.Lo) != next || run.Hi < run.Lo {
+				t.Fatalf("%v: runs not consecutive at %v", b, run)
+			}
+			for i := run.Lo; i <= run.Hi; i++ {
+				got[i] = run.Index
+			}
+			next = int(run.Hi) + 1
+		}
+		if next != len(b) || !slices.Equal(got, b) {
+			t.Fatalf("Runs(%v) rebuilds %v", b, got)
 		}
 	}
 }
@@ -436,5 +471,26 @@ func TestNodeIDsBeyondMaxNodes(t *testing.T) {
 	// completed the write: the version is the slot's, the sender only teaches.
 	if s, _ := d.Lookup(key("hot")); s.VerDone != 8 {
 		t.Errorf("ver_done = %d", s.VerDone)
+	}
+}
+
+func TestRunChanges(t *testing.T) {
+	old := directory.BucketsForWeights([]uint32{1, 1, 2}) // 0-7, 8-15, 16-31
+	b := directory.BucketsForWeights([]uint32{1, 0, 1})   // 0-15, 16-31
+	del, same, add := directory.RunChanges(old, b)
+	if want := []directory.Run{{0, 7, 0}, {8, 15, 1}}; !slices.Equal(del, want) {
+		t.Errorf("del = %v, want %v", del, want)
+	}
+	if want := []directory.Run{{16, 31, 2}}; !slices.Equal(same, want) {
+		t.Errorf("same = %v, want %v", same, want)
+	}
+	if want := []directory.Run{{0, 15, 0}}; !slices.Equal(add, want) {
+		t.Errorf("add = %v, want %v", add, want)
+	}
+	if del, same, add := directory.RunChanges(nil, b); len(del)+len(same) != 0 || !slices.Equal(add, directory.Runs(b)) {
+		t.Errorf("from nothing: del %v same %v add %v", del, same, add)
+	}
+	if del, same, add := directory.RunChanges(b, nil); len(same)+len(add) != 0 || !slices.Equal(del, directory.Runs(b)) {
+		t.Errorf("to nothing: del %v same %v add %v", del, same, add)
 	}
 }

@@ -3,7 +3,6 @@ package model
 import (
 	"errors"
 	"fmt"
-	"math/big"
 	"math/bits"
 	"net/netip"
 	"strings"
@@ -22,8 +21,9 @@ import (
 // p4rtserver.Target.
 //
 // A hot key's state is spread over several P4 tables indexed by its slot:
-// members (its LocationList), slot_buckets_a (its split), then the slots
-// entry that activates it. The target gathers them per slot and installs the
+// members (its LocationList), slot_buckets_a (its split: one range entry
+// per run of equal buckets, directory.Runs), then the slots entry that
+// activates it. The target gathers them per slot and installs the
 // slot in the directory core when the slots entry arrives, which is why the
 // controller writes a slot's tables before its slots entry (as it must for
 // a switch, too, so that no packet meets a half-built slot). Partitions are
@@ -103,9 +103,10 @@ func (t *P4Target) SetPipeline(info *p4config.P4Info, _ []byte) error {
 }
 
 // entryFields returns the entry's match values by field name and its
-// action params by name, as integers.
-func entryFields(tbl *p4config.Table, act *p4config.Action, e *p4.TableEntry) (map[string]*big.Int, map[string]*big.Int, int32) {
-	match := map[string]*big.Int{}
+// action params by name, as integers. A range match gives its low end under
+// the field's name and its high end under the name with rangeHigh appended.
+func entryFields(tbl *p4config.Table, act *p4config.Action, e *p4.TableEntry) (fields, fields, int32) {
+	match := fields{}
 	var prefix int32
 	for _, m := range e.GetMatch() {
 		for _, f := range tbl.GetMatchFields() {
@@ -114,30 +115,83 @@ func entryFields(tbl *p4config.Table, act *p4config.Action, e *p4.TableEntry) (m
 			}
 			switch {
 			case m.GetExact() != nil:
-				match[f.GetName()] = new(big.Int).SetBytes(m.GetExact().GetValue())
+				match.set(f.GetName(), m.GetExact().GetValue())
 			case m.GetLpm() != nil:
-				match[f.GetName()] = new(big.Int).SetBytes(m.GetLpm().GetValue())
+				match.set(f.GetName(), m.GetLpm().GetValue())
 				prefix = m.GetLpm().GetPrefixLen()
+			case m.GetRange() != nil:
+				match.set(f.GetName(), m.GetRange().GetLow())
+				match.set(f.GetName()+rangeHigh, m.GetRange().GetHigh())
 			}
 		}
 	}
-	params := map[string]*big.Int{}
+	params := fields{}
 	for _, p := range e.GetAction().GetAction().GetParams() {
 		for _, ap := range act.GetParams() {
 			if ap.GetId() == p.GetParamId() {
-				params[ap.GetName()] = new(big.Int).SetBytes(p.GetValue())
+				params.set(ap.GetName(), p.GetValue())
 			}
 		}
 	}
 	return match, params, prefix
 }
 
-func u32(m map[string]*big.Int, k string) (uint32, error) {
+// rangeHigh marks a range match's high end in entryFields' map.
+const rangeHigh = "/high"
+
+// bucketRange returns the entry's bucket range as a mask of buckets: a
+// range match (the P4 program's), or one bucket for an exact match.
+func bucketRange(match fields) (uint32, error) {
+	lo, err := u32(match, "bucket")
+	if err != nil {
+		return 0, err
+	}
+	hi := lo
+	if _, ok := match["bucket"+rangeHigh]; ok {
+		if hi, err = u32(match, "bucket"+rangeHigh); err != nil {
+			return 0, err
+		}
+	}
+	if hi < lo || hi >= directory.Buckets {
+		return 0, fmt.Errorf("bucket range %d..%d of %d buckets", lo, hi, directory.Buckets)
+	}
+	return uint32(uint64(1)<<(hi+1) - 1<<lo), nil
+}
+
+// setBuckets sets the buckets of mask to idx.
+func setBuckets(b *[directory.Buckets]uint8, mask uint32, idx uint8) {
+	for i := range b {
+		if mask&(1<<i) != 0 {
+			b[i] = idx
+		}
+	}
+}
+
+// fields are an entry's match values or action params by name, those of
+// at most 64 bits (the key hash is read from the entry itself).
+type fields map[string]uint64
+
+// set records v (big-endian) under k if it fits 64 bits.
+func (f fields) set(k string, v []byte) {
+	for len(v) > 8 && v[0] == 0 {
+		v = v[1:]
+	}
+	if len(v) > 8 {
+		return
+	}
+	var x uint64
+	for _, b := range v {
+		x = x<<8 | uint64(b)
+	}
+	f[k] = x
+}
+
+func u32(m fields, k string) (uint32, error) {
 	v, ok := m[k]
-	if !ok || !v.IsUint64() || v.Uint64() > 1<<32-1 {
+	if !ok || v > 1<<32-1 {
 		return 0, fmt.Errorf("field %q missing or too wide", k)
 	}
-	return uint32(v.Uint64()), nil
+	return uint32(v), nil
 }
 
 // ApplyTable applies a validated table update.
@@ -180,20 +234,21 @@ func (t *P4Target) ApplyTable(ut p4.Update_Type, tbl *p4config.Table, act *p4con
 		if err != nil {
 			return err
 		}
-		b, err := u32(match, "bucket")
+		mask, err := bucketRange(match)
 		if err != nil {
 			return err
 		}
 		s := t.slot(slot)
 		if del {
-			s.bktSet &^= 1 << b
+			s.bktSet &^= mask
 			return nil
 		}
 		idx, err := u32(params, "index")
-		if err != nil {
-			return err
+		if err != nil || idx >= directory.MaxLocations {
+			return fmt.Errorf("slot_buckets_a: index %d: %v", idx, err)
 		}
-		s.buckets[b], s.bktSet = uint8(idx), s.bktSet|1<<b
+		setBuckets(&s.buckets, mask, uint8(idx))
+		s.bktSet |= mask
 		if s.active && s.bktSet == ^uint32(0) {
 			return t.sw.SetSlotBuckets(s.hash, s.buckets[:])
 		}
@@ -232,8 +287,8 @@ func (t *P4Target) ApplyTable(ut p4.Update_Type, tbl *p4config.Table, act *p4con
 		}
 		s.hash, s.n, s.r = kh, int(n), int(r)
 		var seed uint64 // the action's seed version, where the P4 program has one
-		if v, ok := params["ver"]; ok && v.IsUint64() {
-			seed = v.Uint64()
+		if v, ok := params["ver"]; ok {
+			seed = v
 		}
 		if _, err := t.sw.Insert(kh, s.locs[:n], int(r), seed, s.buckets[:]); err != nil {
 			return err
@@ -245,13 +300,13 @@ func (t *P4Target) ApplyTable(ut p4.Update_Type, tbl *p4config.Table, act *p4con
 		if err != nil {
 			return err
 		}
-		b, err := u32(match, "bucket")
+		mask, err := bucketRange(match)
 		if err != nil {
 			return err
 		}
 		ps := t.part(p)
 		if del {
-			ps.bktSet &^= 1 << b
+			ps.bktSet &^= mask
 			return nil
 		}
 		idx, err1 := u32(params, "index")
@@ -259,7 +314,9 @@ func (t *P4Target) ApplyTable(ut p4.Update_Type, tbl *p4config.Table, act *p4con
 		if err1 != nil || err2 != nil || idx >= directory.MaxChain {
 			return fmt.Errorf("buckets_a: index %d node %d", idx, node)
 		}
-		ps.nodes[idx], ps.buckets[b], ps.bktSet = wire.NodeID(node), uint8(idx), ps.bktSet|1<<b
+		ps.nodes[idx] = wire.NodeID(node)
+		setBuckets(&ps.buckets, mask, uint8(idx))
+		ps.bktSet |= mask
 		if ps.active && ps.bktSet == ^uint32(0) {
 			// A chain rewritten bucket by bucket (a layout change) passes
 			// through states naming a node twice; a switch routes them

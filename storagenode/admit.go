@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/netdir/netdir/storagenode/device"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -22,9 +23,18 @@ import (
 //
 // With a QoS configuration (qos.go), client requests queue per tenant in
 // dmClock instead, and the same goroutine hands them on in dmClock order.
+//
+// On a device whose profile has a processor (device.CPU: a time per
+// request and a number of cores), each client request also pays its
+// processor time here: the goroutine books it at its arrival and hands it
+// to its shard when its processing ends, so the node serves at most Cores
+// requests per RequestService however many hit the cache, and those that
+// miss pay the device beside it in the shard.
 type admission struct {
 	shards []*shard
 	bucket *tokenBucket // nil: unlimited
+	cpu    *device.CPU  // nil: requests cost no emulated processor time
+	clock  device.Clock
 	writes chan admitted
 	reads  chan admitted
 	qos    qosAdmission
@@ -43,6 +53,9 @@ func (a *admission) init(n *Node) {
 	}
 	if rate := n.opts.MaxOps; rate > 0 {
 		a.bucket = newTokenBucket(rate, max(1, rate/100))
+	}
+	a.cpu, a.clock = device.NewCPU(n.opts.Device), n.opts.clock
+	if a.queued() {
 		a.writes = make(chan admitted, n.opts.QueueLen)
 		a.reads = make(chan admitted, n.opts.QueueLen)
 	}
@@ -68,14 +81,21 @@ func (a *admission) shardOf(h wire.KeyHash) *shard {
 	return a.shards[x%uint32(len(a.shards))]
 }
 
+// queued reports whether client requests wait in the admission goroutine
+// (the bucket or the processor), not only under QoS.
+func (a *admission) queued() bool { return a.bucket != nil || a.cpu != nil }
+
 // submit queues a packet for its key's shard, a client request through the
-// bucket if there is one; false if the queue is full.
+// bucket or the processor if there is one; false if the queue is full.
 func (a *admission) submit(h wire.KeyHash, client bool, op wire.Op, it item) bool {
 	s := a.shardOf(h)
+	if client && a.cpu != nil {
+		it.at = a.clock.Now()
+	}
 	if client && a.qos.on.Load() {
 		return a.qos.add(it.b, op, admitted{it, s})
 	}
-	if client && a.bucket != nil {
+	if client && a.queued() {
 		q := a.reads
 		if op != wire.OpGet {
 			q = a.writes
@@ -106,7 +126,10 @@ func (a *admission) load() uint16 {
 }
 
 // run admits requests at the bucket's rate, if there is one, handing each
-// to its shard.
+// to its shard when the processor, if there is one, is done with it. The
+// processor's bookings end in the order they are made (one service time,
+// FIFO), so waiting for each in turn keeps its schedule; a late wake-up
+// only hands the next ones on at once.
 func (a *admission) run(stop <-chan struct{}) {
 	for {
 		if a.bucket != nil {
@@ -115,6 +138,11 @@ func (a *admission) run(stop <-chan struct{}) {
 		next, ok := a.take(stop)
 		if !ok {
 			return
+		}
+		if a.cpu != nil && !next.it.at.IsZero() {
+			if d := a.cpu.Book(next.it.at).Sub(a.clock.Now()); d > 0 {
+				a.clock.Sleep(d)
+			}
 		}
 		select {
 		case next.s.ch <- next.it:

@@ -44,8 +44,10 @@ func TestReadShareAllocator(t *testing.T) {
 // newManualScheduler is a Scheduler without its background loop: the test
 // samples and grants by hand.
 func newManualScheduler(budget, floor int64, alloc Allocator) *Scheduler {
-	return &Scheduler{budget: budget, floor: floor, maxRunning: DefaultMaxCompactions, l0Urgent: DefaultL0Urgent,
+	s := &Scheduler{budget: budget, floor: floor, maxRunning: DefaultMaxCompactions,
 		alloc: alloc, poke: make(chan struct{}, 1), stop: make(chan struct{})}
+	s.l0Urgent.Store(DefaultL0Urgent)
+	return s
 }
 
 // TestSchedulerFollowsReadShares: the default allocator paces each tree by
@@ -189,8 +191,9 @@ func TestBucketNeverExceedsRate(t *testing.T) {
 }
 
 // TestLowBudgetNeverHoldsFlushesOrL0 gives a real node a budget far below
-// what its writes need: flushes (which never pass through the scheduler) and
-// L0 compactions (never paced) still run, so L0 stays bounded.
+// what its writes need: flushes (which never pass through the scheduler)
+// still run, L0 compactions are paced while L0 is shallow, and once L0
+// holds L0Urgent files they run unpaced, so L0 stays bounded.
 func TestLowBudgetNeverHoldsFlushesOrL0(t *testing.T) {
 	m, err := layout.New(layout.Config{PartitionBits: 2, Replicas: 1, Nodes: []layout.Node{{ID: 1, Addr: "127.0.0.1:0"}}})
 	if err != nil {
@@ -202,6 +205,7 @@ func TestLowBudgetNeverHoldsFlushesOrL0(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
+	n.Scheduler().SetL0Urgent(8)
 	tr := n.trees[0]
 	val := bytes.Repeat([]byte("y"), 1000)
 	for round := range 20 {

@@ -339,3 +339,53 @@ func TestPacedCompactionFollowsReadShare(t *testing.T) {
 		t.Fatalf("tree 0's share of compaction device time %.3f, read share %.3f: want within 0.1", busyShare, readShare)
 	}
 }
+
+// TestProcessorBoundsCacheHits: on a profile with a processor, GETs that
+// hit the memtable cost no device time but each pays the processor's
+// time, so the node serves them no faster than Cores per RequestService;
+// with no processor they take no virtual time.
+func TestProcessorBoundsCacheHits(t *testing.T) {
+	const gets, service, cores = 40, time.Millisecond, 2
+	cpu := device.Profile{Name: "cpu", QueueDepth: 1, RequestService: service, Cores: cores}
+	none, _ := device.Parse("none")
+	for _, p := range []device.Profile{cpu, none} {
+		clock := device.NewFakeClock(t0)
+		autoAdvance(t, clock)
+		n, cl := startOnDevice(t, p, clock)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := cl.Put(ctx, []byte("hot"), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		start, dev := clock.Now(), n.dev.Stats()
+		errs := make(chan error, gets)
+		for range gets {
+			go func() {
+				_, _, err := cl.Get(ctx, []byte("hot"))
+				errs <- err
+			}()
+		}
+		for range gets {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		elapsed := clock.Now().Sub(start)
+		if reads := n.dev.Stats().Sub(dev).Class[device.Read]; reads.IOs != 0 {
+			t.Fatalf("%s: %d device reads for memtable hits", p, reads.IOs)
+		}
+		st := n.Stats().CPU
+		if p.RequestService == 0 {
+			if elapsed != 0 || st != (device.CPUStats{}) {
+				t.Fatalf("no processor: %d GETs took %v of virtual time, stats %+v; want none", gets, elapsed, st)
+			}
+			continue
+		}
+		if min := gets / cores * service; elapsed < min {
+			t.Fatalf("%d GETs on %d cores of %v each took %v, want at least %v", gets, cores, service, elapsed, min)
+		}
+		if st.Requests != gets+1 || st.Busy != (gets+1)*service {
+			t.Fatalf("processor stats %+v, want %d requests and %v busy", st, gets+1, (gets+1)*service)
+		}
+	}
+}

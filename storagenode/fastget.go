@@ -15,7 +15,7 @@ import (
 // Pebble's Get sees a whole record, and the shard stores a version before
 // anything about it is acknowledged, so the read linearizes at the Get.
 // Everything else goes to the shard: a dirty record (the tail must be
-// asked), a node under MaxOps (the token bucket) or QoS (its queues), one not yet recovered,
+// asked), a node under MaxOps (the token bucket), an emulated processor (device.CPU) or QoS (its queues), one not yet recovered,
 // and any request that is answered with an error.
 type fastGet struct {
 	n   *Node
@@ -33,7 +33,7 @@ func newFastGet(n *Node) *fastGet {
 // reports whether it did.
 func (g *fastGet) serve(b []byte, from udpbatch.Peer) bool {
 	n := g.n
-	if wire.Frame(b).Check() != nil || wire.Frame(b).Op() != wire.OpGet || n.admit.bucket != nil || n.admit.qos.on.Load() || !n.ready.Load() {
+	if wire.Frame(b).Check() != nil || wire.Frame(b).Op() != wire.OpGet || n.admit.queued() || n.admit.qos.on.Load() || !n.ready.Load() {
 		return false
 	}
 	var p wire.NodePacket

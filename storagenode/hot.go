@@ -85,6 +85,16 @@ func (c *copies) unstampedOK(h wire.KeyHash) bool {
 	return c.noStamp[h]
 }
 
+// holds reports whether h is promoted here with exactly this promotion:
+// every field the promotion persists (promoKey's value) must be compared,
+// since a promotion that holds is not written again.
+func (c *copies) holds(h wire.KeyHash, ids []wire.NodeID, noStamp bool) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	prev, ok := c.promo[h]
+	return ok && slices.Equal(prev, ids) && c.noStamp[h] == noStamp
+}
+
 // promote records h's extras at this head and returns the previous ones.
 func (c *copies) promote(h wire.KeyHash, ids []wire.NodeID, noStamp bool) []wire.NodeID {
 	c.mu.Lock()
@@ -246,7 +256,10 @@ func (s *shard) promote(p *wire.NodePacket, from netip.AddrPort) {
 		persisted = append(persisted, promoNoStampMark)
 	}
 	rec, err := n.treeOf(part).getRecord(part, p.Key)
-	if err == nil {
+	// A promotion the head holds already, exactly as persisted, is on disk
+	// as it is (a controller's re-sync after a switch restart asks every
+	// head again): no synced write.
+	if err == nil && !n.copies.holds(p.KeyHash, ids, noStamp) {
 		err = n.trees[0].db.Set(promoKey(p.Key), persisted, pebble.Sync)
 	}
 	if err != nil {

@@ -167,29 +167,34 @@ func TestSchedulerGrants(t *testing.T) {
 	b.Unregister()
 }
 
-func TestPacingSparesL0(t *testing.T) {
+func TestPacingHoldsL0UntilUrgent(t *testing.T) {
 	s := NewScheduler(1<<20, 1<<20, nil)
 	defer s.Close()
 	tr := &tree{lat: newLatencyRing(8)}
 	x := s.forTree(tr)
 	x.Register(1, &fakeDB{allowed: 2})
 	x.rate.Store(1 << 20)
-	// An L0 compaction writes far over the rate: never throttled.
+	x.bucket.setRate(1 << 20)
+	// An L0 compaction over the bucket, L0 shallow: paced.
 	g := &grant{ts: x}
 	g.l0.Store(true)
 	g.Started()
-	g.CumulativeStats(pebble.CompactionGrantHandleStats{CumWriteBytes: 8 << 20})
+	g.CumulativeStats(pebble.CompactionGrantHandleStats{CumWriteBytes: 256 << 10})
 	g.Done()
-	if tr.throttledNanos.Load() != 0 {
-		t.Fatal("an L0 compaction was paced")
+	if tr.throttledNanos.Load() == 0 || tr.unpacedBytes.Load() != 0 {
+		t.Fatalf("an L0 compaction over the budget, L0 shallow: throttled %d ns, unpaced %d bytes; want paced",
+			tr.throttledNanos.Load(), tr.unpacedBytes.Load())
 	}
-	// Any other compaction over the bucket is paced.
+	// With L0Urgent files in L0, any compaction runs unpaced and uncharged.
+	throttled := tr.throttledNanos.Load()
+	x.l0Files.Store(DefaultL0Urgent)
 	g2 := &grant{ts: x}
 	g2.Started()
-	g2.CumulativeStats(pebble.CompactionGrantHandleStats{CumWriteBytes: 256 << 10})
+	g2.CumulativeStats(pebble.CompactionGrantHandleStats{CumWriteBytes: 8 << 20})
 	g2.Done()
-	if tr.throttledNanos.Load() == 0 {
-		t.Fatal("a compaction over the budget was not paced")
+	if tr.throttledNanos.Load() != throttled || tr.unpacedBytes.Load() != 8<<20 {
+		t.Fatalf("deep L0: throttled %d ns more, unpaced %d bytes; want 0 and all 8 MiB",
+			tr.throttledNanos.Load()-throttled, tr.unpacedBytes.Load())
 	}
 	if tr.compactBytes.Load() != 8<<20+256<<10 {
 		t.Fatalf("compaction bytes %d", tr.compactBytes.Load())

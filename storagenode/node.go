@@ -29,7 +29,9 @@
 // dispatches packets; its state is split by role, each role a struct that
 // owns its fields and at most one lock:
 //   - admission (admit.go): the shard workers and their queues, and MaxOps's
-//     token bucket with the client requests waiting for it. No lock: queues
+//     token bucket and the device profile's emulated processor
+//     (device.CPU, its own lock) with the client requests waiting for
+//     them. No lock: queues
 //     are channels, and the bucket is its goroutine's alone. With a QoS
 //     configuration (qos.go), client requests wait in per-tenant dmClock
 //     queues instead (their lock) for admission's goroutine.
@@ -105,7 +107,8 @@ type Options struct {
 	// Device is the emulated storage device beneath the node's trees
 	// (device.Parse: "ssd", "hdd" or "none"; the zero value is "none": I/O
 	// is counted and costs nothing). The trees share it, so compaction I/O
-	// takes device time from reads.
+	// takes device time from reads. Its processor (RequestService, Cores)
+	// charges every client request, cache hits included (device.CPU).
 	Device device.Profile
 
 	CacheBytes    int64  // Pebble block cache shared by the trees
@@ -339,3 +342,8 @@ func (n *Node) Close() error {
 
 // load is the node's queue depth, carried on replies.
 func (n *Node) load() uint16 { return n.admit.load() }
+
+// SetDeviceFree turns the node's device time off (true) or back on
+// (device.Device.SetFree): for a bench's preload, which is setup, not
+// measurement. Client requests still pay the processor.
+func (n *Node) SetDeviceFree(free bool) { n.dev.SetFree(free) }

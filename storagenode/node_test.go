@@ -707,6 +707,21 @@ func TestPromoteWithoutStamping(t *testing.T) {
 	if r := put(12); r.Code != wire.CodeRetry {
 		t.Fatalf("unstamped write after a stamping promotion: %s %s", r.Op, r.Code)
 	}
+	// The same promotion again (a controller's re-sync) changes nothing on
+	// disk: after a restart the head still refuses unstamped writes, as the
+	// stamping promotion it persisted says.
+	if r := promote(3, 0); r.Code != wire.CodeOK || r.Stamp != 2 {
+		t.Fatalf("promote again: %s %s v%d", r.Op, r.Code, r.Stamp)
+	}
+	if err := c.Crash(headIdx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Restart(headIdx); err != nil {
+		t.Fatal(err)
+	}
+	if r := put(13); r.Code != wire.CodeRetry {
+		t.Fatalf("unstamped write after a restart: %s %s", r.Op, r.Code)
+	}
 }
 
 // TestHashMismatchStoredKey: a GET naming a stored key under another key's

@@ -26,7 +26,8 @@ type item struct {
 	pool *[]byte
 	from netip.AddrPort
 	fn   func()
-	qos  bool // admitted by QoS: tell it when handled
+	qos  bool      // admitted by QoS: tell it when handled
+	at   time.Time // a client request's arrival, on a node with a processor (device.CPU)
 }
 
 // shard is one worker and its queue; every packet about a key is handled

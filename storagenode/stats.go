@@ -28,7 +28,7 @@ type TreeStats struct {
 	CompactionRate    int64         `json:"compaction_rate"`          // paced bytes/s granted now (the pool's if pooled; 0: unthrottled)
 	CompactionPooled  bool          `json:"compaction_pooled"`        // below the floor: paced by the shared pool, first come first served
 	CompactionDebt    uint64        `json:"compaction_debt_bytes"`    // Pebble's estimated compaction debt
-	UnpacedBytes      uint64        `json:"unpaced_compaction_bytes"` // compaction bytes exempt from pacing (L0)
+	UnpacedBytes      uint64        `json:"unpaced_compaction_bytes"` // compaction bytes exempt from pacing (deep L0: L0Urgent files)
 	ThrottledTime     time.Duration `json:"throttled_ns"`
 	FlushBytes        uint64        `json:"flush_bytes"`
 	DiskBytes         uint64        `json:"disk_bytes"`
@@ -41,32 +41,40 @@ type TreeStats struct {
 
 // Stats is a node's counters.
 type Stats struct {
-	ID          uint16      `json:"id"`
-	Ready       bool        `json:"ready"`
-	Load        uint16      `json:"load"` // queue depth
-	Gets        uint64      `json:"gets"`
-	Puts        uint64      `json:"puts"`
-	Dels        uint64      `json:"dels"`
-	Errors      uint64      `json:"errors"`
-	QueueFull   uint64      `json:"queue_full"`
-	DupWrites   uint64      `json:"dup_writes"`
-	Noops       uint64      `json:"noops"` // no-op versions made for stamped duplicates
-	Retransmits uint64      `json:"retransmits"`
-	VerQueries  uint64      `json:"ver_queries"`
-	RxPackets   uint64      `json:"rx_packets"`
-	TxPackets   uint64      `json:"tx_packets"`
-	SyncedKeys  uint64      `json:"synced_keys"`
-	Pending     int         `json:"pending"`  // uncommitted writes at this head
-	Promoted    int         `json:"promoted"` // keys this node heads that are promoted
-	Copies      int         `json:"copies"`   // extra copies held
-	CacheBytes  int64       `json:"cache_bytes"`
-	Trees       []TreeStats `json:"trees"`
+	ID          uint16 `json:"id"`
+	Ready       bool   `json:"ready"`
+	Load        uint16 `json:"load"` // queue depth
+	Gets        uint64 `json:"gets"`
+	Puts        uint64 `json:"puts"`
+	Dels        uint64 `json:"dels"`
+	Errors      uint64 `json:"errors"`
+	QueueFull   uint64 `json:"queue_full"`
+	DupWrites   uint64 `json:"dup_writes"`
+	Noops       uint64 `json:"noops"` // no-op versions made for stamped duplicates
+	Retransmits uint64 `json:"retransmits"`
+	VerQueries  uint64 `json:"ver_queries"`
+	RxPackets   uint64 `json:"rx_packets"`
+	TxPackets   uint64 `json:"tx_packets"`
+	SyncedKeys  uint64 `json:"synced_keys"`
+	Pending     int    `json:"pending"`  // uncommitted writes at this head
+	Promoted    int    `json:"promoted"` // keys this node heads that are promoted
+	Copies      int    `json:"copies"`   // extra copies held
+	CacheBytes  int64  `json:"cache_bytes"`
+	// BlockCacheHits and BlockCacheMisses count the lookups of the node's
+	// block cache (shared by its trees) since it started: index, filter
+	// and data blocks of user reads (compactions bypass the cache).
+	BlockCacheHits   uint64      `json:"block_cache_hits"`
+	BlockCacheMisses uint64      `json:"block_cache_misses"`
+	Trees            []TreeStats `json:"trees"`
 	// DeviceProfile names the node's device profile; Device is the
 	// device since the node started, per I/O class (read, wal, flush,
 	// compaction): I/Os, bytes, busy time and queue wait, utilisation
 	// and mean wait.
 	DeviceProfile string               `json:"device_profile"`
 	Device        []gossip.DeviceClass `json:"device"`
+	// CPU is the node's emulated processor (device.CPU; zero without one):
+	// client requests booked, their processor time and their queue wait.
+	CPU device.CPUStats `json:"cpu"`
 	// QoS is per tenant the dmClock scheduling, for every tenant seen or
 	// given a policy (qos.go); QoSOn says whether requests go through it.
 	QoSOn bool        `json:"qos_on"`
@@ -122,6 +130,9 @@ func (n *Node) Stats() Stats {
 		CacheBytes: n.opts.CacheBytes, DeviceProfile: n.opts.Device.Name,
 		Device: deviceClasses(n.dev.Stats(), device.Stats{}),
 	}
+	if n.admit.cpu != nil {
+		s.CPU = n.admit.cpu.Stats()
+	}
 	s.Promoted, s.Copies = n.copies.counts()
 	s.QoSOn, s.QoS = n.admit.qos.on.Load(), n.QoSStats()
 	rates := map[*tree]int64{}
@@ -156,6 +167,9 @@ func (n *Node) Stats() Stats {
 			ts.DiskBytes = m.DiskSpaceUsage()
 			ts.MemTableBytes = m.MemTable.Size
 			ts.CompactionDebt = m.Compact.EstimatedDebt
+			if len(s.Trees) == 0 { // the cache is the node's: any tree's metrics show it
+				s.BlockCacheHits, s.BlockCacheMisses = uint64(max(0, m.BlockCache.Hits)), uint64(max(0, m.BlockCache.Misses))
+			}
 		}
 		s.Trees = append(s.Trees, ts)
 	}
@@ -206,6 +220,8 @@ var (
 	descDevBusy  = prometheus.NewDesc("netdir_node_device_busy_seconds_total", "Device time (service plus transfer) by class.", []string{"node", "class"}, nil)
 	descDevWait  = prometheus.NewDesc("netdir_node_device_wait_seconds_total", "Time I/Os queued for the device by class.", []string{"node", "class"}, nil)
 	descTreeBusy = prometheus.NewDesc("netdir_node_tree_device_busy_seconds_total", "Device time per tree by class.", []string{"node", "tree", "class"}, nil)
+	descCPUBusy  = prometheus.NewDesc("netdir_node_cpu_busy_seconds_total", "Emulated processor time of client requests (the device profile's per-request time).", []string{"node"}, nil)
+	descCPUWait  = prometheus.NewDesc("netdir_node_cpu_wait_seconds_total", "Time client requests queued for the emulated processor.", []string{"node"}, nil)
 
 	descQoSQueued    = prometheus.NewDesc("netdir_node_qos_queued", "Requests waiting in the tenant's dmClock queue.", []string{"node", "tenant"}, nil)
 	descQoSInflight  = prometheus.NewDesc("netdir_node_qos_inflight", "The tenant's requests admitted and not yet handled.", []string{"node", "tenant"}, nil)
@@ -216,7 +232,7 @@ var (
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descRetransmits,
-		descDevSlots, descDevIOs, descDevBytes, descDevBusy, descDevWait, descTreeBusy,
+		descDevSlots, descDevIOs, descDevBytes, descDevBusy, descDevWait, descTreeBusy, descCPUBusy, descCPUWait,
 		descQoSQueued, descQoSInflight, descQoSServed, descQoSThrottled, descQoSDelay} {
 		ch <- d
 	}
@@ -245,6 +261,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDevBusy, prometheus.CounterValue, d.Busy.Seconds(), id, d.Class)
 		ch <- prometheus.MustNewConstMetric(descDevWait, prometheus.CounterValue, d.Wait.Seconds(), id, d.Class)
 	}
+	ch <- prometheus.MustNewConstMetric(descCPUBusy, prometheus.CounterValue, s.CPU.Busy.Seconds(), id)
+	ch <- prometheus.MustNewConstMetric(descCPUWait, prometheus.CounterValue, s.CPU.Wait.Seconds(), id)
 	ch <- prometheus.MustNewConstMetric(descLoad, prometheus.GaugeValue, float64(s.Load), id)
 	ch <- prometheus.MustNewConstMetric(descOps, prometheus.CounterValue, float64(s.Gets), id, "get")
 	ch <- prometheus.MustNewConstMetric(descOps, prometheus.CounterValue, float64(s.Puts), id, "put")

@@ -34,7 +34,7 @@ type tree struct {
 	compactions    atomic.Uint64
 	l0Compactions  atomic.Int64 // running compactions with L0 inputs
 	throttledNanos atomic.Uint64
-	unpacedBytes   atomic.Uint64 // compaction bytes exempt from pacing (L0 inputs, deep L0)
+	unpacedBytes   atomic.Uint64 // compaction bytes exempt from pacing (deep L0)
 
 	mu      sync.Mutex
 	started []*grant // grants started but not yet matched to a CompactionBegin
@@ -58,6 +58,9 @@ func openTree(dir string, pos int, cache *pebble.Cache, o *Options, sched *Sched
 		MemTableSize:  o.MemTableBytes,
 		LBaseMaxBytes: o.LBaseMaxBytes,
 		Logger:        pebbleLogger{log},
+		// Paced L0 compactions let L0 grow to the scheduler's L0Urgent
+		// before they run unpaced; writes stop only beyond it.
+		L0StopWritesThreshold: L0StopWrites,
 	}
 	opts.Experimental.CompactionScheduler = sched.forTree(t)
 	el := pebble.EventListener{

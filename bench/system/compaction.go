@@ -10,6 +10,7 @@ import (
 	"github.com/netdir/netdir/bench"
 	"github.com/netdir/netdir/gossip"
 	"github.com/netdir/netdir/storagenode"
+	"github.com/netdir/netdir/storagenode/device"
 )
 
 // CompactionPhase is one phase of a compaction experiment (HATS §2 and
@@ -47,7 +48,7 @@ type PhaseResult struct {
 	NodeLatencyUs     []float64 `json:"node_latency_us"`
 	NodePebbleReadUs  []float64 `json:"node_pebble_read_us"`
 	NodeCompactionMiB []float64 `json:"node_compaction_mib"`
-	NodeUnpacedMiB    []float64 `json:"node_unpaced_mib"` // of those, L0 and deep-L0 compactions (never paced)
+	NodeUnpacedMiB    []float64 `json:"node_unpaced_mib"` // of those, compactions of a tree with a deep L0 (L0Urgent files: never paced)
 	NodeThrottledS    []float64 `json:"node_throttled_s"`
 	NodeMaxDebtMiB    []float64 `json:"node_max_debt_mib"`
 	RequestSpread     float64   `json:"request_spread"`        // max/min requests
@@ -72,6 +73,21 @@ type PhaseResult struct {
 	Seconds            float64 `json:"seconds"`
 	CompactionMiBps    float64 `json:"compaction_mib_s"`
 	CompactionBudgetMB float64 `json:"compaction_budget_mib_s"`
+	// Sizes, per node at the phase's end: the data on its device (its
+	// trees' disk bytes) and its block cache; and over the phase the
+	// block cache's miss ratio (misses over lookups: index, filter and
+	// data blocks of user reads) and the device reads per GET.
+	NodeDataMiB     []float64 `json:"node_data_mib"`
+	NodeCacheMiB    []float64 `json:"node_cache_mib"`
+	NodeCacheMiss   []float64 `json:"node_cache_miss_ratio"`
+	NodeReadsPerGet []float64 `json:"node_device_reads_per_get"`
+	// Per node over the phase: the shares of its device's busy time that
+	// compaction and user reads took (device.Stats.Share).
+	NodeCompactionShare []float64 `json:"node_compaction_device_share"`
+	NodeReadShare       []float64 `json:"node_read_device_share"`
+	// FillMiBps is the background writes per filling node as reached (the
+	// device slows them).
+	FillMiBps float64 `json:"fill_mib_s"`
 	// Paced is whether every node's compaction scheduler paced by read
 	// share during the run (read back from the nodes; false: unthrottled).
 	Paced bool `json:"paced"`
@@ -119,11 +135,38 @@ func (s *System) snapshot() nodeSnapshot {
 	return ns
 }
 
+// settleL0 lets compactions run unthrottled until every tree's L0 holds
+// at most settledL0 files (or a minute has passed), so that each phase
+// starts from a settled LSM: without it a phase inherits the L0 that the
+// preload or the previous (paced) phase left, whose files every GET of
+// their keys must probe.
+func (s *System) settleL0(ctx context.Context) {
+	const settledL0 = 4 // Pebble's L0CompactionThreshold
+	s.SetCompactionBudget(storagenode.Unthrottled)
+	defer s.SetCompactionBudget(0)
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		deep := false
+		for i := range s.N() {
+			if n := s.Node(i); n != nil {
+				for _, t := range n.Stats().Trees {
+					deep = deep || t.L0Files > settledL0
+				}
+			}
+		}
+		if !deep {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 // RunCompactionPhase runs one phase: the budget, the background writes
 // (started Lead before the workload and stopped after it), then the policy's
 // run (System.Run).
 func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOptions, ph CompactionPhase) (bench.Run, PhaseResult, error) {
 	res := PhaseResult{Phase: ph.Name, Policy: policy, CompactionBudgetMB: float64(ph.Budget) / (1 << 20)}
+	s.settleL0(ctx)
 	s.SetCompactionBudget(ph.Budget)
 	defer s.SetCompactionBudget(0)
 	fctx, stop := context.WithCancel(ctx)
@@ -220,6 +263,22 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 		res.NodeErrors = append(res.NodeErrors, float64(a.Errors-min(bn.Errors, a.Errors)))
 		res.NodeDupWrites = append(res.NodeDupWrites, float64(a.DupWrites-min(bn.DupWrites, a.DupWrites)))
 		res.NodeNoops = append(res.NodeNoops, float64(a.Noops-min(bn.Noops, a.Noops)))
+		var data float64
+		for _, t := range a.Trees {
+			data += float64(t.DiskBytes)
+		}
+		res.NodeDataMiB = append(res.NodeDataMiB, data/(1<<20))
+		res.NodeCacheMiB = append(res.NodeCacheMiB, float64(a.CacheBytes)/(1<<20))
+		hits, misses := a.BlockCacheHits-min(bn.BlockCacheHits, a.BlockCacheHits), a.BlockCacheMisses-min(bn.BlockCacheMisses, a.BlockCacheMisses)
+		res.NodeCacheMiss = append(res.NodeCacheMiss, ratio(float64(misses), float64(hits+misses)))
+		dev := deviceStats(a.Device).Sub(deviceStats(bn.Device))
+		gets := a.Gets - min(bn.Gets, a.Gets)
+		res.NodeReadsPerGet = append(res.NodeReadsPerGet, ratio(float64(dev.Class[device.Read].IOs), float64(gets)))
+		res.NodeCompactionShare = append(res.NodeCompactionShare, dev.Share(device.Compaction))
+		res.NodeReadShare = append(res.NodeReadShare, dev.Share(device.Read))
+	}
+	if len(ph.Fill) > 0 && res.Seconds > 0 {
+		res.FillMiBps = res.FillMiB / float64(len(ph.Fill)) / res.Seconds
 	}
 	for _, x := range res.NodeCompactionMiB {
 		res.CompactionMiBps += x / res.Seconds
@@ -232,6 +291,25 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 	}
 	run.Note += fmt.Sprintf("compaction phase %q: fill %.3g MiB on nodes %v, budget %s", ph.Name, res.FillMiB, oneBased(ph.Fill), BudgetName(ph.Budget))
 	return run, res, nil
+}
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+// deviceStats turns a node's per-class device figures back into
+// device.Stats for Sub and Share.
+func deviceStats(cs []gossip.DeviceClass) device.Stats {
+	var s device.Stats
+	for i, c := range cs {
+		if i < int(device.NumClasses) {
+			s.Class[i] = device.ClassStats{IOs: c.IOs, Bytes: c.Bytes, Busy: c.Busy, Wait: c.Wait}
+		}
+	}
+	return s
 }
 
 // Spread is max/min of the positive values (0 if there are none).

@@ -74,7 +74,7 @@ func (s *System) StartPlane(ctx context.Context, policy string) (_ *Plane, err e
 		Directory: directory.Config{PartitionBits: s.cfg.PartitionBits, Policy: pol, Window: sched.FineWindow(s.meanReadTime())},
 		Schema:    s.schema,
 		Controller: cluster.ControllerConfig{
-			Round: s.cfg.Round, PromoteMin: s.cfg.PromoteMin, CoarseEpoch: CoarseEpoch, NodeCapacity: s.cfg.Capacity,
+			Round: s.cfg.Round, PromoteMin: s.cfg.PromoteMin, CoarseEpoch: CoarseEpoch, NodeCapacity: s.cfg.boundRate(),
 			ProgramOnly: !dirPolicy(pol), Log: s.log.With("component", "controller"),
 		},
 	})

@@ -53,7 +53,7 @@ func (s *System) Run(ctx context.Context, policy string, o RunOptions) (bench.Ru
 	if err != nil {
 		return bench.Run{}, err
 	}
-	run.CapacityOps = s.Capacity()
+	run.CapacityOps = s.NodeCapacity(run.DeviceReadsPerGet)
 	run.Device = s.cfg.Device.Name
 	run.Control = s.controlName(policy)
 	if err := p.Close(); err != nil {

@@ -72,6 +72,8 @@ const (
 	DefaultPartitionBits = layout.DefaultPartitionBits
 	DefaultRound         = 500 * time.Millisecond
 	DefaultClients       = 4
+	// DefaultFailureTimeout is Config.FailureTimeout's default.
+	DefaultFailureTimeout = 10 * time.Second
 	// hotShare is the share of the cluster's capacity per round that makes
 	// a key hot (Config.PromoteMin).
 	hotShare = 0.005
@@ -123,6 +125,20 @@ type Config struct {
 	// NodeOptions, if set, adjusts every node's options last (experiments:
 	// compaction budget, LSM level sizes).
 	NodeOptions func(*storagenode.Options)
+	// FailureTimeout is the gossip failure timeout after which the
+	// controller splices a silent node out of its chains (default
+	// DefaultFailureTimeout). No node fails in a policy run, but on a
+	// loaded machine gossip probes between the in-process members can go
+	// unanswered for a second: at gossip's own 1 s, runs on the device
+	// lost a node to a false suspicion (a new epoch, stale-epoch replies,
+	// throughput near zero) whenever the load average passed about 5.
+	FailureTimeout time.Duration
+	// FreePreload turns the devices' time off during Preload (setup, as if
+	// the data had been written long before): on the ssd each preload
+	// write syncs three WALs queued behind the preload's own flushes and
+	// compactions, about 150 keys/s for 8 nodes; free, seconds for 10,000
+	// keys. The runs after it always pay the device.
+	FreePreload bool
 }
 
 // System is a running in-process netdir.
@@ -180,6 +196,9 @@ func (c *Config) defaults() error {
 	if c.Clients <= 0 {
 		c.Clients = DefaultClients
 	}
+	if c.FailureTimeout <= 0 {
+		c.FailureTimeout = DefaultFailureTimeout
+	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -191,16 +210,68 @@ func (c *Config) defaults() error {
 func (c *Config) onDevice() bool { return c.Device.ReadService > 0 }
 
 // nodeRate is a node's nominal requests/s, for sizing PromoteMin: the
-// token bucket's, else the device's random reads/s (QueueDepth /
-// ReadService), else 0 (unknown).
+// token bucket's, else its processor's (device.CPU: what it serves from
+// memory), else the device's random reads/s (QueueDepth / ReadService),
+// else 0 (unknown).
 func (c *Config) nodeRate() float64 {
 	switch {
 	case c.Capacity > 0:
 		return c.Capacity
+	case c.cpuRate() > 0:
+		return c.cpuRate()
 	case c.onDevice():
-		return float64(c.Device.QueueDepth) / c.Device.ReadService.Seconds()
+		return c.deviceReads()
 	}
 	return 0
+}
+
+// cpuRate is the requests/s a node's processor serves (Cores /
+// RequestService), 0 without one.
+func (c *Config) cpuRate() float64 {
+	if cpu := device.NewCPU(c.Device); cpu != nil {
+		return cpu.Rate()
+	}
+	return 0
+}
+
+// deviceReads is the random 4 KiB reads/s a node's device serves.
+func (c *Config) deviceReads() float64 {
+	d := c.Device
+	per := d.ReadService
+	if d.ReadBandwidth > 0 {
+		per += time.Duration(4096 / d.ReadBandwidth * float64(time.Second))
+	}
+	if per <= 0 {
+		return 0
+	}
+	return float64(d.QueueDepth) / per.Seconds()
+}
+
+// boundRate is what bounds a node's rate other than its reads' latency,
+// for the controller's coarse loop (sched.NodeStats.Capacity): the token
+// bucket and the processor, whichever is less; 0 if neither.
+func (c *Config) boundRate() float64 {
+	r := c.Capacity
+	if cpu := c.cpuRate(); cpu > 0 && (r <= 0 || cpu < r) {
+		r = cpu
+	}
+	return r
+}
+
+// NodeCapacity is a node's nominal requests/s for a workload whose GETs
+// read the device readsPerGet times each (bench.Run.DeviceReadsPerGet):
+// the least of its token bucket, its processor and its device's random
+// reads at that miss rate; 0 if nothing bounds it. N times it is the ideal
+// throughput of a balanced cluster (writes' device time not counted).
+func (s *System) NodeCapacity(readsPerGet float64) float64 {
+	c := &s.cfg
+	r := c.boundRate()
+	if dev := c.deviceReads(); dev > 0 && readsPerGet > 0 {
+		if d := dev / readsPerGet; r <= 0 || d < r {
+			r = d
+		}
+	}
+	return r
 }
 
 func (s *System) progress(format string, args ...any) {
@@ -263,7 +334,7 @@ func Start(ctx context.Context, cfg Config) (*System, error) {
 	go func() {
 		cl, err := cluster.Start(cluster.Options{
 			N: cfg.Nodes, R: cfg.Replicas, PartitionBits: cfg.PartitionBits, Epoch: 1,
-			Dir: s.dir, Controller: true, Round: cfg.Round,
+			Dir: s.dir, Controller: true, Round: cfg.Round, FailureTimeout: cfg.FailureTimeout,
 			Node: func(o *storagenode.Options) {
 				o.MaxOps = cfg.Capacity
 				o.Device = cfg.Device
@@ -354,8 +425,11 @@ func (c *Config) capacityName() string {
 	if c.onDevice() {
 		d := c.Device
 		out = fmt.Sprintf("device %s (%d slots, read %s, %.1f MB/s; ~%.0f random reads/s; compaction budget %.2f MiB/s), block cache %d KiB, memtables %d KiB",
-			d.Name, d.QueueDepth, d.ReadService.Round(100*time.Microsecond), d.ReadBandwidth/1e6, c.nodeRate(),
+			d.Name, d.QueueDepth, d.ReadService.Round(100*time.Microsecond), d.ReadBandwidth/1e6, c.deviceReads(),
 			float64(d.CompactionBudget)/(1<<20), c.BlockCache>>10, c.MemTable>>10)
+		if cpu := c.cpuRate(); cpu > 0 {
+			out += fmt.Sprintf(", processor %s per request on %d core(s) (~%.0f requests/s)", d.RequestService.Round(10*time.Microsecond), d.Cores, cpu)
+		}
 	}
 	if c.Capacity > 0 {
 		out += fmt.Sprintf(", token bucket %.0f ops/s", c.Capacity)
@@ -394,11 +468,24 @@ func (s *System) nodeCounts() (requests, gets, deviceReads []uint64) {
 // Preload writes the workload's keys straight to their chain heads with
 // workers goroutines, calling progress (if set) about once a second. Its
 // compactions run unthrottled: on a device the paced budget is a small
-// part of its bandwidth, and the preload is not measured.
+// part of its bandwidth, and the preload is not measured. With
+// Config.FreePreload the devices charge no time while it runs.
 func (s *System) Preload(ctx context.Context, src *bench.Source, workers int, progress func(done, total int64)) error {
 	s.SetCompactionBudget(storagenode.Unthrottled)
 	defer s.SetCompactionBudget(0)
+	if s.cfg.FreePreload {
+		s.setDevicesFree(true)
+		defer s.setDevicesFree(false)
+	}
 	return preload(ctx, s.direct, src, workers, progress)
+}
+
+func (s *System) setDevicesFree(free bool) {
+	for i := range s.N() {
+		if n := s.Node(i); n != nil {
+			n.SetDeviceFree(free)
+		}
+	}
 }
 
 // preload writes the workload's keys through t with workers goroutines,

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/netdir/netdir/bench"
 	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/storagenode/device"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -182,6 +184,40 @@ func TestRunPerPolicy(t *testing.T) {
 			if r.DirHitRate != 0 {
 				t.Errorf("%s: directory hit rate %g, want 0", r.Policy, r.DirHitRate)
 			}
+		}
+	}
+}
+
+// TestNodeCapacity: a node's nominal rate is the least of its token
+// bucket, its processor and its device's random reads at the run's block
+// reads per GET; the controller's bound is the bucket or the processor.
+func TestNodeCapacity(t *testing.T) {
+	ssd, _ := device.Parse("ssd")
+	none, _ := device.Parse("none")
+	cpu := float64(ssd.Cores) / ssd.RequestService.Seconds()
+	reads := (&Config{Device: ssd}).deviceReads()
+	if reads < 200 || reads > 300 || cpu < 2*reads {
+		t.Fatalf("ssd: processor %.0f/s, device %.0f reads/s: want ~250 reads/s and a processor at least twice that", cpu, reads)
+	}
+	for _, c := range []struct {
+		name        string
+		cfg         Config
+		readsPerGet float64
+		want, bound float64
+	}{
+		{"ssd, all hits", Config{Device: ssd}, 0, cpu, cpu},
+		{"ssd, a quarter miss", Config{Device: ssd}, 0.25, cpu, cpu},
+		{"ssd, every GET misses", Config{Device: ssd}, 1, reads, cpu},
+		{"ssd under a smaller bucket", Config{Device: ssd, Capacity: 100}, 0.25, 100, 100},
+		{"bucket alone", Config{Device: none, Capacity: 200}, 1, 200, 200},
+		{"nothing bounds it", Config{Device: none}, 1, 0, 0},
+	} {
+		s := &System{cfg: c.cfg}
+		if got := s.NodeCapacity(c.readsPerGet); math.Abs(got-c.want) > 1e-6*c.want {
+			t.Errorf("%s: NodeCapacity(%g) = %.1f, want %.1f", c.name, c.readsPerGet, got, c.want)
+		}
+		if got := c.cfg.boundRate(); math.Abs(got-c.bound) > 1e-6*c.bound {
+			t.Errorf("%s: controller bound %.1f, want %.1f", c.name, got, c.bound)
 		}
 	}
 }

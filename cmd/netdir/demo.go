@@ -29,11 +29,12 @@ func demoCmd() *cobra.Command {
 		Use:   "demo",
 		Short: "Run the whole system in this process: a skewed workload with the directory off, then with netdir",
 		Long: `Run netdir on this machine with no root, no switch and no configuration, all in
-this process over loopback: storage nodes (Pebble in a temporary directory,
-each with an emulated capacity of --capacity requests/s, a token bucket; or
-on an emulated storage device, --device ssd|hdd, whose time is its capacity:
-reads that miss the block cache, WAL writes, flushes and compactions share
-one queue), the software switch, the controller driving it
+this process over loopback: storage nodes (Pebble in a temporary directory
+on an emulated storage device and processor, --device ssd by default, whose
+time is their capacity: every request pays processor time, and reads that
+miss the block cache, WAL writes, flushes and compactions share the device's
+queue; --device none --capacity N is the older model, a token bucket of N
+requests/s), the software switch, the controller driving it
 over P4Runtime gRPC (or the switch's Go API until the P4Info is built), and
 clients sending to the switch.
 
@@ -99,8 +100,8 @@ summary table, and writes a JSON file and an HTML report with figures.`,
 				return err
 			}
 			ideal := ""
-			if sys.Capacity() > 0 {
-				ideal = fmt.Sprintf("; token bucket %.0f ops/s per node, ideal %.0f ops/s", sys.Capacity(), sys.Capacity()*float64(n))
+			if c := sys.NodeCapacity(0); c > 0 {
+				ideal = fmt.Sprintf("; at most %.0f ops/s per node from memory, ideal %.0f ops/s", c, c*float64(n))
 			}
 			fmt.Fprintf(out, "==> workload: YCSB %s (%.0f%% reads), zipf %.2f over %d keys, %s%s\n",
 				w.Name, 100*mix.ReadFraction(), zipf, keys, loopName(f), ideal)
@@ -122,7 +123,7 @@ summary table, and writes a JSON file and an HTML report with figures.`,
 			if err := bench.WriteSummary(out, res.Runs); err != nil {
 				return err
 			}
-			comparison(out, res.Runs, sys.Capacity()*float64(n))
+			comparison(out, res.Runs)
 			fmt.Fprintf(out, "device %s: block reads per GET", sys.Device().Name)
 			for _, r := range res.Runs {
 				fmt.Fprintf(out, " %s %.2f", r.Policy, r.DeviceReadsPerGet)
@@ -172,8 +173,10 @@ func policyBlurb(p string) string {
 	return p
 }
 
-// comparison prints netdir against the baseline (the first run).
-func comparison(w io.Writer, runs []bench.Run, ideal float64) {
+// comparison prints netdir against the baseline (the first run), and
+// against the ideal: every node at netdir's run's nominal capacity
+// (bench.Run.CapacityOps, at that run's block reads per GET).
+func comparison(w io.Writer, runs []bench.Run) {
 	var base, nd *bench.Run
 	for i := range runs {
 		switch {
@@ -189,7 +192,7 @@ func comparison(w io.Writer, runs []bench.Run, ideal float64) {
 	fmt.Fprintf(w, "\nnetdir vs %s: load max/mean %.2f vs %.2f; throughput %.0f vs %.0f ops/s (%.2f×)",
 		base.Policy, nd.LoadMaxOverMean, base.LoadMaxOverMean, nd.ThroughputOps, base.ThroughputOps,
 		ratio(nd.ThroughputOps, base.ThroughputOps))
-	if ideal > 0 {
+	if ideal := nd.CapacityOps * float64(nd.Nodes); ideal > 0 {
 		fmt.Fprintf(w, ", %.2f of the ideal %.0f", nd.ThroughputOps/ideal, ideal)
 	}
 	fmt.Fprintf(w, "; p99 %s vs %s\n", fmtDuration(time.Duration(nd.P99us*1e3)), fmtDuration(time.Duration(base.P99us*1e3)))

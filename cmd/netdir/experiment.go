@@ -228,11 +228,17 @@ func writePhase(w io.Writer, p system.PhaseResult) {
 	row("  of which unpaced (MiB)", p.NodeUnpacedMiB, "%8.1f")
 	row("node throttled (s)", p.NodeThrottledS, "%8.2f")
 	row("node max debt (MiB)", p.NodeMaxDebtMiB, "%8.1f")
+	row("node data (MiB)", p.NodeDataMiB, "%8.1f")
+	row("node cache (MiB)", p.NodeCacheMiB, "%8.2f")
+	row("cache miss ratio", p.NodeCacheMiss, "%8.2f")
+	row("device reads per GET", p.NodeReadsPerGet, "%8.2f")
+	row("compaction dev share", p.NodeCompactionShare, "%8.2f")
+	row("read device share", p.NodeReadShare, "%8.2f")
 	row("node writes", p.NodeWrites, "%8.0f")
 	row("node ERR replies", p.NodeErrors, "%8.0f")
 	row("  duplicate writes", p.NodeDupWrites, "%8.0f")
 	row("  no-op versions", p.NodeNoops, "%8.0f")
-	fmt.Fprintf(w, "    %.0f s, compaction %.1f MiB/s over all nodes\n", p.Seconds, p.CompactionMiBps)
+	fmt.Fprintf(w, "    %.0f s, compaction %.1f MiB/s over all nodes, background writes %.2f MiB/s per filling node\n", p.Seconds, p.CompactionMiBps, p.FillMiBps)
 	fmt.Fprintf(w, "    request spread %.1f%%, latency spread %.2f×, Pebble read latency spread %.2f×\n",
 		(p.RequestSpread-1)*100, p.LatencySpread, p.PebbleLatSpread)
 }

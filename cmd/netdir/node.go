@@ -64,8 +64,10 @@ id, starting at p mod n (ring placement).
 
 --device ssd|hdd puts the trees on an emulated storage device for
 one-machine experiments: reads that miss the block cache, WAL writes, flushes
-and compactions share its queue, as on a disk, scaled in time so that many
-nodes fit on a few cores. --max-ops caps client requests per second with a
+and compactions share its queue, as on a disk, and every client request
+pays the node's emulated processor (1.75 ms on the ssd, so cache hits too
+are bounded, at about 571/s), all scaled in time so that many nodes fit on
+a few cores. --max-ops caps client requests per second with a
 token bucket instead, the older capacity model. Leave both off in production.
 
 With --gossip-seeds (the controller's --gossip address, e.g. 127.0.0.1:7946)

@@ -1,6 +1,7 @@
 package p4rt_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -195,6 +196,20 @@ func TestCanonical(t *testing.T) {
 	} {
 		if got := p4rt.Canonical(c.in); string(got) != string(c.want) {
 			t.Errorf("Canonical(%x) = %x, want %x", c.in, got, c.want)
+		}
+	}
+}
+
+func TestUintCanonical(t *testing.T) {
+	for _, tc := range []struct {
+		v    uint64
+		want []byte
+	}{
+		{0, []byte{0}}, {1, []byte{1}}, {255, []byte{0xff}}, {256, []byte{1, 0}},
+		{0x12345678, []byte{0x12, 0x34, 0x56, 0x78}}, {1<<64 - 1, bytes.Repeat([]byte{0xff}, 8)},
+	} {
+		if got := p4rt.Uint(tc.v); !bytes.Equal(got, tc.want) {
+			t.Errorf("Uint(%#x) = %x, want %x", tc.v, got, tc.want)
 		}
 	}
 }

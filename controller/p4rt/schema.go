@@ -9,6 +9,7 @@ package p4rt
 import (
 	"fmt"
 	"math/big"
+	"math/bits"
 	"os"
 
 	p4config "github.com/p4lang/p4runtime/go/p4/config/v1"
@@ -117,7 +118,13 @@ func Canonical(b []byte) []byte {
 
 // Uint encodes v canonically.
 func Uint(v uint64) []byte {
-	return Canonical(new(big.Int).SetUint64(v).FillBytes(make([]byte, 8)))
+	n := max(1, (bits.Len64(v)+7)/8)
+	b := make([]byte, n)
+	for i := n - 1; i >= 0; i-- {
+		b[i] = byte(v)
+		v >>= 8
+	}
+	return b
 }
 
 // Match is one field of a table key, by field name. Its kind is the field's

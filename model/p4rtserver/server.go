@@ -12,11 +12,15 @@
 package p4rtserver
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"math/big"
+	"slices"
 	"sort"
-	"strings"
+	"strconv"
 	"sync"
 
 	p4config "github.com/p4lang/p4runtime/go/p4/config/v1"
@@ -342,26 +346,38 @@ func existence(t p4.Update_Type, exists bool, what string) error {
 }
 
 // matchKey identifies an entry by its match fields, in field-id order, and
-// its priority.
+// its priority. It runs for every update of a batch, so it builds the key
+// by hand, without fmt.
 func matchKey(e *p4.TableEntry) string {
-	ms := append([]*p4.FieldMatch(nil), e.GetMatch()...)
-	sort.Slice(ms, func(i, j int) bool { return ms[i].GetFieldId() < ms[j].GetFieldId() })
-	var b strings.Builder
-	fmt.Fprintf(&b, "prio=%d;", e.GetPriority())
+	ms := e.GetMatch()
+	if !slices.IsSortedFunc(ms, byFieldID) {
+		ms = slices.SortedFunc(slices.Values(ms), byFieldID)
+	}
+	b := make([]byte, 0, 64)
+	b = strconv.AppendInt(append(b, "prio="...), int64(e.GetPriority()), 10)
+	b = append(b, ';')
 	for _, m := range ms {
+		b = strconv.AppendUint(b, uint64(m.GetFieldId()), 10)
+		b = append(b, '=')
 		switch {
 		case m.GetExact() != nil:
-			fmt.Fprintf(&b, "%d=%x;", m.GetFieldId(), m.GetExact().GetValue())
+			b = hex.AppendEncode(b, m.GetExact().GetValue())
 		case m.GetLpm() != nil:
-			fmt.Fprintf(&b, "%d=%x/%d;", m.GetFieldId(), m.GetLpm().GetValue(), m.GetLpm().GetPrefixLen())
+			b = hex.AppendEncode(b, m.GetLpm().GetValue())
+			b = strconv.AppendInt(append(b, '/'), int64(m.GetLpm().GetPrefixLen()), 10)
 		case m.GetTernary() != nil:
-			fmt.Fprintf(&b, "%d=%x&%x;", m.GetFieldId(), m.GetTernary().GetValue(), m.GetTernary().GetMask())
+			b = hex.AppendEncode(b, m.GetTernary().GetValue())
+			b = hex.AppendEncode(append(b, '&'), m.GetTernary().GetMask())
 		case m.GetRange() != nil:
-			fmt.Fprintf(&b, "%d=%x..%x;", m.GetFieldId(), m.GetRange().GetLow(), m.GetRange().GetHigh())
+			b = hex.AppendEncode(b, m.GetRange().GetLow())
+			b = hex.AppendEncode(append(b, '.', '.'), m.GetRange().GetHigh())
 		}
+		b = append(b, ';')
 	}
-	return b.String()
+	return string(b)
 }
+
+func byFieldID(a, b *p4.FieldMatch) int { return cmp.Compare(a.GetFieldId(), b.GetFieldId()) }
 
 // validateMatch checks an entry's key against the table's fields: every
 // exact field present, others optional (omitted is "don't care"), values
@@ -434,7 +450,7 @@ func validateMatch(tbl *p4config.Table, e *p4.TableEntry) error {
 			if err := canonical(r.GetHigh(), w); err != nil {
 				return bad("high: %v", err)
 			}
-			if new(big.Int).SetBytes(r.GetLow()).Cmp(new(big.Int).SetBytes(r.GetHigh())) > 0 {
+			if lo, hi := r.GetLow(), r.GetHigh(); len(lo) > len(hi) || (len(lo) == len(hi) && bytes.Compare(lo, hi) > 0) { // canonical: the longer is the larger
 				return bad("low above high")
 			}
 			needsPriority = true
@@ -525,7 +541,10 @@ func (s *Server) applyTableLocked(t p4.Update_Type, e *p4.TableEntry) error {
 	if t == p4.Update_DELETE {
 		delete(store, key)
 	} else {
-		store[key] = proto.Clone(e).(*p4.TableEntry)
+		// The request's own message: gRPC decodes each request into new
+		// messages and nothing writes to them after the handler; a read
+		// only marshals them.
+		store[key] = e
 	}
 	return nil
 }

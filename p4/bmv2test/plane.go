@@ -419,6 +419,10 @@ func (p *Plane) ensureNodes(ns []wire.NodeID) error {
 
 // SetPartition installs partition p's LPM entry and its two bucket tables.
 func (p *Plane) SetPartition(part uint32, chain []wire.NodeID, buckets []uint8) error {
+	var old []uint8 // the runs installed
+	if before, ok := p.shadow.Partition(part); ok && p.parts[part] {
+		old = before.Buckets[:]
+	}
 	if err := p.shadow.SetPartition(part, chain, buckets); err != nil {
 		return err
 	}
@@ -441,18 +445,12 @@ func (p *Plane) SetPartition(part uint32, chain []wire.NodeID, buckets []uint8) 
 		return err
 	}
 	ups = append(ups, Update(typ, e))
-	for b := 0; b < directory.Buckets; b++ {
-		idx := pt.Buckets[b]
-		for _, tbl := range [][2]string{{tPartBucketsA, aSetChainA}, {tPartBucketsB, aSetChainB}} {
-			e, err := p.entry(tbl[0], []Match{ex("partition", uint64(part)), ex("bucket", uint64(b))},
-				tbl[1], []Param{par("index", uint64(idx)), par("node", uint64(pt.Chain[idx]))}, 0)
-			if err != nil {
-				return err
-			}
-			ups = append(ups, Update(typ, e))
-		}
+	more, err := p.runUpdates([2][2]string{{tPartBucketsA, aSetChainA}, {tPartBucketsB, aSetChainB}},
+		ex("partition", uint64(part)), old, pt.Buckets[:], pt.Chain[:pt.R])
+	if err != nil {
+		return err
 	}
-	if err := p.write(ups...); err != nil {
+	if err := p.write(append(ups, more...)...); err != nil {
 		return err
 	}
 	p.parts[part] = true
@@ -480,7 +478,41 @@ func (p *Plane) SetPort(port uint32, kind directory.PortKind) error {
 	return nil
 }
 
-func (p *Plane) slotEntries(idx uint32, s *directory.Slot, typ p4.Update_Type, withBuckets, withRest bool) ([]*p4.Update, error) {
+// runUpdates are the range entries that take a bucket table's two copies
+// (tables[i] = table, action) from old's runs to b's (directory.Runs,
+// RunChanges); nodes names each index's node.
+func (p *Plane) runUpdates(tables [2][2]string, owner Match, old, b []uint8, nodes []wire.NodeID) ([]*p4.Update, error) {
+	del, same, add := directory.RunChanges(old, b)
+	var ups []*p4.Update
+	for _, step := range []struct {
+		runs []directory.Run
+		typ  p4.Update_Type
+	}{{del, p4.Update_DELETE}, {same, p4.Update_MODIFY}, {add, p4.Update_INSERT}} {
+		for _, tbl := range tables {
+			for _, r := range step.runs {
+				var node uint64
+				if int(r.Index) < len(nodes) {
+					node = uint64(nodes[r.Index])
+				}
+				e, err := p.entry(tbl[0], []Match{owner, {Field: "bucket", Range: true, Low: U64(uint64(r.Lo)), High: U64(uint64(r.Hi))}},
+					tbl[1], []Param{par("index", uint64(r.Index)), par("node", node)}, 1)
+				if err != nil {
+					return nil, err
+				}
+				if step.typ == p4.Update_DELETE {
+					e.GetTableEntry().Action = nil
+				}
+				ups = append(ups, Update(step.typ, e))
+			}
+		}
+	}
+	return ups, nil
+}
+
+// slotEntries are a slot's entries: its slots, chain and members entries
+// (withRest) and its bucket runs (withBuckets: for MODIFY, from the runs of
+// oldBuckets to s's).
+func (p *Plane) slotEntries(idx uint32, s *directory.Slot, typ p4.Update_Type, withBuckets, withRest bool, oldBuckets []uint8) ([]*p4.Update, error) {
 	var ups []*p4.Update
 	add := func(table string, m []Match, action string, params []Param) error {
 		e, err := p.entry(table, m, action, params, 0)
@@ -514,15 +546,19 @@ func (p *Plane) slotEntries(idx uint32, s *directory.Slot, typ p4.Update_Type, w
 		}
 	}
 	if withBuckets {
-		for b := 0; b < directory.Buckets; b++ {
-			li := s.Buckets[b]
-			for _, tbl := range [][2]string{{tSlotBucketsA, aSetLocA}, {tSlotBucketsB, aSetLocB}} {
-				if err := add(tbl[0], []Match{ex("slot", uint64(idx)), ex("bucket", uint64(b))},
-					tbl[1], []Param{par("index", uint64(li)), par("node", uint64(s.Locs[li]))}); err != nil {
-					return nil, err
-				}
-			}
+		old, b := []uint8(nil), s.Buckets[:]
+		switch typ {
+		case p4.Update_DELETE:
+			old, b = b, nil
+		case p4.Update_MODIFY:
+			old = oldBuckets
 		}
+		more, err := p.runUpdates([2][2]string{{tSlotBucketsA, aSetLocA}, {tSlotBucketsB, aSetLocB}},
+			ex("slot", uint64(idx)), old, b, s.Locs[:s.N])
+		if err != nil {
+			return nil, err
+		}
+		ups = append(ups, more...)
 	}
 	return ups, nil
 }
@@ -548,7 +584,7 @@ func (p *Plane) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64, bu
 		return err
 	}
 	ups := []*p4.Update{Update(p4.Update_MODIFY, CounterEntity(c.Preamble.Id, int64(idx), 0, true))}
-	more, err := p.slotEntries(idx, &s, p4.Update_INSERT, true, true)
+	more, err := p.slotEntries(idx, &s, p4.Update_INSERT, true, true, nil)
 	if err != nil {
 		return err
 	}
@@ -565,7 +601,7 @@ func (p *Plane) Evict(h wire.KeyHash) error {
 		return nil
 	}
 	idx := p.slotIdx[h]
-	ups, err := p.slotEntries(idx, &s, p4.Update_DELETE, true, true)
+	ups, err := p.slotEntries(idx, &s, p4.Update_DELETE, true, true, nil)
 	delete(p.slotIdx, h)
 	delete(p.slotGen, h)
 	if err != nil {
@@ -576,11 +612,12 @@ func (p *Plane) Evict(h wire.KeyHash) error {
 
 // SetSlotBuckets rewrites a slot's two bucket tables.
 func (p *Plane) SetSlotBuckets(h wire.KeyHash, buckets []uint8) error {
+	before, _ := p.shadow.Lookup(h)
 	if err := p.shadow.SetSlotBuckets(h, buckets); err != nil {
 		return err
 	}
 	s, _ := p.shadow.Lookup(h)
-	ups, err := p.slotEntries(p.slotIdx[h], &s, p4.Update_MODIFY, true, false)
+	ups, err := p.slotEntries(p.slotIdx[h], &s, p4.Update_MODIFY, true, false, before.Buckets[:])
 	if err != nil {
 		return err
 	}

@@ -26,9 +26,17 @@
 #define NETDIR_QOS_TENANTS 256      // directory.QoSTenants: tenants by id mod 256
 #define NETDIR_QOS_MARKS 8192       // directory.QoSTenants * directory.QoSNodes (32 nodes by id mod 32)
 
+// Bucket-table runs (directory.Runs) per partition and per slot that the
+// range tables hold on average: NETDIR_BUCKETS covers any table; weights from
+// directory.BucketsForWeights need one per member with a share (a chain of 3:
+// 3), so a target short of TCAM (Tofino) may build with a smaller -D.
+#ifndef NETDIR_RUNS
+#define NETDIR_RUNS NETDIR_BUCKETS
+#endif
+
 // Table sizes derived from the capacities.
-#define NETDIR_PART_BUCKETS (NETDIR_PARTITIONS * NETDIR_BUCKETS)
-#define NETDIR_SLOT_BUCKETS (NETDIR_SLOTS * NETDIR_BUCKETS)
+#define NETDIR_PART_BUCKETS (NETDIR_PARTITIONS * NETDIR_RUNS)
+#define NETDIR_SLOT_BUCKETS (NETDIR_SLOTS * NETDIR_RUNS)
 #define NETDIR_SLOT_CHAIN   (NETDIR_SLOTS * NETDIR_MAX_CHAIN)
 #define NETDIR_SLOT_MEMBERS (NETDIR_SLOTS * NETDIR_MAX_LOCS)
 

@@ -9,8 +9,9 @@
 // charges its completion there, qos.p4), so it skips the bucket tables.
 //
 // Each partition's split weights are a bucket table of 32 entries, each a
-// chain index, installed as exact entries (partition, bucket) -> (index,
-// node). The first candidate's bucket is reqid & 31, the second's (reqid >> 8)
+// chain index, installed as one entry per run of equal buckets
+// (directory.Runs): (partition, bucket range) -> (index, node), at most R
+// for weights from directory.BucketsForWeights. The first candidate's bucket is reqid & 31, the second's (reqid >> 8)
 // & 31 (package wire). There are two copies of the bucket table, buckets_a and
 // buckets_b, with the same entries: a table is applied once per packet.
 #ifndef NETDIR_PARTITION_P4
@@ -55,7 +56,7 @@ control Partition(in headers_t hdr, inout local_meta_t meta) {
     table buckets_a {
         key = {
             meta.partition: exact @name("partition");
-            hdr.netdir.reqid[4:0]: exact @name("bucket");
+            hdr.netdir.reqid[4:0]: range @name("bucket");
         }
         actions = {
             set_chain_a;
@@ -78,7 +79,7 @@ control Partition(in headers_t hdr, inout local_meta_t meta) {
     table buckets_b {
         key = {
             meta.partition: exact @name("partition");
-            hdr.netdir.reqid[12:8]: exact @name("bucket");
+            hdr.netdir.reqid[12:8]: range @name("bucket");
         }
         actions = {
             set_chain_b;

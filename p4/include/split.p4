@@ -2,11 +2,14 @@
 // (BMv2's PI fakes them and Stratum refuses them).
 //
 // SlotSplit: each directory slot has a bucket table of 32 entries, each an
-// index into the slot's LocationList; the controller realises the slot's
-// weights (directory.BucketsForWeights) as exact entries (slot, bucket) ->
-// (LocationList index, node). Candidate a takes bucket reqid & 31, candidate
-// b bucket (reqid >> 8) & 31. slot_buckets_a and slot_buckets_b hold the
-// same entries (one apply per table per packet). The candidates' fresh bits
+// index into the slot's LocationList. The controller realises the table as
+// one entry per run of equal buckets (directory.Runs): (slot, bucket range)
+// -> (LocationList index, node). directory.BucketsForWeights gives each
+// member one contiguous run, so a slot costs one entry per member with a
+// share, not 32. Runs never overlap (all entries have priority 1). Candidate
+// a takes bucket reqid & 31, candidate b bucket (reqid >> 8) & 31.
+// slot_buckets_a and slot_buckets_b hold the same entries (one apply per
+// table per packet). The candidates' fresh bits
 // (1 << index) come from constant tables: Tofino cannot shift by a run-time
 // amount.
 //
@@ -33,7 +36,7 @@ control SlotSplit(in headers_t hdr, inout local_meta_t meta) {
     table slot_buckets_a {
         key = {
             meta.slot: exact @name("slot");
-            hdr.netdir.reqid[4:0]: exact @name("bucket");
+            hdr.netdir.reqid[4:0]: range @name("bucket");
         }
         actions = {
             set_loc_a;
@@ -56,7 +59,7 @@ control SlotSplit(in headers_t hdr, inout local_meta_t meta) {
     table slot_buckets_b {
         key = {
             meta.slot: exact @name("slot");
-            hdr.netdir.reqid[12:8]: exact @name("bucket");
+            hdr.netdir.reqid[12:8]: range @name("bucket");
         }
         actions = {
             set_loc_b;

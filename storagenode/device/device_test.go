@@ -286,3 +286,23 @@ func TestBookingRace(t *testing.T) {
 		t.Errorf("negative wait %v", w)
 	}
 }
+
+// TestSetFree: a free device counts I/Os and charges no time; turned back
+// on, it charges again.
+func TestSetFree(t *testing.T) {
+	p := mustParse(t, "ssd")
+	d := New(p, NewFakeClock(t0))
+	d.SetFree(true)
+	for range 10 {
+		if b := d.Book(t0, Request{Class: Compaction, Write: true, Bytes: p.ChunkBytes}); !b.Done.Equal(t0) || b.Cost != 0 {
+			t.Fatalf("free device booked %+v, want done at arrival", b)
+		}
+	}
+	if st := d.Stats().Class[Compaction]; st.IOs != 10 || st.Busy != 0 {
+		t.Fatalf("free device stats %+v, want 10 I/Os and no busy time", st)
+	}
+	d.SetFree(false)
+	if b := d.Book(t0, Request{Class: Read, Bytes: 4096}); b.Done.Sub(t0) < p.ReadService {
+		t.Fatalf("device back on served a read in %v, want at least %v", b.Done.Sub(t0), p.ReadService)
+	}
+}

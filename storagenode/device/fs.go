@@ -3,6 +3,7 @@ package device
 import (
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
@@ -73,7 +74,7 @@ func (f *FS) wrap(inner vfs.File, err error, c Class) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &file{File: inner, fs: f, class: c, stream: f.dev.NewStream()}, nil
+	return &file{File: inner, fs: f, class: c, stream: f.dev.NewStream(), size: -1}, nil
 }
 
 func (f *FS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
@@ -83,7 +84,15 @@ func (f *FS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, erro
 
 func (f *FS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
 	inner, err := f.FS.Open(name, opts...)
-	return f.wrap(inner, err, readClass(name, opts))
+	h, err := f.wrap(inner, err, readClass(name, opts))
+	if err == nil && slices.Contains(opts, vfs.SequentialReadsOption) {
+		fl := h.(*file)
+		fl.ahead = true
+		if st, err := inner.Stat(); err == nil {
+			fl.size = st.Size()
+		}
+	}
+	return h, err
 }
 
 func (f *FS) OpenReadWrite(name string, category vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
@@ -104,71 +113,163 @@ func (f *FS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCatego
 
 func (f *FS) Unwrap() vfs.FS { return f.FS }
 
-// file pays device time for each read, write and sync after the inner
-// file has done it. Its stream makes its consecutive I/Os sequential.
-// Prefetch is a hint and costs nothing: the reads it announces pay when
-// they come.
+// file pays device time for its reads, writes and syncs after the inner
+// file has done them, as the kernel beneath Pebble would present them to
+// a disk (see the package doc, "The page cache"):
+//
+//   - A file opened for sequential reads (a compaction's input) reads
+//     ahead: a read outside the readahead window costs one device read of
+//     ChunkBytes (or to the end of the file) from its offset, and reads
+//     inside the window are page-cache hits that cost nothing.
+//   - Writes are written back: they collect in the file's dirty bytes and
+//     cost a device write each time ChunkBytes have collected (the writer
+//     waits, as the kernel throttles a writer that dirties pages faster
+//     than the disk takes them); a sync writes the rest and pays one write
+//     service time, which is the sync itself.
+//
+// Its stream makes its consecutive I/Os sequential. Prefetch is a hint and
+// costs nothing: the reads it announces pay when they come.
 type file struct {
 	vfs.File
 	fs     *FS
 	class  Class
 	stream uint64
-	rOff   int64 // Read's position
-	wOff   int64 // Write's position (writes are sequential: vfs.File)
+	ahead  bool  // reads ahead (opened for sequential reads)
+	size   int64 // the file's size when opened for reading ahead (-1: unknown)
+
+	mu      sync.Mutex // the window and the dirty bytes: Pebble reads a file from several goroutines
+	raFrom  int64      // readahead window [raFrom, raTo)
+	raTo    int64
+	rOff    int64 // Read's position
+	wOff    int64 // Write's position (writes are sequential: vfs.File)
+	dirty   int64 // written, not yet paid
+	dirtyAt int64 // offset of the first dirty byte
 }
 
-func (f *file) pay(write bool, n int, off int64) {
+func (f *file) pay(write bool, n, off int64) {
 	if n > 0 {
-		f.fs.dev.Do(Request{Class: f.class, Write: write, Bytes: int64(n), Stream: f.stream, Offset: off, fs: f.fs})
+		f.fs.dev.Do(Request{Class: f.class, Write: write, Bytes: n, Stream: f.stream, Offset: off, fs: f.fs})
 	}
 }
 
-func (f *file) sync() { f.fs.dev.Do(Request{Class: f.class, Write: true, fs: f.fs}) }
+// read pays for n bytes read at off: directly, or through the readahead
+// window.
+func (f *file) read(n int, off int64) {
+	if n <= 0 {
+		return
+	}
+	if !f.ahead {
+		f.pay(false, int64(n), off)
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	end := off + int64(n)
+	if off >= f.raFrom && end <= f.raTo {
+		return // in the page cache
+	}
+	from := off
+	if off >= f.raFrom && off < f.raTo {
+		from = f.raTo // the part already read ahead is cached
+	}
+	to := max(end, from+f.fs.dev.p.ChunkBytes)
+	if f.size >= 0 {
+		to = max(end, min(to, f.size))
+	}
+	f.pay(false, to-from, from)
+	f.raFrom, f.raTo = off, to
+}
+
+// write collects n written bytes and pays for each ChunkBytes of them.
+func (f *file) write(n int) {
+	if n <= 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dirty == 0 {
+		f.dirtyAt = f.wOff
+	}
+	f.wOff += int64(n)
+	f.dirty += int64(n)
+	for chunk := f.fs.dev.p.ChunkBytes; f.dirty >= chunk; {
+		f.pay(true, chunk, f.dirtyAt)
+		f.dirty -= chunk
+		f.dirtyAt += chunk
+	}
+}
+
+// writeback pays for the dirty bytes; with sync, the write that carries
+// them is the sync (one write service time), or a sync of no bytes if
+// nothing is dirty.
+func (f *file) writeback(sync bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.dirty > 0:
+		f.pay(true, f.dirty, f.dirtyAt)
+		f.dirtyAt += f.dirty
+		f.dirty = 0
+	case sync:
+		f.fs.dev.Do(Request{Class: f.class, Write: true, fs: f.fs})
+	}
+}
 
 func (f *file) Read(p []byte) (int, error) {
 	n, err := f.File.Read(p)
-	f.pay(false, n, f.rOff)
+	f.mu.Lock()
+	off := f.rOff
 	f.rOff += int64(n)
+	f.mu.Unlock()
+	f.read(n, off)
 	return n, err
 }
 
 func (f *file) ReadAt(p []byte, off int64) (int, error) {
 	n, err := f.File.ReadAt(p, off)
-	f.pay(false, n, off)
+	f.read(n, off)
 	return n, err
 }
 
 func (f *file) Write(p []byte) (int, error) {
 	n, err := f.File.Write(p)
-	f.pay(true, n, f.wOff)
-	f.wOff += int64(n)
+	f.write(n)
 	return n, err
 }
 
+// WriteAt pays at once, beside the written-back stream: Pebble writes at
+// offsets only in tests and tools.
 func (f *file) WriteAt(p []byte, off int64) (int, error) {
 	n, err := f.File.WriteAt(p, off)
-	f.pay(true, n, off)
+	f.pay(true, int64(n), off)
 	return n, err
 }
 
 func (f *file) Sync() error {
 	err := f.File.Sync()
-	f.sync()
+	f.writeback(true)
 	return err
 }
 
 func (f *file) SyncData() error {
 	err := f.File.SyncData()
-	f.sync()
+	f.writeback(true)
 	return err
 }
 
 // SyncTo pays only when it synced: starting writeback (sync_file_range,
-// fullSync false) moves no bytes the writes have not paid for.
+// fullSync false) leaves the dirty bytes to the chunks and the next sync.
 func (f *file) SyncTo(length int64) (bool, error) {
 	full, err := f.File.SyncTo(length)
 	if full {
-		f.sync()
+		f.writeback(true)
 	}
 	return full, err
+}
+
+// Close writes back what is still dirty (the kernel would, later; paying
+// it now keeps the bytes on this file's class and stream).
+func (f *file) Close() error {
+	f.writeback(false)
+	return f.File.Close()
 }

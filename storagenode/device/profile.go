@@ -23,6 +23,12 @@ type Profile struct {
 	// CompactionBudget is HATS's per-node compaction budget (64 MiB/s on the
 	// real device) scaled in time like the device, in bytes/s.
 	CompactionBudget int64
+	// RequestService is the node's processor time per client request (GET,
+	// PUT, DEL) and Cores how many requests it serves at once (CPU): what
+	// a GET costs when it hits the block cache or memtable, scaled in time
+	// like the device. 0: requests cost only the real CPU they use.
+	RequestService time.Duration
+	Cores          int
 }
 
 func (p Profile) String() string { return p.Name }
@@ -79,8 +85,26 @@ const (
 	hddScale = 1.0 / 3
 )
 
+// A storage node's processor time per client request, before scaling:
+// 12.5 µs, that is 80,000 requests per core-second, within what this
+// machine measured side by side for the two servers that answer GETs from
+// memory (issue 16, BENCHMARKS.md "storage node"): a netdir node 55–105k
+// GETs per node CPU-second (kernel UDP included), redis-server unpipelined
+// 56–82k. One core per device: the model's devices serve 4 reads at once
+// (QueueDepth), not the drives' 74, so the processor beside them is cut
+// down alike. On the ssd a node then serves about 2.3 cache hits for one
+// miss of device capacity (571 against 250 per second, scaled), so a
+// skewed workload's hot keys, which stay in the block cache, load the hot
+// nodes' processors, and its cold keys their devices, as on real nodes.
+const (
+	realRequestService = 12500 * time.Nanosecond
+	realCores          = 1
+)
+
 func (r realDevice) scaled(name string, scale float64) Profile {
 	return Profile{
+		RequestService:   time.Duration(float64(realRequestService) * scale),
+		Cores:            realCores,
 		Name:             name,
 		ReadService:      time.Duration(float64(r.readService) * scale),
 		WriteService:     time.Duration(float64(r.writeService) * scale),
@@ -93,7 +117,8 @@ func (r realDevice) scaled(name string, scale float64) Profile {
 }
 
 // Parse returns the profile named by --device: "ssd", "hdd" or "none" (no
-// device: I/O is counted and costs nothing; the budget stays 64 MiB/s).
+// device: I/O is counted and costs nothing, requests cost no processor
+// time; the budget stays 64 MiB/s).
 func Parse(name string) (Profile, error) {
 	switch name {
 	case "ssd":
