@@ -177,7 +177,7 @@ func (s *shard) handle(b []byte, from netip.AddrPort) {
 	case wire.OpGet, wire.OpPut, wire.OpDel:
 		if code := n.checkClient(&p); code != wire.CodeOK {
 			n.ctr.errs.Add(1)
-			s.send(from, n.replyPacket(&p.Header, wire.OpErr, code, 0, nil))
+			s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, code, 0, nil))
 			return
 		}
 		n.ctr.countKey(p.Key)
@@ -197,13 +197,13 @@ func (s *shard) handle(b []byte, from netip.AddrPort) {
 	// Node ops: a wrong epoch or a key that does not hash right is dropped.
 	if p.Epoch != 0 && p.Epoch != n.layout().Epoch() {
 		if p.Op == wire.OpPromote || p.Op == wire.OpDemote {
-			s.send(from, n.replyPacket(&p.Header, p.Op, wire.CodeStaleEpoch, 0, nil))
+			s.send(from, n.appendReply(s.pkt(), &p.Header, p.Op, wire.CodeStaleEpoch, 0, nil))
 		}
 		return
 	}
 	if len(p.Key) > wire.MaxKey || wire.HashKey(p.Key) != p.KeyHash {
 		if p.Op == wire.OpPromote || p.Op == wire.OpDemote {
-			s.send(from, n.replyPacket(&p.Header, p.Op, wire.CodeHashMismatch, 0, nil))
+			s.send(from, n.appendReply(s.pkt(), &p.Header, p.Op, wire.CodeHashMismatch, 0, nil))
 		}
 		return
 	}
@@ -228,6 +228,18 @@ func (s *shard) handle(b []byte, from netip.AddrPort) {
 
 // checkClient validates a client request; every rejection has its code.
 func (n *Node) checkClient(p *wire.NodePacket) wire.Code {
+	if c := n.checkShape(p); c != wire.CodeOK {
+		return c
+	}
+	if wire.HashKey(p.Key) != p.KeyHash {
+		return wire.CodeHashMismatch
+	}
+	return wire.CodeOK
+}
+
+// checkShape is checkClient without the KeyHash check (SHAKE128 of the
+// key), for fastGet, which checks the hash only where the answer depends on it.
+func (n *Node) checkShape(p *wire.NodePacket) wire.Code {
 	switch {
 	case len(p.Ext) != 0:
 		return wire.CodeMalformed
@@ -237,8 +249,6 @@ func (n *Node) checkClient(p *wire.NodePacket) wire.Code {
 		return wire.CodeValTooLarge
 	case p.Epoch != 0 && p.Epoch != n.layout().Epoch():
 		return wire.CodeStaleEpoch
-	case wire.HashKey(p.Key) != p.KeyHash:
-		return wire.CodeHashMismatch
 	}
 	return wire.CodeOK
 }
@@ -266,27 +276,32 @@ func (s *shard) get(p *wire.NodePacket, from netip.AddrPort) {
 		v, ok := n.copies.held(p.KeyHash, p.Key)
 		if !ok {
 			n.ctr.errs.Add(1)
-			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeWrongNode, 0, nil))
+			s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeWrongNode, 0, nil))
 			return
 		}
-		s.send(from, n.replyPacket(&p.Header, wire.OpGetReply, readCode(&v), v.Ver, v.Val))
+		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpGetReply, readCode(&v), v.Ver, v.Val))
 		return
 	}
 	if !n.serves(part) {
-		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
+		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
 		return
 	}
-	rec, err := n.treeOf(part).getRecord(part, p.Key)
+	// Read in place, as fastGet does: send copies the reply before closer
+	// lets Pebble's memory go.
+	rec, closer, err := n.treeOf(part).viewRecord(part, p.Key, s.kb[:0])
 	if err != nil {
-		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
+		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
 		return
+	}
+	if closer != nil {
+		defer closer.Close()
 	}
 	if len(rec.Dirty) == 0 || pos == len(ch)-1 {
 		v := rec.Latest()
 		if pos != len(ch)-1 {
 			v = &rec.Clean
 		}
-		s.send(from, n.replyPacket(&p.Header, wire.OpGetReply, readCode(v), v.Ver, v.Val))
+		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpGetReply, readCode(v), v.Ver, v.Val))
 		return
 	}
 	// Dirty: ask the tail which version is committed.
@@ -308,7 +323,7 @@ func (s *shard) query(w *verWait, h wire.KeyHash, tail wire.NodeID, latest uint6
 	w.sent = time.Now()
 	n.ctr.verQueries.Add(1)
 	q := wire.Header{Op: wire.OpVerQuery, ReqID: w.qid, KeyHash: h, Stamp: latest, Node: n.id, Epoch: n.layout().Epoch()}
-	s.send(n.peers[tail], wire.AppendNodeOp(nil, &q, w.key, nil, nil))
+	s.send(n.peers[tail], wire.AppendNodeOp(s.pkt(), &q, w.key, nil, nil))
 }
 
 // verQuery: the tail answers with its committed version and value.
@@ -324,7 +339,7 @@ func (s *shard) verQuery(p *wire.NodePacket, from netip.AddrPort) {
 	}
 	v := rec.Latest()
 	a := wire.Header{Op: wire.OpVerAnswer, Code: readCode(v), ReqID: p.ReqID, KeyHash: p.KeyHash, Stamp: v.Ver, Node: n.id, Load: n.load(), Epoch: n.layout().Epoch()}
-	s.send(from, wire.AppendNodeOp(nil, &a, p.Key, v.Val, nil))
+	s.send(from, wire.AppendNodeOp(s.pkt(), &a, p.Key, v.Val, nil))
 }
 
 func (s *shard) verAnswer(p *wire.NodePacket) {
@@ -334,7 +349,7 @@ func (s *shard) verAnswer(p *wire.NodePacket) {
 		return
 	}
 	for _, g := range w.covered {
-		s.send(g.from, n.replyPacket(&g.h, wire.OpGetReply, p.Code, p.Stamp, p.Value))
+		s.send(g.from, n.appendReply(s.pkt(), &g.h, wire.OpGetReply, p.Code, p.Stamp, p.Value))
 	}
 	// The tail committed p.Stamp: it is clean here too.
 	part, ch, pos := n.where(p.KeyHash)
@@ -351,7 +366,7 @@ func (s *shard) verAnswer(p *wire.NodePacket) {
 				// Nothing dirty any more: later waiters read the record.
 				for _, g := range w.next {
 					v := &rec.Clean
-					s.send(g.from, n.replyPacket(&g.h, wire.OpGetReply, readCode(v), v.Ver, v.Val))
+					s.send(g.from, n.appendReply(s.pkt(), &g.h, wire.OpGetReply, readCode(v), v.Ver, v.Val))
 				}
 				w.next = nil
 			}
@@ -370,14 +385,14 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 	n := s.n
 	part, ch, pos := n.where(p.KeyHash)
 	if pos != 0 {
-		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeWrongNode, 0, nil))
+		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeWrongNode, 0, nil))
 		return
 	}
 	if e, ok := n.chain.dedup.get(p.ReqID, p.KeyHash); ok {
 		n.ctr.dupWrites.Add(1)
 		switch pw := s.pending[pendKey{p.KeyHash, e.Ver}]; {
 		case wire.Code(e.Code) != wire.CodeOK:
-			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.Code(e.Code), e.Ver, nil))
+			s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.Code(e.Code), e.Ver, nil))
 		case pw != nil:
 			// Still in flight: send it down again, replying to the retry.
 			pw.v.Addr, pw.v.TS = from, p.Timestamp
@@ -389,7 +404,7 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 			// committed, so not acknowledged; the client retries.
 			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
 		default:
-			s.send(from, n.replyPacket(&p.Header, wire.Op(e.Op).Reply(), wire.CodeOK, e.Ver, nil))
+			s.send(from, n.appendReply(s.pkt(), &p.Header, wire.Op(e.Op).Reply(), wire.CodeOK, e.Ver, nil))
 		}
 		if p.Flags&wire.FlagStamped != 0 {
 			s.noop(p, part, ch)
@@ -397,13 +412,13 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 		return
 	}
 	if !n.serves(part) || len(s.pending) >= max(1, n.opts.MaxPending/len(n.admit.shards)) {
-		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
+		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
 		return
 	}
 	t := n.treeOf(part)
 	rec, err := t.getRecord(part, p.Key)
 	if err != nil {
-		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
+		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
 		return
 	}
 	latest := rec.Latest().Ver
@@ -418,7 +433,7 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 		if n.copies.staleIncarnation(p.KeyHash, wire.StampIncarnation(p.Stamp)) {
 			n.ctr.staleIncarnation.Add(1)
 			n.chain.dedup.add(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeStaleVersion), Op: uint8(p.Op)})
-			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeStaleVersion, latest, nil))
+			s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeStaleVersion, latest, nil))
 			return
 		}
 		if stamp := wire.StampVersion(p.Stamp); stamp <= latest {
@@ -431,7 +446,7 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 	} else {
 		if promoted && !n.copies.unstampedOK(p.KeyHash) {
 			n.chain.dedup.add(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeRetry), Op: uint8(p.Op)})
-			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeRetry, latest, nil))
+			s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeRetry, latest, nil))
 			return
 		}
 		v = latest + 1
@@ -449,7 +464,7 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 	b.Set(dedupKey(p.ReqID), entry.encode(), nil)
 	t.writes.Add(1)
 	if err := s.commit.apply(t.db, b); err != nil {
-		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
+		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
 		return
 	}
 	if _, evict := n.chain.dedup.add(p.ReqID, entry); len(evict) > 0 {
@@ -461,7 +476,7 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 		eb.Close()
 	}
 	if alone {
-		s.send(from, n.replyPacket(&p.Header, p.Op.Reply(), wire.CodeOK, v, nil))
+		s.send(from, n.appendReply(s.pkt(), &p.Header, p.Op.Reply(), wire.CodeOK, v, nil))
 		if promoted {
 			s.announce(p.KeyHash, p.Key, &rec.Clean, extras)
 		}
@@ -536,17 +551,18 @@ func (s *shard) forward(pw *pendingWrite, ch []wire.NodeID) {
 	h := wire.HashKey(pw.key)
 	extras, promoted := n.copies.promoted(h)
 	pw.sent = time.Now()
-	s.send(n.peers[ch[1]], n.chainPacket(h, pw.key, &pw.v, promoted, extras))
+	s.send(n.peers[ch[1]], n.chainPacket(s.pkt(), h, pw.key, &pw.v, promoted, extras))
 }
 
-func (n *Node) chainPacket(h wire.KeyHash, key []byte, v *version, promoted bool, extras []wire.NodeID) []byte {
+func (n *Node) chainPacket(dst []byte, h wire.KeyHash, key []byte, v *version, promoted bool, extras []wire.NodeID) []byte {
 	hd := wire.Header{Op: wire.OpChainWrite, Tenant: v.Tenant, ReqID: v.ReqID, KeyHash: h, Stamp: v.Ver, Node: n.id, Epoch: n.layout().Epoch(), Timestamp: v.TS}
 	op := wire.Op(v.Op)
 	if op != wire.OpDel {
 		op = wire.OpPut
 	}
-	ext := (&wire.ChainExt{Op: op, Promoted: promoted, Reservation: v.Reservation, Addr: v.Addr, Extras: extras}).Append(nil)
-	return wire.AppendNodeOp(nil, &hd, key, v.Val, ext)
+	var eb [128]byte
+	ext := (&wire.ChainExt{Op: op, Promoted: promoted, Reservation: v.Reservation, Addr: v.Addr, Extras: extras}).Append(eb[:0])
+	return wire.AppendNodeOp(dst, &hd, key, v.Val, ext)
 }
 
 // chainWrite: a middle member stores the version dirty and passes it on; the
@@ -578,7 +594,7 @@ func (s *shard) chainWrite(p *wire.NodePacket) {
 			}
 		}
 		s.remember(t, p.KeyHash, &nv)
-		s.send(n.peers[ch[pos+1]], n.chainPacket(p.KeyHash, p.Key, &nv, ext.Promoted, ext.Extras))
+		s.send(n.peers[ch[pos+1]], n.chainPacket(s.pkt(), p.KeyHash, p.Key, &nv, ext.Promoted, ext.Extras))
 		return
 	}
 	// Tail.
@@ -593,7 +609,7 @@ func (s *shard) chainWrite(p *wire.NodePacket) {
 		s.announce(p.KeyHash, p.Key, &rec.Clean, ext.Extras)
 	}
 	ack := wire.Header{Op: wire.OpChainAck, KeyHash: p.KeyHash, Stamp: nv.Ver, Node: n.id, Epoch: n.layout().Epoch()}
-	s.send(n.peers[ch[pos-1]], wire.AppendNodeOp(nil, &ack, p.Key, nil, nil))
+	s.send(n.peers[ch[pos-1]], wire.AppendNodeOp(s.pkt(), &ack, p.Key, nil, nil))
 }
 
 // announce tells the data plane that the tail committed v (VSB with the
@@ -603,19 +619,19 @@ func (s *shard) announce(h wire.KeyHash, key []byte, v *version, extras []wire.N
 	_, ch, _ := n.where(h)
 	if n.dp.IsValid() {
 		vsb := wire.Header{Op: wire.OpVSB, KeyHash: h, Stamp: v.Ver, Node: ch[len(ch)-1], Load: n.load(), Epoch: n.layout().Epoch()}
-		s.send(n.dp, wire.AppendNodeOp(nil, &vsb, nil, nil, nil))
+		s.send(n.dp, wire.AppendNodeOp(s.pkt(), &vsb, nil, nil, nil))
 	}
 	for _, id := range extras {
-		s.send(n.peers[id], n.copyPacket(h, key, v))
+		s.send(n.peers[id], n.copyPacket(s.pkt(), h, key, v))
 	}
 }
 
-func (n *Node) copyPacket(h wire.KeyHash, key []byte, v *version) []byte {
+func (n *Node) copyPacket(dst []byte, h wire.KeyHash, key []byte, v *version) []byte {
 	c := wire.Header{Op: wire.OpCopy, Code: readCode(v), KeyHash: h, Stamp: v.Ver, Node: n.id, Epoch: n.layout().Epoch()}
 	if v.Ver == 0 {
 		c.Code = wire.CodeNotFound
 	}
-	return wire.AppendNodeOp(nil, &c, key, v.Val, nil)
+	return wire.AppendNodeOp(dst, &c, key, v.Val, nil)
 }
 
 // chainAck: the tail committed a version; members mark it clean.
@@ -635,7 +651,7 @@ func (s *shard) chainAck(p *wire.NodePacket) {
 	}
 	if pos > 0 {
 		ack := wire.Header{Op: wire.OpChainAck, KeyHash: p.KeyHash, Stamp: p.Stamp, Node: n.id, Epoch: n.layout().Epoch()}
-		s.send(n.peers[ch[pos-1]], wire.AppendNodeOp(nil, &ack, p.Key, nil, nil))
+		s.send(n.peers[ch[pos-1]], wire.AppendNodeOp(s.pkt(), &ack, p.Key, nil, nil))
 		return
 	}
 	delete(s.pending, pendKey{p.KeyHash, p.Stamp})

@@ -259,7 +259,7 @@ func (s *shard) promote(p *wire.NodePacket, from netip.AddrPort) {
 	}
 	part, ch, pos := n.where(p.KeyHash)
 	if pos != 0 {
-		s.send(from, n.replyPacket(&p.Header, wire.OpPromote, wire.CodeWrongNode, 0, nil))
+		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpPromote, wire.CodeWrongNode, 0, nil))
 		return
 	}
 	ids, err := wire.ParseNodeIDs(p.Value)
@@ -272,7 +272,7 @@ func (s *shard) promote(p *wire.NodePacket, from netip.AddrPort) {
 		}
 	}
 	if !valid {
-		s.send(from, n.replyPacket(&p.Header, wire.OpPromote, wire.CodeMalformed, 0, nil))
+		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpPromote, wire.CodeMalformed, 0, nil))
 		return
 	}
 	noStamp := p.Flags&wire.FlagPromoteNoStamp != 0
@@ -288,7 +288,7 @@ func (s *shard) promote(p *wire.NodePacket, from netip.AddrPort) {
 		err = n.trees[0].db.Set(promoKey(p.Key), persisted, pebble.Sync)
 	}
 	if err != nil {
-		s.send(from, n.replyPacket(&p.Header, wire.OpPromote, wire.CodeInternal, 0, nil))
+		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpPromote, wire.CodeInternal, 0, nil))
 		return
 	}
 	old := n.copies.promote(p.KeyHash, ids, noStamp, inc)
@@ -296,13 +296,13 @@ func (s *shard) promote(p *wire.NodePacket, from netip.AddrPort) {
 	for _, id := range old {
 		if !slices.Contains(ids, id) {
 			d := wire.Header{Op: wire.OpDemote, KeyHash: p.KeyHash, Node: n.id, Epoch: n.layout().Epoch()}
-			s.send(n.peers[id], wire.AppendNodeOp(nil, &d, p.Key, nil, nil))
+			s.send(n.peers[id], wire.AppendNodeOp(s.pkt(), &d, p.Key, nil, nil))
 		}
 	}
-	s.send(from, n.replyPacket(&p.Header, wire.OpPromote, wire.CodeOK, rec.Latest().Ver, nil))
+	s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpPromote, wire.CodeOK, rec.Latest().Ver, nil))
 	if len(rec.Dirty) == 0 {
 		for _, id := range ids {
-			s.send(n.peers[id], n.copyPacket(p.KeyHash, p.Key, &rec.Clean))
+			s.send(n.peers[id], n.copyPacket(s.pkt(), p.KeyHash, p.Key, &rec.Clean))
 		}
 	}
 }
@@ -316,7 +316,7 @@ func (s *shard) demote(p *wire.NodePacket, from netip.AddrPort) {
 	if pos < 0 {
 		n.copies.drop(p.KeyHash, p.Key, time.Now())
 		if p.Node == 0 {
-			s.send(from, n.replyPacket(&p.Header, wire.OpDemote, wire.CodeOK, 0, nil))
+			s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpDemote, wire.CodeOK, 0, nil))
 		}
 		return
 	}
@@ -324,19 +324,19 @@ func (s *shard) demote(p *wire.NodePacket, from netip.AddrPort) {
 		return // a node's push or a reply: only a controller (node 0) demotes at the head
 	}
 	if pos != 0 {
-		s.send(from, n.replyPacket(&p.Header, wire.OpDemote, wire.CodeWrongNode, 0, nil))
+		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpDemote, wire.CodeWrongNode, 0, nil))
 		return
 	}
 	if err := n.trees[0].db.Delete(promoKey(p.Key), pebble.Sync); err != nil {
-		s.send(from, n.replyPacket(&p.Header, wire.OpDemote, wire.CodeInternal, 0, nil))
+		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpDemote, wire.CodeInternal, 0, nil))
 		return
 	}
 	ids := n.copies.demote(p.KeyHash)
 	for _, id := range ids {
 		d := wire.Header{Op: wire.OpDemote, KeyHash: p.KeyHash, Node: n.id, Epoch: n.layout().Epoch()}
-		s.send(n.peers[id], wire.AppendNodeOp(nil, &d, p.Key, nil, nil))
+		s.send(n.peers[id], wire.AppendNodeOp(s.pkt(), &d, p.Key, nil, nil))
 	}
-	s.send(from, n.replyPacket(&p.Header, wire.OpDemote, wire.CodeOK, 0, nil))
+	s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpDemote, wire.CodeOK, 0, nil))
 }
 
 // copyIn: an extra stores a pushed version (newer only), acks, and
@@ -356,7 +356,7 @@ func (s *shard) copyIn(p *wire.NodePacket, from netip.AddrPort) {
 		return
 	}
 	ack := wire.Header{Op: wire.OpCopyAck, KeyHash: p.KeyHash, Stamp: held, Node: n.id, Epoch: n.layout().Epoch()}
-	s.send(from, wire.AppendNodeOp(nil, &ack, p.Key, nil, nil))
+	s.send(from, wire.AppendNodeOp(s.pkt(), &ack, p.Key, nil, nil))
 	s.vsb(p.KeyHash, held)
 }
 
@@ -366,7 +366,7 @@ func (s *shard) vsb(h wire.KeyHash, v uint64) {
 		return
 	}
 	x := wire.Header{Op: wire.OpVSB, KeyHash: h, Stamp: v, Node: n.id, Load: n.load(), Epoch: n.layout().Epoch()}
-	s.send(n.dp, wire.AppendNodeOp(nil, &x, nil, nil, nil))
+	s.send(n.dp, wire.AppendNodeOp(s.pkt(), &x, nil, nil, nil))
 }
 
 // reannounce re-sends each held copy's VSB, so that one refused while a

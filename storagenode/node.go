@@ -69,7 +69,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"golang.org/x/net/ipv4"
 
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/sched"
@@ -228,7 +227,6 @@ type Node struct {
 	laddr netip.AddrPort
 	peers map[wire.NodeID]netip.AddrPort
 	dp    netip.AddrPort
-	outCh chan []ipv4.Message // shards' reply batches, to sendLoop
 
 	ready   atomic.Bool
 	closing atomic.Bool
@@ -314,9 +312,6 @@ func Start(o Options) (*Node, error) {
 			return fail(err)
 		}
 	}
-	n.outCh = make(chan []ipv4.Message, 4*o.Workers)
-	n.wg.Add(1)
-	go n.sendLoop()
 	n.admit.start(&n.wg, n.stop)
 	n.wg.Add(1)
 	go n.readLoop()

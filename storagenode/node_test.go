@@ -771,3 +771,32 @@ func TestStaleIncarnation(t *testing.T) {
 		t.Fatalf("demoted, write stamped 2 in incarnation 1: %s %s v%d, want put-reply v2", r.Op, r.Code, r.Stamp)
 	}
 }
+
+// TestHashMismatchStoredKey: a GET naming a stored key under another key's
+// KeyHash is answered HashMismatch, although GETs of stored keys are served
+// without the hash check (fastGet); the true hash still reads the value.
+func TestHashMismatchStoredKey(t *testing.T) {
+	c := startCluster(t, cluster.Options{N: 1, R: 1})
+	cl, err := c.Client(client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	key := []byte("stored")
+	if _, err := cl.Put(context.Background(), key, []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	h := wire.HashKey(key)
+	other := h
+	for i := 0; c.Layout.Partition(other) == c.Layout.Partition(h); i++ {
+		other = wire.HashKey(fmt.Appendf(nil, "other-%d", i))
+	}
+	p := newPeer(t)
+	to := addrOf(c, 1)
+	if r := p.call(to, raw(wire.Header{Op: wire.OpGet, ReqID: 1, KeyHash: other}, key, nil)); r.Op != wire.OpErr || r.Code != wire.CodeHashMismatch {
+		t.Fatalf("wrong hash: got %s code %s, want err %s", r.Op, r.Code, wire.CodeHashMismatch)
+	}
+	if r := p.call(to, raw(wire.Header{Op: wire.OpGet, ReqID: 2, KeyHash: h}, key, nil)); r.Op != wire.OpGetReply || r.Code != wire.CodeOK || string(r.Value) != "v" {
+		t.Fatalf("true hash: got %s code %s value %q", r.Op, r.Code, r.Value)
+	}
+}

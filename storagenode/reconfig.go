@@ -204,7 +204,7 @@ func (s *shard) replyCommitted(h wire.KeyHash, v *version) {
 	if v.Reservation {
 		req.Flags = wire.FlagReservation
 	}
-	s.send(v.Addr, s.n.replyPacket(&req, op.Reply(), wire.CodeOK, v.Ver, nil))
+	s.send(v.Addr, s.n.appendReply(s.pkt(), &req, op.Reply(), wire.CodeOK, v.Ver, nil))
 }
 
 // eachDirty calls fn for every record in t with dirty versions; key is

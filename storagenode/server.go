@@ -2,12 +2,9 @@ package storagenode
 
 import (
 	"encoding/json"
-	"net"
 	"net/netip"
 	"sync"
 	"time"
-
-	"golang.org/x/net/ipv4"
 
 	"github.com/netdir/netdir/internal/udpbatch"
 	"github.com/netdir/netdir/wire"
@@ -36,16 +33,21 @@ type item struct {
 // shard is one worker and its queue; every packet about a key is handled
 // by the key's shard.
 type shard struct {
-	n      *Node
-	idx    int
-	ch     chan item
-	out    []ipv4.Message
-	commit groupCommit // the synced writes that out waits for
+	n       *Node
+	idx     int
+	ch      chan item
+	tx      *udpbatch.Writer // the packets to send, after commit
+	bufs    [][]byte         // tx's packets, one buffer each, reused
+	scratch []byte           // see pkt
+	kb      []byte           // a record's Pebble key, for reads
+	commit  groupCommit      // the synced writes that tx waits for
 	chainShard
 }
 
 func newShard(n *Node, i int) *shard {
-	return &shard{n: n, idx: i, ch: make(chan item, n.opts.QueueLen), chainShard: newChainShard()}
+	return &shard{n: n, idx: i, ch: make(chan item, n.opts.QueueLen), chainShard: newChainShard(),
+		tx: udpbatch.NewWriter(n.conn, n.v4, writeBatch), bufs: make([][]byte, writeBatch), scratch: make([]byte, 0, smallBuf),
+		kb: make([]byte, 0, 5+wire.MaxKey)}
 }
 
 func (s *shard) run() {
@@ -93,74 +95,39 @@ func (s *shard) do(it item) {
 	}
 }
 
-// send queues a packet for the shard's next batched write.
+// send queues a copy of b for the shard's next batched write (b may be
+// reused at once: built in s.pkt(), say).
 func (s *shard) send(to netip.AddrPort, b []byte) {
 	if !to.IsValid() {
 		return
 	}
-	s.out = append(s.out, ipv4.Message{Buffers: [][]byte{b}, Addr: net.UDPAddrFromAddrPort(to)})
-	if len(s.out) >= writeBatch {
+	if s.tx.Full() {
 		s.flush()
 	}
+	i := s.tx.Len()
+	s.bufs[i] = append(s.bufs[i][:0], b...)
+	s.tx.AddPeer(s.bufs[i], udpbatch.PeerOf(to, s.n.v4))
 }
 
-// flush hands the shard's replies to the node's sender, which writes the
-// replies of all shards with few sendmmsg calls, once the writes they follow
-// are synced. If a sync failed nothing leaves: no write is acknowledged or
+// pkt is a buffer to build the next packet to send in; send copies it.
+func (s *shard) pkt() []byte { return s.scratch[:0] }
+
+// flush writes the shard's queued packets, with few sendmmsg calls
+// (segmented where runs go to one address), once the writes they follow are
+// synced. If a sync failed nothing leaves: no write is acknowledged or
 // forwarded, and its senders retransmit.
 func (s *shard) flush() {
 	if err := s.commit.wait(); err != nil {
 		s.n.log.Error("WAL sync", "err", err)
-		clear(s.out)
-		s.out = s.out[:0]
+		s.tx.Discard()
 		return
 	}
-	if len(s.out) == 0 {
+	if s.tx.Len() == 0 {
 		return
 	}
-	select {
-	case s.n.outCh <- s.out:
-	case <-s.n.stop:
-	}
-	s.out = make([]ipv4.Message, 0, writeBatch)
-}
-
-func (n *Node) sendLoop() {
-	defer n.wg.Done()
-	pc := ipv4.NewPacketConn(n.conn)
-	batch := make([]ipv4.Message, 0, 4*writeBatch)
-	for {
-		select {
-		case b := <-n.outCh:
-			batch = append(batch, b...)
-		case <-n.stop:
-			return
-		}
-	drain:
-		for len(batch) < 2*writeBatch {
-			select {
-			case b := <-n.outCh:
-				batch = append(batch, b...)
-			default:
-				break drain
-			}
-		}
-		for out := batch; len(out) > 0; {
-			k, err := pc.WriteBatch(out, 0)
-			if err != nil || k <= 0 {
-				// Fall back to single writes; a failed send is a lost packet.
-				for _, m := range out {
-					n.conn.WriteToUDPAddrPort(m.Buffers[0], m.Addr.(*net.UDPAddr).AddrPort())
-				}
-				n.ctr.txPackets.Add(uint64(len(out)))
-				break
-			}
-			n.ctr.txPackets.Add(uint64(k))
-			out = out[k:]
-		}
-		clear(batch)
-		batch = batch[:0]
-	}
+	sent := s.tx.Sent
+	s.tx.Flush()
+	s.n.ctr.txPackets.Add(s.tx.Sent - sent)
 }
 
 // sendNow writes one packet immediately (reader and background goroutines).

@@ -18,9 +18,11 @@ func listen(t *testing.T) *net.UDPConn {
 	return c
 }
 
-// TestRoundTrip: datagrams of mixed sizes to two addresses arrive whole, in
-// order, from the writer's address, at readers that take segmented
-// datagrams whole (buffers of MaxDatagram) and at readers that do not.
+// TestRoundTrip: datagrams of mixed sizes to two addresses, queued
+// interleaved, arrive whole, each address's in the order queued, from the
+// writer's address, at readers that take segmented datagrams whole (buffers
+// of MaxDatagram) and at readers that do not; with segmentation, each
+// address's run leaves in few messages although the queue alternates.
 func TestRoundTrip(t *testing.T) {
 	for _, size := range []int{MaxDatagram, 2048} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
@@ -40,7 +42,10 @@ func TestRoundTrip(t *testing.T) {
 					n = 40 + i // a shorter or longer one ends a segmented run
 				}
 				d := []byte(fmt.Sprintf("%0*d", n, i))
-				to := i / 30 % 2 // runs of 30 to each
+				to := i / 30 % 2 // runs of 30 to each, then alternating
+				if i >= 60 {
+					to = i % 2
+				}
 				want[to] = append(want[to], string(d))
 				w.AddPeer(d, PeerOf([]*net.UDPConn{a, b}[to].LocalAddr().(*net.UDPAddr).AddrPort(), true))
 			}
@@ -79,5 +84,57 @@ func TestRoundTrip(t *testing.T) {
 				t.Logf("reader %d: %d datagrams in %d messages (gso %v, gro %v)", k, len(got), msgs, w.gso, r.gro)
 			}
 		})
+	}
+}
+
+// TestGroup: a flush groups a batch by destination, keeping each
+// destination's order, and with segmentation makes one message of each
+// destination's run of equal sizes (a shorter datagram ends a message, a
+// longer one starts the next); given addresses and peers never share a
+// message, nor do two peers.
+func TestGroup(t *testing.T) {
+	c := listen(t)
+	w := NewWriter(c, true, 64)
+	w.gso = true
+	a := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
+	p := Peer{IP: [16]byte{127, 0, 0, 1}, Port: 2}
+	q := Peer{IP: [16]byte{127, 0, 0, 1}, Port: 3}
+	d := func(n int, tag byte) []byte { b := make([]byte, n); b[0] = tag; return b }
+	// Interleaved: a gets 100,100,100,50,100; p gets 100 x3; q one 80.
+	w.Add(d(100, 1), a)
+	w.AddPeer(d(100, 10), p)
+	w.Add(d(100, 2), a)
+	w.AddPeer(d(80, 20), q)
+	w.AddPeer(d(100, 11), p)
+	w.Add(d(100, 3), a)
+	w.Add(d(50, 4), a)
+	w.AddPeer(d(100, 12), p)
+	w.Add(d(100, 5), a)
+	if w.Len() != 9 {
+		t.Fatalf("Len %d, want 9", w.Len())
+	}
+	n := w.group()
+	type msg struct {
+		port int
+		tags []byte
+	}
+	var got []msg
+	for i := range n {
+		m := msg{port: w.msgs[i].Addr.(*net.UDPAddr).Port}
+		for _, b := range w.msgs[i].Buffers {
+			m.tags = append(m.tags, b[0])
+		}
+		if (len(m.tags) > 1) != (w.msgs[i].OOB != nil) {
+			t.Errorf("message %d: %d segments, control %v", i, len(m.tags), w.msgs[i].OOB)
+		}
+		got = append(got, m)
+	}
+	want := []msg{{1, []byte{1, 2, 3, 4}}, {1, []byte{5}}, {2, []byte{10, 11, 12}}, {3, []byte{20}}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("messages %v, want %v", got, want)
+	}
+	w.gso = false
+	if n := w.group(); n != 9 {
+		t.Fatalf("without segmentation: %d messages, want 9", n)
 	}
 }
