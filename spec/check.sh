@@ -35,7 +35,7 @@ VERIFY=(
   "switch-loss-1x|-DNE=1 -DSWLOSS -DWMAX=1 -DPROG3=PR_R"
   "failover-1x|-DNE=1 -DFAILOVER -DWMAX=1 -DPROG3=PR_R"
   "fail-mid-1x|-DNE=1 -DFAIL_MID -DWMAX=1 -DPROG3=PR_R"
-  "fail-head-1x|-DNE=1 -DFAIL_HEAD -DWMAX=1 -DPROG3=PR_R -DRETX=0"
+  "fail-head-1x|-DNE=1 -DFAIL_HEAD -DWMAX=1 -DPROG3=PR_R -DFAULTS=0"
 )
 
 # Mutants of the fixed protocol: name | flags. Each must be caught.
