@@ -283,9 +283,13 @@ func (s *shard) promote(p *wire.NodePacket, from netip.AddrPort) {
 	rec, err := n.treeOf(part).getRecord(part, p.Key)
 	// A promotion the head holds already, exactly as persisted, is on disk
 	// as it is (a controller's re-sync after a switch restart asks every
-	// head again): no synced write.
+	// head again): no synced write. Otherwise the write joins the shard's
+	// group commit: the answer leaves after its sync (shard.flush), and a
+	// re-sync's promotions, each a new incarnation, share fsyncs.
 	if err == nil && !n.copies.holds(p.KeyHash, ids, noStamp, inc) {
-		err = n.trees[0].db.Set(promoKey(p.Key), persisted, pebble.Sync)
+		b := n.trees[0].db.NewBatch()
+		b.Set(promoKey(p.Key), persisted, nil)
+		err = s.commit.apply(n.trees[0].db, b)
 	}
 	if err != nil {
 		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpPromote, wire.CodeInternal, 0, nil))
