@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -175,31 +174,11 @@ func Start(o Options) (*Cluster, error) {
 }
 
 func freePort() (netip.AddrPort, error) {
-	l, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	a, err := ReserveAddr()
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
-	a := l.LocalAddr().(*net.UDPAddr).AddrPort()
-	l.Close()
-	return a, nil
-}
-
-// freeTCP finds a loopback port free for TCP and, for memberlist, which
-// binds both, for UDP.
-func freeTCP() (string, error) {
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", err
-		}
-		a := l.Addr().(*net.TCPAddr)
-		u, err := net.ListenUDP("udp", &net.UDPAddr{IP: a.IP, Port: a.Port})
-		l.Close()
-		if err == nil {
-			u.Close()
-			return a.String(), nil
-		}
-	}
+	return netip.ParseAddrPort(a)
 }
 
 // reserveControl picks the loopback addresses that every plane's switch,
@@ -215,7 +194,7 @@ func (c *Cluster) reserveControl() error {
 	}
 	for range max(c.opts.Controllers, 1) {
 		for _, l := range []*[]string{&c.apis, &c.gossips, &c.rafts} {
-			a, err := freeTCP()
+			a, err := ReserveAddr()
 			if err != nil {
 				return err
 			}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/client"
+	"github.com/netdir/netdir/cluster"
 	"github.com/netdir/netdir/layout"
 )
 
@@ -36,7 +36,7 @@ func TestKill9(t *testing.T) {
 	defer func() { t.Logf("after build: %v", time.Since(t0)) }()
 	var nodes []layout.Node
 	for i := range 3 {
-		a, err := freeAddr()
+		a, err := cluster.ReserveAddr()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,17 +172,3 @@ func TestKill9(t *testing.T) {
 type discard struct{}
 
 func (discard) Write(b []byte) (int, error) { return len(b), nil }
-
-func freeAddr() (string, error) {
-	a, err := freePortForTest()
-	return a, err
-}
-
-func freePortForTest() (string, error) {
-	l, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.LocalAddr().String(), nil
-}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -34,7 +33,7 @@ type haCluster struct {
 
 func startHA(t testing.TB, ctx context.Context) *haCluster {
 	t.Helper()
-	dp, err := freePortForTest()
+	dp, err := cluster.ReserveAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,11 +56,11 @@ func startHA(t testing.TB, ctx context.Context) *haCluster {
 	h := &haCluster{c: c, sw: sw, schema: schema}
 	var peers []ctrl.RaftPeer
 	for i := range 3 {
-		raftAddr, err := freeTCPForTest()
+		raftAddr, err := cluster.ReserveAddr()
 		if err != nil {
 			t.Fatal(err)
 		}
-		apiAddr, err := freeTCPForTest()
+		apiAddr, err := cluster.ReserveAddr()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -283,15 +282,6 @@ func TestControllerFailover(t *testing.T) {
 	h.stop(follower)
 	h.start(t, ctx, follower)
 	waitSame(t, ctx, h.ctls[follower], entryKeys(want), "the follower restarted from its snapshot")
-}
-
-func freeTCPForTest() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // BenchmarkControllerFailover measures a failover of three raft-replicated

@@ -35,7 +35,7 @@ func BenchmarkSwitchRestart(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	p4addr, err := freeTCP()
+	p4addr, err := ReserveAddr()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func BenchmarkSwitchRestart(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	api, err := freeTCP()
+	api, err := ReserveAddr()
 	if err != nil {
 		b.Fatal(err)
 	}

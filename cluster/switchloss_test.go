@@ -43,7 +43,7 @@ func TestStampAcrossSwitchRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	p4addr, err := freeTCP()
+	p4addr, err := ReserveAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestStampAcrossSwitchRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := freeTCP()
+	api, err := ReserveAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
