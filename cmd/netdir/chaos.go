@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -50,16 +49,8 @@ func runChaosExperiment(cmd *cobra.Command, f benchFlags, histories int) error {
 	if err != nil {
 		return err
 	}
-	if f.jsonPath != "" {
-		v := struct {
-			Experiment string              `json:"experiment"`
-			Command    string              `json:"command"`
-			Results    system.ChaosResults `json:"results"`
-		}{system.ExpChaos, strings.Join(os.Args, " "), res}
-		if err := writeJSONFile(f.jsonPath, v); err != nil {
-			return err
-		}
-		fmt.Fprintln(out, "wrote", f.jsonPath)
+	if err := writeResultsJSON(out, f.jsonPath, system.ExpChaos, res); err != nil {
+		return err
 	}
 	if res.Violations > 0 || res.Lost > 0 {
 		return fmt.Errorf("chaos: %d violations, %d acknowledged writes lost", res.Violations, res.Lost)

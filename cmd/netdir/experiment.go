@@ -296,6 +296,24 @@ func writePhase(w io.Writer, p system.PhaseResult) {
 		(p.RequestSpread-1)*100, p.LatencySpread, p.PebbleLatSpread)
 }
 
+// writeResultsJSON writes an experiment's results, with the command that
+// produced them, to path (nothing when path is empty).
+func writeResultsJSON(out io.Writer, path, experiment string, results any) error {
+	if path == "" {
+		return nil
+	}
+	v := struct {
+		Experiment string `json:"experiment"`
+		Command    string `json:"command"`
+		Results    any    `json:"results"`
+	}{experiment, strings.Join(os.Args, " "), results}
+	if err := writeJSONFile(path, v); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "wrote", path)
+	return nil
+}
+
 func writeJSONFile(path string, v any) error {
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 
@@ -47,16 +46,8 @@ func runQoSExperiment(cmd *cobra.Command, f benchFlags) error {
 	if err != nil {
 		return err
 	}
-	if f.jsonPath != "" {
-		v := struct {
-			Experiment string                 `json:"experiment"`
-			Command    string                 `json:"command"`
-			Modes      []system.QoSModeResult `json:"modes"`
-		}{system.ExpQoS, strings.Join(os.Args, " "), res}
-		if err := writeJSONFile(f.jsonPath, v); err != nil {
-			return err
-		}
-		fmt.Fprintln(out, "wrote", f.jsonPath)
+	if err := writeResultsJSON(out, f.jsonPath, system.ExpQoS, res); err != nil {
+		return err
 	}
 	return context.Cause(ctx)
 }
