@@ -1166,7 +1166,14 @@ func (x *DirectoryEntry) GetVersion() uint64 {
 }
 
 type WatchDirectoryRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lost_state: the subscriber stamps writes and its state is new (a router
+	// agent's start): before the snapshot, the controller starts a new
+	// incarnation of the data planes' stamps, re-promotes every entry at its
+	// head in it and seeds the entries with the heads' latest versions, so
+	// that the heads refuse what the lost state stamped (spec/README.md,
+	// flaw G; wire/stamp.go).
+	LostState     bool `protobuf:"varint,1,opt,name=lost_state,json=lostState,proto3" json:"lost_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1199,6 +1206,13 @@ func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
 	return file_netdir_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *WatchDirectoryRequest) GetLostState() bool {
+	if x != nil {
+		return x.LostState
+	}
+	return false
 }
 
 type DirectoryUpdate struct {
@@ -2355,8 +2369,10 @@ const file_netdir_proto_rawDesc = "" +
 	"\abuckets\x18\x05 \x03(\rR\abuckets\x12\x16\n" +
 	"\x06pinned\x18\x06 \x01(\bR\x06pinned\x12\x12\n" +
 	"\x04hits\x18\a \x01(\x04R\x04hits\x12\x18\n" +
-	"\aversion\x18\b \x01(\x04R\aversion\"\x17\n" +
-	"\x15WatchDirectoryRequest\"\x85\x03\n" +
+	"\aversion\x18\b \x01(\x04R\aversion\"6\n" +
+	"\x15WatchDirectoryRequest\x12\x1d\n" +
+	"\n" +
+	"lost_state\x18\x01 \x01(\bR\tlostState\"\x85\x03\n" +
 	"\x0fDirectoryUpdate\x123\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1f.netdir.v1.DirectoryUpdate.KindR\x04kind\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x123\n" +

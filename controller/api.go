@@ -16,6 +16,10 @@ import (
 	"github.com/netdir/netdir/wire"
 )
 
+// reincarnateTimeout bounds the new incarnation a subscriber that lost its
+// state asks for: every entry promoted again at its head.
+const reincarnateTimeout = 30 * time.Second
+
 // API serves the controller's gRPC API. It is the only place that turns
 // protobufs into the controller's values and back.
 type API struct {
@@ -92,10 +96,23 @@ func (a *API) ReportAgentStats(_ context.Context, s *api.AgentStats) (*api.Repor
 	return &api.ReportAgentStatsResponse{Duplicate: dup}, nil
 }
 
-// WatchDirectory streams a snapshot, then deltas.
-func (a *API) WatchDirectory(_ *api.WatchDirectoryRequest, stream api.Controller_WatchDirectoryServer) error {
+// WatchDirectory streams a snapshot, then deltas. A subscriber that lost
+// its state (lost_state: a router agent's start) gets a new incarnation
+// first (Reincarnate), and its snapshot in it.
+func (a *API) WatchDirectory(r *api.WatchDirectoryRequest, stream api.Controller_WatchDirectoryServer) error {
 	if err := a.leading(); err != nil {
 		return err
+	}
+	if r.GetLostState() {
+		// Not cut short by the subscriber's leaving: heads left in two
+		// incarnations would refuse the other planes' stamps until the
+		// next one.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(stream.Context()), reincarnateTimeout)
+		err := a.c.Reincarnate(ctx)
+		cancel()
+		if err != nil {
+			return statusOf(codes.Unavailable, fmt.Errorf("new incarnation: %w", err))
+		}
 	}
 	w := a.c.st.watch()
 	defer a.c.st.unwatch(w)

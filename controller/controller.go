@@ -669,9 +669,9 @@ func (c *Controller) Reprogram(ctx context.Context, p DataPlane, reset func(cont
 	// (spec/README.md, flaw G).
 	inc, bumped := c.incarnation(), false
 	if reset != nil && c.storage != nil {
-		inc++
-		if err := c.repl.apply(command{Op: opIncarnation, Incarnation: inc}); err != nil {
-			return fmt.Errorf("re-sync: new incarnation: %w", err)
+		var err error
+		if inc, err = c.nextIncarnation(); err != nil {
+			return fmt.Errorf("re-sync: %w", err)
 		}
 		bumped = true
 	}
@@ -686,20 +686,98 @@ func (c *Controller) Reprogram(ctx context.Context, p DataPlane, reset func(cont
 	}
 	partsTook := time.Since(start)
 	entries := c.Entries()
-	// A device that lost its state (a restart, a pipeline push) seeds
-	// each slot from the entry's version, the head's latest when the key
-	// was promoted: stale once the key has been written since, and a stale
-	// seed lets an extra whose copy lags at that version pass for fresh
-	// (flaw A again) and has every write refused as stale until the stamps
-	// catch up. So the heads are asked again, as a promotion does, each
-	// before its key's slot is installed; no write commits in between,
-	// since a head refuses unstamped writes of a promoted key and this
-	// plane stamps none without the slot (another plane that kept it may,
-	// between the two: the same window as a promotion's with several
-	// planes).
-	// In chunks, pinned keys first, so the first keys' writes resume
-	// before the last keys' slots are written; the next chunk's heads are
-	// asked while this chunk is installed.
+	took, err := c.reseed(ctx, entries, inc, func(ctx context.Context, chunk []Entry) error {
+		return installEntries(ctx, p, chunk)
+	})
+	if err != nil {
+		return err
+	}
+	// The other planes kept their state, and stamp in the last
+	// incarnation, which the heads now refuse: they take the new one
+	// (the same generation: their slots keep their registers).
+	if bumped {
+		if err := c.reinstallAll(ctx, p, inc, entries); err != nil {
+			return err
+		}
+	}
+	c.log.Info("data plane re-synced", "plane", p.Name(), "entries", len(entries),
+		"partitions_took", partsTook, "heads_wait", took.heads, "entries_took", took.install, "took", time.Since(start))
+	return nil
+}
+
+// Reincarnate starts a new incarnation for a data plane that lost its
+// state and that the controller does not program itself: a router agent
+// that (re)starts asks for it as it subscribes (WatchDirectory's
+// lost_state), before its snapshot. As for a plane Reprogram resets, each
+// entry is promoted again at its head in the new incarnation, and the
+// entries, seeded with the heads' latest versions, are published to the
+// agents and installed again in every plane: the heads then refuse the
+// writes that the lost state stamped, still in flight, which would
+// otherwise commit above a seed that knows nothing of them
+// (spec/README.md, flaw G). Without storage no head checks incarnations,
+// and nothing changes.
+func (c *Controller) Reincarnate(ctx context.Context) error {
+	c.keysMu.Lock()
+	defer c.keysMu.Unlock()
+	if err := c.repl.leading(); err != nil {
+		return err
+	}
+	if c.storage == nil {
+		return nil
+	}
+	start := time.Now()
+	inc, err := c.nextIncarnation()
+	if err != nil {
+		return err
+	}
+	entries := c.Entries()
+	took, err := c.reseed(ctx, entries, inc, nil)
+	if err != nil {
+		return err
+	}
+	if err := c.reinstallAll(ctx, nil, inc, entries); err != nil {
+		return err
+	}
+	c.log.Info("new incarnation for a plane that lost its state", "incarnation", inc, "entries", len(entries),
+		"heads_wait", took.heads, "took", time.Since(start))
+	return nil
+}
+
+// nextIncarnation takes the incarnation after the current one through the
+// replicated state.
+func (c *Controller) nextIncarnation() (uint16, error) {
+	inc := c.incarnation() + 1
+	if err := c.repl.apply(command{Op: opIncarnation, Incarnation: inc}); err != nil {
+		return 0, fmt.Errorf("new incarnation: %w", err)
+	}
+	return inc, nil
+}
+
+// reseedTimes are where a reseed's time went, for the log.
+type reseedTimes struct{ heads, install time.Duration }
+
+// reseed promotes entries again at their heads in incarnation inc and
+// records each entry's new seed, the head's latest version (never below
+// the entry's: a higher seed costs balance only), in the replicated
+// state, which publishes the changed entries to the agents. install, if
+// not nil, installs each chunk in a plane once its heads answered. keysMu
+// is held.
+//
+// A device that lost its state (a restart, a pipeline push) seeds each
+// slot from the entry's version, the head's latest when the key was
+// promoted: stale once the key has been written since, and a stale seed
+// lets an extra whose copy lags at that version pass for fresh (flaw A
+// again) and has every write refused as stale until the stamps catch up.
+// So the heads are asked again, as a promotion does, each before its
+// key's slot is installed; no write commits in between, since a head
+// refuses unstamped writes of a promoted key and the plane stamps none
+// without the slot (another plane that kept it may, between the two: the
+// same window as a promotion's with several planes). In chunks, pinned
+// keys first, so the first keys' writes resume before the last keys'
+// slots are written; the next chunk's heads are asked while this chunk is
+// installed.
+func (c *Controller) reseed(ctx context.Context, entries []Entry, inc uint16, install func(context.Context, []Entry) error) (reseedTimes, error) {
+	var took reseedTimes
 	slices.SortStableFunc(entries, func(a, b Entry) int {
 		switch {
 		case a.Pinned == b.Pinned:
@@ -727,50 +805,49 @@ func (c *Controller) Reprogram(ctx context.Context, p DataPlane, reset func(cont
 		return ch
 	}
 	var newer []Entry
-	var headsWait, installTook time.Duration // for the log
 	next := ask(0)
 	for i, chunk := range chunks {
 		t0 := time.Now()
 		h := <-next
-		headsWait += time.Since(t0)
+		took.heads += time.Since(t0)
 		if h.err != nil {
-			return h.err
+			return took, h.err
 		}
 		next = ask(i + 1)
 		for j := range h.vers {
-			// Never below the version the entry had: a higher seed
-			// costs balance only.
 			if v := wire.MakeStamp(inc, max(h.vers[j], wire.StampVersion(chunk[j].Ver))); v != chunk[j].Ver {
 				chunk[j].Ver = v
 				newer = append(newer, chunk[j])
 			}
 		}
-		t1 := time.Now()
-		if err := installEntries(ctx, p, chunk); err != nil {
-			return err
+		if install == nil {
+			continue
 		}
-		installTook += time.Since(t1)
+		t1 := time.Now()
+		if err := install(ctx, chunk); err != nil {
+			return took, err
+		}
+		took.install += time.Since(t1)
 	}
 	if len(newer) > 0 {
 		if err := c.repl.apply(command{Op: opUpdate, Entries: newer}); err != nil && !errors.Is(err, errStale) {
-			return fmt.Errorf("re-sync: record the heads' versions: %w", err)
+			return took, fmt.Errorf("re-sync: record the heads' versions: %w", err)
 		}
 	}
-	// The other planes kept their state, and stamp in the last
-	// incarnation, which the heads now refuse: they take the new one
-	// (the same generation: their slots keep their registers).
-	if bumped {
-		for _, q := range c.planes {
-			if q == p {
-				continue
-			}
-			if err := reinstallEntries(ctx, q, entries); err != nil {
-				return fmt.Errorf("re-sync: incarnation %d on %s: %w", inc, q.Name(), err)
-			}
+	return took, nil
+}
+
+// reinstallAll installs entries, in incarnation inc, again in every plane
+// but skip (nil: none).
+func (c *Controller) reinstallAll(ctx context.Context, skip DataPlane, inc uint16, entries []Entry) error {
+	for _, q := range c.planes {
+		if q == skip {
+			continue
+		}
+		if err := reinstallEntries(ctx, q, entries); err != nil {
+			return fmt.Errorf("re-sync: incarnation %d on %s: %w", inc, q.Name(), err)
 		}
 	}
-	c.log.Info("data plane re-synced", "plane", p.Name(), "entries", len(entries),
-		"partitions_took", partsTook, "heads_wait", headsWait, "entries_took", installTook, "took", time.Since(start))
 	return nil
 }
 

@@ -399,6 +399,74 @@ func TestResyncPinnedFirst(t *testing.T) {
 	}
 }
 
+// stampPut runs a PUT of key through p and returns the stamp p gave it.
+func stampPut(t *testing.T, p *corePlane, key string) uint64 {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pk := wire.Packet{Header: wire.Header{Op: wire.OpPut, ReqID: 1, KeyHash: wire.HashKey([]byte(key))}, Key: []byte(key)}
+	b, err := pk.AppendEncode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := p.d.Process(b, 0, 1); v.Action != directory.Forward {
+		t.Fatalf("PUT: %v", v)
+	}
+	return wire.Frame(b).Stamp()
+}
+
+// TestReincarnate: a plane the controller does not program (a router
+// agent) lost its state and asks for a new incarnation (spec/README.md,
+// flaw G): every head is re-promoted in it, the agents are sent the
+// entries seeded with the heads' latest versions in it, and the planes
+// that kept their state stamp it. Without storage nothing changes.
+func TestReincarnate(t *testing.T) {
+	ctx := context.Background()
+	kept := newCorePlane(t)
+	st := &recStorage{promoted: map[string][]wire.NodeID{}, latest: 7}
+	c, err := New(Config{Layout: ringLayout(t, 8)}, []DataPlane{kept}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pin(ctx, []byte("hot")); err != nil {
+		t.Fatal(err)
+	}
+	if s := stampPut(t, kept, "hot"); s != wire.MakeStamp(0, 8) {
+		t.Fatalf("stamp before the new incarnation %#x, want 8 in incarnation 0", s)
+	}
+	w := c.st.watch()
+	defer c.st.unwatch(w)
+	<-w // the snapshot
+	st.latest = 8
+	if err := c.Reincarnate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st.inc["hot"] != 1 || c.incarnation() != 1 {
+		t.Fatalf("incarnation %d, head re-promoted in %d; want 1", c.incarnation(), st.inc["hot"])
+	}
+	want := wire.MakeStamp(1, 8)
+	if got, _ := c.entry([]byte("hot")); got.Ver != want {
+		t.Fatalf("entry's seed %#x, want version 8 in incarnation 1", got.Ver)
+	}
+	if u := <-w; u.kind != updateUpsert || len(u.entries) != 1 || u.entries[0].Ver != want {
+		t.Fatalf("the agents were sent %+v; want the entry seeded %#x", u, want)
+	}
+	if s := stampPut(t, kept, "hot"); s != wire.MakeStamp(1, 9) {
+		t.Fatalf("the plane that kept its state stamps %d in incarnation %d, want 9 in incarnation 1", wire.StampVersion(s), wire.StampIncarnation(s))
+	}
+
+	alone, err := New(Config{Layout: ringLayout(t, 8)}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alone.Reincarnate(ctx); err != nil || alone.incarnation() != 0 {
+		t.Fatalf("without storage: incarnation %d, %v; want 0, nil", alone.incarnation(), err)
+	}
+}
+
 // TestReprogramNewIncarnation: re-programming a plane that lost its state
 // (a reset) starts a new incarnation (spec/README.md, flaw G): every head
 // is re-promoted in it, and the reset plane and the plane that kept its
@@ -421,19 +489,7 @@ func TestReprogramNewIncarnation(t *testing.T) {
 	if e.Ver != wire.MakeStamp(0, 7) || st.inc["hot"] != 0 {
 		t.Fatalf("first promotion: seed %#x, head told incarnation %d; want version 7 in incarnation 0", e.Ver, st.inc["hot"])
 	}
-	stamp := func(p *corePlane) uint64 {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		pk := wire.Packet{Header: wire.Header{Op: wire.OpPut, ReqID: 1, KeyHash: e.Hash}, Key: []byte("hot")}
-		b, err := pk.AppendEncode(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v := p.d.Process(b, 0, 1); v.Action != directory.Forward {
-			t.Fatalf("PUT: %v", v)
-		}
-		return wire.Frame(b).Stamp()
-	}
+	stamp := func(p *corePlane) uint64 { return stampPut(t, p, "hot") }
 	if s := stamp(kept); s != wire.MakeStamp(0, 8) {
 		t.Fatalf("stamp before the reset %#x, want 8 in incarnation 0", s)
 	}

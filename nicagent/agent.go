@@ -426,7 +426,11 @@ var errGap = errors.New("nicagent: directory update out of sequence")
 func (a *Agent) watch(ctx context.Context, cl api.ControllerClient) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := cl.WatchDirectory(ctx, &api.WatchDirectoryRequest{})
+	// A router stamps writes: until its maps hold a snapshot, they are
+	// new, and the stamps its last run issued may still be in flight. So
+	// it subscribes asking for a new incarnation (spec/README.md, flaw G).
+	lost := a.cfg.Router && a.snapshots.Load() == 0
+	st, err := cl.WatchDirectory(ctx, &api.WatchDirectoryRequest{LostState: lost})
 	if err != nil {
 		return err
 	}
@@ -577,7 +581,10 @@ func bucketBytes(xs []uint32) ([]uint8, error) {
 }
 
 // upsertLocked installs an entry; one already there with the same
-// LocationList keeps its coherence state and gets the new buckets.
+// LocationList and incarnation keeps its coherence state and gets the new
+// buckets. An entry in a new incarnation (another plane lost its state)
+// is installed again, seeded as a promotion is: the heads now refuse the
+// last incarnation's stamps.
 func (a *Agent) upsertLocked(e *api.DirectoryEntry) error {
 	h, err := keyHash(e)
 	if err != nil {
@@ -592,7 +599,7 @@ func (a *Agent) upsertLocked(e *api.DirectoryEntry) error {
 		return err
 	}
 	r := int(e.GetChainLength())
-	present, same := a.dp.Has(h, locs, r)
+	present, same := a.dp.Has(h, locs, r, wire.StampIncarnation(e.GetVersion()))
 	if same {
 		return a.dp.SetSlotBuckets(h, b)
 	}

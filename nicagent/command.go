@@ -128,7 +128,8 @@ type SlotJSON struct {
 	Fresh       uint32        `json:"fresh"` // bit i: locations[i]
 	VerNext     uint64        `json:"ver_next"`
 	VerDone     uint64        `json:"ver_done"`
-	Buckets     []int         `json:"buckets"` // indices into locations (ints: JSON writes bytes as base64)
+	Incarnation uint16        `json:"incarnation"` // the one its writes are stamped in (wire/stamp.go)
+	Buckets     []int         `json:"buckets"`     // indices into locations (ints: JSON writes bytes as base64)
 	Hits        uint64        `json:"hits"`
 }
 
@@ -149,7 +150,7 @@ func serveDirectory(w http.ResponseWriter, d *Dataplane) {
 			b[i] = int(x)
 		}
 		out = append(out, SlotJSON{KeyHash: hex.EncodeToString(h[:]), Locations: s.Locs[:s.N], ChainLength: s.R,
-			Fresh: s.Fresh, VerNext: s.VerNext, VerDone: s.VerDone, Buckets: b, Hits: s.Hits})
+			Fresh: s.Fresh, VerNext: s.VerNext, VerDone: s.VerDone, Incarnation: s.Inc, Buckets: b, Hits: s.Hits})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(out)

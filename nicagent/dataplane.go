@@ -80,6 +80,7 @@ type slotInfo struct {
 	idx  uint32
 	locs []wire.NodeID
 	r    int
+	inc  uint16 // the incarnation the slot stamps
 }
 
 // Load loads the programs and creates their maps. It needs CAP_BPF (root).
@@ -473,7 +474,7 @@ func (d *Dataplane) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64
 		return fmt.Errorf("nicagent: insert: %w", err)
 	}
 	d.free = d.free[:len(d.free)-1]
-	d.slots[h] = &slotInfo{idx: idx, locs: slices.Clone(locs), r: r}
+	d.slots[h] = &slotInfo{idx: idx, locs: slices.Clone(locs), r: r, inc: inc}
 	return nil
 }
 
@@ -510,15 +511,16 @@ func (d *Dataplane) SetSlotBuckets(h wire.KeyHash, buckets []uint8) error {
 	return d.objs.SlotBuckets.Put(si.idx, &b)
 }
 
-// Has reports whether h is in the directory with this LocationList.
-func (d *Dataplane) Has(h wire.KeyHash, locs []wire.NodeID, r int) (present, same bool) {
+// Has reports whether h is in the directory with this LocationList,
+// stamping incarnation inc.
+func (d *Dataplane) Has(h wire.KeyHash, locs []wire.NodeID, r int, inc uint16) (present, same bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	si, ok := d.slots[h]
 	if !ok {
 		return false, false
 	}
-	return true, si.r == r && slices.Equal(si.locs, locs)
+	return true, si.r == r && slices.Equal(si.locs, locs) && si.inc == inc
 }
 
 // Keys lists the directory's keys.
@@ -549,7 +551,7 @@ func (d *Dataplane) Lookup(h wire.KeyHash) (directory.Slot, bool, error) {
 		}
 		return directory.Slot{}, false, err
 	}
-	out := directory.Slot{Hash: h, N: s.N, R: s.R, Fresh: s.Fresh, VerNext: s.VerNext, VerDone: s.VerDone}
+	out := directory.Slot{Hash: h, N: s.N, R: s.R, Fresh: s.Fresh, VerNext: s.VerNext, VerDone: s.VerDone, Inc: s.Inc}
 	copy(out.Locs[:], s.Locs[:])
 	var b netdirNdBuckets
 	if err := d.objs.SlotBuckets.Lookup(s.Idx, &b); err != nil {

@@ -68,24 +68,10 @@ func TestReportsDrivePromotion(t *testing.T) {
 
 	// The agent on the test's Dataplane: its subscription and reporter (no
 	// interface, so node addresses are installed by the test).
-	a := &Agent{dp: d, nodes: map[wire.NodeID]netip.AddrPort{}, resolved: map[wire.NodeID]NodeAddr{},
-		resolveKick: make(chan struct{}, 1), ifmac: agentMAC, cfg: Config{Service: service},
-		log: quietLog(), reporter: newReporter("test/agent")}
+	a := testAgent(d, false, "test/agent")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	watched := make(chan error, 1)
-	go func() {
-		sub, _, err := cl.Client()
-		if err == nil {
-			err = a.watch(ctx, sub)
-		}
-		watched <- err
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-watched
-	})
-	waitFor(t, 5*time.Second, "the agent's first snapshot", func() bool { return a.SyncStats().Synced })
+	subscribeTest(t, ctx, a, cl)
 	for n := wire.NodeID(1); n <= 3; n++ {
 		if err := d.SetNodeAddr(n, testNodeAddr(n)); err != nil {
 			t.Fatal(err)

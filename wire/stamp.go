@@ -8,15 +8,16 @@ package wire
 //
 // The controller numbers the incarnations of the data planes' state: it
 // takes a new one each time it re-programs a plane that lost its state (a
-// restart, a pipeline push), and hands it to the chain head with each
-// promotion (the promote op's Stamp) before it installs the slot, with the
-// same pair as the slot's seed (the directory entry's version: incarnation
-// on top, the head's latest version below). A data plane stamps the
-// entry's incarnation on top of ver_next + 1. The head refuses a stamped
-// write of a promoted key whose incarnation is older than the promotion's
-// (ERR stale-version; the client's retry gets a new stamp): a write stamped
-// by a plane before it lost its state, still in flight across the re-sync,
-// can then no longer commit above the version the slot was re-seeded with.
+// restart, a pipeline push) or a router agent starts on new maps, and
+// hands it to the chain head with each promotion (the promote op's Stamp)
+// before it installs the slot, with the same pair as the slot's seed (the
+// directory entry's version: incarnation on top, the head's latest version
+// below). A data plane stamps the entry's incarnation on top of
+// ver_next + 1. The head refuses a stamped write of a promoted key whose
+// incarnation is older than the promotion's (ERR stale-version; the
+// client's retry gets a new stamp): a write stamped by a plane before it
+// lost its state, still in flight across the re-sync, can then no longer
+// commit above the version the slot was re-seeded with.
 //
 // Every other version — in replies, VSBs, copies and chain ops, and every
 // version a node stores — is a plain version, below 2^48, with a zero
