@@ -435,34 +435,67 @@ func (s *smoke) switchPartitionWeights(ctx context.Context, part uint32, n int) 
 	return s.bucketWeights(ctx, "buckets_a", "set_chain_a", "partition", uint64(part), n)
 }
 
-// bucketWeights reads a bucket table's entries whose field is v (all 32
-// buckets, one read each: PI reads a table whole or one entry) and counts
-// their index parameters.
+// bucketWeights reads a bucket table whole (PI reads a table whole or one
+// entry by its exact key, and the bucket is range-matched: one entry per
+// run of equal buckets) and counts, over the entries whose field is v, the
+// buckets each index parameter covers. Every one of the 32 buckets must be
+// covered once.
 func (s *smoke) bucketWeights(ctx context.Context, table, action, field string, v uint64, n int) ([]uint32, error) {
+	t, err := s.schema.Table(table)
+	if err != nil {
+		return nil, err
+	}
+	var owner, bucket uint32
+	for _, f := range t.GetMatchFields() {
+		switch f.GetName() {
+		case field:
+			owner = f.GetId()
+		case "bucket":
+			bucket = f.GetId()
+		}
+	}
+	es, err := s.read(ctx, &p4.TableEntry{TableId: t.GetPreamble().GetId()})
+	if err != nil {
+		return nil, err
+	}
 	w := make([]uint32, n)
-	for b := range 32 {
-		te, err := s.schema.Entry(table, []p4rt.Match{{Field: field, Value: p4rt.Uint(v)}, {Field: "bucket", Value: p4rt.Uint(uint64(b))}}, action)
+	covered := 0
+	for _, e := range es {
+		var mine bool
+		var lo, hi uint64
+		for _, m := range e.GetMatch() {
+			switch m.GetFieldId() {
+			case owner:
+				mine = uintOf(m.GetExact().GetValue()) == v
+			case bucket:
+				lo, hi = uintOf(m.GetRange().GetLow()), uintOf(m.GetRange().GetHigh())
+			}
+		}
+		if !mine {
+			continue
+		}
+		idx, err := s.param(e, action, "index")
 		if err != nil {
 			return nil, err
 		}
-		te.Action = nil
-		es, err := s.read(ctx, te)
-		if err != nil {
-			return nil, err
+		if int(idx) >= n || hi < lo || hi > 31 {
+			return nil, fmt.Errorf("switch: %s[%d, %d..%d] points at index %d of %d", table, v, lo, hi, idx, n)
 		}
-		if len(es) != 1 {
-			return nil, fmt.Errorf("switch: %s[%d, %d]: %d entries", table, v, b, len(es))
-		}
-		idx, err := s.param(es[0], action, "index")
-		if err != nil {
-			return nil, err
-		}
-		if int(idx) >= n {
-			return nil, fmt.Errorf("switch: %s[%d, %d] points at index %d of %d", table, v, b, idx, n)
-		}
-		w[idx]++
+		w[idx] += uint32(hi - lo + 1)
+		covered += int(hi - lo + 1)
+	}
+	if covered != 32 {
+		return nil, fmt.Errorf("switch: %s[%d]: %d of 32 buckets covered", table, v, covered)
 	}
 	return w, nil
+}
+
+func uintOf(b []byte) uint64 {
+	var v uint64
+	for _, c := range b {
+		v = v<<8 | uint64(c)
+	}
+	return v
 }
 
 func (s *smoke) read(ctx context.Context, te *p4.TableEntry) ([]*p4.TableEntry, error) {
@@ -498,11 +531,7 @@ func (s *smoke) param(te *p4.TableEntry, action, name string) (uint64, error) {
 		}
 		for _, ap := range te.GetAction().GetAction().GetParams() {
 			if ap.GetParamId() == p.GetId() {
-				var v uint64
-				for _, b := range ap.GetValue() {
-					v = v<<8 | uint64(b)
-				}
-				return v, nil
+				return uintOf(ap.GetValue()), nil
 			}
 		}
 	}
