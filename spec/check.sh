@@ -12,13 +12,16 @@
 #   spec/check.sh one NAME  one entry of any of the lists below, by name
 #
 # Environment: SPIN (default spin), CC (default gcc), NICE (default
-# "nice -n 10"), SPEC_TMP (work directory; default a fresh one under /tmp).
+# "nice -n 10"), SPEC_TMP (work directory; default a fresh one under /tmp),
+# SPEC_JOBS (searches at once; default the number of CPUs, at most 4: each
+# may take up to SPEC_MEM_KB, default 8 GB, of memory).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 model=$here/coherence.pml
 SPIN=${SPIN:-spin}
 CC=${CC:-gcc}
 NICE=${NICE:-nice -n 10}
+JOBS=${SPEC_JOBS:-$(n=$(nproc 2>/dev/null || echo 1); echo $((n > 4 ? 4 : n)))}
 command -v "$SPIN" >/dev/null || { echo "spec: $SPIN not found (Debian: apt-get install spin)" >&2; exit 2; }
 
 # Configurations that `make spec` checks: name | flags; see coherence.pml
@@ -142,14 +145,38 @@ trail() {
     sed 's/[[:space:]][[:space:]]*/ /g; s/^ //; s/^/    /'
 }
 
+# runall LIST MODE: run every entry of LIST, JOBS at a time; each one's
+# line and return code are kept in $work/NAME.line and $work/NAME.rc, for
+# the caller to print in the list's order.
+runall() {
+  local -n all=$1
+  local e
+  for e in "${all[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+    (
+      n=${e%%|*} rc=0
+      run "$n" "${e#*|}" "$2" >"$work/$n.line" || rc=$?
+      echo "$rc" >"$work/$n.rc"
+    ) &
+  done
+  wait
+}
+
+# result NAME: print NAME's line; return its run's code
+result() {
+  cat "$work/$1.line"
+  return "$(cat "$work/$1.rc")"
+}
+
 # caught LIST WHAT MISSED: each entry of LIST must give a counterexample
 # (BFS, the shortest), whose trail is printed; returns 1 if one does not.
 caught() {
   local -n entries=$1
   local e n f rc=0
+  runall "$1" find
   for e in "${entries[@]}"; do
     n=${e%%|*} f=${e#*|}
-    if run "$n" "$f" find; then echo "spec: $2 $n $3"; rc=1
+    if result "$n"; then echo "spec: $2 $n $3"; rc=1
     elif [ -f "$work/$n/coherence.pml.trail" ]; then trail "$n" "$f"
     else rc=1; fi
   done
@@ -167,8 +194,9 @@ case "${1:-verify}" in
   verify)
     echo "spec: exhaustive checks of the protocol (work: $work)"
     rc=0
+    runall VERIFY verify
     for e in "${VERIFY[@]}"; do
-      run "${e%%|*}" "${e#*|}" verify || { rc=1; [ -f "$work/${e%%|*}/coherence.pml.trail" ] && trail "${e%%|*}" "${e#*|}"; }
+      result "${e%%|*}" || { rc=1; [ -f "$work/${e%%|*}/coherence.pml.trail" ] && trail "${e%%|*}" "${e#*|}"; }
     done
     [ $rc = 0 ] && echo "spec: all properties hold" || echo "spec: FAILED"
     exit $rc ;;
@@ -176,9 +204,10 @@ case "${1:-verify}" in
     echo "spec: mutants of the fixed protocol; each must give a counterexample (work: $work)"
     rc=0
     caught MUTANTS "mutant" "NOT caught" || rc=1
+    runall SURVIVORS verify
     for e in "${SURVIVORS[@]}"; do
       n=${e%%|*} f=${e#*|}
-      if run "$n" "$f" verify; then echo "    (redundant in the fixed protocol: expected)"
+      if result "$n"; then echo "    (redundant in the fixed protocol: expected)"
       elif [ -f "$work/$n/coherence.pml.trail" ]; then echo "    (now caught: update spec/README.md)"; trail "$n" "$f"
       else rc=1; fi
     done
