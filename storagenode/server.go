@@ -3,6 +3,7 @@ package storagenode
 import (
 	"encoding/json"
 	"net/netip"
+	"runtime"
 	"sync"
 	"time"
 
@@ -152,6 +153,10 @@ func (n *Node) readLoop() {
 	}
 	g := newFastGet(n)
 	for {
+		// Yield before reading, as the switch does (model.Switch.Run):
+		// what the goroutines readied by the last replies send meanwhile
+		// joins this read.
+		runtime.Gosched()
 		k, err := rx.Read()
 		if err != nil {
 			if n.closing.Load() {
