@@ -132,8 +132,9 @@ var recvBuffers = sync.Pool{New: func() any {
 func (c *Conn) readLoop() {
 	defer c.wg.Done()
 	for {
-		// The calls this batch's replies woke queue their next requests
-		// first; more replies then arrive per read (model.Switch.Run).
+		// The calls this batch's replies woke send their next requests
+		// first, so more replies arrive per read (as in the node's
+		// storagenode.Node.readLoop).
 		runtime.Gosched()
 		n, err := c.rx.Read()
 		if err != nil {

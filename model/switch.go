@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
 	"sync"
 	"time"
 
@@ -205,11 +204,6 @@ func (s *Switch) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { _ = s.conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	for {
-		// Let the goroutines that this batch's sends made runnable (a
-		// node's reader, a client's calls) run first: what they send
-		// meanwhile arrives in this read, not in a read of its own
-		// (fewer recvmmsg calls, and fewer that find nothing and park).
-		runtime.Gosched()
 		n, err := s.rx.Read()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {

@@ -153,9 +153,10 @@ func (n *Node) readLoop() {
 	}
 	g := newFastGet(n)
 	for {
-		// Yield before reading, as the switch does (model.Switch.Run):
-		// what the goroutines readied by the last replies send meanwhile
-		// joins this read.
+		// Let the goroutines that the last replies made runnable (the
+		// client's calls, the switch) run first: what they send
+		// meanwhile joins this read rather than a read of its own, and
+		// fewer reads find nothing and park.
 		runtime.Gosched()
 		k, err := rx.Read()
 		if err != nil {
