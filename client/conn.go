@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"time"
 
@@ -131,6 +132,10 @@ var recvBuffers = sync.Pool{New: func() any {
 func (c *Conn) readLoop() {
 	defer c.wg.Done()
 	for {
+		// The calls this batch's replies woke send their next requests
+		// first, so more replies arrive per read (as in the node's
+		// storagenode.Node.readLoop).
+		runtime.Gosched()
 		n, err := c.rx.Read()
 		if err != nil {
 			select {
@@ -302,6 +307,12 @@ func (c *Conn) send(b []byte, to udpbatch.Peer) error {
 		return nil
 	}
 	c.flushing = true
+	c.smu.Unlock()
+	// The calls whose replies came in the same batch as this one's are
+	// runnable now: let them queue their requests, so that they leave in
+	// this call's sendmmsg rather than one each.
+	runtime.Gosched()
+	c.smu.Lock()
 	for c.queued.w.Len() > 0 {
 		q := c.queued
 		c.queued, c.spare = c.spare, q

@@ -44,6 +44,7 @@ type pendKey struct {
 // pendingWrite is a write the head forwarded and the tail has not acked.
 type pendingWrite struct {
 	key   []byte
+	h     wire.KeyHash // key's
 	v     version
 	sent  time.Time
 	tries int // retransmissions so far: the interval doubles, up to 16×
@@ -74,7 +75,7 @@ func loadPending(trees []*tree, shardOf func(wire.KeyHash) *shard) error {
 		err := t.eachDirty(func(key []byte, h wire.KeyHash, rec *record) {
 			s := shardOf(h)
 			for _, v := range rec.Dirty {
-				s.pending[pendKey{h, v.Ver}] = &pendingWrite{key: key, v: v}
+				s.pending[pendKey{h, v.Ver}] = &pendingWrite{key: key, h: h, v: v}
 			}
 		})
 		if err != nil {
@@ -140,13 +141,25 @@ func (d *dedupTable) get(id uint64, h wire.KeyHash) (dedupEntry, bool) {
 	return e, true
 }
 
-// add records id and returns the ids evicted to stay within the bound,
-// whose persisted entries the caller deletes in its batch.
-func (d *dedupTable) add(id uint64, e dedupEntry) (dedupEntry, []uint64) {
+// reserve is the sequence number of an entry persisted before it is added.
+func (d *dedupTable) reserve() uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.seq++
-	e.Seq = d.seq
+	return d.seq
+}
+
+// add records id (under e.Seq, or the next sequence number if it is 0) and
+// returns the ids evicted to stay within the bound, whose persisted entries
+// the caller deletes.
+func (d *dedupTable) add(id uint64, e dedupEntry) (dedupEntry, []uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e.Seq == 0 {
+		d.seq++
+		e.Seq = d.seq
+	}
+	d.seq = max(d.seq, e.Seq)
 	if _, ok := d.m[id]; !ok {
 		d.fifo = append(d.fifo, id)
 	}
@@ -354,13 +367,14 @@ func (s *shard) verAnswer(p *wire.NodePacket) {
 	// The tail committed p.Stamp: it is clean here too.
 	part, ch, pos := n.where(p.KeyHash)
 	if pos >= 0 && p.Stamp > 0 {
-		if rec, err := n.treeOf(part).getRecord(part, p.Key); err == nil {
+		t := n.treeOf(part)
+		if rec, err := s.getRecord(t, part, p.Key); err == nil {
 			cv := version{Ver: p.Stamp, Del: p.Code == wire.CodeNotFound, Val: slices.Clone(p.Value)}
 			if d := rec.find(p.Stamp); d != nil {
 				cv = *d
 			}
 			if rec.setClean(cv) {
-				n.treeOf(part).putRecord(part, p.Key, &rec, nil)
+				s.putRecord(t, part, p.Key, &rec, nil)
 			}
 			if len(rec.Dirty) == 0 {
 				// Nothing dirty any more: later waiters read the record.
@@ -416,7 +430,7 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 		return
 	}
 	t := n.treeOf(part)
-	rec, err := t.getRecord(part, p.Key)
+	rec, err := s.getRecord(t, part, p.Key)
 	if err != nil {
 		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
 		return
@@ -458,23 +472,14 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 	}
 	alone := len(ch) == 1
 	rec.place(nv, alone)
-	entry := dedupEntry{KeyHash: p.KeyHash, Ver: v, Code: uint8(wire.CodeOK), Op: uint8(p.Op)}
+	entry := dedupEntry{Seq: n.chain.dedup.reserve(), KeyHash: p.KeyHash, Ver: v, Code: uint8(wire.CodeOK), Op: uint8(p.Op)}
 	b := t.db.NewBatch()
-	b.Set(recordKey(part, p.Key), rec.encode(), nil)
 	b.Set(dedupKey(p.ReqID), entry.encode(), nil)
-	t.writes.Add(1)
-	if err := s.commit.apply(t.db, b); err != nil {
+	if err := s.commitRecord(t, part, p.Key, &rec, b); err != nil {
 		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
 		return
 	}
-	if _, evict := n.chain.dedup.add(p.ReqID, entry); len(evict) > 0 {
-		eb := t.db.NewBatch()
-		for _, id := range evict {
-			eb.Delete(dedupKey(id), nil)
-		}
-		eb.Commit(pebble.NoSync)
-		eb.Close()
-	}
+	s.addDedup(t, p.ReqID, entry)
 	if alone {
 		s.send(from, n.appendReply(s.pkt(), &p.Header, p.Op.Reply(), wire.CodeOK, v, nil))
 		if promoted {
@@ -508,7 +513,7 @@ func (s *shard) noop(p *wire.NodePacket, part uint32, ch []wire.NodeID) {
 		return // the key's next write completes past the stamp
 	}
 	t := n.treeOf(part)
-	rec, err := t.getRecord(part, p.Key)
+	rec, err := s.getRecord(t, part, p.Key)
 	if err != nil {
 		return
 	}
@@ -525,7 +530,7 @@ func (s *shard) noop(p *wire.NodePacket, part uint32, ch []wire.NodeID) {
 	}
 	alone := len(ch) == 1
 	rec.place(nv, alone)
-	if err := t.putRecord(part, p.Key, &rec, &s.commit); err != nil {
+	if err := s.putRecord(t, part, p.Key, &rec, &s.commit); err != nil {
 		return
 	}
 	n.ctr.noops.Add(1)
@@ -540,7 +545,7 @@ func (s *shard) noop(p *wire.NodePacket, part uint32, ch []wire.NodeID) {
 
 // launch makes a version the head stored dirty pending and forwards it.
 func (s *shard) launch(key []byte, h wire.KeyHash, v version, ch []wire.NodeID) {
-	pw := &pendingWrite{key: slices.Clone(key), v: v}
+	pw := &pendingWrite{key: slices.Clone(key), h: h, v: v}
 	s.pending[pendKey{h, v.Ver}] = pw
 	s.forward(pw, ch)
 }
@@ -548,10 +553,9 @@ func (s *shard) launch(key []byte, h wire.KeyHash, v version, ch []wire.NodeID) 
 // forward sends a pending write from the head to its successor.
 func (s *shard) forward(pw *pendingWrite, ch []wire.NodeID) {
 	n := s.n
-	h := wire.HashKey(pw.key)
-	extras, promoted := n.copies.promoted(h)
+	extras, promoted := n.copies.promoted(pw.h)
 	pw.sent = time.Now()
-	s.send(n.peers[ch[1]], n.chainPacket(s.pkt(), h, pw.key, &pw.v, promoted, extras))
+	s.send(n.peers[ch[1]], n.chainPacket(s.pkt(), pw.h, pw.key, &pw.v, promoted, extras))
 }
 
 func (n *Node) chainPacket(dst []byte, h wire.KeyHash, key []byte, v *version, promoted bool, extras []wire.NodeID) []byte {
@@ -583,27 +587,29 @@ func (s *shard) chainWrite(p *wire.NodePacket) {
 		nv.Val = slices.Clone(p.Value)
 	}
 	t := n.treeOf(part)
-	rec, err := t.getRecord(part, p.Key)
+	rec, err := s.getRecord(t, part, p.Key)
 	if err != nil {
 		return
 	}
 	if pos < len(ch)-1 {
 		if rec.addDirty(nv) {
-			if err := t.putRecord(part, p.Key, &rec, &s.commit); err != nil {
+			if err := s.storeTaken(t, part, p.Key, p.KeyHash, &rec, &nv); err != nil {
 				return // not stored: the head retransmits
 			}
+		} else {
+			s.remember(t, p.KeyHash, &nv)
 		}
-		s.remember(t, p.KeyHash, &nv)
 		s.send(n.peers[ch[pos+1]], n.chainPacket(s.pkt(), p.KeyHash, p.Key, &nv, ext.Promoted, ext.Extras))
 		return
 	}
 	// Tail.
 	if rec.setClean(nv) {
-		if err := t.putRecord(part, p.Key, &rec, &s.commit); err != nil {
+		if err := s.storeTaken(t, part, p.Key, p.KeyHash, &rec, &nv); err != nil {
 			return
 		}
+	} else {
+		s.remember(t, p.KeyHash, &nv)
 	}
-	s.remember(t, p.KeyHash, &nv)
 	s.replyCommitted(p.KeyHash, &nv)
 	if ext.Promoted {
 		s.announce(p.KeyHash, p.Key, &rec.Clean, ext.Extras)
@@ -642,12 +648,12 @@ func (s *shard) chainAck(p *wire.NodePacket) {
 		return
 	}
 	t := n.treeOf(part)
-	rec, err := t.getRecord(part, p.Key)
+	rec, err := s.getRecord(t, part, p.Key)
 	if err != nil {
 		return
 	}
 	if rec.commit(p.Stamp) {
-		t.putRecord(part, p.Key, &rec, nil)
+		s.putRecord(t, part, p.Key, &rec, nil)
 	}
 	if pos > 0 {
 		ack := wire.Header{Op: wire.OpChainAck, KeyHash: p.KeyHash, Stamp: p.Stamp, Node: n.id, Epoch: n.layout().Epoch()}
@@ -704,17 +710,56 @@ func (s *shard) housekeep() {
 // retry of a write acknowledged as v4 and overwritten since was applied
 // again as v9 (TestChaos seed 12, history 4: head killed).
 func (s *shard) remember(t *tree, h wire.KeyHash, v *version) {
+	e, ok := s.dedupOf(h, v)
+	if !ok {
+		return
+	}
+	if err := t.db.Set(dedupKey(v.ReqID), e.encode(), pebble.NoSync); err == nil {
+		s.addDedup(t, v.ReqID, e)
+	}
+}
+
+// storeTaken stores rec, in which a member below the head took version v,
+// with v's dedup entry (remember) in the same synced write, and adds the
+// entry to the table once the write is applied.
+func (s *shard) storeTaken(t *tree, part uint32, key []byte, h wire.KeyHash, rec *record, v *version) error {
+	e, ok := s.dedupOf(h, v)
+	b := t.db.NewBatch()
+	if ok {
+		b.Set(dedupKey(v.ReqID), e.encode(), nil)
+	}
+	if err := s.commitRecord(t, part, key, rec, b); err != nil {
+		return err
+	}
+	if ok {
+		s.addDedup(t, v.ReqID, e)
+	}
+	return nil
+}
+
+// dedupOf is the dedup entry that remembers v, under a reserved sequence
+// number, and false if the table needs none: v is a no-op version (no
+// requester), or its request is known at v or later.
+func (s *shard) dedupOf(h wire.KeyHash, v *version) (dedupEntry, bool) {
 	if v.ReqID == 0 {
-		return // a no-op version: no requester
+		return dedupEntry{}, false
 	}
 	d := &s.n.chain.dedup
 	if e, ok := d.get(v.ReqID, h); ok && e.Ver >= v.Ver {
+		return dedupEntry{}, false
+	}
+	return dedupEntry{Seq: d.reserve(), KeyHash: h, Ver: v.Ver, Code: uint8(wire.CodeOK), Op: v.Op}, true
+}
+
+// addDedup adds a persisted entry to the dedup table and deletes the
+// persisted entries it evicts.
+func (s *shard) addDedup(t *tree, id uint64, e dedupEntry) {
+	_, evict := s.n.chain.dedup.add(id, e)
+	if len(evict) == 0 {
 		return
 	}
-	e, evict := d.add(v.ReqID, dedupEntry{KeyHash: h, Ver: v.Ver, Code: uint8(wire.CodeOK), Op: v.Op})
 	b := t.db.NewBatch()
 	defer b.Close()
-	b.Set(dedupKey(v.ReqID), e.encode(), nil)
 	for _, id := range evict {
 		b.Delete(dedupKey(id), nil)
 	}

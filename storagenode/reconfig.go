@@ -1,6 +1,7 @@
 package storagenode
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -113,9 +114,9 @@ func (n *Node) dropDirty(parts map[uint32]bool) {
 			wg.Add(1)
 			if !n.post(s, func() {
 				defer wg.Done()
-				if rec, err := t.getRecord(part, key); err == nil && len(rec.Dirty) > 0 {
+				if rec, err := s.getRecord(t, part, key); err == nil && len(rec.Dirty) > 0 {
 					rec.Dirty = nil
-					t.putRecord(part, key, &rec, &s.commit)
+					s.putRecord(t, part, key, &rec, &s.commit)
 				}
 			}) {
 				wg.Done()
@@ -158,7 +159,7 @@ func (s *shard) adopt(key []byte, h wire.KeyHash) {
 		return
 	}
 	t := n.treeOf(part)
-	rec, err := t.getRecord(part, key)
+	rec, err := s.getRecord(t, part, key)
 	if err != nil || len(rec.Dirty) == 0 {
 		return
 	}
@@ -177,12 +178,13 @@ func (s *shard) adopt(key []byte, h wire.KeyHash) {
 		}
 		return
 	}
-	dirty := rec.Dirty
+	// A copy: setClean drops from rec.Dirty in place.
+	dirty := slices.Clone(rec.Dirty)
 	for _, v := range dirty {
 		rec.setClean(v)
 		delete(s.pending, pendKey{h, v.Ver})
 	}
-	if err := t.putRecord(part, key, &rec, &s.commit); err != nil {
+	if err := s.putRecord(t, part, key, &rec, &s.commit); err != nil {
 		return
 	}
 	for _, v := range dirty {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -331,13 +332,14 @@ func (rc *recovery) syncPartition(part uint32, peer wire.NodeID, asTail bool) bo
 			fn := func() {
 				defer wg.Done()
 				t := n.treeOf(part)
-				rec, err := t.getRecord(part, r.Key)
+				rec, err := s.getRecord(t, part, r.Key)
 				if err != nil {
 					return
 				}
 				if rec.setClean(r.V) {
 					n.ctr.syncKeys.Add(1)
-					t.putRecord(part, r.Key, &rec, nil)
+					rec.Clean.Val = slices.Clone(rec.Clean.Val) // held beside newer dirty versions
+					s.putRecord(t, part, r.Key, &rec, nil)
 				}
 			}
 			select {

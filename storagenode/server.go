@@ -3,6 +3,7 @@ package storagenode
 import (
 	"encoding/json"
 	"net/netip"
+	"runtime"
 	"sync"
 	"time"
 
@@ -41,13 +42,14 @@ type shard struct {
 	scratch []byte           // see pkt
 	kb      []byte           // a record's Pebble key, for reads
 	commit  groupCommit      // the synced writes that tx waits for
+	held    heldRecords
 	chainShard
 }
 
 func newShard(n *Node, i int) *shard {
 	return &shard{n: n, idx: i, ch: make(chan item, n.opts.QueueLen), chainShard: newChainShard(),
 		tx: udpbatch.NewWriter(n.conn, n.v4, writeBatch), bufs: make([][]byte, writeBatch), scratch: make([]byte, 0, smallBuf),
-		kb: make([]byte, 0, 5+wire.MaxKey)}
+		kb: make([]byte, 0, 5+wire.MaxKey), held: newHeldRecords(max(1, n.opts.MaxPending/max(1, n.opts.Workers)))}
 }
 
 func (s *shard) run() {
@@ -151,6 +153,11 @@ func (n *Node) readLoop() {
 	}
 	g := newFastGet(n)
 	for {
+		// Let the goroutines that the last replies made runnable (the
+		// client's calls, the switch) run first: what they send
+		// meanwhile joins this read rather than a read of its own, and
+		// fewer reads find nothing and park.
+		runtime.Gosched()
 		k, err := rx.Read()
 		if err != nil {
 			if n.closing.Load() {

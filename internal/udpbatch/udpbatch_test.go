@@ -138,3 +138,57 @@ func TestGroup(t *testing.T) {
 		t.Fatalf("without segmentation: %d messages, want 9", n)
 	}
 }
+
+// groupBatch queues a batch of 128 datagrams of 60 bytes, interleaved
+// over nd of dsts, and groups it, as a flush does before its sendmmsg.
+func groupBatch(w *Writer, d []byte, dsts []*net.UDPAddr, nd int) {
+	for i := range 128 {
+		w.Add(d, dsts[i%nd])
+	}
+	w.group()
+	w.Discard()
+}
+
+func groupDests(tb testing.TB) (*net.UDPConn, []*net.UDPAddr) {
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	dsts := make([]*net.UDPAddr, 5)
+	for i := range dsts {
+		dsts[i] = &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1 + i}
+	}
+	return c, dsts
+}
+
+// TestGroupNoAllocs: queuing and grouping a batch allocates nothing, to one
+// destination (no sort) or to several.
+func TestGroupNoAllocs(t *testing.T) {
+	c, dsts := groupDests(t)
+	d := make([]byte, 60)
+	for _, nd := range []int{1, 5} {
+		w := NewWriter(c, true, 128)
+		w.gso = true
+		if a := testing.AllocsPerRun(100, func() { groupBatch(w, d, dsts, nd) }); a != 0 {
+			t.Errorf("%d destinations: %.1f allocations per batch, want 0", nd, a)
+		}
+	}
+}
+
+// BenchmarkGroup: one op is one batch queued and grouped (groupBatch), to
+// one destination and to five.
+func BenchmarkGroup(b *testing.B) {
+	c, dsts := groupDests(b)
+	d := make([]byte, 60)
+	for _, nd := range []int{1, 5} {
+		b.Run(fmt.Sprint(nd), func(b *testing.B) {
+			w := NewWriter(c, true, 128)
+			w.gso = true
+			b.ReportAllocs()
+			for b.Loop() {
+				groupBatch(w, d, dsts, nd)
+			}
+		})
+	}
+}

@@ -136,23 +136,30 @@ func (w *Writer) queue(b []byte, d int) {
 
 // group sorts the queued datagrams by destination into w.sort (stable: a
 // destination's keep their order) and builds the messages; it returns how
-// many.
+// many. A batch to one destination (a client's, or a switch forwarding to
+// one node) is in order already and is not sorted.
 func (w *Writer) group() int {
 	nd := len(w.dsts)
 	cnt := w.cnt[:nd+1]
-	clear(cnt)
-	for _, d := range w.dst {
-		cnt[d+1]++
-	}
-	for d := 1; d <= nd; d++ {
-		cnt[d] += cnt[d-1]
-	}
-	// cnt[d] is now where destination d's datagrams start; it advances as
-	// they are placed, ending where d+1's start.
-	for i, b := range w.all {
-		d := w.dst[i]
-		w.sort[cnt[d]] = b
-		cnt[d]++
+	sorted := w.all
+	if nd > 1 {
+		clear(cnt)
+		for _, d := range w.dst {
+			cnt[d+1]++
+		}
+		for d := 1; d <= nd; d++ {
+			cnt[d] += cnt[d-1]
+		}
+		// cnt[d] is now where destination d's datagrams start; it
+		// advances as they are placed, ending where d+1's start.
+		for i, b := range w.all {
+			d := w.dst[i]
+			w.sort[cnt[d]] = b
+			cnt[d]++
+		}
+		sorted = w.sort[:len(w.all)]
+	} else if nd == 1 {
+		cnt[0] = int32(len(w.all))
 	}
 	n, start := 0, 0
 	for d := 0; d < nd; d++ {
@@ -164,12 +171,12 @@ func (w *Writer) group() int {
 			addr = &e.addr
 		}
 		for start < end {
-			k := w.run(start, end)
-			w.msgs[n].Buffers = w.sort[start : start+k]
+			k := w.run(sorted, start, end)
+			w.msgs[n].Buffers = sorted[start : start+k]
 			w.msgs[n].Addr = addr
 			w.msgs[n].OOB = nil
 			if k > 1 {
-				w.msgs[n].OOB = putSegmentCmsg(w.oob[n], len(w.sort[start]))
+				w.msgs[n].OOB = putSegmentCmsg(w.oob[n], len(sorted[start]))
 			}
 			w.segs[n] = k
 			n++
@@ -179,17 +186,17 @@ func (w *Writer) group() int {
 	return n
 }
 
-// run is how many of w.sort[start:end] (one destination's) leave as one
+// run is how many of sorted[start:end] (one destination's) leave as one
 // message: with segmentation, those of the first one's size and then at most
 // one shorter, within maxSegments and maxGSOBytes.
-func (w *Writer) run(start, end int) int {
-	first := len(w.sort[start])
+func (w *Writer) run(sorted [][]byte, start, end int) int {
+	first := len(sorted[start])
 	if !w.gso || first == 0 {
 		return 1
 	}
 	k, bytes := 1, first
 	for start+k < end && k < maxSegments {
-		l := len(w.sort[start+k])
+		l := len(sorted[start+k])
 		if l == 0 || l > first || bytes+l > maxGSOBytes {
 			break
 		}
