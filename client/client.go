@@ -200,6 +200,16 @@ func (c *Client) chain(h wire.KeyHash) []wire.NodeID {
 	return c.layout().ChainOf(h)
 }
 
+// readSet is the chain members that serve the key's reads (a spare still
+// filling does not), or nil.
+func (c *Client) readSet(h wire.KeyHash) []wire.NodeID {
+	m := c.layout()
+	if m == nil {
+		return nil
+	}
+	return m.ReadSet(m.Partition(h))
+}
+
 func (c *Client) nodeAddr(id wire.NodeID) netip.AddrPort {
 	a, _ := c.layout().Addr(id)
 	return a
@@ -297,7 +307,7 @@ func (c *Client) get(ctx context.Context, key []byte, p *wire.Packet, buf []byte
 		}
 		addr := c.service
 		if direct {
-			ch := c.chain(h)
+			ch := c.readSet(h)
 			if len(ch) == 0 {
 				return buf, errors.New("netdir get: no chain for key")
 			}

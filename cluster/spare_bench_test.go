@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +20,8 @@ var (
 	spareKeys    = flag.Int("spare-keys", 4096, "BenchmarkSpareFill: keys written before the kill")
 	spareValue   = flag.Int("spare-value", 4096, "BenchmarkSpareFill: value bytes")
 	spareSyncMiB = flag.Float64("spare-sync-mib", 4, "BenchmarkSpareFill: the nodes' catch-up rate (MiB/s, per node)")
+	spareRatio   = flag.Float64("spare-min-ratio", 0.6, "BenchmarkSpareFill: the least client ops/s during the fill, as a share of before the kill")
+	spareProfile = flag.String("spare-cpuprofile", "", "BenchmarkSpareFill: write a CPU profile of the fill (R members to filled) to this file")
 )
 
 // BenchmarkSpareFill measures spares (issue 15, item 2): 4 nodes (R=3)
@@ -26,9 +30,11 @@ var (
 // take its place in every chain it was in and fill at -spare-sync-mib per
 // node while a client keeps writing and reading. It reports the time from
 // the kill until every chain has R members again (members-ms), until every
-// spare has caught up and serves (filled-ms), the data copied (copied-MiB)
-// and its rate over the fill (fill-MiB/s, all spares together), and the
-// client's ops/s and failed ops during the fill. Run:
+// spare has caught up and the layout serves its reads (filled-ms), the
+// data copied (copied-MiB) and its rate over the fill (fill-MiB/s, all
+// spares together), and the client's ops/s and failed ops during the fill
+// and in the second after it. It fails if the client's rate during the
+// fill is below -spare-min-ratio of its rate before the kill. Run:
 //
 //	go test -run '^$' -bench SpareFill -benchtime 1x ./cluster/
 func BenchmarkSpareFill(b *testing.B) {
@@ -129,10 +135,21 @@ func spareFillOnce(b *testing.B) {
 			if m.Placed(wire.NodeID(victim+1)) == 0 {
 				members = time.Since(killed)
 				ops0, fails0 = ops.Load(), fails.Load()
+				if *spareProfile != "" {
+					f, err := os.Create(*spareProfile)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer f.Close()
+					if err := pprof.StartCPUProfile(f); err != nil {
+						b.Fatal(err)
+					}
+				}
 			}
 			continue
 		}
-		ready := true
+		// Filled: every spare caught up and serving its chains' reads.
+		ready := len(m.FillingParts()) == 0
 		for i := range c.N() {
 			if n := c.Node(i); n != nil && (n.Layout().Epoch() != m.Epoch() || !n.Ready()) {
 				ready = false
@@ -143,6 +160,14 @@ func spareFillOnce(b *testing.B) {
 		}
 	}
 	fillOps, fillFails := ops.Load()-ops0, fails.Load()-fails0
+	if *spareProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	// The same second after the fill: what the client gets from the
+	// chains with their spares, against which the fill's rate compares.
+	ops1 := ops.Load()
+	time.Sleep(time.Second)
+	after := ops.Load() - ops1
 	close(stop)
 	wg.Wait()
 	var copied uint64
@@ -153,7 +178,7 @@ func spareFillOnce(b *testing.B) {
 	}
 	copied -= copied0
 	fill := (filled - members).Seconds()
-	b.Logf("before the kill %d ops/s", before)
+	b.Logf("before the kill %d ops/s, after the fill %d ops/s", before, after)
 	b.Logf("killed node %d: R members after %v, filled after %v; %.1f MiB copied at %.1f MiB/s (limit %.1f MiB/s per node); during the fill %d ops (%.0f/s), %d failed",
 		victim+1, members.Round(time.Millisecond), filled.Round(time.Millisecond), float64(copied)/(1<<20), float64(copied)/(1<<20)/fill,
 		*spareSyncMiB, fillOps, float64(fillOps)/fill, fillFails)
@@ -163,5 +188,9 @@ func spareFillOnce(b *testing.B) {
 	b.ReportMetric(float64(copied)/(1<<20)/fill, "fill-MiB/s")
 	b.ReportMetric(float64(before), "before-ops/s")
 	b.ReportMetric(float64(fillOps)/fill, "fill-ops/s")
+	b.ReportMetric(float64(after), "after-ops/s")
+	if r := float64(fillOps) / fill / float64(before); r < *spareRatio {
+		b.Errorf("client ops/s during the fill %.0f is %.2fx those before the kill (%d), below %.2fx", float64(fillOps)/fill, r, before, *spareRatio)
+	}
 	b.ReportMetric(float64(fillFails), "fill-failed-ops")
 }

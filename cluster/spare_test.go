@@ -12,9 +12,30 @@ import (
 
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/cluster"
+	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/wire"
 )
+
+// startSpares starts o with 4 nodes (R=3) and a controller, and a plane
+// whose controller brings spares in for a node down a second; both close
+// with t.
+func startSpares(t *testing.T, o cluster.Options) (*cluster.Cluster, *cluster.Plane) {
+	t.Helper()
+	o.N, o.R, o.Dir, o.Controller, o.Round = 4, 3, t.TempDir(), true, 100*time.Millisecond
+	c, err := cluster.Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	pl, err := c.StartPlane(context.Background(), cluster.PlaneConfig{
+		Controller: cluster.ControllerConfig{Round: 100 * time.Millisecond, CoarseEpoch: time.Minute, SpareAfter: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pl.Close() })
+	return c, pl
+}
 
 // TestSpareFill kills a node for good: the controller splices it out, and
 // once it has been down SpareAfter, spares take its place in every chain
@@ -24,19 +45,8 @@ import (
 // linearizable, and no acknowledged write may be lost.
 func TestSpareFill(t *testing.T) {
 	const syncRate = 64 << 10 // bytes/s: the fill takes about a second, under the histories
-	c, err := cluster.Start(cluster.Options{N: 4, R: 3, Dir: t.TempDir(), Controller: true, Round: 100 * time.Millisecond,
-		Node: func(o *storagenode.Options) { o.RetransmitAfter = 30 * time.Millisecond; o.SyncRate = syncRate }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, pl := startSpares(t, cluster.Options{Node: func(o *storagenode.Options) { o.RetransmitAfter = 30 * time.Millisecond; o.SyncRate = syncRate }})
 	ctx := context.Background()
-	pl, err := c.StartPlane(ctx, cluster.PlaneConfig{
-		Controller: cluster.ControllerConfig{Round: 100 * time.Millisecond, CoarseEpoch: time.Minute, SpareAfter: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pl.Close()
 	// Data written before the kill, which the spares must copy.
 	cl, err := c.Client(chainClient)
 	if err != nil {
@@ -102,8 +112,14 @@ func TestSpareFill(t *testing.T) {
 		whole = time.Since(killed)
 		return true
 	})
-	final := pl.Controller.Layout()
+	// Caught up: every spare serves its chains' reads (the layout has
+	// none filling), and every node holds that layout and is ready.
+	var final *layout.Map
 	waitFor(t, "the spares caught up", func() bool {
+		final = pl.Controller.Layout()
+		if len(final.FillingParts()) > 0 {
+			return false
+		}
 		for i := range c.N() {
 			if n := c.Node(i); n != nil && (n.Layout().Epoch() != final.Epoch() || !n.Ready()) {
 				return false
@@ -165,4 +181,98 @@ func TestSpareFill(t *testing.T) {
 	}
 	t.Logf("node %d killed, placed in %d chains: spares %v; 3 members again after %v, caught up after %v; %d bytes copied (rate limit %d B/s); %d ops in %d histories linearizable, %d acknowledged writes kept",
 		vid, placed, spares, whole.Round(time.Millisecond), caught.Round(time.Millisecond), copied, syncRate, ops, len(hists), len(acked))
+}
+
+// TestSpareReadSet: a spare still filling a chain takes its writes but is
+// no fresh replica, so no client (direct, on the layout's read set) and no
+// data plane (partition buckets) sends it a read of that chain: none is
+// answered unavailable by a spare, every read during the fill succeeds
+// with the value written, and once each spare has caught up the layout
+// serves its reads again.
+func TestSpareReadSet(t *testing.T) {
+	const syncRate = 32 << 10 // bytes/s: the fill lasts seconds
+	c, pl := startSpares(t, cluster.Options{PartitionBits: 6, Node: func(o *storagenode.Options) { o.SyncRate = syncRate }})
+	ctx := context.Background()
+	direct, err := c.Client(chainClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	viaPlane := chainClient
+	viaPlane.Service = c.Service()
+	plane, err := c.Client(viaPlane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plane.Close()
+	const keys = 320
+	val := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, 1024) }
+	for i := range keys {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := direct.Put(pctx, []byte(fmt.Sprintf("readset-%d", i)), val(i))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const victim = 1 // node 2
+	if err := c.Crash(victim); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "spares filling the chains of node 2", func() bool {
+		m := pl.Controller.Layout()
+		return m.Placed(wire.NodeID(victim+1)) == 0 && len(m.FillingParts()) > 0
+	})
+	filling := pl.Controller.Layout()
+	unavailable := func() (sum uint64) {
+		for i := range c.N() {
+			if n := c.Node(i); n != nil {
+				sum += n.Stats().UnavailableGets
+			}
+		}
+		return sum
+	}
+	before := unavailable()
+	reads, writes := 0, 0
+	deadline := time.Now().Add(60 * time.Second)
+	for i := 0; len(pl.Controller.Layout().FillingParts()) > 0; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("spares still filling %v after 60 s", pl.Controller.Layout().FillingParts())
+		}
+		k := i % keys
+		key := []byte(fmt.Sprintf("readset-%d", k))
+		cl := direct
+		if i%2 == 1 {
+			cl = plane
+		}
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if i%8 == 7 {
+			// Writes go through the filling spare, its chain's tail.
+			_, err = cl.Put(octx, key, val(k))
+			writes++
+		} else {
+			var got []byte
+			got, _, err = cl.Get(octx, key)
+			if err == nil && !bytes.Equal(got, val(k)) {
+				err = fmt.Errorf("value %.8q…, want %.8q…", got, val(k))
+			}
+			reads++
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("%s during the fill: %v", key, err)
+		}
+	}
+	if n := unavailable() - before; n > 0 {
+		t.Errorf("%d of %d reads during the fill answered unavailable: a filling spare was in a read set", n, reads)
+	}
+	final := pl.Controller.Layout()
+	for _, p := range filling.FillingParts() {
+		spare, _ := final.Spare(p)
+		if !slices.Contains(final.ReadSet(p), spare) {
+			t.Errorf("partition %d: spare %d caught up but not in the read set %v", p, spare, final.ReadSet(p))
+		}
+	}
+	t.Logf("%d chains filling at epoch %d, served by epoch %d; %d reads and %d writes during the fill, half through the data plane",
+		len(filling.FillingParts()), filling.Epoch(), final.Epoch(), reads, writes)
 }

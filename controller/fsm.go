@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
@@ -160,20 +161,26 @@ func (s *state) apply(c command) error {
 		}
 		old := s.lay
 		s.lay = m
-		// Weights over a chain that changed no longer fit it.
+		// Weights over a chain that changed, or whose spare started or
+		// ended filling, no longer fit it; a filling spare gets none.
 		for p := range s.partBuckets {
-			if !slices.Equal(old.Chain(p), m.Chain(p)) {
+			if !slices.Equal(old.Chain(p), m.Chain(p)) || fillingChanged(old, m, p) {
 				delete(s.partBuckets, p)
 			}
 		}
-		// Entries whose chain changed, or that name a node now down, move
-		// to the new chain with a new generation, in slot order so that
-		// every replica numbers the generations alike.
+		for _, p := range m.FillingParts() {
+			if _, set := s.partBuckets[p]; !set {
+				s.partBuckets[p] = directory.BucketsForWeights(m.ReadWeights(p))
+			}
+		}
+		// Entries whose chain or filling spare changed, or that name a
+		// node now down, move to the new chain with a new generation, in
+		// slot order so that every replica numbers the generations alike.
 		down := m.Down()
 		isDown := func(id wire.NodeID) bool { return slices.Contains(down, id) }
 		for _, e := range s.sortedLocked() {
-			if ch := m.ChainOf(e.Hash); !slices.Equal(e.Locs[:e.R], ch) || slices.ContainsFunc(e.Locs, isDown) {
-				s.entries[e.Hash] = relocate(e, ch, down, &s.gen)
+			if !slices.Equal(e.Locs[:e.R], m.ChainOf(e.Hash)) || slices.ContainsFunc(e.Locs, isDown) || fillingChanged(old, m, m.Partition(e.Hash)) {
+				s.entries[e.Hash] = relocate(e, m, &s.gen)
 			}
 		}
 		s.publishLocked(directoryUpdate{kind: updateSnapshot, entries: s.sortedLocked(), partitions: s.partitionsLocked()})

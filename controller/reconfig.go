@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/gossip"
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
@@ -65,6 +66,47 @@ func (c *Controller) NodeReplace(ctx context.Context, id wire.NodeID) error {
 	return c.SetLayout(ctx, m)
 }
 
+// markFilled serves the reads of every spare that gossip says has caught
+// up with its chain (CaughtUp), with a new epoch, if this controller leads.
+func (c *Controller) markFilled(ctx context.Context) error {
+	if c.Leading() != nil || len(c.Layout().FillingParts()) == 0 {
+		return nil
+	}
+	c.reconfMu.Lock()
+	defer c.reconfMu.Unlock()
+	cur := c.Layout()
+	c.gossip.mu.Lock()
+	parts := CaughtUp(cur, c.gossip.stats)
+	c.gossip.mu.Unlock()
+	if len(parts) == 0 {
+		return nil
+	}
+	m, err := cur.Filled(parts)
+	if err != nil {
+		return err
+	}
+	c.log.Info("spares caught up: serving their reads", "chains", len(parts), "still filling", len(m.FillingParts()), "epoch", m.Epoch())
+	return c.SetLayout(ctx, m)
+}
+
+// CaughtUp is the partitions of m whose filling spare has reported, at m's
+// epoch or a later one, that it no longer catches up with them. A node
+// marks the chains it joins as filling before it takes their epoch, so a
+// report at that epoch without the partition means the fill is done.
+func CaughtUp(m *layout.Map, stats map[wire.NodeID]gossip.NodeStats) []uint32 {
+	var out []uint32
+	for _, p := range m.FillingParts() {
+		spare, ok := m.Filling(p)
+		if !ok {
+			continue
+		}
+		if s, ok := stats[spare]; ok && s.Epoch >= m.Epoch() && !slices.Contains(s.Filling, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // SetLayout makes m the layout; its epoch must be above the current one.
 // Hot keys whose chain changed are re-promoted at their new heads (which
 // then refuse unstamped writes) and their slots re-seeded, before any data
@@ -111,10 +153,11 @@ const (
 	layoutTries = 30
 )
 
-// relocate moves an entry to a new chain: its extras that are neither in
-// the chain nor down stay, the weights are even, and a new generation
-// makes P4 slots re-seed.
-func relocate(e Entry, chain, down []wire.NodeID, gen *uint32) Entry {
+// relocate moves an entry to m's chain of its key: its extras that are
+// neither in the chain nor down stay, the weights are even over its read
+// set (readWeights), and a new generation makes P4 slots re-seed.
+func relocate(e Entry, m *layout.Map, gen *uint32) Entry {
+	chain, down := m.ChainOf(e.Hash), m.Down()
 	locs := slices.Clone(chain)
 	for _, id := range e.Locs[e.R:] {
 		if !slices.Contains(chain, id) && !slices.Contains(down, id) {
@@ -126,8 +169,39 @@ func relocate(e Entry, chain, down []wire.NodeID, gen *uint32) Entry {
 		weights[i] = 1
 	}
 	*gen++
-	e.Locs, e.R, e.Buckets, e.Gen = locs, len(chain), directory.BucketsForWeights(weights), *gen
+	e.Locs, e.R, e.Gen = locs, len(chain), *gen
+	e.Buckets = directory.BucketsForWeights(readWeights(m, m.Partition(e.Hash), locs, weights))
 	return e
+}
+
+// readWeights is w, weights over locs (partition p's chain, or a
+// LocationList that starts with it), less the share of a spare still
+// filling p's chain: it takes the writes but is no fresh replica
+// (layout.Map.ReadSet). If that leaves no weight, the others split evenly.
+func readWeights(m *layout.Map, p uint32, locs []wire.NodeID, w []uint32) []uint32 {
+	f, ok := m.Filling(p)
+	i := slices.Index(locs, f)
+	if !ok || i < 0 || len(locs) < 2 || len(w) != len(locs) {
+		return w
+	}
+	w = slices.Clone(w)
+	w[i] = 0
+	if !slices.ContainsFunc(w, func(x uint32) bool { return x > 0 }) {
+		for j := range w {
+			if j != i {
+				w[j] = 1
+			}
+		}
+	}
+	return w
+}
+
+// fillingChanged reports whether partition p's filling spare differs
+// between layouts a and b.
+func fillingChanged(a, b *layout.Map, p uint32) bool {
+	fa, oka := a.Filling(p)
+	fb, okb := b.Filling(p)
+	return oka != okb || fa != fb
 }
 
 // publishLayout gossips m to the nodes, if gossip is attached.
@@ -192,6 +266,9 @@ func (c *Controller) RunReconfig(ctx context.Context) {
 		case now := <-t.C:
 			if c.cfg.SpareAfter > 0 {
 				c.replaceDown(ctx, since, now)
+			}
+			if err := c.markFilled(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("serve the spares caught up", "err", err)
 			}
 		}
 		if c.Leading() != nil {

@@ -69,6 +69,11 @@ type NodeStats struct {
 	// Device is the node's storage device, per I/O class (read, wal,
 	// flush, compaction, in that order).
 	Device []DeviceClass `json:"device,omitempty"`
+	// Epoch is the layout epoch the node holds, and Filling the partitions
+	// it is still catching up with as tail at that epoch (a spare's fill,
+	// a rejoin): the controller serves a spare's reads once it is caught up.
+	Epoch   uint32   `json:"epoch,omitempty"`
+	Filling []uint32 `json:"filling,omitempty"`
 }
 
 // MeanReadLatency is the node's mean read latency over its trees' reads in

@@ -80,13 +80,17 @@ func (m MAC) String() string { return net.HardwareAddr(m).String() }
 //	down: [2]                    # spliced out of every chain (Without)
 //	tails: [1]                   # rejoined: at the tail of their chains (WithTail)
 //	spares: {7: 4}               # partition -> the spare at its tail (Replace)
+//	filling: [7]                 # partitions whose spare still fills (Filled ends it)
 //
 // The placement (ring and overrides) fixes each node's slot in each chain,
 // which is the tree it keeps the partition in; Down and Tails reconfigure
 // the chains without moving data between a node's trees. Replace writes a
 // spare into the slot of a down member (an override) and names it in
 // Spares, which puts it at the tail of that chain: it joined last and
-// catches up from its predecessor.
+// catches up from its predecessor. Filling lists the partitions whose spare
+// has not reported caught up yet: it takes every write (it must, to take
+// over), but it is no fresh replica, so it is left out of the read set
+// (ReadSet) until Filled.
 type Config struct {
 	Epoch         uint32                   `yaml:"epoch"`
 	PartitionBits uint                     `yaml:"partition_bits"`
@@ -97,6 +101,7 @@ type Config struct {
 	Down          []wire.NodeID            `yaml:"down,omitempty,flow"`
 	Tails         []wire.NodeID            `yaml:"tails,omitempty,flow"`
 	Spares        map[uint32]wire.NodeID   `yaml:"spares,omitempty"`
+	Filling       []uint32                 `yaml:"filling,omitempty,flow"`
 }
 
 // Load reads a YAML layout file.
@@ -213,6 +218,11 @@ func New(c Config) (*Map, error) {
 	for p, id := range c.Spares {
 		if int(p) >= np || !slices.Contains(m.placed[p], id) {
 			return nil, fmt.Errorf("layout: spare %d of partition %d is not in its placement", id, p)
+		}
+	}
+	for _, p := range c.Filling {
+		if _, ok := c.Spares[p]; !ok {
+			return nil, fmt.Errorf("layout: partition %d is filling but has no spare", p)
 		}
 	}
 	if err := m.reconfigure(); err != nil {
@@ -355,6 +365,9 @@ func (m *Map) Replace(id wire.NodeID) (*Map, int, error) {
 		ch[j] = best
 		c.Chains[uint32(p)] = ch
 		c.Spares[uint32(p)] = best
+		if !slices.Contains(c.Filling, uint32(p)) {
+			c.Filling = append(c.Filling, uint32(p))
+		}
 		load[best]++
 		replaced++
 	}
@@ -364,6 +377,67 @@ func (m *Map) Replace(id wire.NodeID) (*Map, int, error) {
 	c.Epoch++
 	nm, err := New(c)
 	return nm, replaced, err
+}
+
+// Filled returns the next layout (epoch+1) in which the spares of parts
+// have caught up: each is a fresh replica of its chain and back in its read
+// set. Partitions not filling are ignored; if none of parts is, Filled
+// returns m itself.
+func (m *Map) Filled(parts []uint32) (*Map, error) {
+	c := m.Config()
+	n := len(c.Filling)
+	c.Filling = slices.DeleteFunc(c.Filling, func(p uint32) bool { return slices.Contains(parts, p) })
+	if len(c.Filling) == n {
+		return m, nil
+	}
+	c.Epoch++
+	return New(c)
+}
+
+// Filling is the spare of partition p that is still filling, if its chain
+// holds one: it takes writes but serves no reads.
+func (m *Map) Filling(p uint32) (wire.NodeID, bool) {
+	if !slices.Contains(m.cfg.Filling, p) {
+		return 0, false
+	}
+	id, ok := m.Spare(p)
+	return id, ok
+}
+
+// FillingParts lists the partitions whose spare is still filling.
+func (m *Map) FillingParts() []uint32 { return slices.Clone(m.cfg.Filling) }
+
+// Readable reports whether node id may serve reads of partition p: a chain
+// member that is not a filling spare.
+func (m *Map) Readable(p uint32, id wire.NodeID) bool {
+	if f, ok := m.Filling(p); ok && f == id {
+		return false
+	}
+	return m.Position(p, id) >= 0
+}
+
+// ReadSet is the members of partition p's chain that serve its reads, in
+// chain order: the chain less a spare still filling.
+func (m *Map) ReadSet(p uint32) []wire.NodeID {
+	ch := m.Chain(p)
+	f, ok := m.Filling(p)
+	if !ok || len(ch) < 2 {
+		return ch
+	}
+	return slices.DeleteFunc(slices.Clone(ch), func(id wire.NodeID) bool { return id == f })
+}
+
+// ReadWeights is an even split of partition p's reads over its chain, in
+// chain order, with no share for a spare still filling (ReadSet).
+func (m *Map) ReadWeights(p uint32) []uint32 {
+	ch := m.Chain(p)
+	w := make([]uint32, len(ch))
+	for i, id := range ch {
+		if len(ch) < 2 || m.Readable(p, id) {
+			w[i] = 1
+		}
+	}
+	return w
 }
 
 // Placed is the number of partitions whose placement holds node id (down
@@ -400,7 +474,7 @@ func (m *Map) Slot(p uint32, id wire.NodeID) int {
 // clone copies c deeply, so that a Map shares nothing with its caller.
 func (c Config) clone() Config {
 	c.Nodes = slices.Clone(c.Nodes)
-	c.Down, c.Tails = slices.Clone(c.Down), slices.Clone(c.Tails)
+	c.Down, c.Tails, c.Filling = slices.Clone(c.Down), slices.Clone(c.Tails), slices.Clone(c.Filling)
 	for i := range c.Nodes {
 		c.Nodes[i].MAC = slices.Clone(c.Nodes[i].MAC)
 	}

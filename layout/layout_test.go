@@ -254,10 +254,7 @@ func TestWithoutWithTail(t *testing.T) {
 // has R members again, each spare at the tail and in the down node's slot,
 // the other members keep their slots, and the spares are spread evenly.
 func TestReplace(t *testing.T) {
-	m, err := Parse([]byte("epoch: 2\npartition_bits: 3\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}, {id: 3, addr: 127.0.0.1:3}, {id: 4, addr: 127.0.0.1:4}, {id: 5, addr: 127.0.0.1:5}]"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := fiveNodes(t)
 	if _, _, err := m.Replace(2); err == nil {
 		t.Error("replacing a live node: no error")
 	}
@@ -342,5 +339,75 @@ func TestReplace(t *testing.T) {
 	// A spare outside the placement is refused.
 	if _, err := Parse([]byte("partition_bits: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}, {id: 3, addr: 127.0.0.1:3}, {id: 4, addr: 127.0.0.1:4}]\nspares: {0: 4}")); err == nil {
 		t.Error("a spare outside its placement: no error")
+	}
+}
+
+// fiveNodes is a layout of 5 nodes and 8 partitions at epoch 2.
+func fiveNodes(t *testing.T) *Map {
+	t.Helper()
+	m, err := Parse([]byte("epoch: 2\npartition_bits: 3\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}, {id: 3, addr: 127.0.0.1:3}, {id: 4, addr: 127.0.0.1:4}, {id: 5, addr: 127.0.0.1:5}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// replaced is fiveNodes with node 2 spliced out and replaced by spares, and
+// the number of chains it was replaced in.
+func replaced(t *testing.T) (*Map, int) {
+	t.Helper()
+	down, err := fiveNodes(t).Without(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, n, err := down.Replace(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, n
+}
+
+// TestFilling: a spare joins its chains filling, takes part in the chain
+// (writes) but not in the read set until Filled marks it caught up, and the
+// mark survives the YAML round trip.
+func TestFilling(t *testing.T) {
+	r, n := replaced(t)
+	if got := len(r.FillingParts()); got != n {
+		t.Fatalf("%d partitions filling after %d replaced", got, n)
+	}
+	var first uint32
+	for i, p := range r.FillingParts() {
+		spare, ok := r.Filling(p)
+		ch, rs := r.Chain(p), r.ReadSet(p)
+		if !ok || ch[len(ch)-1] != spare || r.Readable(p, spare) || slices.Contains(rs, spare) || len(rs) != len(ch)-1 {
+			t.Errorf("partition %d: chain %v, read set %v, filling spare %d (%v)", p, ch, rs, spare, ok)
+		}
+		if i == 0 {
+			first = p
+		}
+	}
+	b, err := r.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(b)
+	if err != nil || !slices.Equal(back.FillingParts(), r.FillingParts()) {
+		t.Fatalf("round trip: %v, filling %v want %v", err, back.FillingParts(), r.FillingParts())
+	}
+	f, err := r.Filled([]uint32{first, 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spare, _ := r.Spare(first)
+	if f.Epoch() != r.Epoch()+1 || len(f.FillingParts()) != n-1 || !f.Readable(first, spare) ||
+		!slices.Equal(f.ReadSet(first), f.Chain(first)) || !slices.Equal(f.Chain(first), r.Chain(first)) {
+		t.Errorf("filled %d: epoch %d after %d, filling %v, read set %v of chain %v", first, f.Epoch(), r.Epoch(), f.FillingParts(), f.ReadSet(first), f.Chain(first))
+	}
+	if same, err := f.Filled([]uint32{first}); err != nil || same != f {
+		t.Errorf("filling nothing: %v, a new layout %v", err, same != f)
+	}
+	// A filling partition needs its spare.
+	if _, err := Parse([]byte("partition_bits: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}, {id: 3, addr: 127.0.0.1:3}]\nfilling: [0]")); err == nil {
+		t.Error("filling without a spare: no error")
 	}
 }

@@ -72,7 +72,7 @@ type verWait struct {
 // partitions this node heads).
 func loadPending(trees []*tree, shardOf func(wire.KeyHash) *shard) error {
 	for _, t := range trees {
-		err := t.eachDirty(func(key []byte, h wire.KeyHash, rec *record) {
+		err := t.eachDirty(nil, func(key []byte, h wire.KeyHash, rec *record) {
 			s := shardOf(h)
 			for _, v := range rec.Dirty {
 				s.pending[pendKey{h, v.Ver}] = &pendingWrite{key: key, h: h, v: v}
@@ -296,6 +296,7 @@ func (s *shard) get(p *wire.NodePacket, from netip.AddrPort) {
 		return
 	}
 	if !n.serves(part) {
+		n.ctr.unavailableGets.Add(1)
 		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
 		return
 	}

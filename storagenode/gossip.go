@@ -18,6 +18,13 @@ func (n *Node) GossipStats(prev gossip.NodeStats) gossip.NodeStats {
 	now := time.Now()
 	dev := n.dev.Stats()
 	s := gossip.NodeStats{Node: n.id, Version: gossip.NextVersion(), At: now, QueueDepth: st.Load, Capacity: n.opts.MaxOps}
+	// The epoch before the partitions: SetLayout marks a layout's joins
+	// behind before it takes the layout, so none is missed at this epoch.
+	s.Epoch = n.layout().Epoch()
+	s.Filling = n.recov.behindList()
+	if !n.ready.Load() {
+		s.Filling = n.recov.member() // recovering: behind on all its chains
+	}
 	if !prev.At.IsZero() {
 		s.Window = now.Sub(prev.At)
 	}

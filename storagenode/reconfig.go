@@ -1,6 +1,7 @@
 package storagenode
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -44,27 +45,39 @@ func (n *Node) treeOf(part uint32) *tree {
 // m was taken.
 func (n *Node) SetLayout(m *layout.Map) bool {
 	var cur *layout.Map
+	var joined map[uint32]bool
 	for {
 		cur = n.layout()
 		if m.Epoch() <= cur.Epoch() {
 			return false
 		}
+		// In chains as their tail (back, or a spare): catch up with each
+		// before serving its reads or answering its ver-queries. The
+		// node's other chains are served throughout. They are marked
+		// behind before the layout is taken, so that no one sees this
+		// epoch without them (GossipStats).
+		joined = map[uint32]bool{}
+		for p := range m.Partitions() {
+			if m.Position(uint32(p), n.id) >= 0 && cur.Position(uint32(p), n.id) < 0 {
+				joined[uint32(p)] = true
+			}
+		}
+		n.recov.beginParts(joined)
 		if n.lay.CompareAndSwap(cur, m) {
 			break
 		}
+		n.recov.endParts(joined)
 	}
 	n.log.Info("layout", "epoch", m.Epoch(), "down", m.Down())
-	joined := map[uint32]bool{}
+	// Only a chain that changed can have lost the member a write was
+	// sent to, or made this node its head: a layout that changes no chain
+	// (a spare's chains served once it caught up) re-sends nothing and
+	// scans no tree.
+	changed := map[uint32]bool{}
 	for p := range m.Partitions() {
-		if m.Position(uint32(p), n.id) >= 0 && cur.Position(uint32(p), n.id) < 0 {
-			joined[uint32(p)] = true
+		if !slices.Equal(m.Chain(uint32(p)), cur.Chain(uint32(p))) {
+			changed[uint32(p)] = true
 		}
-	}
-	if len(joined) > 0 {
-		// In chains as their tail (back, or a spare): catch up with each
-		// before serving its reads or answering its ver-queries. The
-		// node's other chains are served throughout.
-		n.recov.beginParts(joined)
 	}
 	n.wg.Add(1)
 	go func() {
@@ -73,21 +86,24 @@ func (n *Node) SetLayout(m *layout.Map) bool {
 			n.dropDirty(joined)
 			n.recov.catchUpAsTail(joined)
 		}
-		n.adoptDirty()
+		if len(changed) > 0 {
+			n.adoptDirty(changed)
+		}
 	}()
 	return true
 }
 
-// adoptDirty hands every dirty version in the trees to its key's shard,
-// which re-sends it down the key's current chain if this node heads it.
-func (n *Node) adoptDirty() {
+// adoptDirty hands every dirty version of the partitions in parts to its
+// key's shard, which re-sends it down the key's current chain if this node
+// heads it.
+func (n *Node) adoptDirty(parts map[uint32]bool) {
 	for _, s := range n.admit.shards {
 		if !n.post(s, s.resendPending) {
 			return
 		}
 	}
 	for _, t := range n.trees {
-		err := t.eachDirty(func(key []byte, h wire.KeyHash, rec *record) {
+		err := t.eachDirty(parts, func(key []byte, h wire.KeyHash, rec *record) {
 			s := n.admit.shardOf(h)
 			n.post(s, func() { s.adopt(key, h) })
 		})
@@ -105,11 +121,8 @@ func (n *Node) adoptDirty() {
 func (n *Node) dropDirty(parts map[uint32]bool) {
 	var wg sync.WaitGroup
 	for _, t := range n.trees {
-		err := t.eachDirty(func(key []byte, h wire.KeyHash, _ *record) {
+		err := t.eachDirty(parts, func(key []byte, h wire.KeyHash, _ *record) {
 			part := n.layout().Partition(h)
-			if !parts[part] {
-				return
-			}
 			s := n.admit.shardOf(h)
 			wg.Add(1)
 			if !n.post(s, func() {
@@ -209,10 +222,24 @@ func (s *shard) replyCommitted(h wire.KeyHash, v *version) {
 	s.send(v.Addr, s.n.appendReply(s.pkt(), &req, op.Reply(), wire.CodeOK, v.Ver, nil))
 }
 
-// eachDirty calls fn for every record in t with dirty versions; key is
-// fn's own.
-func (t *tree) eachDirty(fn func(key []byte, h wire.KeyHash, rec *record)) error {
-	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindRecord}, UpperBound: []byte{kindRecord + 1}})
+// eachDirty calls fn for every record in t with dirty versions, of the
+// partitions in parts (every partition if parts is nil); key is fn's own.
+func (t *tree) eachDirty(parts map[uint32]bool, fn func(key []byte, h wire.KeyHash, rec *record)) error {
+	if parts == nil {
+		return t.eachDirtyIn([]byte{kindRecord}, []byte{kindRecord + 1}, fn)
+	}
+	for _, p := range slices.Sorted(maps.Keys(parts)) {
+		lo, hi := partitionBounds(p)
+		if err := t.eachDirtyIn(lo, hi, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eachDirtyIn is eachDirty over the record keys in [lo, hi).
+func (t *tree) eachDirtyIn(lo, hi []byte, fn func(key []byte, h wire.KeyHash, rec *record)) error {
+	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -42,6 +43,15 @@ const (
 	syncTries      = 3
 	syncTryTimeout = 150 * time.Millisecond
 	syncServeLimit = 4
+	// fillParallel is how many chains a fill (catchUpAsTail) copies at
+	// once: one, so that each chain is caught up, and served, as soon as
+	// it can be, rather than every chain late.
+	fillParallel = 1
+	// fillTarget is the queueing a fill may add to its chunks' delay
+	// before it slows (sched.FillPace); the chains' clients wait in the
+	// same queues. The fill never goes below fillFloor of Options.SyncRate.
+	fillTarget = 2 * time.Millisecond
+	fillFloor  = 1.0 / 32
 )
 
 // recovery is the role that brings the node's trees up to date with its
@@ -94,16 +104,85 @@ func (rc *recovery) endPart(p uint32) {
 	}
 }
 
+// endParts ends the catch-ups beginParts started for parts.
+func (rc *recovery) endParts(parts map[uint32]bool) {
+	for p := range parts {
+		rc.endPart(p)
+	}
+}
+
+// behindList lists the partitions with a catch-up as tail under way.
+func (rc *recovery) behindList() []uint32 {
+	var out []uint32
+	for p := range rc.behindParts {
+		if rc.behindParts[p].Load() > 0 {
+			out = append(out, uint32(p))
+		}
+	}
+	return out
+}
+
+// member lists the partitions in whose chains the node is.
+func (rc *recovery) member() []uint32 {
+	m := rc.n.layout()
+	var out []uint32
+	for p := range m.Partitions() {
+		if m.Position(uint32(p), rc.n.id) >= 0 {
+			out = append(out, uint32(p))
+		}
+	}
+	return out
+}
+
 // behindOn reports whether a catch-up of partition p is under way.
 func (rc *recovery) behindOn(p uint32) bool {
 	return int(p) < len(rc.behindParts) && rc.behindParts[p].Load() > 0
 }
 
-// paceSync charges n bytes of sync data to the copy rate and waits while
-// it is in debt; false once the node stops.
-func (rc *recovery) paceSync(n int) bool {
+// fillPace paces one fill (catchUpAsTail): its bucket's rate follows a
+// sched.FillPace fed with every chunk's delay.
+type fillPace struct {
+	mu   sync.Mutex
+	pace *sched.FillPace
+	b    bucket
+}
+
+// newFillPace paces a fill below rate bytes/s; nil if rate is not positive
+// (unthrottled).
+func newFillPace(rate int64) *fillPace {
+	if rate <= 0 {
+		return nil
+	}
+	f := &fillPace{pace: sched.NewFillPace(float64(rate), float64(rate)*fillFloor, fillTarget)}
+	f.b.setRate(f.pace.Rate())
+	return f
+}
+
+// observe takes one chunk's delay.
+func (f *fillPace) observe(delay time.Duration) {
+	f.mu.Lock()
+	r := f.pace.Observe(time.Now(), delay)
+	f.mu.Unlock()
+	f.b.setRate(r)
+}
+
+// rate is the fill's copy rate now, bytes/s.
+func (f *fillPace) rate() float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pace.Rate()
+}
+
+// paceSync charges n bytes of sync data to the copy rate (fill's, or
+// Options.SyncRate's without one) and waits while it is in debt; false
+// once the node stops.
+func (rc *recovery) paceSync(n int, fill *fillPace) bool {
 	rc.n.ctr.syncBytes.Add(uint64(n))
-	wait := rc.pace.charge(uint64(n), time.Now())
+	b := &rc.pace
+	if fill != nil {
+		b = &fill.b
+	}
+	wait := b.charge(uint64(n), time.Now())
 	if wait <= 0 {
 		return true
 	}
@@ -198,7 +277,7 @@ func (rc *recovery) catchUp(want func(part uint32) bool) {
 					if d {
 						continue
 					}
-					if rc.syncPartition(j.part, c, false) {
+					if rc.syncPartition(j.part, c, false, nil) {
 						break
 					}
 					select {
@@ -218,8 +297,10 @@ func (rc *recovery) catchUp(want func(part uint32) bool) {
 
 // catchUpAsTail pulls the partitions in parts, which this node joined as
 // tail (rejoining, or as a spare), from each one's predecessor, dirty
-// versions included, at the paced copy rate, and ends each one's
-// beginParts as it is done: the partition is then served. It tries again
+// versions included, and ends each one's beginParts as it is done: the
+// partition is then served. It copies one chain at a time (fillParallel),
+// at a rate that yields to the chains' clients (fillPace, at most
+// Options.SyncRate). It tries again
 // until the predecessor answers at this node's epoch (it may not have
 // taken the layout yet; a dead one is spliced out by a newer layout, which
 // names the next), or the node is no longer behind anyone in the chain.
@@ -228,14 +309,19 @@ func (rc *recovery) catchUp(want func(part uint32) bool) {
 func (rc *recovery) catchUpAsTail(parts map[uint32]bool) {
 	n := rc.n
 	var wg sync.WaitGroup
-	slots := make(chan struct{}, syncParallel)
+	slots := make(chan struct{}, fillParallel)
+	fill := newFillPace(n.opts.SyncRate)
 	start, bytes0 := time.Now(), n.ctr.syncBytes.Load()
 	var done atomic.Int64
 	progress := func(msg string) {
 		el := time.Since(start)
 		b := n.ctr.syncBytes.Load() - bytes0
-		n.log.Info(msg, "chains", len(parts), "done", done.Load(), "bytes", b, "elapsed", el.Round(time.Millisecond),
-			"MiB/s", fmt.Sprintf("%.2f", float64(b)/(1<<20)/max(el.Seconds(), 1e-3)), "rate_limit", n.opts.SyncRate)
+		args := []any{"chains", len(parts), "done", done.Load(), "bytes", b, "elapsed", el.Round(time.Millisecond),
+			"MiB/s", fmt.Sprintf("%.2f", float64(b)/(1<<20)/max(el.Seconds(), 1e-3)), "rate_limit", n.opts.SyncRate}
+		if fill != nil {
+			args = append(args, "rate", int64(fill.rate()))
+		}
+		n.log.Info(msg, args...)
 	}
 	progress("catching up as tail")
 	quit := make(chan struct{})
@@ -265,7 +351,7 @@ func (rc *recovery) catchUpAsTail(parts map[uint32]bool) {
 				ch, pos := lay.Chain(part), lay.Position(part, n.id)
 				// A node that a later layout put behind a newer tail is a
 				// middle: its clean versions are what it needs from here.
-				if pos <= 0 || rc.syncPartition(part, ch[pos-1], pos == len(ch)-1) {
+				if pos <= 0 || rc.syncPartition(part, ch[pos-1], pos == len(ch)-1, fill) {
 					return
 				}
 				select {
@@ -281,8 +367,10 @@ func (rc *recovery) catchUpAsTail(parts map[uint32]bool) {
 }
 
 // syncPartition pulls partition part from peer; false if the peer did not
-// answer, or, with asTail, did not answer with its latest versions.
-func (rc *recovery) syncPartition(part uint32, peer wire.NodeID, asTail bool) bool {
+// answer, or, with asTail, did not answer with its latest versions. A fill
+// paces it and learns each chunk's delay: its round trip and the time its
+// records took to store, both spent in queues the clients share.
+func (rc *recovery) syncPartition(part uint32, peer wire.NodeID, asTail bool, fill *fillPace) bool {
 	n := rc.n
 	var cursor []byte
 	for {
@@ -294,6 +382,7 @@ func (rc *recovery) syncPartition(part uint32, peer wire.NodeID, asTail bool) bo
 		req := wire.Header{Op: wire.OpSync, ReqID: id, Stamp: uint64(part), Node: n.id, Epoch: n.layout().Epoch()}
 		pkt := wire.AppendNodeOp(nil, &req, cursor, nil, nil)
 		var got *wire.NodePacket
+		sent := time.Now()
 		for try := 0; try < syncTries && got == nil; try++ {
 			n.sendNow(n.peers[peer], pkt)
 			t := time.NewTimer(syncTryTimeout)
@@ -310,16 +399,21 @@ func (rc *recovery) syncPartition(part uint32, peer wire.NodeID, asTail bool) bo
 		rc.mu.Lock()
 		delete(rc.wait, id)
 		rc.mu.Unlock()
+		roundTrip := time.Since(sent)
 		if got == nil {
+			if fill != nil {
+				fill.observe(roundTrip)
+			}
 			return false
 		}
 		recs, more, ok := decodeSyncData(got.Ext)
 		if !ok || asTail && !syncLatest(got.Ext) {
 			return false
 		}
-		if !rc.paceSync(len(got.Ext)) {
+		if !rc.paceSync(len(got.Ext), fill) {
 			return false
 		}
+		stored := time.Now()
 		var wg sync.WaitGroup
 		for _, r := range recs {
 			h := wire.HashKey(r.Key)
@@ -349,6 +443,9 @@ func (rc *recovery) syncPartition(part uint32, peer wire.NodeID, asTail bool) bo
 			}
 		}
 		wg.Wait()
+		if fill != nil {
+			fill.observe(roundTrip + time.Since(stored))
+		}
 		if !more || len(recs) == 0 {
 			return true
 		}

@@ -56,15 +56,19 @@ type Stats struct {
 	StaleIncarnation uint64 `json:"stale_incarnation"`
 	Retransmits      uint64 `json:"retransmits"`
 	VerQueries       uint64 `json:"ver_queries"`
-	RxPackets        uint64 `json:"rx_packets"`
-	TxPackets        uint64 `json:"tx_packets"`
-	SyncedKeys       uint64 `json:"synced_keys"`
-	SyncedBytes      uint64 `json:"synced_bytes"`  // taken by catch-ups (OpSyncData), paced at Options.SyncRate
-	Behind           int    `json:"behind_chains"` // partitions whose catch-up as tail is under way
-	Pending          int    `json:"pending"`       // uncommitted writes at this head
-	Promoted         int    `json:"promoted"`      // keys this node heads that are promoted
-	Copies           int    `json:"copies"`        // extra copies held
-	CacheBytes       int64  `json:"cache_bytes"`
+	// UnavailableGets counts reads of a chain answered ERR unavailable
+	// because this node was still catching up with it (a recovery, a
+	// rejoin, a spare's fill): reads its read set should not have sent.
+	UnavailableGets uint64 `json:"unavailable_gets"`
+	RxPackets       uint64 `json:"rx_packets"`
+	TxPackets       uint64 `json:"tx_packets"`
+	SyncedKeys      uint64 `json:"synced_keys"`
+	SyncedBytes     uint64 `json:"synced_bytes"`  // taken by catch-ups (OpSyncData), paced at Options.SyncRate
+	Behind          int    `json:"behind_chains"` // partitions whose catch-up as tail is under way
+	Pending         int    `json:"pending"`       // uncommitted writes at this head
+	Promoted        int    `json:"promoted"`      // keys this node heads that are promoted
+	Copies          int    `json:"copies"`        // extra copies held
+	CacheBytes      int64  `json:"cache_bytes"`
 	// BlockCacheHits and BlockCacheMisses count the lookups of the node's
 	// block cache (shared by its trees) since it started: index, filter
 	// and data blocks of user reads (compactions bypass the cache).
@@ -93,6 +97,7 @@ type counters struct {
 	dupWrites, retransmits, verQueries atomic.Uint64
 	rxPackets, txPackets               atomic.Uint64
 	syncKeys, syncBytes                atomic.Uint64
+	unavailableGets                    atomic.Uint64 // reads of a chain this node catches up with
 	noops                              atomic.Uint64 // no-op versions made for stamped duplicates
 	staleIncarnation                   atomic.Uint64 // stamped writes of an older incarnation, refused
 
@@ -133,7 +138,8 @@ func (n *Node) Stats() Stats {
 		Noops:            n.ctr.noops.Load(),
 		StaleIncarnation: n.ctr.staleIncarnation.Load(),
 		Retransmits:      n.ctr.retransmits.Load(), VerQueries: n.ctr.verQueries.Load(),
-		RxPackets: n.ctr.rxPackets.Load(), TxPackets: n.ctr.txPackets.Load(), SyncedKeys: n.ctr.syncKeys.Load(),
+		UnavailableGets: n.ctr.unavailableGets.Load(),
+		RxPackets:       n.ctr.rxPackets.Load(), TxPackets: n.ctr.txPackets.Load(), SyncedKeys: n.ctr.syncKeys.Load(),
 		SyncedBytes: n.ctr.syncBytes.Load(), Behind: int(n.recov.partsBehind.Load()),
 		CacheBytes: n.opts.CacheBytes, DeviceProfile: n.opts.Device.Name,
 		Device: deviceClasses(n.dev.Stats(), device.Stats{}),
