@@ -30,8 +30,18 @@ func TestControllerRestartAdoptsEpoch(t *testing.T) {
 	if err := c.Crash(victim); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "node 3 spliced out", func() bool {
-		return slices.Contains(pl.Controller.Layout().Down(), victim+1) && c.CurrentLayout().Epoch() == pl.Controller.Layout().Epoch()
+	// Every live node holds the splice before the controller dies, so that
+	// the end can tell a node pushed back from one not yet reached.
+	waitFor(t, "node 3 spliced out at every live node", func() bool {
+		if !slices.Contains(pl.Controller.Layout().Down(), victim+1) {
+			return false
+		}
+		for i := range c.N() {
+			if n := c.Node(i); n != nil && n.Layout().Epoch() != pl.Controller.Layout().Epoch() {
+				return false
+			}
+		}
+		return true
 	})
 	held := pl.Controller.Layout()
 	if err := pl.Close(); err != nil {
