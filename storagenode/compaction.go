@@ -49,11 +49,11 @@ const (
 	// sublevels at which writes stop; Pebble's default is 12): above
 	// L0Urgent, so that the paced L0 may grow to L0Urgent without
 	// stalling writes, and the unpaced compactions from there drain it.
-	// Every L0 file a GET's key falls in costs it index and filter reads
-	// that mostly miss a small block cache, so a deep L0 of the keys that
-	// are read is costly (bench/system settles L0 unthrottled before each
-	// phase: a preload left deep by pacing made idle GETs read the device
-	// 3-7 times each); a deep L0 of keys that are only written is not.
+	// Every L0 file a GET's key falls in costs it a bloom filter probe
+	// (tree.go: filters on every level; the filter blocks are small and
+	// stay cached) and, at the filter's 1 % false positives, a hundredth
+	// of a data block read; before the filters each such file cost a data
+	// block read, so a deep L0 made GETs read the device 6-57 times.
 	L0StopWrites = 2 * DefaultL0Urgent
 )
 

@@ -389,3 +389,76 @@ func TestProcessorBoundsCacheHits(t *testing.T) {
 		}
 	}
 }
+
+// TestUncachedGetReadsTheDeviceOnce: a GET whose block is not cached costs
+// about one device read, also while L0 holds many files whose key ranges
+// span the key (a flush of a few writes spread over the key space): the
+// bloom filters keep a point read from reading a data block of every
+// overlapping table. Sizes are the experiments': 1000-byte values, a
+// 256 KiB block cache, 256 KiB memtables, data 30× the cache.
+func TestUncachedGetReadsTheDeviceOnce(t *testing.T) {
+	clock := device.NewFakeClock(t0)
+	autoAdvance(t, clock)
+	ssd, _ := device.Parse("ssd")
+	m, err := layout.New(layout.Config{PartitionBits: 2, Replicas: 1, Nodes: []layout.Node{{ID: 1, Addr: "127.0.0.1:0"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const memtable = 256 << 10
+	n, err := Start(Options{ID: 1, Dir: filepath.Join(t.TempDir(), "n"), Layout: m, Workers: 1,
+		CacheBytes: 256<<10 + 2*memtable, MemTableBytes: memtable, LBaseMaxBytes: 2 << 20, Device: ssd, clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	tr := n.trees[0]
+	rng := rand.New(rand.NewPCG(1, 2))
+	const keys = 8000
+	put := func(b *pebble.Batch, i int, ver uint64) {
+		r := record{Clean: version{Ver: ver, Val: incompressible(rng, 1000)}}
+		b.Set(recordKey(0, deviceKey(i)), r.encode(), nil)
+	}
+	b := tr.db.NewBatch()
+	for i := range keys {
+		put(b, i, 1)
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := tr.db.Compact(ctx, []byte{kindRecord}, []byte{kindRecord + 1}, true); err != nil {
+		t.Fatal(err)
+	}
+	// L0 files that each span the whole key range.
+	const l0Files = 12
+	for f := range l0Files {
+		b := tr.db.NewBatch()
+		for i := 0; i < keys; i += keys / 20 {
+			put(b, i+f, 2)
+		}
+		if err := b.Commit(pebble.NoSync); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l0 := tr.db.Metrics().Levels[0].TablesCount; l0 < l0Files/2 {
+		t.Fatalf("%d L0 files, want at least %d spanning the keys", l0, l0Files/2)
+	}
+
+	before := n.dev.Stats()
+	const gets = 1000
+	for range gets {
+		if _, err := tr.getRecord(0, deviceKey(rng.IntN(keys))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reads := n.dev.Stats().Sub(before).Class[device.Read].IOs
+	// The cache holds about 4 % of the data blocks; the first GET that
+	// reaches each new L0 table also reads its filter and index blocks.
+	if perGet := float64(reads) / gets; perGet < 0.8 || perGet > 1.2 {
+		t.Fatalf("%.2f device reads per uncached GET over %d L0 files, want about 1", perGet, tr.db.Metrics().Levels[0].TablesCount)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 
 	"github.com/netdir/netdir/storagenode/device"
 )
@@ -61,6 +62,12 @@ func openTree(dir string, pos int, cache *pebble.Cache, o *Options, sched *Sched
 		// Paced L0 compactions let L0 grow to the scheduler's L0Urgent
 		// before they run unpaced; writes stop only beyond it.
 		L0StopWritesThreshold: L0StopWrites,
+	}
+	// A bloom filter on every level, L0 included: a point read then reads
+	// the data block of the one table that holds the key, not one of every
+	// L0 file and level whose key range spans it.
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	opts.Experimental.CompactionScheduler = sched.forTree(t)
 	el := pebble.EventListener{
