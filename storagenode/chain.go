@@ -96,37 +96,77 @@ type dedupTable struct {
 	cap  int
 }
 
-// load reads the entries persisted in t; the table keeps at most capacity.
-func (d *dedupTable) load(t *tree, capacity int) error {
+// load reads the entries persisted in every tree (the head's and, since
+// members below it remember the versions they take, every position's),
+// keeps the newest capacity of them and deletes the older ones.
+func (d *dedupTable) load(trees []*tree, capacity int) error {
 	d.m, d.cap = make(map[uint64]dedupEntry), capacity
-	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindDedup}, UpperBound: []byte{kindDedup + 1}})
-	if err != nil {
-		return err
-	}
-	type ent struct {
-		id uint64
-		e  dedupEntry
-	}
-	var all []ent
-	for it.First(); it.Valid(); it.Next() {
-		k := it.Key()
-		if len(k) != 9 {
-			continue
-		}
-		e, err := decodeDedup(it.Value())
+	var all []dedupEvicted
+	ents := map[dedupEvicted]dedupEntry{}
+	for j, t := range trees {
+		it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindDedup}, UpperBound: []byte{kindDedup + 1}})
 		if err != nil {
-			continue
+			return err
 		}
-		all = append(all, ent{binary.BigEndian.Uint64(k[1:]), e})
+		for it.First(); it.Valid(); it.Next() {
+			k := it.Key()
+			if len(k) != 9 {
+				continue
+			}
+			e, err := decodeDedup(it.Value())
+			if err != nil {
+				continue
+			}
+			e.inTree = uint8(j + 1)
+			x := dedupEvicted{binary.BigEndian.Uint64(k[1:]), e.inTree}
+			all = append(all, x)
+			ents[x] = e
+		}
+		if err := it.Close(); err != nil {
+			return err
+		}
 	}
-	if err := it.Close(); err != nil {
-		return err
-	}
-	slices.SortFunc(all, func(a, b ent) int { return cmp.Compare(a.e.Seq, b.e.Seq) })
+	slices.SortFunc(all, func(a, b dedupEvicted) int { return cmp.Compare(ents[a].Seq, ents[b].Seq) })
+	var old []dedupEvicted
 	for _, x := range all {
-		d.m[x.id] = x.e
-		d.fifo = append(d.fifo, x.id)
-		d.seq = max(d.seq, x.e.Seq)
+		e := ents[x]
+		if prev, ok := d.m[x.id]; ok {
+			old = append(old, dedupEvicted{x.id, prev.inTree})
+		} else {
+			d.fifo = append(d.fifo, x.id)
+		}
+		d.m[x.id] = e
+		d.seq = max(d.seq, e.Seq)
+	}
+	old = append(old, d.trim()...)
+	return forgetDedup(trees, old)
+}
+
+// dedupEvicted names a persisted entry to delete: its request id and tree.
+type dedupEvicted struct {
+	id     uint64
+	inTree uint8
+}
+
+// forgetDedup deletes evicted entries from the trees that persist them.
+func forgetDedup(trees []*tree, evicted []dedupEvicted) error {
+	for j, t := range trees {
+		var b *pebble.Batch
+		for _, x := range evicted {
+			if int(x.inTree) == j+1 {
+				if b == nil {
+					b = t.db.NewBatch()
+				}
+				b.Delete(dedupKey(x.id), nil)
+			}
+		}
+		if b != nil {
+			err := b.Commit(pebble.NoSync)
+			b.Close()
+			if err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -150,9 +190,9 @@ func (d *dedupTable) reserve() uint64 {
 }
 
 // add records id (under e.Seq, or the next sequence number if it is 0) and
-// returns the ids evicted to stay within the bound, whose persisted entries
-// the caller deletes.
-func (d *dedupTable) add(id uint64, e dedupEntry) (dedupEntry, []uint64) {
+// returns the persisted entries it replaced or evicted to stay within the
+// bound, which the caller deletes (forgetDedup).
+func (d *dedupTable) add(id uint64, e dedupEntry) (dedupEntry, []dedupEvicted) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if e.Seq == 0 {
@@ -160,18 +200,29 @@ func (d *dedupTable) add(id uint64, e dedupEntry) (dedupEntry, []uint64) {
 		e.Seq = d.seq
 	}
 	d.seq = max(d.seq, e.Seq)
-	if _, ok := d.m[id]; !ok {
+	var evict []dedupEvicted
+	if prev, ok := d.m[id]; !ok {
 		d.fifo = append(d.fifo, id)
+	} else if prev.inTree != 0 && prev.inTree != e.inTree {
+		evict = append(evict, dedupEvicted{id, prev.inTree})
 	}
 	d.m[id] = e
-	var evict []uint64
+	return e, append(evict, d.trim()...)
+}
+
+// trim evicts the oldest entries beyond the bound (d.mu held) and returns
+// the persisted ones.
+func (d *dedupTable) trim() []dedupEvicted {
+	var evict []dedupEvicted
 	for len(d.fifo) > d.cap {
 		old := d.fifo[0]
 		d.fifo = d.fifo[1:]
+		if e := d.m[old]; e.inTree != 0 {
+			evict = append(evict, dedupEvicted{old, e.inTree})
+		}
 		delete(d.m, old)
-		evict = append(evict, old)
 	}
-	return e, evict
+	return evict
 }
 
 // handle processes one packet on the key's shard.
@@ -447,12 +498,12 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 		// stale: the client's retry is stamped in the new incarnation.
 		if n.copies.staleIncarnation(p.KeyHash, wire.StampIncarnation(p.Stamp)) {
 			n.ctr.staleIncarnation.Add(1)
-			n.chain.dedup.add(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeStaleVersion), Op: uint8(p.Op)})
+			n.addDedup(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeStaleVersion), Op: uint8(p.Op)})
 			s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeStaleVersion, latest, nil))
 			return
 		}
 		if stamp := wire.StampVersion(p.Stamp); stamp <= latest {
-			n.chain.dedup.add(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeStaleVersion), Op: uint8(p.Op)})
+			n.addDedup(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeStaleVersion), Op: uint8(p.Op)})
 			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeStaleVersion, latest, nil))
 			return
 		} else {
@@ -460,7 +511,7 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 		}
 	} else {
 		if promoted && !n.copies.unstampedOK(p.KeyHash) {
-			n.chain.dedup.add(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeRetry), Op: uint8(p.Op)})
+			n.addDedup(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeRetry), Op: uint8(p.Op)})
 			s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeRetry, latest, nil))
 			return
 		}
@@ -752,19 +803,11 @@ func (s *shard) dedupOf(h wire.KeyHash, v *version) (dedupEntry, bool) {
 	return dedupEntry{Seq: d.reserve(), KeyHash: h, Ver: v.Ver, Code: uint8(wire.CodeOK), Op: v.Op}, true
 }
 
-// addDedup adds a persisted entry to the dedup table and deletes the
-// persisted entries it evicts.
+// addDedup adds an entry persisted in t to the dedup table and deletes
+// the persisted entries it replaces or evicts.
 func (s *shard) addDedup(t *tree, id uint64, e dedupEntry) {
-	_, evict := s.n.chain.dedup.add(id, e)
-	if len(evict) == 0 {
-		return
-	}
-	b := t.db.NewBatch()
-	defer b.Close()
-	for _, id := range evict {
-		b.Delete(dedupKey(id), nil)
-	}
-	b.Commit(pebble.NoSync)
+	e.inTree = uint8(slices.Index(s.n.trees, t) + 1)
+	s.n.addDedup(id, e)
 }
 
 // dirtyAt reports whether version ver of key is dirty in this node's
@@ -775,4 +818,14 @@ func (s *shard) dirtyAt(part uint32, key []byte, ver uint64) bool {
 		return true // unknown: not acknowledged
 	}
 	return slices.ContainsFunc(rec.Dirty, func(v version) bool { return v.Ver == ver })
+}
+
+// addDedup adds e, persisted in the tree e.inTree names or in memory only,
+// to the dedup table and deletes the persisted entries it replaces or
+// evicts.
+func (n *Node) addDedup(id uint64, e dedupEntry) {
+	_, evict := n.chain.dedup.add(id, e)
+	if err := forgetDedup(n.trees, evict); err != nil {
+		n.log.Warn("dedup: delete evicted entries", "err", err)
+	}
 }

@@ -15,7 +15,18 @@ import (
 // again as v3 over v2. Before the fix only the head kept request ids, and
 // a new head knew those of the versions in its records (clean and dirty):
 // TestChaos seed 12 saw a put acknowledged as v9 whose value was read at v4.
+// With restart, the middle also restarts from its data directory before it
+// heads: its request ids are persisted in its own position's tree, and a
+// restart loaded only the head's (v3 before the fix).
 func TestNewHeadAnswersRetry(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(map[bool]string{false: "running", true: "restarted"}[restart], func(t *testing.T) {
+			newHeadAnswersRetry(t, restart)
+		})
+	}
+}
+
+func newHeadAnswersRetry(t *testing.T, restart bool) {
 	c := startCluster(t, cluster.Options{N: 3, R: 3})
 	p := newPeer(t)
 	key := []byte("retry-after-failover")
@@ -32,6 +43,14 @@ func TestNewHeadAnswersRetry(t *testing.T) {
 		t.Fatalf("put b: %s %s v%d", r.Op, r.Code, r.Stamp)
 	}
 	time.Sleep(50 * time.Millisecond) // v2's acks reach the middle: clean there
+	if restart {
+		if err := c.Crash(int(ch[1]) - 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Restart(int(ch[1]) - 1); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := c.Crash(int(ch[0]) - 1); err != nil {
 		t.Fatal(err)
 	}

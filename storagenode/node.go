@@ -282,7 +282,7 @@ func Start(o Options) (*Node, error) {
 		}
 		n.trees = append(n.trees, t)
 	}
-	if err := n.chain.dedup.load(n.trees[0], o.DedupEntries); err != nil {
+	if err := n.chain.dedup.load(n.trees, o.DedupEntries); err != nil {
 		return fail(err)
 	}
 	if err := n.copies.load(n.trees[0]); err != nil {

@@ -179,7 +179,7 @@ func (s *shard) adopt(key []byte, h wire.KeyHash) {
 	for _, v := range append([]version{rec.Clean}, rec.Dirty...) {
 		if v.ReqID != 0 {
 			if _, ok := n.chain.dedup.get(v.ReqID, h); !ok {
-				n.chain.dedup.add(v.ReqID, dedupEntry{KeyHash: h, Ver: v.Ver, Code: uint8(wire.CodeOK), Op: v.Op})
+				n.addDedup(v.ReqID, dedupEntry{KeyHash: h, Ver: v.Ver, Code: uint8(wire.CodeOK), Op: v.Op})
 			}
 		}
 	}

@@ -285,6 +285,9 @@ type dedupEntry struct {
 	Ver     uint64
 	Code    uint8
 	Op      uint8
+	// inTree, in memory only, is 1 + the index of the tree that persists
+	// the entry (each chain position writes its own), or 0 if none does.
+	inTree uint8
 }
 
 func (e *dedupEntry) encode() []byte {
