@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -72,7 +73,7 @@ func (c *Controller) NodeReplace(ctx context.Context, id wire.NodeID) error {
 // the new partitions and entries, and the layout is gossiped to the nodes.
 func (c *Controller) SetLayout(ctx context.Context, m *layout.Map) error {
 	cfg := m.Config()
-	if err := c.repl.apply(command{Op: opLayout, Layout: &cfg}); err != nil {
+	if err := c.repl.apply(command{Op: opLayout, Layout: &cfg, At: time.Now()}); err != nil {
 		return err
 	}
 	// The nodes first: a new head takes a promotion only once it knows it
@@ -130,6 +131,31 @@ func relocate(e Entry, chain, down []wire.NodeID, gen *uint32) Entry {
 	return e
 }
 
+// gossipLayout has gossip carry the state's layout to the nodes when it
+// carries an older one: a leader may commit a layout and die before
+// gossiping it, and its successor, which holds it from the log, must
+// spread it, or the nodes stay at the older epoch and answer the new
+// leader's re-sync with wrong-node. With resend (a new leader's first
+// step), a layout gossip already carries is sent again to every member:
+// the dead leader may have sent it to some of them only.
+func (c *Controller) gossipLayout(resend bool) error {
+	c.gossip.mu.Lock()
+	g := c.gossip.g
+	c.gossip.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	m := c.Layout()
+	gm, ok := c.GossipedLayout()
+	switch {
+	case !ok || gm.Epoch() < m.Epoch():
+		return c.publishLayout(m)
+	case resend && gm.Epoch() == m.Epoch():
+		return g.ResendLayout()
+	}
+	return nil // gossip's is newer: RunAdopt takes it
+}
+
 // publishLayout gossips m to the nodes, if gossip is attached.
 func (c *Controller) publishLayout(m *layout.Map) error {
 	c.gossip.mu.Lock()
@@ -167,12 +193,14 @@ func (c *Controller) MemberChanged(name string, alive bool) {
 // keeps each node's last known liveness and, every reconcileEvery while
 // this controller leads, brings the layout in line with it: a change that
 // a replica heard while it followed (and could not apply), or that failed
-// during a failover, is applied by whichever controller leads next. With
-// Config.SpareAfter, a node down that long (as this controller saw it: a
-// new leader counts from when it took the layout) is replaced by spares.
+// during a failover, is applied by whichever controller leads next. The
+// leader also keeps gossip carrying its layout (gossipLayout). With
+// Config.SpareAfter, a node down that long (from when the leader that
+// spliced it out decided so, a time in the replicated state) is replaced
+// by spares.
 func (c *Controller) RunReconfig(ctx context.Context) {
 	alive := map[wire.NodeID]bool{}
-	since := map[wire.NodeID]time.Time{} // nodes down, from when this controller saw them so
+	seen := map[wire.NodeID]time.Time{} // undated nodes down, from when this controller saw them so
 	t := time.NewTicker(reconcileEvery)
 	defer t.Stop()
 	var last error
@@ -190,8 +218,14 @@ func (c *Controller) RunReconfig(ctx context.Context) {
 			}
 			alive[id] = mc.alive
 		case now := <-t.C:
+			if c.Leading() != nil {
+				continue
+			}
+			if err := c.gossipLayout(false); err != nil && ctx.Err() == nil {
+				c.log.Warn("gossip the layout", "err", err)
+			}
 			if c.cfg.SpareAfter > 0 {
-				c.replaceDown(ctx, since, now)
+				c.replaceDown(ctx, seen, now)
 			}
 		}
 		if c.Leading() != nil {
@@ -205,28 +239,49 @@ func (c *Controller) RunReconfig(ctx context.Context) {
 	}
 }
 
-// replaceDown notes when each node down was first seen so and replaces
-// those down for SpareAfter, if this controller leads.
-func (c *Controller) replaceDown(ctx context.Context, since map[wire.NodeID]time.Time, now time.Time) {
-	down := c.Layout().Down()
-	for id := range since {
-		if !slices.Contains(down, id) {
-			delete(since, id)
-		}
-	}
-	for _, id := range down {
-		t, ok := since[id]
-		if !ok {
-			since[id] = now
-			continue
-		}
-		if now.Sub(t) < c.cfg.SpareAfter || c.Leading() != nil || c.Layout().Placed(id) == 0 {
-			continue
+// replaceDown replaces by spares the nodes down for SpareAfter (SparesDue),
+// if this controller leads.
+func (c *Controller) replaceDown(ctx context.Context, seen map[wire.NodeID]time.Time, now time.Time) {
+	c.st.mu.Lock()
+	m, since := c.st.lay, maps.Clone(c.st.downSince)
+	c.st.mu.Unlock()
+	for _, id := range SparesDue(m, since, seen, now, c.cfg.SpareAfter) {
+		if c.Leading() != nil {
+			return
 		}
 		if err := c.NodeReplace(ctx, id); err != nil && ctx.Err() == nil && !errors.Is(err, layout.ErrNoSpare) {
 			c.log.Warn("replace a node down", "node", id, "err", err)
 		}
 	}
+}
+
+// SparesDue is the nodes of m down for at least after, still placed in
+// chains, in m's order. A node's time down counts from since (the
+// replicated date of its splicing), so a new leader does not start it
+// again; an undated node (down in the layout a controller started with)
+// counts from when this controller first saw it down, which seen keeps
+// (updated).
+func SparesDue(m *layout.Map, since, seen map[wire.NodeID]time.Time, now time.Time, after time.Duration) []wire.NodeID {
+	down := m.Down()
+	for id := range seen {
+		if !slices.Contains(down, id) {
+			delete(seen, id)
+		}
+	}
+	var due []wire.NodeID
+	for _, id := range down {
+		t, ok := since[id]
+		if !ok {
+			if t, ok = seen[id]; !ok {
+				seen[id] = now
+				continue
+			}
+		}
+		if now.Sub(t) >= after && m.Placed(id) > 0 {
+			due = append(due, id)
+		}
+	}
+	return due
 }
 
 // AdoptLayout takes m, a layout the nodes hold (gossiped by an earlier
@@ -245,7 +300,7 @@ func (c *Controller) AdoptLayout(ctx context.Context, m *layout.Map, program boo
 	c.log.Warn("adopting the nodes' newer layout", "epoch", m.Epoch(), "was", cur.Epoch(), "down", m.Down())
 	if !program {
 		cfg := m.Config()
-		return true, c.repl.apply(command{Op: opLayout, Layout: &cfg})
+		return true, c.repl.apply(command{Op: opLayout, Layout: &cfg, At: time.Now()})
 	}
 	return true, c.SetLayout(ctx, m)
 }
