@@ -146,14 +146,13 @@ func (c *Controller) gossipLayout(resend bool) error {
 		return nil
 	}
 	m := c.Layout()
-	gm, ok := c.GossipedLayout()
-	switch {
-	case !ok || gm.Epoch() < m.Epoch():
+	switch gossiped := g.LayoutEpoch(); {
+	case gossiped < m.Epoch():
 		return c.publishLayout(m)
-	case resend && gm.Epoch() == m.Epoch():
+	case resend && gossiped == m.Epoch() && gossiped > 0: // epoch 0: the nodes' own YAML
 		return g.ResendLayout()
 	}
-	return nil // gossip's is newer: RunAdopt takes it
+	return nil // gossip carries it, or a newer one (RunAdopt takes that)
 }
 
 // publishLayout gossips m to the nodes, if gossip is attached.

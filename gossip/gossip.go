@@ -242,6 +242,13 @@ func (g *Gossip) Layout() ([]byte, bool) {
 	return []byte(y), true
 }
 
+// LayoutEpoch is the epoch of the newest layout gossiped (0 if none),
+// without parsing it.
+func (g *Gossip) LayoutEpoch() uint32 {
+	e, _ := g.tab.get(layoutKey)
+	return uint32(e.Version)
+}
+
 // ResendLayout sends the layout the member holds, reliably, to every
 // other live member: a new leader's, whose predecessor may have died
 // before its layout reached every node (members that hold it ignore it).
