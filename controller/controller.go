@@ -252,7 +252,7 @@ func (c *Controller) TakeOver(ctx context.Context) error {
 	}
 	// The nodes must hold the layout before the heads are asked anything
 	// (below, and by the data planes' re-sync).
-	if err := c.gossipLayout(true); err != nil {
+	if err := c.resendLayout(); err != nil {
 		c.log.Warn("gossip the layout", "err", err)
 	}
 	// The QoS configuration as the last leader saved it.

@@ -76,6 +76,12 @@ func (c *Controller) SetLayout(ctx context.Context, m *layout.Map) error {
 	if err := c.repl.apply(command{Op: opLayout, Layout: &cfg, At: time.Now()}); err != nil {
 		return err
 	}
+	return c.distributeLayout(ctx, m)
+}
+
+// distributeLayout hands m, the state's layout, to the nodes and then to
+// every data plane. reconfMu is held.
+func (c *Controller) distributeLayout(ctx context.Context, m *layout.Map) error {
 	// The nodes first: a new head takes a promotion only once it knows it
 	// heads the chain.
 	if err := c.publishLayout(m); err != nil {
@@ -131,14 +137,11 @@ func relocate(e Entry, chain, down []wire.NodeID, gen *uint32) Entry {
 	return e
 }
 
-// gossipLayout has gossip carry the state's layout to the nodes when it
-// carries an older one: a leader may commit a layout and die before
-// gossiping it, and its successor, which holds it from the log, must
-// spread it, or the nodes stay at the older epoch and answer the new
-// leader's re-sync with wrong-node. With resend (a new leader's first
-// step), a layout gossip already carries is sent again to every member:
-// the dead leader may have sent it to some of them only.
-func (c *Controller) gossipLayout(resend bool) error {
+// resendLayout is a new leader's first step towards the nodes: its
+// predecessor may have died while its layout reached only some of them,
+// or none (then gossip here carries an older one). The layout is gossiped
+// again, reliably to every member if gossip carries it already.
+func (c *Controller) resendLayout() error {
 	c.gossip.mu.Lock()
 	g := c.gossip.g
 	c.gossip.mu.Unlock()
@@ -149,10 +152,30 @@ func (c *Controller) gossipLayout(resend bool) error {
 	switch gossiped := g.LayoutEpoch(); {
 	case gossiped < m.Epoch():
 		return c.publishLayout(m)
-	case resend && gossiped == m.Epoch() && gossiped > 0: // epoch 0: the nodes' own YAML
+	case gossiped == m.Epoch() && gossiped > 0: // epoch 0: the nodes' own YAML
 		return g.ResendLayout()
 	}
-	return nil // gossip carries it, or a newer one (RunAdopt takes that)
+	return nil // gossip carries a newer one: RunAdopt takes it
+}
+
+// catchUpLayout distributes the state's layout if gossip carries an older
+// one: the leader's command committed although the leader saw it fail (an
+// apply that timed out, a lead lost and won back), so its SetLayout
+// stopped before the nodes and the data planes had the layout, and they
+// would keep the older epoch (the nodes answering the heads' re-sync with
+// wrong-node).
+func (c *Controller) catchUpLayout(ctx context.Context) error {
+	c.reconfMu.Lock()
+	defer c.reconfMu.Unlock()
+	c.gossip.mu.Lock()
+	g := c.gossip.g
+	c.gossip.mu.Unlock()
+	m := c.Layout()
+	if g == nil || g.LayoutEpoch() >= m.Epoch() {
+		return nil
+	}
+	c.log.Warn("the layout never reached the nodes: distributing it", "epoch", m.Epoch())
+	return c.distributeLayout(ctx, m)
 }
 
 // publishLayout gossips m to the nodes, if gossip is attached.
@@ -193,7 +216,8 @@ func (c *Controller) MemberChanged(name string, alive bool) {
 // this controller leads, brings the layout in line with it: a change that
 // a replica heard while it followed (and could not apply), or that failed
 // during a failover, is applied by whichever controller leads next. The
-// leader also keeps gossip carrying its layout (gossipLayout). With
+// leader also distributes a layout its SetLayout left undone
+// (catchUpLayout). With
 // Config.SpareAfter, a node down that long (from when the leader that
 // spliced it out decided so, a time in the replicated state) is replaced
 // by spares.
@@ -220,8 +244,8 @@ func (c *Controller) RunReconfig(ctx context.Context) {
 			if c.Leading() != nil {
 				continue
 			}
-			if err := c.gossipLayout(false); err != nil && ctx.Err() == nil {
-				c.log.Warn("gossip the layout", "err", err)
+			if err := c.catchUpLayout(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("distribute the layout", "err", err)
 			}
 			if c.cfg.SpareAfter > 0 {
 				c.replaceDown(ctx, seen, now)

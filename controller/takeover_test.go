@@ -17,26 +17,77 @@ import (
 // over, which holds the layout from the log, gossips it to the nodes.
 func TestTakeOverGossipsLayout(t *testing.T) {
 	c, _, _ := testController(t)
+	epochs := gossipWithNode(t, c)
+	// The layout reaches this controller's state as a follower's does:
+	// from the log, never gossiped.
+	m := applyLayoutWithout(t, c, 2)
+	if err := c.TakeOver(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	awaitEpoch(t, "the node", epochs, m.Epoch())
+}
+
+// TestLeaderCatchesUpLayout: the leader's layout command committed although
+// its apply failed (a timeout, a lead lost and won back), so SetLayout
+// stopped before the nodes and the data planes had it. The leader's
+// reconfiguration loop notices that gossip carries an older layout and
+// distributes it: to the nodes, then to every data plane.
+func TestLeaderCatchesUpLayout(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := &layoutPlane{corePlane: newCorePlane(t), epochs: make(chan uint32, 16)}
+	c, err := New(Config{Layout: ringLayout(t, 8)}, []DataPlane{p}, &recStorage{promoted: map[string][]wire.NodeID{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	epochs := gossipWithNode(t, c)
+	m := applyLayoutWithout(t, c, 2)
+	go c.RunReconfig(ctx)
+	awaitEpoch(t, "the node", epochs, m.Epoch())
+	awaitEpoch(t, "the data plane", p.epochs, m.Epoch())
+}
+
+// layoutPlane is a data plane that reports the epoch of every layout it is
+// set up with.
+type layoutPlane struct {
+	*corePlane
+	epochs chan uint32
+}
+
+func (p *layoutPlane) Setup(ctx context.Context, m *layout.Map, vsb []uint32) error {
+	p.epochs <- m.Epoch()
+	return p.corePlane.Setup(ctx, m, vsb)
+}
+
+// gossipWithNode attaches a gossip member to c and starts a node's that
+// joins it; it returns the epochs of the layouts the node hears.
+func gossipWithNode(t *testing.T, c *Controller) <-chan uint32 {
+	t.Helper()
 	cg, err := gossip.Start(gossip.Config{Name: "controller", Bind: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cg.Close()
+	t.Cleanup(func() { cg.Close() })
 	c.AttachGossip(cg)
-	got := make(chan uint32, 16)
+	epochs := make(chan uint32, 16)
 	ng, err := gossip.Start(gossip.Config{Name: "node-1", Bind: "127.0.0.1:0", Seeds: []string{cg.Addr()},
 		OnLayout: func(b []byte) {
 			if m, err := layout.Parse(b); err == nil {
-				got <- m.Epoch()
+				epochs <- m.Epoch()
 			}
 		}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ng.Close()
-	// The layout reaches this controller's state as a follower's does:
-	// from the log, never gossiped.
-	m, err := c.Layout().Without(2)
+	t.Cleanup(func() { ng.Close() })
+	return epochs
+}
+
+// applyLayoutWithout commits c's layout without node id, as a command
+// alone: nothing distributes it.
+func applyLayoutWithout(t *testing.T, c *Controller, id wire.NodeID) *layout.Map {
+	t.Helper()
+	m, err := c.Layout().Without(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,18 +95,21 @@ func TestTakeOverGossipsLayout(t *testing.T) {
 	if err := c.repl.apply(command{Op: opLayout, Layout: &cfg, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.TakeOver(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	return m
+}
+
+// awaitEpoch waits up to 5 s for epoch on epochs.
+func awaitEpoch(t *testing.T, who string, epochs <-chan uint32, epoch uint32) {
+	t.Helper()
 	timeout := time.After(5 * time.Second)
 	for {
 		select {
-		case e := <-got:
-			if e == m.Epoch() {
+		case e := <-epochs:
+			if e == epoch {
 				return
 			}
 		case <-timeout:
-			t.Fatalf("the node never heard layout epoch %d", m.Epoch())
+			t.Fatalf("%s never got layout epoch %d", who, epoch)
 		}
 	}
 }
