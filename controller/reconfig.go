@@ -210,15 +210,14 @@ func (c *Controller) MemberChanged(name string, alive bool) {
 	}
 }
 
-// RunReconfig splices out the nodes that gossip declares dead (unless they
-// answer a direct probe: Prober) and adds
-// back, as tails, the spliced-out nodes that rejoin, until ctx ends. It
-// keeps each node's last known liveness and, every reconcileEvery while
-// this controller leads, brings the layout in line with it: a change that
-// a replica heard while it followed (and could not apply), or that failed
-// during a failover, is applied by whichever controller leads next. The
-// leader also distributes a layout its SetLayout left undone
-// (catchUpLayout). With
+// RunReconfig splices out the nodes that gossip declares dead (unless
+// they answer a direct probe: Prober) and adds back, as tails, the
+// spliced-out nodes that rejoin, until ctx ends. It keeps each node's last
+// known liveness and, every reconcileEvery while this controller leads,
+// brings the layout in line with it: a change that a replica heard while
+// it followed (and could not apply), or that failed during a failover, is
+// applied by whichever controller leads next. The leader also distributes
+// a layout its SetLayout left undone (catchUpLayout). With
 // Config.SpareAfter, a node down that long (from when the leader that
 // spliced it out decided so, a time in the replicated state) is replaced
 // by spares.
