@@ -54,12 +54,6 @@ type Storage interface {
 	Demote(ctx context.Context, head layout.Node, key []byte, extras []layout.Node) error
 }
 
-// Prober is a Storage that can also ask a node directly whether it is
-// alive (UDPStorage).
-type Prober interface {
-	Probe(ctx context.Context, n layout.Node) error
-}
-
 // Config configures a controller.
 type Config struct {
 	Layout *layout.Map // the nodes and their chains (required)

@@ -210,14 +210,14 @@ func (c *Controller) MemberChanged(name string, alive bool) {
 	}
 }
 
-// RunReconfig splices out the nodes that gossip declares dead (unless
-// they answer a direct probe: Prober) and adds back, as tails, the
-// spliced-out nodes that rejoin, until ctx ends. It keeps each node's last
-// known liveness and, every reconcileEvery while this controller leads,
-// brings the layout in line with it: a change that a replica heard while
-// it followed (and could not apply), or that failed during a failover, is
-// applied by whichever controller leads next. The leader also distributes
-// a layout its SetLayout left undone (catchUpLayout). With
+// RunReconfig splices out the nodes that gossip declares dead and adds
+// back, as tails, the spliced-out nodes that rejoin, until ctx ends. It
+// keeps each node's last known liveness and, every reconcileEvery while
+// this controller leads, brings the layout in line with it: a change that
+// a replica heard while it followed (and could not apply), or that failed
+// during a failover, is applied by whichever controller leads next. The
+// leader also distributes a layout its SetLayout left undone
+// (catchUpLayout). With
 // Config.SpareAfter, a node down that long (from when the leader that
 // spliced it out decided so, a time in the replicated state) is replaced
 // by spares.
@@ -375,13 +375,9 @@ func (c *Controller) reconcile(ctx context.Context, alive map[wire.NodeID]bool) 
 	var errs []error
 	for _, ch := range Reconcile(c.Layout(), alive) {
 		var err error
-		switch {
-		case ch.Alive:
+		if ch.Alive {
 			err = c.NodeUp(ctx, ch.Node)
-		case c.answers(ctx, ch.Node):
-			// Back already: gossip declared its previous incarnation
-			// dead. Asked again next time, until gossip has it alive.
-		default:
+		} else {
 			err = c.NodeDown(ctx, ch.Node)
 		}
 		if err != nil {
@@ -389,16 +385,6 @@ func (c *Controller) reconcile(ctx context.Context, alive map[wire.NodeID]bool) 
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// answers reports whether node id answers a direct probe. A node killed
-// and restarted within gossip's failure timeout gossips from a new port,
-// and gossip declares its previous incarnation dead only after the node is
-// back, serving in its chains: splicing it out then reconfigures its
-// chains twice (out, then back as a tail that catches up) for nothing.
-func (c *Controller) answers(ctx context.Context, id wire.NodeID) bool {
-	p, ok := c.storage.(Prober)
-	return ok && p.Probe(ctx, c.node(id)) == nil
 }
 
 // LivenessChange is a node to splice out (Alive false) or to add back as

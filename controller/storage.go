@@ -65,20 +65,6 @@ func (u *UDPStorage) Demote(ctx context.Context, head layout.Node, key []byte, e
 	return err
 }
 
-// Probe asks the node for its stats, probeTries times at most, and
-// returns nil once it answers.
-func (u *UDPStorage) Probe(ctx context.Context, n layout.Node) error {
-	_, err := u.callRetry(ctx, n, wire.NewStats(), client.Retry{Timeout: probeTimeout, Tries: probeTries})
-	return err
-}
-
-// A probe waits probeTimeout for each of probeTries tries: an answer
-// crosses a rack in well under a millisecond.
-const (
-	probeTimeout = 50 * time.Millisecond
-	probeTries   = 2
-)
-
 // call returns the answer's stamp: for a promotion, the head's latest version.
 func (u *UDPStorage) call(ctx context.Context, head layout.Node, req wire.Packet) (uint64, error) {
 	retry := client.Retry{Timeout: u.Timeout, Tries: u.Tries}
@@ -88,10 +74,6 @@ func (u *UDPStorage) call(ctx context.Context, head layout.Node, req wire.Packet
 	if retry.Tries == 0 {
 		retry.Tries = 5
 	}
-	return u.callRetry(ctx, head, req, retry)
-}
-
-func (u *UDPStorage) callRetry(ctx context.Context, head layout.Node, req wire.Packet, retry client.Retry) (uint64, error) {
 	req.ReqID = rand.Uint64()
 	raddr, err := net.ResolveUDPAddr("udp", head.Addr)
 	if err != nil {

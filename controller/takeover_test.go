@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -194,36 +193,5 @@ func TestLayoutDatesDown(t *testing.T) {
 	want := map[wire.NodeID]time.Time{3: t0.Add(time.Second)}
 	if len(c.st.downSince) != 1 || !c.st.downSince[3].Equal(want[3]) {
 		t.Fatalf("down since %v, want %v", c.st.downSince, want)
-	}
-}
-
-// probedStorage is a Storage whose nodes in up answer probes.
-type probedStorage struct {
-	*recStorage
-	up map[wire.NodeID]bool
-}
-
-func (s probedStorage) Probe(_ context.Context, n layout.Node) error {
-	if !s.up[n.ID] {
-		return errors.New("no answer")
-	}
-	return nil
-}
-
-// TestDeadButAnswering: gossip declares node 2 dead, as it does the old
-// incarnation of a node restarted on a new gossip port after the node is
-// back. Node 2 answers a direct probe, so it stays in its chains; node 3,
-// declared dead too, does not answer and is spliced out.
-func TestDeadButAnswering(t *testing.T) {
-	st := probedStorage{&recStorage{promoted: map[string][]wire.NodeID{}}, map[wire.NodeID]bool{2: true}}
-	c, err := New(Config{Layout: ringLayout(t, 8)}, nil, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.reconcile(context.Background(), map[wire.NodeID]bool{2: false, 3: false}); err != nil {
-		t.Fatal(err)
-	}
-	if down := c.Layout().Down(); !slices.Equal(down, []wire.NodeID{3}) {
-		t.Fatalf("down %v, want [3]", down)
 	}
 }
