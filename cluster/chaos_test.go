@@ -24,27 +24,9 @@ var chaosSeed = flag.Uint64("chaos-seed", 1, "seed of TestChaos")
 // history may be non-linearizable and no acknowledged write may be lost.
 // The first 6 histories kill each of the six once.
 func TestChaos(t *testing.T) {
-	c, err := cluster.Start(cluster.Options{N: 4, R: 3, Dir: t.TempDir(), Proxy: true, Seed: *chaosSeed,
-		Controller: true, Controllers: 3, Round: 100 * time.Millisecond,
-		Node: func(o *storagenode.Options) { o.RetransmitAfter = 30 * time.Millisecond }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// Over P4Runtime, as deployed: every splice and rejoin re-syncs the
-	// switch's tables.
-	schema, err := p4rt.LoadSchema("../p4/build/netdir.p4info.txtpb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl, err := c.StartPlane(ctx, cluster.PlaneConfig{Schema: schema,
-		Controller: cluster.ControllerConfig{Round: 100 * time.Millisecond, CoarseEpoch: time.Minute}, Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pl.Close()
+	c, pl := startReplicatedPlane(t, ctx, *chaosSeed, true)
 	histories := 8
 	if testing.Short() {
 		histories = 6
@@ -65,4 +47,30 @@ func TestChaos(t *testing.T) {
 	}
 	t.Logf("seed %d: %d histories, %d ops linearizable (%d undecided), %d keys' acknowledged writes kept, %d pins; kills %v of %v",
 		*chaosSeed, res.Histories, res.Ops, res.Undecided, res.Acked, res.Pins, res.Kills, cluster.ChaosRoles)
+}
+
+// startReplicatedPlane starts 4 nodes in chains of 3, with proxies (the
+// datagram faults) if asked, and a switch programmed over P4Runtime by
+// three raft-replicated controllers, as deployed: every splice and rejoin
+// re-syncs the switch's tables. Both stop when the test ends.
+func startReplicatedPlane(t *testing.T, ctx context.Context, seed uint64, proxy bool) (*cluster.Cluster, *cluster.Plane) {
+	t.Helper()
+	c, err := cluster.Start(cluster.Options{N: 4, R: 3, Dir: t.TempDir(), Proxy: proxy, Seed: seed,
+		Controller: true, Controllers: 3, Round: 100 * time.Millisecond,
+		Node: func(o *storagenode.Options) { o.RetransmitAfter = 30 * time.Millisecond }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	schema, err := p4rt.LoadSchema("../p4/build/netdir.p4info.txtpb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := c.StartPlane(ctx, cluster.PlaneConfig{Schema: schema,
+		Controller: cluster.ControllerConfig{Round: 100 * time.Millisecond, CoarseEpoch: time.Minute}, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pl.Close() })
+	return c, pl
 }

@@ -124,6 +124,16 @@ func (c *Cluster) StartPlane(ctx context.Context, cfg PlaneConfig) (_ *Plane, er
 	for i, peer := range peers {
 		rc := cc
 		rc.API, rc.GossipBind = peer.API, c.gossips[i]
+		// The other controllers too, at their fixed addresses: a replica
+		// restarted after the nodes moved (a restarted node gossips on a
+		// new port) joins at once and learns every member's liveness,
+		// instead of waiting for the nodes to rejoin it.
+		rc.GossipSeeds = slices.Clone(cc.GossipSeeds)
+		for j := range cfg.Replicas {
+			if j != i {
+				rc.GossipSeeds = append(rc.GossipSeeds, c.gossips[j])
+			}
+		}
 		rc.Raft = &controller.RaftConfig{ID: peer.ID, Bind: peer.Raft, Peers: peers,
 			Dir: filepath.Join(c.opts.Dir, "controller-"+peer.ID)}
 		if err := os.MkdirAll(rc.Raft.Dir, 0o755); err != nil {
@@ -190,6 +200,13 @@ func (p *Plane) WaitLeader(ctx context.Context) (*Controller, error) {
 			return nil, fmt.Errorf("cluster: no controller leads: %w", ctx.Err())
 		}
 	}
+}
+
+// Replica is controller replica i, nil while it is stopped.
+func (p *Plane) Replica(i int) *Controller {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ctls[i]
 }
 
 // KillLeader stops the leading replica at once, as kill -9 does (no

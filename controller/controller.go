@@ -241,13 +241,19 @@ func (c *Controller) Leading() error { return c.repl.leading() }
 
 // TakeOver is a new leader's first step, before its loops run and before it
 // programs the data planes: it waits for the state to hold every command
-// committed before, then undoes the promotions that the last leader had
-// reserved and not finished, at their heads (left promoted, a head refuses
-// the key's unstamped writes for good). A head it cannot reach keeps its
-// reservation, for the next leader to undo.
+// committed before, has gossip carry the layout to the nodes (its
+// predecessor may have died before it did), then undoes the promotions
+// that the last leader had reserved and not finished, at their heads (left
+// promoted, a head refuses the key's unstamped writes for good). A head it
+// cannot reach keeps its reservation, for the next leader to undo.
 func (c *Controller) TakeOver(ctx context.Context) error {
 	if err := c.Leadership().Barrier(ctx); err != nil {
 		return fmt.Errorf("controller: catch up: %w", err)
+	}
+	// The nodes must hold the layout before the heads are asked anything
+	// (below, and by the data planes' re-sync).
+	if err := c.resendLayout(); err != nil {
+		c.log.Warn("gossip the layout", "err", err)
 	}
 	// The QoS configuration as the last leader saved it.
 	c.qos.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/layout"
@@ -51,6 +52,10 @@ type command struct {
 	// Incarnation is the new incarnation (incarnation); it must follow
 	// the current one.
 	Incarnation uint16
+	// At is the deciding leader's clock (layout): the time the nodes it
+	// newly marks down went down, from which any later leader counts
+	// SpareAfter.
+	At time.Time
 }
 
 // errStale refuses a command whose entry changed since it was decided (a
@@ -67,6 +72,7 @@ type snapshot struct {
 	Gen         uint32
 	QoS         QoSConfig
 	Inc         uint16 // the data planes' incarnation (opIncarnation)
+	DownSince   map[wire.NodeID]time.Time
 }
 
 func encodeCommand(c command) ([]byte, error) {
@@ -161,6 +167,7 @@ func (s *state) apply(c command) error {
 		}
 		old := s.lay
 		s.lay = m
+		s.dateDownLocked(old, c.At)
 		// Weights over a chain that changed, or whose spare started or
 		// ended filling, no longer fit it; a filling spare gets none.
 		for p := range s.partBuckets {
@@ -197,6 +204,26 @@ func (s *state) apply(c command) error {
 	return nil
 }
 
+// dateDownLocked dates the nodes that s.lay marks down and old did not
+// (at: the command's time) and forgets the dates of nodes no longer down.
+// A layout that comes with nodes down (a YAML's) leaves them undated.
+func (s *state) dateDownLocked(old *layout.Map, at time.Time) {
+	down := s.lay.Down()
+	for id := range s.downSince {
+		if !slices.Contains(down, id) {
+			delete(s.downSince, id)
+		}
+	}
+	if at.IsZero() {
+		return
+	}
+	for _, id := range down {
+		if !slices.Contains(old.Down(), id) {
+			s.downSince[id] = at
+		}
+	}
+}
+
 // has reports whether h is in the directory or reserved for it.
 func (s *state) has(h wire.KeyHash) bool {
 	_, ok := s.entries[h]
@@ -207,7 +234,7 @@ func (s *state) has(h wire.KeyHash) bool {
 // snapshotLocked copies the replicated state; s.mu is held.
 func (s *state) snapshotLocked() snapshot {
 	sn := snapshot{Layout: s.lay.Config(), Entries: s.sortedLocked(), Free: slices.Clone(s.free),
-		PartBuckets: maps.Clone(s.partBuckets), Gen: s.gen, QoS: cloneQoS(s.qos), Inc: s.inc}
+		PartBuckets: maps.Clone(s.partBuckets), Gen: s.gen, QoS: cloneQoS(s.qos), Inc: s.inc, DownSince: maps.Clone(s.downSince)}
 	sn.Reserved = bySlot(s.reserved)
 	for i := range sn.Entries {
 		sn.Entries[i].Hits = 0 // this controller's last round: not replicated
@@ -228,6 +255,10 @@ func (s *state) restoreLocked(sn snapshot) error {
 		s.partBuckets = map[uint32][]uint8{}
 	}
 	s.entries, s.reserved, s.qos = map[wire.KeyHash]Entry{}, map[wire.KeyHash]Entry{}, sn.QoS
+	s.downSince = sn.DownSince
+	if s.downSince == nil {
+		s.downSince = map[wire.NodeID]time.Time{}
+	}
 	clear(s.hits)
 	for _, e := range sn.Entries {
 		s.entries[e.Hash] = e

@@ -20,6 +20,22 @@ func (*memSink) ID() string    { return "mem" }
 func (*memSink) Cancel() error { return nil }
 func (*memSink) Close() error  { return nil }
 
+// restoreSnapshot gives to the state of from, through a raft snapshot.
+func restoreSnapshot(t *testing.T, from, to *Controller) {
+	t.Helper()
+	snap, err := fsm{from.st}.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	if err := (fsm{to.st}).Restore(io.NopCloser(&sink)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSnapshotRestore: a state built by commands (promotions, a pin,
 // weights, a reservation left behind, the QoS configuration) survives a
 // raft snapshot into a fresh controller's state: same entries,
@@ -52,18 +68,8 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	snap, err := fsm{c.st}.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sink memSink
-	if err := snap.Persist(&sink); err != nil {
-		t.Fatal(err)
-	}
 	d, _, st := testController(t)
-	if err := (fsm{d.st}).Restore(io.NopCloser(&sink)); err != nil {
-		t.Fatal(err)
-	}
+	restoreSnapshot(t, c, d)
 	c.st.mu.Lock()
 	want := c.st.snapshotLocked()
 	c.st.mu.Unlock()

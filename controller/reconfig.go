@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -114,9 +115,15 @@ func CaughtUp(m *layout.Map, stats map[wire.NodeID]gossip.NodeStats) []uint32 {
 // the new partitions and entries, and the layout is gossiped to the nodes.
 func (c *Controller) SetLayout(ctx context.Context, m *layout.Map) error {
 	cfg := m.Config()
-	if err := c.repl.apply(command{Op: opLayout, Layout: &cfg}); err != nil {
+	if err := c.repl.apply(command{Op: opLayout, Layout: &cfg, At: time.Now()}); err != nil {
 		return err
 	}
+	return c.distributeLayout(ctx, m)
+}
+
+// distributeLayout hands m, the state's layout, to the nodes and then to
+// every data plane. reconfMu is held.
+func (c *Controller) distributeLayout(ctx context.Context, m *layout.Map) error {
 	// The nodes first: a new head takes a promotion only once it knows it
 	// heads the chain.
 	if err := c.publishLayout(m); err != nil {
@@ -204,6 +211,47 @@ func fillingChanged(a, b *layout.Map, p uint32) bool {
 	return oka != okb || fa != fb
 }
 
+// resendLayout is a new leader's first step towards the nodes: its
+// predecessor may have died while its layout reached only some of them,
+// or none (then gossip here carries an older one). The layout is gossiped
+// again, reliably to every member if gossip carries it already.
+func (c *Controller) resendLayout() error {
+	c.gossip.mu.Lock()
+	g := c.gossip.g
+	c.gossip.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	m := c.Layout()
+	switch gossiped := g.LayoutEpoch(); {
+	case gossiped < m.Epoch():
+		return c.publishLayout(m)
+	case gossiped == m.Epoch() && gossiped > 0: // epoch 0: the nodes' own YAML
+		return g.ResendLayout()
+	}
+	return nil // gossip carries a newer one: RunAdopt takes it
+}
+
+// catchUpLayout distributes the state's layout if gossip carries an older
+// one: the leader's command committed although the leader saw it fail (an
+// apply that timed out, a lead lost and won back), so its SetLayout
+// stopped before the nodes and the data planes had the layout, and they
+// would keep the older epoch (the nodes answering the heads' re-sync with
+// wrong-node).
+func (c *Controller) catchUpLayout(ctx context.Context) error {
+	c.reconfMu.Lock()
+	defer c.reconfMu.Unlock()
+	c.gossip.mu.Lock()
+	g := c.gossip.g
+	c.gossip.mu.Unlock()
+	m := c.Layout()
+	if g == nil || g.LayoutEpoch() >= m.Epoch() {
+		return nil
+	}
+	c.log.Warn("the layout never reached the nodes: distributing it", "epoch", m.Epoch())
+	return c.distributeLayout(ctx, m)
+}
+
 // publishLayout gossips m to the nodes, if gossip is attached.
 func (c *Controller) publishLayout(m *layout.Map) error {
 	c.gossip.mu.Lock()
@@ -241,12 +289,15 @@ func (c *Controller) MemberChanged(name string, alive bool) {
 // keeps each node's last known liveness and, every reconcileEvery while
 // this controller leads, brings the layout in line with it: a change that
 // a replica heard while it followed (and could not apply), or that failed
-// during a failover, is applied by whichever controller leads next. With
-// Config.SpareAfter, a node down that long (as this controller saw it: a
-// new leader counts from when it took the layout) is replaced by spares.
+// during a failover, is applied by whichever controller leads next. The
+// leader also distributes a layout its SetLayout left undone
+// (catchUpLayout). With
+// Config.SpareAfter, a node down that long (from when the leader that
+// spliced it out decided so, a time in the replicated state) is replaced
+// by spares.
 func (c *Controller) RunReconfig(ctx context.Context) {
 	alive := map[wire.NodeID]bool{}
-	since := map[wire.NodeID]time.Time{} // nodes down, from when this controller saw them so
+	seen := map[wire.NodeID]time.Time{} // undated nodes down, from when this controller saw them so
 	t := time.NewTicker(reconcileEvery)
 	defer t.Stop()
 	var last error
@@ -264,8 +315,14 @@ func (c *Controller) RunReconfig(ctx context.Context) {
 			}
 			alive[id] = mc.alive
 		case now := <-t.C:
+			if c.Leading() != nil {
+				continue
+			}
+			if err := c.catchUpLayout(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("distribute the layout", "err", err)
+			}
 			if c.cfg.SpareAfter > 0 {
-				c.replaceDown(ctx, since, now)
+				c.replaceDown(ctx, seen, now)
 			}
 			if err := c.markFilled(ctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("serve the spares caught up", "err", err)
@@ -282,28 +339,49 @@ func (c *Controller) RunReconfig(ctx context.Context) {
 	}
 }
 
-// replaceDown notes when each node down was first seen so and replaces
-// those down for SpareAfter, if this controller leads.
-func (c *Controller) replaceDown(ctx context.Context, since map[wire.NodeID]time.Time, now time.Time) {
-	down := c.Layout().Down()
-	for id := range since {
-		if !slices.Contains(down, id) {
-			delete(since, id)
-		}
-	}
-	for _, id := range down {
-		t, ok := since[id]
-		if !ok {
-			since[id] = now
-			continue
-		}
-		if now.Sub(t) < c.cfg.SpareAfter || c.Leading() != nil || c.Layout().Placed(id) == 0 {
-			continue
+// replaceDown replaces by spares the nodes down for SpareAfter (SparesDue),
+// if this controller leads.
+func (c *Controller) replaceDown(ctx context.Context, seen map[wire.NodeID]time.Time, now time.Time) {
+	c.st.mu.Lock()
+	m, since := c.st.lay, maps.Clone(c.st.downSince)
+	c.st.mu.Unlock()
+	for _, id := range SparesDue(m, since, seen, now, c.cfg.SpareAfter) {
+		if c.Leading() != nil {
+			return
 		}
 		if err := c.NodeReplace(ctx, id); err != nil && ctx.Err() == nil && !errors.Is(err, layout.ErrNoSpare) {
 			c.log.Warn("replace a node down", "node", id, "err", err)
 		}
 	}
+}
+
+// SparesDue is the nodes of m down for at least after, still placed in
+// chains, in m's order. A node's time down counts from since (the
+// replicated date of its splicing), so a new leader does not start it
+// again; an undated node (down in the layout a controller started with)
+// counts from when this controller first saw it down, which seen keeps
+// (updated).
+func SparesDue(m *layout.Map, since, seen map[wire.NodeID]time.Time, now time.Time, after time.Duration) []wire.NodeID {
+	down := m.Down()
+	for id := range seen {
+		if !slices.Contains(down, id) {
+			delete(seen, id)
+		}
+	}
+	var due []wire.NodeID
+	for _, id := range down {
+		t, ok := since[id]
+		if !ok {
+			if t, ok = seen[id]; !ok {
+				seen[id] = now
+				continue
+			}
+		}
+		if now.Sub(t) >= after && m.Placed(id) > 0 {
+			due = append(due, id)
+		}
+	}
+	return due
 }
 
 // AdoptLayout takes m, a layout the nodes hold (gossiped by an earlier
@@ -322,7 +400,7 @@ func (c *Controller) AdoptLayout(ctx context.Context, m *layout.Map, program boo
 	c.log.Warn("adopting the nodes' newer layout", "epoch", m.Epoch(), "was", cur.Epoch(), "down", m.Down())
 	if !program {
 		cfg := m.Config()
-		return true, c.repl.apply(command{Op: opLayout, Layout: &cfg})
+		return true, c.repl.apply(command{Op: opLayout, Layout: &cfg, At: time.Now()})
 	}
 	return true, c.SetLayout(ctx, m)
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"maps"
 	"sync"
+	"time"
 
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
@@ -81,6 +82,9 @@ type state struct {
 	// (spec/README.md, flaw G).
 	inc uint16
 	qos QoSConfig
+	// downSince dates each node down in lay: when the leader that
+	// spliced it out decided so (command.At).
+	downSince map[wire.NodeID]time.Time
 	// This controller's own.
 	hits     map[wire.KeyHash]uint64 // each entry's hits in the last round
 	seq      uint64
@@ -93,6 +97,7 @@ func newState(lay *layout.Map, capacity int) *state {
 		entries:     map[wire.KeyHash]Entry{},
 		reserved:    map[wire.KeyHash]Entry{},
 		partBuckets: map[uint32][]uint8{},
+		downSince:   map[wire.NodeID]time.Time{},
 		hits:        map[wire.KeyHash]uint64{},
 		watchers:    map[chan directoryUpdate]struct{}{},
 	}

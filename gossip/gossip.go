@@ -242,6 +242,29 @@ func (g *Gossip) Layout() ([]byte, bool) {
 	return []byte(y), true
 }
 
+// LayoutEpoch is the epoch of the newest layout gossiped (0 if none),
+// without parsing it.
+func (g *Gossip) LayoutEpoch() uint32 {
+	e, _ := g.tab.get(layoutKey)
+	return uint32(e.Version)
+}
+
+// ResendLayout sends the layout the member holds, reliably, to every
+// other live member: a new leader's, whose predecessor may have died
+// before its layout reached every node (members that hold it ignore it).
+func (g *Gossip) ResendLayout() error {
+	e, ok := g.tab.get(layoutKey)
+	if !ok {
+		return errors.New("gossip: no layout to resend")
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	g.sendAll(b)
+	return nil
+}
+
 // PublishExpected gossips the controller's expected load for a node.
 func (g *Gossip) PublishExpected(e Expected) error {
 	return g.publish(expectedKey(e.Node), e.Version, e)
@@ -281,9 +304,14 @@ func (g *Gossip) queue(e entry, own bool) error {
 		g.q.QueueBroadcast(&broadcast{name: e.Key, msg: b})
 		return nil
 	}
-	if !own {
-		return nil
+	if own {
+		g.sendAll(b)
 	}
+	return nil
+}
+
+// sendAll sends an encoded entry reliably to every other live member.
+func (g *Gossip) sendAll(b []byte) {
 	self := g.ml.LocalNode().Name
 	for _, m := range g.ml.Members() {
 		if m.Name != self {
@@ -294,7 +322,6 @@ func (g *Gossip) queue(e entry, own bool) error {
 			}()
 		}
 	}
-	return nil
 }
 
 // deliver calls the callbacks for a newer entry.

@@ -30,6 +30,9 @@ type ChaosExperiment struct {
 	Histories int    // default 100
 	Seed      uint64 // default 1
 	Workers   int    // closed-loop clients of the throughput phase (default 16)
+	// Visualize is where each non-linearizable history's Porcupine
+	// visualization goes (empty: nowhere).
+	Visualize string
 	Log       func(format string, args ...any)
 	// ControlLog is the controller's log (nil: none).
 	ControlLog *slog.Logger
@@ -93,7 +96,7 @@ func RunChaos(ctx context.Context, e ChaosExperiment) (ChaosResults, error) {
 	res.ChaosResult, err = c.Chaos(ctx, cluster.ChaosConfig{Histories: e.Histories, Seed: e.Seed, Plane: pl,
 		History: cluster.HistoryConfig{Clients: 4, OpsPer: 30, Keys: 3, Gets: 45, Puts: 40, OpTimeout: 5 * time.Second, Client: cl},
 		Faults:  cluster.ChaosFaults, Down: [2]time.Duration{100 * time.Millisecond, 2 * time.Second},
-		Settle: 30 * time.Second, Log: e.Log})
+		Settle: 30 * time.Second, Visualize: e.Visualize, Log: e.Log})
 	if err != nil {
 		return res, err
 	}

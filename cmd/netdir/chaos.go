@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 // runChaosExperiment is `netdir bench --experiment chaos`: --histories
 // Porcupine-checked histories under node kills and datagram faults (seeded
 // by --seed), a node kill under load and a switch restart, on 4 nodes with
-// a switch programmed over P4Runtime; --data-dir and --json as usual.
+// a switch programmed over P4Runtime; --data-dir and --json as usual (a
+// non-linearizable history's Porcupine visualization goes beside the
+// JSON).
 func runChaosExperiment(cmd *cobra.Command, f benchFlags, histories int) error {
 	out := cmd.OutOrStdout()
 	if f.p4info == "none" {
@@ -26,6 +29,9 @@ func runChaosExperiment(cmd *cobra.Command, f benchFlags, histories int) error {
 	e := system.ChaosExperiment{Dir: f.dataDir, P4Info: f.p4info, Histories: histories, Seed: uint64(f.seed),
 		ControlLog: componentLog(cmd.ErrOrStderr(), f.verbose),
 		Log:        func(format string, args ...any) { fmt.Fprintf(out, "==> chaos, "+format+"\n", args...) }}
+	if f.jsonPath != "" { // a failed history's Porcupine visualization beside the results
+		e.Visualize = filepath.Dir(f.jsonPath)
+	}
 	if e.Dir == "" {
 		if e.Dir, err = os.MkdirTemp("", "netdir-chaos-"); err != nil {
 			return err
