@@ -219,7 +219,7 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 	c.Controller, err = controller.New(controller.Config{
 		Layout: lay, Capacity: cfg.Capacity, Round: cfg.Round, Epoch: cfg.CoarseEpoch, PromoteMin: cfg.PromoteMin,
 		VSBGroup: cfg.VSBPorts, NodeCapacity: cfg.NodeCapacity, QoSStore: qosStore, Raft: cfg.Raft, Log: log,
-		SpareAfter: cfg.SpareAfter,
+		SpareAfter: cfg.SpareAfter, RejoinAfter: cfg.FailureTimeout,
 	}, planes, &controller.UDPStorage{NoStamp: len(planes) == 0})
 	if err != nil {
 		return nil, err

@@ -79,6 +79,13 @@ type Config struct {
 	// its place in every chain it was in (Replace); 0: never, its chains
 	// stay short until it is back.
 	SpareAfter time.Duration
+	// RejoinAfter is how long a node spliced out must be seen alive before
+	// it is added back (default gossip.DefaultFailureTimeout; set it to
+	// gossip's failure timeout): a controller that has just joined gossip
+	// may hear a dead node listed alive by members that have not yet
+	// declared it dead, and putting it back in its chains would stall
+	// them until the next splice.
+	RejoinAfter time.Duration
 	// Raft, if set, makes the controller one of several replicas of its
 	// state (raft.go); nil: a lone controller.
 	Raft *RaftConfig

@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/netdir/netdir/wire"
 )
@@ -38,5 +40,22 @@ func TestReconcile(t *testing.T) {
 	}
 	if got := Reconcile(m, nil); len(got) != 0 {
 		t.Fatalf("no news: %v, want nothing", got)
+	}
+}
+
+// TestSettled: a node seen up for less than the hold is left out (its
+// liveness unknown, so Reconcile leaves it spliced out); a node seen dead
+// counts at once, and one up long enough counts as alive.
+func TestSettled(t *testing.T) {
+	now := time.Unix(100, 0)
+	alive := map[wire.NodeID]bool{1: true, 2: true, 3: false}
+	up := map[wire.NodeID]time.Time{1: now.Add(-2 * time.Second), 2: now.Add(-300 * time.Millisecond)}
+	got := Settled(alive, up, now, time.Second)
+	want := map[wire.NodeID]bool{1: true, 3: false}
+	if !maps.Equal(got, want) {
+		t.Fatalf("Settled = %v, want %v", got, want)
+	}
+	if got := Settled(alive, up, now.Add(time.Second), time.Second); !maps.Equal(got, alive) {
+		t.Fatalf("a second later: %v, want %v", got, alive)
 	}
 }

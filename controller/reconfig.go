@@ -297,6 +297,7 @@ func (c *Controller) MemberChanged(name string, alive bool) {
 // by spares.
 func (c *Controller) RunReconfig(ctx context.Context) {
 	alive := map[wire.NodeID]bool{}
+	upSince := map[wire.NodeID]time.Time{}
 	seen := map[wire.NodeID]time.Time{} // undated nodes down, from when this controller saw them so
 	t := time.NewTicker(reconcileEvery)
 	defer t.Stop()
@@ -312,6 +313,11 @@ func (c *Controller) RunReconfig(ctx context.Context) {
 			}
 			if _, ok := c.Layout().Node(id); !ok {
 				continue
+			}
+			if !mc.alive {
+				delete(upSince, id)
+			} else if !alive[id] {
+				upSince[id] = time.Now()
 			}
 			alive[id] = mc.alive
 		case now := <-t.C:
@@ -331,7 +337,7 @@ func (c *Controller) RunReconfig(ctx context.Context) {
 		if c.Leading() != nil {
 			continue
 		}
-		err := c.reconcile(ctx, alive)
+		err := c.reconcile(ctx, Settled(alive, upSince, time.Now(), c.rejoinAfter()))
 		if err != nil && ctx.Err() == nil && (last == nil || err.Error() != last.Error()) {
 			c.log.Warn("reconfiguration", "err", err)
 		}
@@ -462,6 +468,26 @@ func (c *Controller) reconcile(ctx context.Context, alive map[wire.NodeID]bool) 
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Settled is the liveness that Reconcile acts on: alive, less the nodes
+// seen up for less than after (since upSince), whose liveness is not yet
+// known for sure.
+func Settled(alive map[wire.NodeID]bool, upSince map[wire.NodeID]time.Time, now time.Time, after time.Duration) map[wire.NodeID]bool {
+	out := make(map[wire.NodeID]bool, len(alive))
+	for id, a := range alive {
+		if !a || now.Sub(upSince[id]) >= after {
+			out[id] = a
+		}
+	}
+	return out
+}
+
+func (c *Controller) rejoinAfter() time.Duration {
+	if c.cfg.RejoinAfter > 0 {
+		return c.cfg.RejoinAfter
+	}
+	return gossip.DefaultFailureTimeout
 }
 
 // LivenessChange is a node to splice out (Alive false) or to add back as
