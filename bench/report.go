@@ -448,8 +448,9 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{"mi
 <meta charset="utf-8">
 <title>{{.Title}}</title>
 <style>
-body { font-family: sans-serif; margin: 2em auto; max-width: 70em; color: #222; }
-table { border-collapse: collapse; font-size: 0.9em; }
+body { font-family: sans-serif; margin: 2em auto; max-width: 80em; color: #222; }
+div.table { overflow-x: auto; }
+table { border-collapse: collapse; font-size: 0.8em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
 th { background: #f3f3f3; }
 td.l, th.l { text-align: left; }
@@ -462,7 +463,7 @@ figcaption { font-size: 0.85em; color: #555; }
 <p>Generated {{.Generated}}. {{len .Runs}} runs. Latencies in ms; load is requests per storage node;
 offered load is the open-loop rate (closed loop: blank);
 tail index is the Hill estimate over the top 5% of latencies (α−1 beside it when value sizes are Pareto(α)).</p>
-<table>
+<div class="table"><table>
 <tr><th class="l">policy</th><th class="l">workload</th><th>zipf</th><th>nodes</th><th>offered (ops/s)</th><th>throughput (ops/s)</th>
 <th>p50</th><th>p99</th><th>p999</th><th>load max/mean</th><th>load CoV</th><th>node latency CoV</th>
 <th>dir hit rate</th><th>tail index</th><th>α−1</th><th>ops</th><th>errors</th><th>CPU s</th><th>RSS MiB</th></tr>
@@ -471,7 +472,7 @@ tail index is the Hill estimate over the top 5% of latencies (α−1 beside it w
 <td>{{printf "%.3f" .LoadMaxOverMean}}</td><td>{{printf "%.3f" .LoadCoV}}</td><td>{{printf "%.3f" .NodeLatencyCoV}}</td>
 <td>{{printf "%.3f" .DirHitRate}}</td><td>{{printf "%.2f" .TailIndex}}</td><td>{{if .TailIndexExpected}}{{printf "%.2f" .TailIndexExpected}}{{end}}</td>
 <td>{{.Ops}}</td><td>{{.Errors}}</td><td>{{printf "%.1f" .CPUSeconds}}</td><td>{{printf "%.0f" (mib .RSSBytes)}}</td></tr>
-{{end}}</table>
+{{end}}</table></div>
 {{range .Figures}}<figure><img alt="{{.Title}}" src="{{.Src}}" width="576" height="384">
 <figcaption>{{.Caption}}</figcaption></figure>
 {{end}}
