@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,6 +125,7 @@ func TestCaptureMirror(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
+			raw := bytes.Clone(out.Bytes())
 			r, err := pcapgo.NewNgReader(&out, pcapgo.DefaultNgReaderOptions)
 			if err != nil {
 				t.Fatal(err)
@@ -136,7 +139,35 @@ func TestCaptureMirror(t *testing.T) {
 					t.Errorf("the filter passed request %d, which the other client sent", id)
 				}
 			}
+			tsharkDecodes(t, raw, sw.Addr().Port(), count)
 		})
+	}
+}
+
+// tsharkDecodes checks that tshark, with the dissector and the switch's
+// port decoded as netdir, finds want netdir packets in the pcapng.
+func tsharkDecodes(t *testing.T, pcapng []byte, port uint16, want int) {
+	if _, err := exec.LookPath("tshark"); err != nil {
+		t.Log("tshark is not installed: the capture is not checked with the dissector")
+		return
+	}
+	file := filepath.Join(t.TempDir(), "mirror.pcapng")
+	if err := os.WriteFile(file, pcapng, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script, err := filepath.Abs("../../tools/wireshark/netdir.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("tshark", "-n", "-X", "lua_script:"+script, "-d", fmt.Sprintf("udp.port==%d,netdir", port),
+		"-r", file, "-Y", "netdir.op == 0x01 && !netdir.malformed", "-T", "fields", "-e", "netdir.reqid")
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tshark: %v", err)
+	}
+	if n := len(strings.Fields(string(out))); n != want {
+		t.Errorf("tshark decoded %d netdir GETs in the capture, want %d:\n%s", n, want, out)
 	}
 }
 
