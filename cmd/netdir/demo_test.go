@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -181,5 +182,24 @@ func TestBenchFlagErrors(t *testing.T) {
 		if err := cmd.Execute(); err == nil {
 			t.Errorf("bench %v: no error", args)
 		}
+	}
+}
+
+func TestOpenRate(t *testing.T) {
+	runs := []bench.Run{
+		{Policy: "static", Nodes: 8, CapacityOps: 571, ThroughputOps: 2009},
+		{Policy: "netdir", Nodes: 8, CapacityOps: 571, ThroughputOps: 2677},
+	}
+	if rate, basis := openRate(runs, 0.7); math.Abs(rate-0.7*2677) > 1e-9 || !strings.Contains(basis, "short of the ideal 4568") {
+		t.Errorf("below the ideal: %.1f ops/s (%s), want 70%% of netdir's 2677", rate, basis)
+	}
+	runs[1].ThroughputOps = 5000
+	if rate, _ := openRate(runs, 0.7); math.Abs(rate-0.7*4568) > 1e-9 {
+		t.Errorf("at the ideal: %.1f ops/s, want 70%% of 4568", rate)
+	}
+	runs = append(runs, bench.Run{Policy: "netdir", Nodes: 8, ThroughputOps: 9999, OfferedOps: 100}) // open loop: ignored
+	runs[0].CapacityOps, runs[1].CapacityOps = 0, 0
+	if rate, basis := openRate(runs, 0.5); rate != 2500 || !strings.Contains(basis, "no nominal capacity") {
+		t.Errorf("no capacity: %.1f ops/s (%s), want half of netdir's 5000", rate, basis)
 	}
 }
