@@ -21,6 +21,7 @@ import (
 	"github.com/google/gopacket/pcapgo"
 	"github.com/spf13/cobra"
 	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/netdir/netdir/model"
 )
@@ -37,7 +38,7 @@ func captureCmd() *cobra.Command {
 		Long: `Capture packets for Wireshark or tshark (tools/wireshark/netdir.lua decodes them).
 
 With --interface, read the interface with an AF_PACKET socket (root or
-CAP_NET_RAW) and write pcap. With --mirror, listen on ADDR (UDP) for the
+CAP_NET_RAW) and write pcap (gopacket's pcapgo). With --mirror, listen on ADDR (UDP) for the
 copies that a software switch started with --mirror ADDR sends of every
 datagram it receives, and write them as pcapng: Ethernet/IPv4 (or IPv6)/UDP
 frames from the sender to the switch, at the switch's clock.
@@ -154,38 +155,74 @@ func parseDDD(s string) ([]bpf.RawInstruction, error) {
 // captureInterface writes pcap of iface's frames that pass prog until ctx
 // ends or count frames are written.
 func captureInterface(ctx context.Context, iface string, prog []bpf.RawInstruction, w io.Writer, count int) (int, error) {
-	h, err := pcapgo.NewEthernetHandle(iface)
+	src, err := openPacketSocket(iface, prog)
 	if err != nil {
 		return 0, fmt.Errorf("capture: %s: %w", iface, err)
 	}
-	defer h.Close()
-	if prog != nil {
-		if err := h.SetBPF(prog); err != nil {
-			return 0, fmt.Errorf("capture: filter: %w", err)
-		}
-	}
-	return writeFrames(ctx, h, w, count)
+	defer src.Close()
+	return writeFrames(ctx, src, w, count)
 }
 
-// writeFrames copies src's frames to w as pcap. A read blocks, so the
-// handle is closed when ctx ends to wake it.
-func writeFrames(ctx context.Context, h *pcapgo.EthernetHandle, w io.Writer, count int) (int, error) {
+// packetSocket is an AF_PACKET socket bound to one interface, read
+// through Go's poller so that a read can be given a deadline: the capture
+// stops on time (pcapgo.EthernetHandle blocks in recvmsg until a frame
+// arrives).
+type packetSocket struct{ f *os.File }
+
+// openPacketSocket opens a packet socket on iface with prog attached
+// before it is bound, so that no frame escapes the filter.
+func openPacketSocket(iface string, prog []bpf.RawInstruction) (*packetSocket, error) {
+	ifi, err := net.InterfaceByName(iface)
+	if err != nil {
+		return nil, err
+	}
+	allProtocols := int(uint16(unix.ETH_P_ALL)<<8 | uint16(unix.ETH_P_ALL)>>8) // network byte order
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, allProtocols)
+	if err != nil {
+		return nil, fmt.Errorf("packet socket (root or CAP_NET_RAW): %w", err)
+	}
+	if len(prog) > 0 {
+		filter := make([]unix.SockFilter, len(prog))
+		for i, in := range prog {
+			filter[i] = unix.SockFilter{Code: in.Op, Jt: in.Jt, Jf: in.Jf, K: in.K}
+		}
+		fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+		if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fprog); err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("attach filter: %w", err)
+		}
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: uint16(allProtocols), Ifindex: ifi.Index}); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return &packetSocket{f: os.NewFile(uintptr(fd), "packet:"+iface)}, nil
+}
+
+func (s *packetSocket) Close() error { return s.f.Close() }
+
+// writeFrames copies src's frames to w as pcap, until ctx ends or count
+// frames are written.
+func writeFrames(ctx context.Context, src *packetSocket, w io.Writer, count int) (int, error) {
+	const snapLen = 1 << 16
 	pw := pcapgo.NewWriter(w)
-	if err := pw.WriteFileHeader(uint32(h.GetCaptureLength()), layers.LinkTypeEthernet); err != nil {
+	if err := pw.WriteFileHeader(snapLen, layers.LinkTypeEthernet); err != nil {
 		return 0, err
 	}
-	stop := context.AfterFunc(ctx, h.Close)
+	stop := context.AfterFunc(ctx, func() { _ = src.f.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
+	buf := make([]byte, snapLen)
 	n := 0
 	for count == 0 || n < count {
-		data, ci, err := h.ReadPacketData()
+		m, err := src.f.Read(buf)
 		if err != nil {
 			if ctx.Err() != nil {
 				return n, nil
 			}
 			return n, fmt.Errorf("capture: read: %w", err)
 		}
-		if err := pw.WritePacket(ci, data); err != nil {
+		ci := gopacket.CaptureInfo{Timestamp: time.Now(), CaptureLength: m, Length: m}
+		if err := pw.WritePacket(ci, buf[:m]); err != nil {
 			return n, err
 		}
 		n++

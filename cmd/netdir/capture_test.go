@@ -197,12 +197,12 @@ func TestCaptureInterfaceNetns(t *testing.T) {
 	// Sockets and the capture handle made on a thread in the namespace
 	// stay there.
 	var (
-		h         *pcapgo.EthernetHandle
+		h         *packetSocket
 		srv, sink net.PacketConn
 		snd       *net.UDPConn
 	)
 	err = netnsrun.In(ns, func() (err error) {
-		if h, err = pcapgo.NewEthernetHandle("lo"); err != nil {
+		if h, err = openPacketSocket("lo", prog); err != nil {
 			return err
 		}
 		if srv, err = net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", wire.ServicePort)); err != nil {
@@ -220,9 +220,7 @@ func TestCaptureInterfaceNetns(t *testing.T) {
 	defer srv.Close()
 	defer sink.Close()
 	defer snd.Close()
-	if err := h.SetBPF(prog); err != nil {
-		t.Fatal(err)
-	}
+	defer h.Close()
 	// Loopback frames are seen twice by a packet socket: leaving and
 	// arriving.
 	const sent = 3
@@ -248,6 +246,13 @@ func TestCaptureInterfaceNetns(t *testing.T) {
 	ids, other := netdirReqIDs(t, r)
 	if other != 0 || len(ids) != 2*sent {
 		t.Fatalf("capture: netdir request ids %v and %d other frames; want %d netdir frames", ids, other, 2*sent)
+	}
+	// With no traffic, the capture ends when its context does.
+	start := time.Now()
+	short, cancelShort := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancelShort()
+	if n, err := writeFrames(short, h, io.Discard, 0); err != nil || n != 0 || time.Since(start) > 5*time.Second {
+		t.Errorf("an idle capture: %d frames, %v, after %v; want 0, nil, at its 200 ms deadline", n, err, time.Since(start))
 	}
 	t.Logf("captured %d netdir frames on lo in %s", len(ids), ns)
 }
