@@ -356,6 +356,20 @@ type Run struct {
 	// routed that the fine score sent to its second candidate (HATS §4.3):
 	// requests that left the first weighted choice.
 	SwitchedFraction float64 `json:"switched_fraction"`
+
+	// OfferedOps is the open-loop rate the run was offered (ops/s; 0:
+	// closed loop), so runs of different policies compare at equal load.
+	OfferedOps float64 `json:"offered_ops,omitempty"`
+	// Series is the run's throughput and load balance second by second.
+	Series []SeriesPoint `json:"series,omitempty"`
+}
+
+// SeriesPoint is one second of a run: its throughput and its per-node
+// load's max over mean.
+type SeriesPoint struct {
+	T               float64 `json:"t_s"`
+	ThroughputOps   float64 `json:"throughput_ops"`
+	LoadMaxOverMean float64 `json:"load_max_over_mean"`
 }
 
 // QuantilePoint is one point of a latency CDF: the fraction Q of operations

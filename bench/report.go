@@ -69,7 +69,24 @@ func runLabel(r Run) string {
 	if r.Dist == DistUniform || r.Zipf == 0 {
 		skew = "uniform"
 	}
-	return fmt.Sprintf("%s %s, N=%d", r.Workload, skew, r.Nodes)
+	return fmt.Sprintf("%s %s, N=%d%s", r.Workload, skew, r.Nodes, loopLabel(r))
+}
+
+// loopLabel is ", open loop N ops/s" for an open-loop run, else "".
+func loopLabel(r Run) string {
+	if r.OfferedOps > 0 {
+		return fmt.Sprintf(", open loop %.0f ops/s", r.OfferedOps)
+	}
+	return ""
+}
+
+// legend names a run in a figure: its policy, and its offered load if it
+// ran open loop.
+func legend(r Run) string {
+	if r.OfferedOps > 0 {
+		return fmt.Sprintf("%s @ %.0f ops/s", r.Policy, r.OfferedOps)
+	}
+	return r.Policy
 }
 
 func render(p *plot.Plot) ([]byte, error) {
@@ -98,6 +115,18 @@ func styleLine(l *plotter.Line, i int) {
 	l.Color = plotutil.Color(i)
 	l.Dashes = plotutil.Dashes(i)
 	l.Width = vg.Points(1.5)
+}
+
+// addLine adds the i-th styled line through xy, with its legend.
+func addLine(p *plot.Plot, xy plotter.XYs, i int, label string) error {
+	l, err := plotter.NewLine(xy)
+	if err != nil {
+		return err
+	}
+	styleLine(l, i)
+	p.Add(l)
+	p.Legend.Add(label, l)
+	return nil
 }
 
 // noData marks an empty figure.
@@ -167,7 +196,7 @@ func throughputVsSkew(runs []Run) (*plot.Plot, string, error) {
 
 // latencyCDFs: per policy, the latency CDF of its focus run on a log x axis.
 func latencyCDFs(focus []Run) (*plot.Plot, string, error) {
-	p := newPlot("Latency CDF", "latency (µs, log)", "fraction of operations ≤ x")
+	p := newPlot("Latency CDF", "latency (ms, log)", "fraction of operations ≤ x")
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	n := 0
@@ -176,19 +205,15 @@ func latencyCDFs(focus []Run) (*plot.Plot, string, error) {
 		var xy plotter.XYs
 		for _, q := range r.Latency {
 			if q.Us > 0 {
-				xy = append(xy, plotter.XY{X: q.Us, Y: q.Q})
+				xy = append(xy, plotter.XY{X: q.Us / 1e3, Y: q.Q})
 			}
 		}
 		if len(xy) < 2 {
 			continue
 		}
-		l, err := plotter.NewLine(xy)
-		if err != nil {
+		if err := addLine(p, xy, i, legend(r)); err != nil {
 			return nil, "", err
 		}
-		styleLine(l, i)
-		p.Add(l)
-		p.Legend.Add(r.Policy, l)
 		labels = append(labels, fmt.Sprintf("%s (%s)", r.Policy, runLabel(r)))
 		n++
 	}
@@ -263,7 +288,7 @@ func loadBars(focus []Run) (*plot.Plot, string, error) {
 // latencyTail: the complementary CDF P(latency > x) on log-log axes; a
 // power-law tail of index a is a straight line of slope −a.
 func latencyTail(focus []Run) (*plot.Plot, string, error) {
-	p := newPlot("Latency tail (CCDF, log-log)", "latency (µs, log)", "P(latency > x) (log)")
+	p := newPlot("Latency tail (CCDF, log-log)", "latency (ms, log)", "P(latency > x) (log)")
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
@@ -273,7 +298,7 @@ func latencyTail(focus []Run) (*plot.Plot, string, error) {
 		var xy plotter.XYs
 		for _, q := range r.Latency {
 			if c := 1 - q.Q; q.Us > 0 && c > 1e-12 && q.Q >= 0.5 {
-				xy = append(xy, plotter.XY{X: q.Us, Y: c})
+				xy = append(xy, plotter.XY{X: q.Us / 1e3, Y: c})
 			}
 		}
 		if len(xy) < 2 {
@@ -285,9 +310,9 @@ func latencyTail(focus []Run) (*plot.Plot, string, error) {
 		}
 		styleLine(l, i)
 		p.Add(l)
-		label := r.Policy
+		label := legend(r)
 		if r.TailIndex > 0 {
-			label = fmt.Sprintf("%s (Hill %.2f)", r.Policy, r.TailIndex)
+			label = fmt.Sprintf("%s (Hill %.2f)", legend(r), r.TailIndex)
 		}
 		p.Legend.Add(label, l)
 		s := fmt.Sprintf("%s: Hill tail index %.2f", r.Policy, r.TailIndex)
@@ -306,20 +331,45 @@ func latencyTail(focus []Run) (*plot.Plot, string, error) {
 	return p, "Latency tail per policy (from the median out); " + strings.Join(labels, "; ") + ".", nil
 }
 
-// Figures renders the report's four figures, in order: throughput vs skew,
-// latency CDFs, per-node load bars and the log-log latency tail. The
-// per-policy figures show each policy's run at the highest skew (then the
-// most nodes).
+// Figures renders the report's figures, in order:
+//   - throughput vs skew, when some policy ran at two skews or more;
+//   - the latency CDF and the log-log latency tail, of each policy's
+//     open-loop run if there are any (equal offered load), else of its
+//     focus run (the highest skew, then the most nodes);
+//   - per-node load bars, of the closed-loop focus runs;
+//   - throughput and load max/mean over time, when runs carry a Series.
 func Figures(res Results) ([]Figure, error) {
-	focus := focusRuns(res.Runs)
-	makers := []struct {
+	var closed, open []Run
+	for _, r := range res.Runs {
+		if r.OfferedOps > 0 {
+			open = append(open, r)
+		} else {
+			closed = append(closed, r)
+		}
+	}
+	focus := focusRuns(closed)
+	latency := focus
+	if len(open) > 0 {
+		latency = focusRuns(open)
+	}
+	type maker struct {
 		title string
 		mk    func() (*plot.Plot, string, error)
-	}{
-		{"Throughput vs skew", func() (*plot.Plot, string, error) { return throughputVsSkew(res.Runs) }},
-		{"Latency CDF", func() (*plot.Plot, string, error) { return latencyCDFs(focus) }},
-		{"Per-node load", func() (*plot.Plot, string, error) { return loadBars(focus) }},
-		{"Latency tail", func() (*plot.Plot, string, error) { return latencyTail(focus) }},
+	}
+	var makers []maker
+	if sweeps(closed) {
+		makers = append(makers, maker{"Throughput vs skew", func() (*plot.Plot, string, error) { return throughputVsSkew(closed) }})
+	}
+	makers = append(makers,
+		maker{"Latency CDF", func() (*plot.Plot, string, error) { return latencyCDFs(latency) }},
+		maker{"Per-node load", func() (*plot.Plot, string, error) { return loadBars(focus) }},
+		maker{"Latency tail", func() (*plot.Plot, string, error) { return latencyTail(latency) }},
+	)
+	if hasSeries(res.Runs) {
+		makers = append(makers,
+			maker{"Throughput over time", func() (*plot.Plot, string, error) { return seriesPlot(res.Runs, false) }},
+			maker{"Load max/mean over time", func() (*plot.Plot, string, error) { return seriesPlot(res.Runs, true) }},
+		)
 	}
 	figs := make([]Figure, 0, len(makers))
 	for _, m := range makers {
@@ -336,14 +386,71 @@ func Figures(res Results) ([]Figure, error) {
 	return figs, nil
 }
 
-var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{"mib": mib}).Parse(`<!DOCTYPE html>
+// sweeps reports whether some policy ran at two skews or more: the
+// throughput-vs-skew figure has a line to draw, not one point per policy.
+func sweeps(runs []Run) bool {
+	skews := map[string]map[float64]bool{}
+	for _, r := range runs {
+		if skews[r.Policy] == nil {
+			skews[r.Policy] = map[float64]bool{}
+		}
+		skews[r.Policy][r.Zipf] = true
+		if len(skews[r.Policy]) > 1 {
+			return true
+		}
+	}
+	return false
+}
+
+func hasSeries(runs []Run) bool {
+	for _, r := range runs {
+		if len(r.Series) > 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// seriesPlot: one line per run through its Series, of throughput or of
+// load max/mean.
+func seriesPlot(runs []Run, load bool) (*plot.Plot, string, error) {
+	title, y, caption := "Throughput over time", "throughput (ops/s)", "Throughput each second of each run (measured part)."
+	if load {
+		title, y, caption = "Load max/mean over time", "busiest node's load / mean load",
+			"Per-node load's max over mean each second of each run (1 is perfect balance)."
+	}
+	p := newPlot(title, "time in the run (s)", y)
+	i := 0
+	for _, r := range runs {
+		if len(r.Series) < 2 {
+			continue
+		}
+		xy := make(plotter.XYs, len(r.Series))
+		for j, pt := range r.Series {
+			xy[j] = plotter.XY{X: pt.T, Y: pt.ThroughputOps}
+			if load {
+				xy[j].Y = pt.LoadMaxOverMean
+			}
+		}
+		if err := addLine(p, xy, i, legend(r)); err != nil {
+			return nil, "", err
+		}
+		i++
+	}
+	p.Y.Min = 0
+	p.Y.Max *= 1.3 // room for the legend
+	return p, caption, nil
+}
+
+var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{"mib": mib, "ms": ms}).Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <title>{{.Title}}</title>
 <style>
-body { font-family: sans-serif; margin: 2em auto; max-width: 70em; color: #222; }
-table { border-collapse: collapse; font-size: 0.9em; }
+body { font-family: sans-serif; margin: 2em auto; max-width: 80em; color: #222; }
+div.table { overflow-x: auto; }
+table { border-collapse: collapse; font-size: 0.8em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
 th { background: #f3f3f3; }
 td.l, th.l { text-align: left; }
@@ -353,18 +460,19 @@ figcaption { font-size: 0.85em; color: #555; }
 </head>
 <body>
 <h1>{{.Title}}</h1>
-<p>Generated {{.Generated}}. {{len .Runs}} runs. Latencies in µs; load is requests per storage node;
+<p>Generated {{.Generated}}. {{len .Runs}} runs. Latencies in ms; load is requests per storage node;
+offered load is the open-loop rate (closed loop: blank);
 tail index is the Hill estimate over the top 5% of latencies (α−1 beside it when value sizes are Pareto(α)).</p>
-<table>
-<tr><th class="l">policy</th><th class="l">workload</th><th>zipf</th><th>nodes</th><th>throughput (ops/s)</th>
+<div class="table"><table>
+<tr><th class="l">policy</th><th class="l">workload</th><th>zipf</th><th>nodes</th><th>offered (ops/s)</th><th>throughput (ops/s)</th>
 <th>p50</th><th>p99</th><th>p999</th><th>load max/mean</th><th>load CoV</th><th>node latency CoV</th>
 <th>dir hit rate</th><th>tail index</th><th>α−1</th><th>ops</th><th>errors</th><th>CPU s</th><th>RSS MiB</th></tr>
 {{range .Runs}}<tr><td class="l">{{.Policy}}</td><td class="l">{{.Workload}}</td><td>{{printf "%.2f" .Zipf}}</td><td>{{.Nodes}}</td>
-<td>{{printf "%.0f" .ThroughputOps}}</td><td>{{printf "%.1f" .P50us}}</td><td>{{printf "%.1f" .P99us}}</td><td>{{printf "%.1f" .P999us}}</td>
+<td>{{if .OfferedOps}}{{printf "%.0f" .OfferedOps}}{{end}}</td><td>{{printf "%.0f" .ThroughputOps}}</td><td>{{ms .P50us}}</td><td>{{ms .P99us}}</td><td>{{ms .P999us}}</td>
 <td>{{printf "%.3f" .LoadMaxOverMean}}</td><td>{{printf "%.3f" .LoadCoV}}</td><td>{{printf "%.3f" .NodeLatencyCoV}}</td>
 <td>{{printf "%.3f" .DirHitRate}}</td><td>{{printf "%.2f" .TailIndex}}</td><td>{{if .TailIndexExpected}}{{printf "%.2f" .TailIndexExpected}}{{end}}</td>
 <td>{{.Ops}}</td><td>{{.Errors}}</td><td>{{printf "%.1f" .CPUSeconds}}</td><td>{{printf "%.0f" (mib .RSSBytes)}}</td></tr>
-{{end}}</table>
+{{end}}</table></div>
 {{range .Figures}}<figure><img alt="{{.Title}}" src="{{.Src}}" width="576" height="384">
 <figcaption>{{.Caption}}</figcaption></figure>
 {{end}}
@@ -378,7 +486,7 @@ type htmlFigure struct {
 }
 
 // WriteHTML writes a self-contained HTML report: the summary table and the
-// four Figures embedded as base64 PNG data URIs.
+// Figures embedded as base64 PNG data URIs.
 func WriteHTML(w io.Writer, res Results, title string) error {
 	figs, err := Figures(res)
 	if err != nil {
@@ -404,12 +512,25 @@ func WriteHTML(w io.Writer, res Results, title string) error {
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
+// ms prints a latency in µs as milliseconds with three significant
+// digits, at least two decimals.
+func ms(us float64) string {
+	m := us / 1e3
+	switch {
+	case m >= 100:
+		return fmt.Sprintf("%.0f", m)
+	case m >= 10:
+		return fmt.Sprintf("%.1f", m)
+	}
+	return fmt.Sprintf("%.2f", m)
+}
+
 // WriteSummary writes the terminal summary table of runs. The last two
 // columns are the system's resource use: CPU cores (CPU seconds per second of
 // the run) and resident memory.
 func WriteSummary(w io.Writer, runs []Run) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tworkload\tzipf\tnodes\tops/s\tp50 µs\tp99 µs\tp999 µs\tmax/mean\tload CoV\tlat CoV\thit rate\ttail\tα−1\terrors\tcores\tRSS MiB\t")
+	fmt.Fprintln(tw, "policy\tworkload\tzipf\tnodes\tops/s\tp50 ms\tp99 ms\tp999 ms\tmax/mean\tload CoV\tlat CoV\thit rate\ttail\tα−1\terrors\tcores\tRSS MiB\t")
 	for _, r := range runs {
 		exp := "-"
 		if r.TailIndexExpected > 0 {
@@ -423,8 +544,12 @@ func WriteSummary(w io.Writer, runs []Run) error {
 		if r.DurationS > 0 {
 			cores = r.CPUSeconds / r.DurationS
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%s\t%d\t%.2f\t%.0f\t\n",
-			r.Policy, r.Workload, zipf, r.Nodes, r.ThroughputOps, r.P50us, r.P99us, r.P999us,
+		pol := r.Policy
+		if r.OfferedOps > 0 {
+			pol += fmt.Sprintf(" @%.0f/s", r.OfferedOps)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%s\t%d\t%.2f\t%.0f\t\n",
+			pol, r.Workload, zipf, r.Nodes, r.ThroughputOps, ms(r.P50us), ms(r.P99us), ms(r.P999us),
 			r.LoadMaxOverMean, r.LoadCoV, r.NodeLatencyCoV, r.DirHitRate, r.TailIndex, exp, r.Errors,
 			cores, mib(r.RSSBytes))
 	}

@@ -80,8 +80,12 @@ func checkReport(t *testing.T, res Results) string {
 		t.Error("title not escaped")
 	}
 	srcs := images(t, doc)
-	if len(srcs) != 4 {
-		t.Fatalf("%d <img> elements, want 4", len(srcs))
+	figs, err := Figures(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(srcs) != len(figs) || len(srcs) < 3 {
+		t.Fatalf("%d <img> elements for %d figures", len(srcs), len(figs))
 	}
 	const prefix = "data:image/png;base64,"
 	for i, s := range srcs {
@@ -126,6 +130,59 @@ func TestReportHTML(t *testing.T) {
 	}
 }
 
+// TestReportOpenLoop: a demo's results (one skew; closed-loop runs, then
+// open-loop runs at one offered load, with time series) drop the
+// one-point throughput-vs-skew figure, draw the latency figures from the
+// open-loop runs, add the time series, and print latencies in ms.
+func TestReportOpenLoop(t *testing.T) {
+	var res Results
+	for _, r := range sampleResults(t).Runs {
+		if r.Zipf != 1.2 || r.Policy == "pegasus" {
+			continue
+		}
+		for i := range 5 {
+			r.Series = append(r.Series, SeriesPoint{T: float64(i + 1), ThroughputOps: 1000 + float64(i), LoadMaxOverMean: 1.5})
+		}
+		res.Runs = append(res.Runs, r)
+		r.OfferedOps = 700
+		res.Runs = append(res.Runs, r)
+	}
+	doc := checkReport(t, res)
+	figs, err := Figures(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var titles []string
+	for _, f := range figs {
+		titles = append(titles, f.Title)
+	}
+	want := "Latency CDF,Per-node load,Latency tail,Throughput over time,Load max/mean over time"
+	if strings.Join(titles, ",") != want {
+		t.Errorf("figures %q, want %s", titles, want)
+	}
+	if !strings.Contains(figs[0].Caption, "open loop 700 ops/s") {
+		t.Errorf("the CDF is not of the open-loop runs: %q", figs[0].Caption)
+	}
+	if !strings.Contains(doc, "Latencies in ms") || !strings.Contains(doc, "<td>700</td>") {
+		t.Error("the table does not give latencies in ms and the offered load")
+	}
+	var b strings.Builder
+	if err := WriteSummary(&b, res.Runs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "netdir @700/s") {
+		t.Errorf("summary does not name the open-loop runs:\n%s", b.String())
+	}
+}
+
+func TestMs(t *testing.T) {
+	for us, want := range map[float64]string{240: "0.24", 44_800: "44.8", 1_234_567: "1235", 5: "0.01"} {
+		if got := ms(us); got != want {
+			t.Errorf("ms(%g) = %s, want %s", us, got, want)
+		}
+	}
+}
+
 func TestReportEmpty(t *testing.T) {
 	checkReport(t, Results{})
 	// Runs with no latency or node data still give four figures.
@@ -153,7 +210,7 @@ func TestSummaryTable(t *testing.T) {
 	if len(lines) != 1+len(res.Runs) {
 		t.Fatalf("%d lines for %d runs:\n%s", len(lines), len(res.Runs), b.String())
 	}
-	if !strings.Contains(lines[0], "p99 µs") || !strings.Contains(lines[0], "max/mean") {
+	if !strings.Contains(lines[0], "p99 ms") || !strings.Contains(lines[0], "max/mean") {
 		t.Errorf("header %q", lines[0])
 	}
 	if !strings.Contains(lines[len(lines)-1], "netdir") || !strings.Contains(lines[len(lines)-1], "1.00") {

@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/netip"
 
 	p4 "github.com/p4lang/p4runtime/go/p4/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
 	"github.com/netdir/netdir/directory"
@@ -30,15 +34,22 @@ type SwitchConfig struct {
 	// (port 0 picks one; empty: none), as device DeviceID (default 1).
 	P4Runtime string
 	DeviceID  uint64
+	// Metrics serves the switch's Prometheus metrics (model.Collector) on
+	// this HTTP address; empty: none.
+	Metrics string
+	// Mirror, if valid, gets a copy of every datagram the switch receives
+	// (model.AppendMirror): `netdir capture --mirror` writes them as pcapng.
+	Mirror netip.AddrPort
 }
 
 // Switch is a running software data plane and its P4Runtime server.
 type Switch struct {
 	*model.Switch
-	gs   *grpc.Server
-	p4rt net.Addr
-	done chan struct{}
-	err  error // Run's, once done is closed
+	gs      *grpc.Server
+	p4rt    net.Addr
+	metrics *http.Server
+	done    chan struct{}
+	err     error // Run's, once done is closed
 }
 
 // StartSwitch starts the switch; it serves until Close.
@@ -51,7 +62,7 @@ func StartSwitch(cfg SwitchConfig) (*Switch, error) {
 			cfg.Directory.PartitionBits = cfg.Layout.Bits()
 		}
 	}
-	sw, err := model.New(model.Config{Listen: cfg.Listen, Nodes: cfg.Nodes, Directory: cfg.Directory})
+	sw, err := model.New(model.Config{Listen: cfg.Listen, Nodes: cfg.Nodes, Directory: cfg.Directory, Mirror: cfg.Mirror})
 	if err != nil {
 		return nil, err
 	}
@@ -80,6 +91,17 @@ func StartSwitch(cfg SwitchConfig) (*Switch, error) {
 		s.p4rt = lis.Addr()
 		go s.gs.Serve(lis)
 	}
+	if cfg.Metrics != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(model.NewCollector(sw))
+		lis, err := net.Listen("tcp", cfg.Metrics)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("switch metrics: %w", err)
+		}
+		s.metrics = &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
+		go s.metrics.Serve(lis)
+	}
 	return s, nil
 }
 
@@ -102,6 +124,9 @@ func (s *Switch) Err() error { return s.err }
 func (s *Switch) Close() error {
 	if s.gs != nil {
 		s.gs.Stop()
+	}
+	if s.metrics != nil {
+		s.metrics.Close()
 	}
 	s.Switch.Close()
 	<-s.done

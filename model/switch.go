@@ -77,6 +77,10 @@ type Config struct {
 	Pending int
 	// Batch is the number of datagrams per recvmmsg and sendmmsg (default 64).
 	Batch int
+	// Mirror, if valid, gets a copy of every datagram the switch receives,
+	// framed by AppendMirror, like a switch's mirror port. Of the same
+	// family as Listen.
+	Mirror netip.AddrPort
 }
 
 // Stats are the model's own counters, beside the directory's.
@@ -110,6 +114,7 @@ type Switch struct {
 	nodes  []*net.UDPAddr                // by node id; nil when unregistered
 	byAddr map[udpbatch.Peer]wire.NodeID // registered node addresses
 	group  []*net.UDPAddr                // VSB multicast group
+	mirror *net.UDPAddr                  // mirror-port collector; nil: none
 	stats  Stats
 
 	closeOnce sync.Once
@@ -165,6 +170,9 @@ func New(cfg Config) (*Switch, error) {
 	}
 	if v4 {
 		s.addr = netip.AddrPortFrom(s.addr.Addr().Unmap(), s.addr.Port())
+	}
+	if cfg.Mirror.IsValid() {
+		s.mirror = net.UDPAddrFromAddrPort(cfg.Mirror)
 	}
 	s.rx, err = udpbatch.NewReader(conn, udpbatch.Buffers(cfg.Batch, udpbatch.MaxDatagram))
 	if err != nil {
@@ -224,6 +232,9 @@ func (s *Switch) handleBatch(n int) {
 	var st Stats
 	for i := 0; i < n; i++ {
 		b, from := s.rx.Msg(i)
+		if s.mirror != nil {
+			s.tx.Add(AppendMirror(nil, b, from.AddrPort(s.v4), now), s.mirror)
+		}
 		s.handle(b, from, now, &st)
 	}
 	s.mu.Unlock()

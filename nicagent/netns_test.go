@@ -12,8 +12,9 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/netdir/netdir/internal/netnsrun"
 )
 
 // testbed is a set of network namespaces the test creates and deletes:
@@ -75,33 +76,7 @@ func (tb *testbed) destroy() {
 func nsPath(ns string) string { return "/var/run/netns/" + ns }
 
 // inNS runs f on an OS thread in namespace ns; sockets f creates live there.
-func inNS(ns string, f func() error) error {
-	h, err := netns.GetFromName(ns)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(h); err != nil {
-			errc <- err
-			return
-		}
-		err = f()
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- err
-	}()
-	return <-errc
-}
+func inNS(ns string, f func() error) error { return netnsrun.In(ns, f) }
 
 // setTxChecksum turns an interface's transmit checksum offload on or off
 // (ETHTOOL_STXCSUM). Off on a bridge port, the kernel completes every

@@ -165,10 +165,12 @@ func liveFunc(w io.Writer, mode string) (func(bench.LiveStats), error) {
 	default:
 		return nil, fmt.Errorf("--live %q: want auto, on, lines or off", mode)
 	}
+	var clock liveClock
 	switch mode {
 	case "on":
 		lines, last := 0, ""
 		return func(s bench.LiveStats) {
+			s.Elapsed = clock.next(s.Policy, s.Elapsed)
 			frame := bench.LiveView(s, 40)
 			// Redraw over the previous frame of the same policy (its warm-up
 			// included); a new policy's first frame goes below, so that
@@ -182,12 +184,33 @@ func liveFunc(w io.Writer, mode string) (func(bench.LiveStats), error) {
 		}, nil
 	case "lines":
 		return func(s bench.LiveStats) {
+			s.Elapsed = clock.next(s.Policy, s.Elapsed)
 			fmt.Fprintf(w, "  %-18s t=%-4s %8.0f ops/s  p99 %-8s dir %-4d load max/mean %.2f\n",
-				s.Policy, s.Elapsed.Truncate(time.Second), s.Throughput, fmtDuration(s.P99), s.DirSize,
+				s.Policy, s.Elapsed, s.Throughput, fmtDuration(s.P99), s.DirSize,
 				bench.MaxOverMean(s.NodeLoads))
 		}, nil
 	}
 	return nil, nil
+}
+
+// liveClock numbers a phase's live frames in whole seconds. Frames come
+// about once a second, with jitter, so the elapsed time truncated (or
+// rounded) to seconds can repeat a second; the clock shows each frame's
+// rounded time, but always at least a second past the previous frame's.
+// A new label, or a time that goes back, starts a new phase.
+type liveClock struct {
+	label string
+	last  time.Duration // raw elapsed time of the previous frame
+	sec   int
+}
+
+func (c *liveClock) next(label string, elapsed time.Duration) time.Duration {
+	if label != c.label || elapsed < c.last {
+		c.label, c.sec = label, 0
+	}
+	c.last = elapsed
+	c.sec = max(c.sec+1, int(elapsed.Round(time.Second)/time.Second))
+	return time.Duration(c.sec) * time.Second
 }
 
 func fmtDuration(d time.Duration) string {

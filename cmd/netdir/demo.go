@@ -24,6 +24,7 @@ func demoCmd() *cobra.Command {
 		workload string
 		zipf     float64
 		keys     int64
+		openLoad float64
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -40,9 +41,16 @@ clients sending to the switch.
 
 The demo preloads keys, then runs a skewed, read-mostly workload (YCSB B: 95%
 reads, 5% updates, zipf keys) first with the directory off (policy static: every
-request to the key's chain head), then with netdir. A live view shows per-node
-load, throughput, p99 and the directory size each second. It ends with a
-summary table, and writes a JSON file and an HTML report with figures.`,
+request to the key's chain head), then with netdir, each closed loop: as fast
+as they serve it. Then it runs both again open loop at the same offered load
+(--open-load of the ideal throughput, 70% by default, or of what netdir
+served closed loop where the machine falls short of the ideal), so that
+their latencies compare at equal load rather than each at its own
+saturation. A live view
+shows per-node load, throughput, p99 and the directory size each second. It
+ends with a summary table, and writes a JSON file and an HTML report with
+figures: latency CDF and tail (of the open-loop phases), per-node load, and
+throughput and load max/mean over time.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
@@ -106,18 +114,58 @@ summary table, and writes a JSON file and an HTML report with figures.`,
 			fmt.Fprintf(out, "==> workload: YCSB %s (%.0f%% reads), zipf %.2f over %d keys, %s%s\n",
 				w.Name, 100*mix.ReadFraction(), zipf, keys, loopName(f), ideal)
 			fmt.Fprintf(out, "==> nodes: %s\n", sys.CapacityName())
+			var openPols []string
+			for _, pol := range pols {
+				if openLoad > 0 && (pol == "static" || pol == "netdir") {
+					openPols = append(openPols, pol)
+				}
+			}
+			phases := len(pols) + len(openPols)
 			var res bench.Results
-			for i, pol := range pols {
-				fmt.Fprintf(out, "==> phase %d/%d: %s (%s): %s warm-up, then %s measured\n",
-					i+1, len(pols), pol, policyBlurb(pol), f.warmup, f.duration)
+			// phase runs one policy and keeps its live frames as the run's
+			// time series.
+			phase := func(i int, pol string, rate float64) error {
+				loop := "closed loop"
+				if rate > 0 {
+					loop = fmt.Sprintf("open loop at %.0f ops/s", rate)
+				}
+				fmt.Fprintf(out, "==> phase %d/%d: %s (%s), %s: %s warm-up, then %s measured\n",
+					i, phases, pol, policyBlurb(pol), loop, f.warmup, f.duration)
+				var series []bench.SeriesPoint
+				record := func(s bench.LiveStats) {
+					if live != nil {
+						live(s)
+					}
+					if !strings.HasSuffix(s.Policy, system.WarmupSuffix) {
+						series = append(series, bench.SeriesPoint{T: s.Elapsed.Seconds(), ThroughputOps: s.Throughput,
+							LoadMaxOverMean: bench.MaxOverMean(s.NodeLoads)})
+					}
+				}
 				run, err := sys.Run(ctx, pol, system.RunOptions{
-					Workload: w, Workers: f.concurrency, Rate: f.rate,
-					Warmup: f.warmup, Duration: f.duration, Live: live,
+					Workload: w, Workers: f.concurrency, Rate: rate,
+					Warmup: f.warmup, Duration: f.duration, Live: record,
 				})
 				if err != nil {
 					return err
 				}
+				// Run has returned, so the live goroutine has stopped.
+				run.Series, run.OfferedOps = series, rate
 				res.Runs = append(res.Runs, run)
+				return nil
+			}
+			for i, pol := range pols {
+				if err := phase(i+1, pol, f.rate); err != nil {
+					return err
+				}
+			}
+			if len(openPols) > 0 {
+				rate, basis := openRate(res.Runs, openLoad)
+				fmt.Fprintf(out, "==> open loop at %.0f ops/s: %.0f%% of %s\n", rate, 100*openLoad, basis)
+				for i, pol := range openPols {
+					if err := phase(len(pols)+i+1, pol, rate); err != nil {
+						return err
+					}
+				}
 			}
 			fmt.Fprintf(out, "\nsummary (device %s)\n", sys.Device().Name)
 			if err := bench.WriteSummary(out, res.Runs); err != nil {
@@ -147,7 +195,37 @@ summary table, and writes a JSON file and an HTML report with figures.`,
 	fl.Float64Var(&zipf, "zipf", 1.2, "zipf θ of the key popularity")
 	fl.Int64Var(&keys, "keys", 10_000, "keys preloaded and drawn from")
 	fl.StringVar(&f.policies, "policies", "static,netdir", "policies to run, in order ("+strings.Join(bench.Policies, ",")+")")
+	fl.Float64Var(&openLoad, "open-load", 0.7, "then run static and netdir open loop at this fraction of the ideal throughput, or of netdir's closed-loop one if lower (0: don't)")
 	return cmd
+}
+
+// openRate is the open-loop phases' offered load: frac of the ideal
+// throughput (nodes × nominal capacity, bench.Run.CapacityOps, of the
+// netdir run if there is one), or of the netdir run's closed-loop
+// throughput where the machine did not reach the ideal (a loaded machine,
+// or nodes with no nominal capacity): past what netdir serves, both
+// phases would run saturated and their latencies say nothing. basis says
+// which.
+func openRate(runs []bench.Run, frac float64) (rate float64, basis string) {
+	var ideal, served float64
+	for _, r := range runs {
+		if r.OfferedOps > 0 {
+			continue
+		}
+		if c := r.CapacityOps * float64(r.Nodes); c > 0 && (ideal == 0 || r.Policy == "netdir") {
+			ideal = c
+		}
+		if r.Policy == "netdir" || served == 0 {
+			served = max(served, r.ThroughputOps)
+		}
+	}
+	if ideal > 0 && ideal <= served {
+		return frac * ideal, fmt.Sprintf("the ideal %.0f ops/s", ideal)
+	}
+	if ideal > 0 {
+		return frac * served, fmt.Sprintf("netdir's closed-loop %.0f ops/s (short of the ideal %.0f on this machine)", served, ideal)
+	}
+	return frac * served, fmt.Sprintf("netdir's closed-loop %.0f ops/s (the nodes have no nominal capacity)", served)
 }
 
 func sizeName(f benchFlags) string {
@@ -173,19 +251,12 @@ func policyBlurb(p string) string {
 	return p
 }
 
-// comparison prints netdir against the baseline (the first run), and
-// against the ideal: every node at netdir's run's nominal capacity
-// (bench.Run.CapacityOps, at that run's block reads per GET).
+// comparison prints netdir against the baseline (the first closed-loop
+// run of another policy), and against the ideal: every node at netdir's
+// run's nominal capacity (bench.Run.CapacityOps, at that run's block reads
+// per GET). Then, if they ran open loop, their latencies at equal load.
 func comparison(w io.Writer, runs []bench.Run) {
-	var base, nd *bench.Run
-	for i := range runs {
-		switch {
-		case base == nil && runs[i].Policy != "netdir":
-			base = &runs[i]
-		case runs[i].Policy == "netdir":
-			nd = &runs[i]
-		}
-	}
+	base, nd := pair(runs, false)
 	if base == nil || nd == nil {
 		return
 	}
@@ -196,6 +267,31 @@ func comparison(w io.Writer, runs []bench.Run) {
 		fmt.Fprintf(w, ", %.2f of the ideal %.0f", nd.ThroughputOps/ideal, ideal)
 	}
 	fmt.Fprintf(w, "; p99 %s vs %s\n", fmtDuration(time.Duration(nd.P99us*1e3)), fmtDuration(time.Duration(base.P99us*1e3)))
+	if base, nd = pair(runs, true); base == nil || nd == nil {
+		return
+	}
+	fmt.Fprintf(w, "at equal offered load (%.0f ops/s, open loop): netdir vs %s: p50 %s vs %s, p99 %s vs %s; served %.0f vs %.0f ops/s, dropped %d vs %d\n",
+		nd.OfferedOps, base.Policy, fmtDuration(time.Duration(nd.P50us*1e3)), fmtDuration(time.Duration(base.P50us*1e3)),
+		fmtDuration(time.Duration(nd.P99us*1e3)), fmtDuration(time.Duration(base.P99us*1e3)),
+		nd.ThroughputOps, base.ThroughputOps, nd.Dropped, base.Dropped)
+}
+
+// pair finds the first run of a policy other than netdir and the last
+// netdir run, among the open-loop runs or the closed-loop ones.
+func pair(runs []bench.Run, open bool) (base, nd *bench.Run) {
+	for i := range runs {
+		r := &runs[i]
+		if (r.OfferedOps > 0) != open {
+			continue
+		}
+		switch {
+		case base == nil && r.Policy != "netdir":
+			base = r
+		case r.Policy == "netdir":
+			nd = r
+		}
+	}
+	return base, nd
 }
 
 func ratio(a, b float64) float64 {

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/netdir/netdir/bench"
 )
 
 // runCmd runs the netdir command line with args and returns its output.
@@ -68,26 +72,80 @@ func checkJSON(t *testing.T, path string, policies []string, nodes int) {
 }
 
 // TestDemoShort: a short demo (on the device ssd) writes the JSON
-// with issue 6's field names, one run per phase, an HTML report with
-// figures, and prints the summary, which names the device.
+// with issue 6's field names, one run per phase (static and netdir closed
+// loop, then both open loop at one offered load, with time series), an
+// HTML report with figures, and prints the summary, which names the device.
 func TestDemoShort(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath := filepath.Join(dir, "demo.json")
-	out := runCmd(t, "demo", "--nodes", "3", "--keys", "300", "--duration", "1s", "--warmup", "500ms",
+	out := runCmd(t, "demo", "--nodes", "3", "--keys", "300", "--duration", "2500ms", "--warmup", "500ms",
 		"--concurrency", "8", "--device", "ssd", "--json", jsonPath, "--out", dir, "--live", "lines")
-	checkJSON(t, jsonPath, []string{"static", "netdir"}, 3)
+	checkJSON(t, jsonPath, []string{"static", "netdir", "static", "netdir"}, 3)
+	var doc bench.Results
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range doc.Runs {
+		if open := r.OfferedOps > 0; open != (i >= 2) {
+			t.Errorf("run %d (%s): offered %.0f ops/s; want open loop for the last two only", i, r.Policy, r.OfferedOps)
+		}
+		if len(r.Series) < 2 {
+			t.Errorf("run %d (%s): %d points of time series", i, r.Policy, len(r.Series))
+		}
+	}
+	if doc.Runs[2].OfferedOps != doc.Runs[3].OfferedOps {
+		t.Errorf("open-loop phases at %.0f and %.0f ops/s; want equal", doc.Runs[2].OfferedOps, doc.Runs[3].OfferedOps)
+	}
 	html, err := os.ReadFile(filepath.Join(dir, "report.html"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(html), "data:image/png;base64,"); n != 4 {
-		t.Errorf("report has %d figures, want 4", n)
+	figs, err := bench.Figures(doc)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, want := range []string{"over P4Runtime gRPC", "preload", "phase 1/2: static", "phase 2/2: netdir", "summary (device ssd)",
-		"netdir vs static", "device ssd: block reads per GET", jsonPath} {
+	if n := strings.Count(string(html), "data:image/png;base64,"); n != len(figs) || n != 5 {
+		t.Errorf("report has %d figures, want 5 (no throughput-vs-skew of one point each)", n)
+	}
+	for _, want := range []string{"over P4Runtime gRPC", "preload", "phase 1/4: static", "phase 2/4: netdir",
+		"phase 3/4: static", "phase 4/4: netdir", "open loop at", "summary (device ssd)",
+		"netdir vs static", "at equal offered load", "device ssd: block reads per GET", jsonPath} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	// The live view prints each second of a phase (warm-up, measured) once.
+	seen := map[string]bool{}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "==> phase") {
+			seen = map[string]bool{}
+		}
+		fs := strings.Fields(l)
+		if len(fs) > 2 && strings.HasPrefix(fs[1], "t=") {
+			if key := fs[0] + " " + fs[1]; seen[key] {
+				t.Errorf("live view repeats %s", key)
+			} else {
+				seen[key] = true
+			}
+		}
+	}
+}
+
+func TestLiveClock(t *testing.T) {
+	var c liveClock
+	var got []time.Duration
+	for _, e := range []time.Duration{300 * time.Millisecond, 1999 * time.Millisecond, 2001 * time.Millisecond, 3900 * time.Millisecond} {
+		got = append(got, c.next("netdir", e))
+	}
+	got = append(got, c.next("netdir", 1100*time.Millisecond)) // a new phase, same policy
+	got = append(got, c.next("static", 2600*time.Millisecond))
+	want := []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second, time.Second, 3 * time.Second}
+	if !slices.Equal(got, want) {
+		t.Errorf("clock %v, want %v", got, want)
 	}
 }
 
@@ -124,5 +182,24 @@ func TestBenchFlagErrors(t *testing.T) {
 		if err := cmd.Execute(); err == nil {
 			t.Errorf("bench %v: no error", args)
 		}
+	}
+}
+
+func TestOpenRate(t *testing.T) {
+	runs := []bench.Run{
+		{Policy: "static", Nodes: 8, CapacityOps: 571, ThroughputOps: 2009},
+		{Policy: "netdir", Nodes: 8, CapacityOps: 571, ThroughputOps: 2677},
+	}
+	if rate, basis := openRate(runs, 0.7); math.Abs(rate-0.7*2677) > 1e-9 || !strings.Contains(basis, "short of the ideal 4568") {
+		t.Errorf("below the ideal: %.1f ops/s (%s), want 70%% of netdir's 2677", rate, basis)
+	}
+	runs[1].ThroughputOps = 5000
+	if rate, _ := openRate(runs, 0.7); math.Abs(rate-0.7*4568) > 1e-9 {
+		t.Errorf("at the ideal: %.1f ops/s, want 70%% of 4568", rate)
+	}
+	runs = append(runs, bench.Run{Policy: "netdir", Nodes: 8, ThroughputOps: 9999, OfferedOps: 100}) // open loop: ignored
+	runs[0].CapacityOps, runs[1].CapacityOps = 0, 0
+	if rate, basis := openRate(runs, 0.5); rate != 2500 || !strings.Contains(basis, "no nominal capacity") {
+		t.Errorf("no capacity: %.1f ops/s (%s), want half of netdir's 5000", rate, basis)
 	}
 }

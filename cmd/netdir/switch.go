@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -21,6 +22,7 @@ func switchCmd() *cobra.Command {
 	var (
 		listen, layoutFile string
 		ctlAddr, p4rtAddr  string
+		metrics, mirror    string
 		deviceID           uint64
 		slots              int
 	)
@@ -42,9 +44,15 @@ switch.`,
 			if err != nil {
 				return err
 			}
+			var mirrorTo netip.AddrPort
+			if mirror != "" {
+				if mirrorTo, err = netip.ParseAddrPort(mirror); err != nil {
+					return fmt.Errorf("--mirror: %w", err)
+				}
+			}
 			sw, err := cluster.StartSwitch(cluster.SwitchConfig{
 				Listen: listen, Directory: directory.Config{PartitionBits: m.Bits(), Slots: slots}, Layout: m,
-				P4Runtime: p4rtAddr, DeviceID: deviceID,
+				P4Runtime: p4rtAddr, DeviceID: deviceID, Metrics: metrics, Mirror: mirrorTo,
 			})
 			if err != nil {
 				return err
@@ -82,6 +90,8 @@ switch.`,
 	f.IntVar(&slots, "slots", 4096, "directory capacity D (hot keys)")
 	f.StringVar(&p4rtAddr, "p4runtime", "127.0.0.1:9559", "serve P4Runtime here for the controller (empty: don't)")
 	f.Uint64Var(&deviceID, "device-id", 1, "P4Runtime device id")
+	f.StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this HTTP address (e.g. 127.0.0.1:9102)")
+	f.StringVar(&mirror, "mirror", "", "send a copy of every datagram received to this UDP address (netdir capture --mirror)")
 	return cmd
 }
 
