@@ -12,7 +12,10 @@
 // score_a and score_b hold the same entries (one apply per table per packet).
 //
 // score_a >= score_b  <=>  quota_a + load_b >= quota_b + load_a, in 32 bits:
-// quota <= W < 2^31 and load < 2^16 cannot overflow.
+// quota <= W < 2^30 and load < 2^16 cannot overflow. Each table's action adds
+// the other candidate's load to its quota, and the comparison is the sign of
+// the difference (both sides are below 2^31), so that no condition compares
+// two run-time values (Tofino's gateways cannot).
 #ifndef NETDIR_FINE_SCORE_P4
 #define NETDIR_FINE_SCORE_P4
 
@@ -20,7 +23,7 @@
 
 control FineScore(inout local_meta_t meta) {
     action set_quota_a(bit<32> quota) {
-        meta.quota_a = quota;
+        meta.quota_a = quota + meta.load_b;
     }
 
     table score_a {
@@ -35,7 +38,7 @@ control FineScore(inout local_meta_t meta) {
     }
 
     action set_quota_b(bit<32> quota) {
-        meta.quota_b = quota;
+        meta.quota_b = quota + meta.load_a;
     }
 
     table score_b {
@@ -49,6 +52,20 @@ control FineScore(inout local_meta_t meta) {
         size = NETDIR_SCORE_ENTRIES;
     }
 
+    // The difference in a table's action, so that the condition tests a
+    // field (the compiler would fold an assignment into it).
+    action compare_scores() {
+        meta.score_diff = meta.quota_a - meta.quota_b;
+    }
+
+    @hidden
+    table compare {
+        actions = {
+            compare_scores;
+        }
+        const default_action = compare_scores();
+    }
+
     apply {
         meta.lat_a_key = 0xffffffff;
         if (meta.lat_a[63:32] == 0) {
@@ -60,12 +77,16 @@ control FineScore(inout local_meta_t meta) {
         }
         score_a.apply();
         score_b.apply();
-        if (meta.lat_a == 0) {
+        compare.apply();
+        // An unlearnt latency is 0, and so is its key (a latency past 32
+        // bits keys as 0xffffffff): the keys are tested, 4 bytes each.
+        meta.pick_b = false;
+        if (meta.lat_a_key == 0) {
             meta.pick_b = false;
-        } else if (meta.lat_b == 0) {
+        } else if (meta.lat_b_key == 0) {
             meta.pick_b = true;
-        } else {
-            meta.pick_b = meta.quota_a + (bit<32>)meta.load_b < meta.quota_b + (bit<32>)meta.load_a;
+        } else if (meta.score_diff[31:31] == 1) {
+            meta.pick_b = true;
         }
     }
 }

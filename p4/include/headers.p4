@@ -96,6 +96,8 @@ struct local_meta_t {
     loc_t       sb_idx;         // slot bucket (reqid >> 8) & 31
     node_t      sb_node;
     bit<32>     sb_bit;
+    bit<32>     sa_fresh;       // fresh & sa_bit: candidate a may serve
+    bit<32>     sb_fresh;       // fresh & sb_bit
     // coherence
     bit<3>      coh_cmd;
     bit<32>     fresh;          // COH_READ result
@@ -104,18 +106,20 @@ struct local_meta_t {
     loc_t       vsb_idx;        // the VSB sender's LocationList index
     bit<32>     vsb_bit;        // 1 << vsb_idx
     bool        vsb_member;
+    bit<2>      vsb_role;       // VSB_ROLE_*: chain before the tail, tail, extra
     bool        from_storage;   // ingress port is a storage node's
     // fine score (HATS section 4.3) between candidates a and b
     node_t      cand_a;
     node_t      cand_b;
     bit<64>     lat_a;
     bit<64>     lat_b;
-    bit<16>     load_a;
-    bit<16>     load_b;
+    bit<32>     load_a;         // 32 bits wide: added to a quota (fine_score.p4)
+    bit<32>     load_b;
     bit<32>     lat_a_key;      // latency clamped to 32 bits, the score tables' key
     bit<32>     lat_b_key;
-    bit<32>     quota_a;        // Window / latency
-    bit<32>     quota_b;
+    bit<32>     quota_a;        // Window / latency a, plus load b (fine_score.p4)
+    bit<32>     quota_b;        // Window / latency b, plus load a
+    bit<32>     score_diff;     // quota_a - quota_b: its sign picks b
     bool        pick_b;
     // outcome
     bit<3>      verdict;
@@ -139,6 +143,7 @@ struct local_meta_t {
     bool        reinit;
     bit<32>     seed32;
     bit<32>     vn32;           // the stamp, raising the stamp floor
+    bit<32>     next_arg;       // the version a completion brings (p4/tna/coherence.p4)
     // TNA only: a slot's re-seed takes two passes (p4/tna/coherence.p4)
     bool        resubmit;       // pass 1: resubmit with floor32 and slot_gen
     bool        resubmitted;    // pass 2: floor32 and resub_gen come from pass 1

@@ -30,6 +30,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
     Directory() directory;
     Partition() partition;
     SlotSplit() split;
+    CandidatesFresh() candidates_fresh;
     ChainFallback() fallback;
     Coherence() coherence;
     VsbFilter() vsb_filter;
@@ -129,14 +130,15 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 meta.coh_cmd = COH_COMPLETE;
             }
         } else if (meta.op_class == CLASS_VSB) {
-            loc_t tail = (loc_t)(meta.slot_r - 1);
             if (!meta.from_storage) {
                 meta.reason = REASON_VSB_PORT;
             } else if (!meta.slot_hit) {
                 meta.reason = REASON_VSB_NOT_CACHED;
-            } else if (!meta.vsb_member || meta.vsb_idx < tail) {
+            } else if (!meta.vsb_member) {
                 meta.reason = REASON_VSB_NOT_MEMBER;
-            } else if (meta.vsb_idx == tail) {
+            } else if (meta.vsb_role == VSB_ROLE_CHAIN) {
+                meta.reason = REASON_VSB_NOT_MEMBER;
+            } else if (meta.vsb_role == VSB_ROLE_TAIL) {
                 meta.coh_cmd = COH_COMPLETE; // the tail announces a commit
             } else {
                 meta.coh_cmd = COH_EXTRA;
@@ -163,9 +165,8 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             if (meta.slot_hit) {
                 event = EVENT_HIT;
                 slot_counted = true;
-                bool a_ok = (meta.fresh & meta.sa_bit) != 0;
-                bool b_ok = (meta.fresh & meta.sb_bit) != 0;
-                if (a_ok && b_ok) {
+                candidates_fresh.apply(meta);
+                if (meta.sa_fresh != 0 && meta.sb_fresh != 0) {
                     if (meta.sa_idx == meta.sb_idx) {
                         meta.target = meta.sa_node;
                     } else {
@@ -173,16 +174,16 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                         meta.cand_a = meta.sa_node;
                         meta.cand_b = meta.sb_node;
                     }
-                } else if (a_ok) {
+                } else if (meta.sa_fresh != 0) {
                     meta.target = meta.sa_node;
-                } else if (b_ok) {
+                } else if (meta.sb_fresh != 0) {
                     meta.target = meta.sb_node;
                     count_switched = true;
                 } else {
                     // Neither candidate may serve: the chain always may (CRAQ).
                     fallback.apply(hdr, meta);
                 }
-                hdr.netdir.flags = (hdr.netdir.flags & FLAGS_CLEAR) | FLAG_HIT;
+                hdr.netdir.flags[3:1] = MARKS_HIT;
             } else {
                 event = EVENT_MISS;
                 sketch_counted = true;
@@ -193,7 +194,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                     meta.cand_a = meta.pa_node;
                     meta.cand_b = meta.pb_node;
                 }
-                hdr.netdir.flags = hdr.netdir.flags & FLAGS_CLEAR;
+                hdr.netdir.flags[3:1] = MARKS_NONE;
             }
         } else if (meta.op_class == CLASS_WRITE) {
             meta.verdict = OUT_FORWARD;
@@ -203,21 +204,22 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 slot_counted = true;
                 meta.target = meta.slot_head;
                 hdr.netdir.stamp = meta.coh_version;
-                hdr.netdir.flags = (hdr.netdir.flags & FLAGS_CLEAR) | FLAG_STAMPED | FLAG_HIT;
+                hdr.netdir.flags[3:1] = MARKS_STAMPED_HIT;
             } else {
                 event = EVENT_MISS;
                 sketch_counted = true;
                 meta.target = meta.part_head;
                 hdr.netdir.stamp = 0; // only a data plane stamps; the head assigns the version
-                hdr.netdir.flags = hdr.netdir.flags & FLAGS_CLEAR;
+                hdr.netdir.flags[3:1] = MARKS_NONE;
             }
         } else if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY) {
             meta.verdict = OUT_TO_CLIENT;
             count_event = true;
             event = EVENT_REPLY;
             learn = true;
-            qos_complete = hdr.netdir.op != OP_ERR &&
-                (hdr.netdir.code == CODE_OK || hdr.netdir.code == CODE_NOT_FOUND);
+            if (hdr.netdir.op != OP_ERR && (hdr.netdir.code == CODE_OK || hdr.netdir.code == CODE_NOT_FOUND)) {
+                qos_complete = true;
+            }
             // Charge the completion to the node that scheduled the request:
             // a write's chain head, though the tail replies.
             meta.qos_node = hdr.netdir.node;
@@ -262,8 +264,9 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         // 6b. dmClock (qos.p4): stamp δ and ρ on a request that leaves for its
         // node (not one dropped for want of the node's address), or count a
         // completion.
-        bool qos_stamp = meta.verdict == OUT_FORWARD && meta.reason == REASON_NONE;
-        if (qos_stamp) {
+        bool qos_stamp = false;
+        if (meta.verdict == OUT_FORWARD && meta.reason == REASON_NONE) {
+            qos_stamp = true;
             meta.qos_node = meta.target;
         }
         if (qos_stamp || qos_complete) {

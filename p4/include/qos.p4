@@ -47,7 +47,7 @@ control Qos(inout headers_t hdr, inout local_meta_t meta, in bool stamp) {
             qos_done.write(t, meta.qos_done + 1);
             qos_done_mark.read(mark, i);
             qos_done_mark.write(i, mark + 1);
-            if ((hdr.netdir.flags & FLAG_RESERVATION) != 0) {
+            if (hdr.netdir.flags[3:3] == 1) { // reservation
                 qos_res.read(meta.qos_res, t);
                 qos_res.write(t, meta.qos_res + 1);
                 qos_res_mark.read(mark, i);

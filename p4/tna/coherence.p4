@@ -28,9 +28,9 @@
 //           the pipeline does nothing else: no counter, no rewrite.
 //   pass 2  (meta.resubmitted) gen_check replaces the gen and reports the
 //           change (meta.reinit); seed32 = max(seed, the carried floor), and
-//           every later action has a variant that starts from seed32
-//           instead of the stored value. A stamp then raises the floor from
-//           the new ver_next, as in any pass.
+//           every later action starts from seed32 instead of the stored
+//           value when meta.reinit is set. A stamp then raises the floor
+//           from the new ver_next, as in any pass.
 // Packets of the slot that arrive between the passes find the old gen too
 // and are resubmitted as well; whichever comes back first re-seeds, the rest
 // find the new gen and run their commands normally. A re-seed happens once
@@ -75,77 +75,56 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
         }
     };
 
-    // ver_done
+    // ver_done and ver_next: one RegisterAction per use, the re-seed folded
+    // in (at most 4 per register on Tofino). meta.reinit says the slot is
+    // being re-seeded: the stored value is the previous key's and seed32
+    // replaces it. meta.next_arg is the version a completion brings, or on
+    // a re-seed the state carried from pass 1, max(seed, floor, version).
+    // complete: moved reports ver_done rising, which matters only without
+    // a re-seed (a re-seed sets fresh to the chain anyway).
     RegisterAction<bit<32>, slot_t, bit<1>>(ver_done) done_complete = {
         void apply(inout bit<32> value, out bit<1> moved) {
             moved = 0;
-            if (meta.stamp32 > value) {
-                value = meta.stamp32;
+            if (meta.reinit) {
+                value = meta.next_arg;
+            } else if (meta.next_arg > value) {
+                value = meta.next_arg;
                 moved = 1;
-            }
-        }
-    };
-    RegisterAction<bit<32>, slot_t, bit<1>>(ver_done) done_complete_seed = {
-        void apply(inout bit<32> value, out bit<1> moved) {
-            if (meta.stamp32 > meta.seed32) {
-                value = meta.stamp32;
-                moved = 1;
-            } else {
-                value = meta.seed32;
-                moved = 0;
             }
         }
     };
     RegisterAction<bit<32>, slot_t, bit<32>>(ver_done) done_read = {
         void apply(inout bit<32> value, out bit<32> rv) {
+            if (meta.reinit) {
+                value = meta.seed32;
+            }
             rv = value;
-        }
-    };
-    RegisterAction<bit<32>, slot_t, bit<32>>(ver_done) done_seed = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            value = meta.seed32;
-            rv = meta.seed32;
         }
     };
 
-    // ver_next
     RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_stamp = {
         void apply(inout bit<32> value, out bit<32> rv) {
-            value = value + 1;
-            rv = value;
-        }
-    };
-    RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_stamp_seed = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            value = meta.seed32 + 1;
+            if (meta.reinit) {
+                value = meta.seed32 + 1;
+            } else {
+                value = value + 1;
+            }
             rv = value;
         }
     };
     RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_max = {
         void apply(inout bit<32> value) {
-            if (meta.stamp32 > value) {
-                value = meta.stamp32;
-            }
-        }
-    };
-    RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_max_seed = {
-        void apply(inout bit<32> value) {
-            if (meta.stamp32 > meta.seed32) {
-                value = meta.stamp32;
-            } else {
-                value = meta.seed32;
+            if (meta.reinit || meta.next_arg > value) {
+                value = meta.next_arg;
             }
         }
     };
     RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_read = {
         void apply(inout bit<32> value, out bit<32> rv) {
+            if (meta.reinit) {
+                value = meta.seed32;
+            }
             rv = value;
-        }
-    };
-    RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_seed = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            value = meta.seed32;
-            rv = meta.seed32;
         }
     };
 
@@ -187,19 +166,62 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
         }
     };
 
+    // The larger of two run-time values, which Tofino's gateways cannot
+    // compare and a stateful ALU can: one scratch cell each, written and
+    // read back by the same packet, so packets never share a value.
+    Register<bit<32>, bit<1>>(1, 0) seed_cmp;
+    RegisterAction<bit<32>, bit<1>, bit<32>>(seed_cmp) seed_max = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            if (meta.next_arg > meta.seed32) {
+                value = meta.next_arg;
+            } else {
+                value = meta.seed32;
+            }
+            rv = value;
+        }
+    };
+    Register<bit<32>, bit<1>>(1, 0) floor_cmp;
+    RegisterAction<bit<32>, bit<1>, bit<32>>(floor_cmp) floor_max = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            if (meta.floor32 > meta.seed32) {
+                value = meta.floor32;
+            } else {
+                value = meta.seed32;
+            }
+            rv = value;
+        }
+    };
+
     apply {
         meta.coh_reason = REASON_NONE;
         meta.reinit = false;
         meta.stamp32 = hdr.netdir.stamp[31:0];
         meta.seed32 = meta.slot_ver[31:0];
         floor_idx_t fi = hdr.netdir.keyhash[NETDIR_FLOOR_BITS-1:0]; // directory.FloorIndex
-        bool high = hdr.netdir.stamp[63:32] != 0;
+        // The version a completion brings; a stamp with high bits set
+        // saturates: newer than any 32-bit version.
+        bool high = false;
+        if (hdr.netdir.stamp[63:32] != 0) {
+            high = true;
+        }
+        meta.next_arg = 0;
+        if (meta.coh_cmd == COH_COMPLETE) {
+            if (high) {
+                meta.next_arg = 0xffffffff;
+            } else {
+                meta.next_arg = meta.stamp32;
+            }
+        }
 
         // Pass 1 of a re-seed, or the race that a second pass cannot seed.
+        // Pass 1 carries the slot's new state: max(seed, floor), and for a
+        // completion also its version (ver_done = ver_next = the largest).
         bool stop = false;
         if (!meta.resubmitted) {
             if (gen_read.execute(meta.slot) == 1) {
+                meta.seed32 = seed_max.execute(0);
                 meta.floor32 = floor_read.execute(fi);
+                meta.floor32 = floor_max.execute(0);
                 meta.resubmit = true; // resubmit data: floor32 and slot_gen
                 stop = true;
             }
@@ -209,58 +231,41 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
                 stop = true;
             }
         } else {
-            meta.reinit = gen_check.execute(meta.slot) == 1;
-        }
-        if (meta.floor32 > meta.seed32) {
-            meta.seed32 = meta.floor32; // max(seed, floor); used only when reinit
+            meta.seed32 = meta.floor32; // the state from pass 1; used only when reinit
+            if (gen_check.execute(meta.slot) == 1) {
+                meta.reinit = true;
+                meta.next_arg = meta.floor32;
+            }
         }
 
         if (stop) {
             // nothing more in this pass
         } else if (meta.coh_cmd == COH_READ) {
             if (meta.reinit) {
-                done_seed.execute(meta.slot);
-                next_seed.execute(meta.slot);
+                done_read.execute(meta.slot);
+                next_read.execute(meta.slot);
                 meta.fresh = fresh_chain.execute(meta.slot);
             } else {
                 meta.fresh = fresh_read.execute(meta.slot);
             }
         } else if (meta.coh_cmd == COH_STAMP) {
             if (meta.reinit) {
-                done_seed.execute(meta.slot);
-                meta.vn32 = next_stamp_seed.execute(meta.slot);
-            } else {
-                meta.vn32 = next_stamp.execute(meta.slot);
+                done_read.execute(meta.slot);
             }
+            meta.vn32 = next_stamp.execute(meta.slot);
             // The entry's incarnation above the version (wire.MakeStamp).
             meta.coh_version = meta.slot_ver[63:48] ++ 16w0 ++ meta.vn32;
             fresh_chain.execute(meta.slot);
             floor_raise.execute(fi);
         } else if (meta.coh_cmd == COH_COMPLETE) {
-            if (high) {
-                meta.stamp32 = 0xffffffff; // saturate: newer than any 32-bit version
-            }
-            bit<1> moved;
-            if (meta.reinit) {
-                moved = done_complete_seed.execute(meta.slot);
-                next_max_seed.execute(meta.slot);
-            } else {
-                moved = done_complete.execute(meta.slot);
-                next_max.execute(meta.slot);
-            }
+            bit<1> moved = done_complete.execute(meta.slot);
+            next_max.execute(meta.slot);
             if (moved == 1 || meta.reinit) {
                 fresh_chain.execute(meta.slot);
             }
         } else if (meta.coh_cmd == COH_EXTRA) {
-            bit<32> vd;
-            bit<32> vn;
-            if (meta.reinit) {
-                vd = done_seed.execute(meta.slot);
-                vn = next_seed.execute(meta.slot);
-            } else {
-                vd = done_read.execute(meta.slot);
-                vn = next_read.execute(meta.slot);
-            }
+            bit<32> vd = done_read.execute(meta.slot);
+            bit<32> vn = next_read.execute(meta.slot);
             if (vn != vd) {
                 meta.coh_reason = REASON_VSB_PENDING;
                 if (meta.reinit) {

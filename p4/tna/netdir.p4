@@ -16,6 +16,10 @@
 #include <core.p4>
 #include <tna.p4>
 
+// Metadata the parser does not set starts at zero, as the shared controls
+// assume; no initialising instructions in the pipeline.
+@pa_auto_init_metadata
+
 #include "arch.p4"
 #include "../include/defines.p4"
 #include "../include/headers.p4"
@@ -58,15 +62,15 @@ parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out ingress_meta_t 
             pa_idx = 0, pa_node = 0, pb_idx = 0, pb_node = 0,
             slot_hit = false, slot = 0, slot_n = 0, slot_r = 0, slot_head = 0, slot_gen = 0, slot_ver = 0,
             chain_mask = 0, sa_idx = 0, sa_node = 0, sa_bit = 0,
-            sb_idx = 0, sb_node = 0, sb_bit = 0,
+            sb_idx = 0, sb_node = 0, sb_bit = 0, sa_fresh = 0, sb_fresh = 0,
             coh_cmd = 0, fresh = 0, coh_version = 0, coh_reason = 0,
-            vsb_idx = 0, vsb_bit = 0, vsb_member = false, from_storage = false,
+            vsb_idx = 0, vsb_bit = 0, vsb_member = false, vsb_role = 0, from_storage = false,
             cand_a = 0, cand_b = 0, lat_a = 0, lat_b = 0, load_a = 0, load_b = 0,
-            lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, pick_b = false,
+            lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, score_diff = 0, pick_b = false,
             verdict = 0, reason = 0, target = 0, fallback_idx = 0, egress_port = 0,
             mcast_grp = 0, drop = false, rewritten = false, qos_done = 0, qos_res = 0, qos_node = 0,
             udp_residual = 0, udp_csum_update = false, stamp32 = 0, sample32 = 0, lat_new = 0,
-            reinit = false, seed32 = 0, vn32 = 0,
+            reinit = false, seed32 = 0, vn32 = 0, next_arg = 0,
             resubmit = false, resubmitted = false, floor32 = 0, resub_gen = 0
         };
         transition select(ig_intr_md.resubmit_flag) {
@@ -104,7 +108,10 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
     apply {
         meta.nd.now = (bit<64>)ig_intr_md.ingress_mac_tstamp; // ns
         netdir.apply(hdr, meta.nd, ig_intr_md.ingress_port);
-        meta.nd.udp_csum_update = meta.nd.rewritten && hdr.udp.checksum != 0;
+        meta.nd.udp_csum_update = false;
+        if (meta.nd.rewritten && hdr.udp.checksum != 0) {
+            meta.nd.udp_csum_update = true;
+        }
         if (meta.nd.resubmit) {
             // Pass 1 of a re-seed: back to ingress with the floor and gen.
             ig_dprsr_md.resubmit_type = RESUBMIT_RESEED;

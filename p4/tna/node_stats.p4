@@ -61,13 +61,35 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
         }
     };
 
+    // The sample in a table's action, so that it reaches the Lpf as a field
+    // (the compiler would fold an assignment into the Lpf's input).
+    action take_sample() {
+        meta.sample32 = meta.now[31:0] - hdr.netdir.timestamp[31:0];
+    }
+
+    @hidden
+    table sample {
+        actions = {
+            take_sample;
+        }
+        const default_action = take_sample();
+    }
+
     apply {
         if (learn) {
             if (hdr.netdir.node < NETDIR_MAX_NODES) {
                 load_a_write.execute(hdr.netdir.node);
                 load_b_write.execute(hdr.netdir.node);
-                meta.sample32 = meta.now[31:0] - hdr.netdir.timestamp[31:0];
-                if (hdr.netdir.timestamp != 0 && meta.sample32[31:31] == 0) {
+                sample.apply();
+                // ts != 0, tested in halves (a condition reads 4 bytes).
+                bool stamped = false;
+                if (hdr.netdir.timestamp[63:32] != 0) {
+                    stamped = true;
+                }
+                if (hdr.netdir.timestamp[31:0] != 0) {
+                    stamped = true;
+                }
+                if (stamped && meta.sample32[31:31] == 0) {
                     meta.lat_new = latency_lpf.execute(meta.sample32, hdr.netdir.node);
                     if (meta.lat_new == 0) {
                         meta.lat_new = 1;
@@ -79,8 +101,8 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
         } else {
             meta.lat_a = (bit<64>)lat_a_read.execute(meta.cand_a);
             meta.lat_b = (bit<64>)lat_b_read.execute(meta.cand_b);
-            meta.load_a = load_a_read.execute(meta.cand_a);
-            meta.load_b = load_b_read.execute(meta.cand_b);
+            meta.load_a = (bit<32>)load_a_read.execute(meta.cand_a);
+            meta.load_b = (bit<32>)load_b_read.execute(meta.cand_b);
         }
     }
 }

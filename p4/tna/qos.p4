@@ -75,7 +75,7 @@ control Qos(inout headers_t hdr, inout local_meta_t meta, in bool stamp) {
         } else {
             done_count.execute(t);
             done_mark_count.execute(i);
-            if ((hdr.netdir.flags & FLAG_RESERVATION) != 0) {
+            if (hdr.netdir.flags[3:3] == 1) { // reservation
                 res_count.execute(t);
                 res_mark_count.execute(i);
             }
