@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # p4-build.sh: compile netdir's BMv2 program (`make p4`) into p4/build/, whose
 # outputs are committed: netdir.json (BMv2 config) and netdir.p4info.txtpb
-# (the P4Info the controller and the model's P4Runtime server are built on).
+# (the P4Info the controller and the model's P4Runtime server are built on);
+# and, where p4c's Tofino back end is installed, the TNA program into
+# p4/build/tofino/: netdir.p4info.txtpb and bfrt.json (BF-RT schema).
 #
 #   scripts/p4-build.sh          compile; fail on any compiler warning
 #   scripts/p4-build.sh --check  compile into a temp dir and fail if p4/build
 #                                differs (CI runs this only where p4c exists)
 #
 # Needs p4c's BMv2 back end, p4c-bm2-ss, on PATH (or P4C=/path/to/p4c-bm2-ss);
-# p4/README.md says how it was built. The TNA program (p4/tna) needs Intel's
-# bf-p4c and is not built here.
+# p4/README.md says how it was built. The Tofino compile needs p4c-barefoot
+# (or P4C_TOFINO=...; ../shared/p4tools installs it) and takes minutes; without
+# it the script says so and checks the BMv2 outputs only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 P4C=${P4C:-p4c-bm2-ss}
+P4C_TOFINO=${P4C_TOFINO:-p4c-barefoot}
+# The directory sizes that fit Tofino 1 (p4/README.md, "Tofino").
+TOFINO_DEFINES=(-DNETDIR_SLOTS=4096)
 mode=build
 case "${1:-}" in
 --check) mode=check ;;
@@ -55,21 +61,46 @@ if [ -s "$tmp/stderr" ]; then
 	exit 1
 fi
 
+outputs=(netdir.json netdir.p4info.txtpb)
+if command -v "$P4C_TOFINO" >/dev/null 2>&1; then
+	# Tofino 1, TNA; the egress parser's minimum depth is Tofino 1's rule
+	# for egress traffic, which netdir does not parse (egress is bypassed).
+	mkdir -p "$tmp/tofino"
+	if ! nice -n 10 "$P4C_TOFINO" --target tofino --arch tna --std p4-16 -D__TARGET_TOFINO__=1 \
+		"${TOFINO_DEFINES[@]}" --disable-parse-min-depth-limit \
+		--p4runtime-files "$tmp/tofino/netdir.p4info.txtpb" --bf-rt-schema "$tmp/tofino/bfrt.json" \
+		-o "$tmp/tofino/out" p4/tna/netdir.p4 2>"$tmp/tofino-stderr"; then
+		cat "$tmp/tofino-stderr" >&2
+		echo "p4-build: p4c-barefoot failed" >&2
+		exit 1
+	fi
+	if [ -s "$tmp/tofino-stderr" ]; then
+		cat "$tmp/tofino-stderr" >&2
+		echo "p4-build: p4c-barefoot printed warnings; the program must compile without any" >&2
+		exit 1
+	fi
+	outputs+=(tofino/netdir.p4info.txtpb tofino/bfrt.json)
+else
+	echo "p4-build: $P4C_TOFINO is not on PATH: the Tofino program (p4/tna) is not compiled or checked" >&2
+fi
+
 case $mode in
 build)
-	mkdir -p "$out"
-	cp "$tmp/netdir.json" "$tmp/netdir.p4info.txtpb" "$out/"
-	echo "p4-build: wrote $out/netdir.json and $out/netdir.p4info.txtpb ($("$P4C" --version 2>&1 | tail -1))"
+	mkdir -p "$out/tofino"
+	for f in "${outputs[@]}"; do
+		cp "$tmp/$f" "$out/$f"
+	done
+	echo "p4-build: wrote ${outputs[*]/#/$out/} ($("$P4C" --version 2>&1 | tail -1))"
 	;;
 check)
 	stale=0
-	for f in netdir.json netdir.p4info.txtpb; do
+	for f in "${outputs[@]}"; do
 		if ! cmp -s "$tmp/$f" "$out/$f"; then
 			echo "p4-build: $out/$f is stale: run \`make p4\` and commit it" >&2
 			stale=1
 		fi
 	done
-	[ $stale = 0 ] && echo "p4-build: $out is up to date"
+	[ $stale = 0 ] && echo "p4-build: $out is up to date (${outputs[*]})"
 	exit $stale
 	;;
 esac

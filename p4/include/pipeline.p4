@@ -100,22 +100,58 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             }
         }
 
-        // 2. Lookups: directory, partition, VSB admission.
-        if (meta.op_class != CLASS_OTHER && meta.op_class != CLASS_NODE_OP) {
+        // 2. Lookups: directory, partition, VSB admission. They have no
+        // side effects, so they run for every netdir header, whatever its
+        // class: a lookup that waited for the class would take a stage
+        // more on Tofino, and only the classes that use a result read it.
+        if (hdr.netdir.isValid()) {
             directory.apply(hdr, meta);
-            if (meta.op_class == CLASS_GET || meta.op_class == CLASS_WRITE || meta.op_class == CLASS_WREPLY) {
-                partition.apply(hdr, meta);
-            }
-            if (meta.op_class == CLASS_VSB) {
+            partition.apply(hdr, meta);
+            if (hdr.netdir.op == OP_VSB) {
                 vsb_filter.apply(hdr, meta, ingress_port);
             }
+        }
+
+        // 2b. What a GET may need, read before the coherence state decides
+        // (no side effects; on Tofino beside the coherence stages, not
+        // after them): the candidates' stats and fine score, and for a hit
+        // the chain member that serves if neither candidate is fresh
+        // (meta.target, which a fresh candidate overrides). A reply's stats
+        // are learnt here too.
+        if (meta.op_class == CLASS_GET) {
+            if (meta.slot_hit) {
+                split.apply(hdr, meta);
+                fallback.apply(hdr, meta);
+                meta.cand_a = meta.sa_node;
+                meta.cand_b = meta.sb_node;
+            } else {
+                meta.cand_a = meta.pa_node;
+                meta.cand_b = meta.pb_node;
+            }
+        }
+        if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY) {
+            learn = true;
+            if (hdr.netdir.op != OP_ERR && (hdr.netdir.code == CODE_OK || hdr.netdir.code == CODE_NOT_FOUND)) {
+                qos_complete = true;
+            }
+            // Charge the completion to the node that scheduled the request:
+            // a write's chain head, though the tail replies.
+            meta.qos_node = hdr.netdir.node;
+            if (meta.op_class == CLASS_WREPLY && meta.part_hit) {
+                meta.qos_node = meta.part_head;
+            }
+        }
+        if (learn || meta.op_class == CLASS_GET) {
+            node_stats.apply(hdr, meta, learn);
+        }
+        if (meta.op_class == CLASS_GET) {
+            fine_score.apply(meta);
         }
 
         // 3. What the coherence state must do, and the drops decided so far.
         if (meta.op_class == CLASS_GET) {
             if (meta.slot_hit) {
                 meta.coh_cmd = COH_READ;
-                split.apply(hdr, meta);
             } else if (!meta.part_hit) {
                 meta.reason = REASON_NO_ROUTE;
             }
@@ -171,18 +207,15 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                         meta.target = meta.sa_node;
                     } else {
                         finer = true;
-                        meta.cand_a = meta.sa_node;
-                        meta.cand_b = meta.sb_node;
                     }
                 } else if (meta.sa_fresh != 0) {
                     meta.target = meta.sa_node;
                 } else if (meta.sb_fresh != 0) {
                     meta.target = meta.sb_node;
                     count_switched = true;
-                } else {
-                    // Neither candidate may serve: the chain always may (CRAQ).
-                    fallback.apply(hdr, meta);
                 }
+                // else neither candidate may serve: the chain always may
+                // (CRAQ), meta.target from fallback (2b).
                 hdr.netdir.flags[3:1] = MARKS_HIT;
             } else {
                 event = EVENT_MISS;
@@ -191,8 +224,6 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                     meta.target = meta.pa_node;
                 } else {
                     finer = true;
-                    meta.cand_a = meta.pa_node;
-                    meta.cand_b = meta.pb_node;
                 }
                 hdr.netdir.flags[3:1] = MARKS_NONE;
             }
@@ -216,16 +247,6 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             meta.verdict = OUT_TO_CLIENT;
             count_event = true;
             event = EVENT_REPLY;
-            learn = true;
-            if (hdr.netdir.op != OP_ERR && (hdr.netdir.code == CODE_OK || hdr.netdir.code == CODE_NOT_FOUND)) {
-                qos_complete = true;
-            }
-            // Charge the completion to the node that scheduled the request:
-            // a write's chain head, though the tail replies.
-            meta.qos_node = hdr.netdir.node;
-            if (meta.op_class == CLASS_WREPLY && meta.part_hit) {
-                meta.qos_node = meta.part_head;
-            }
         } else if (meta.op_class == CLASS_VSB) {
             meta.verdict = OUT_MULTICAST;
             count_event = true;
@@ -237,12 +258,8 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             event = EVENT_PASS;
         }
 
-        // 5. Node stats: learn from a reply, or read two candidates.
-        if (learn || finer) {
-            node_stats.apply(hdr, meta, learn);
-        }
+        // 5. The fine score (2b) between the two candidates.
         if (finer) {
-            fine_score.apply(meta);
             if (meta.pick_b) {
                 meta.target = meta.cand_b;
                 count_switched = true;
@@ -263,15 +280,18 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
 
         // 6b. dmClock (qos.p4): stamp δ and ρ on a request that leaves for its
         // node (not one dropped for want of the node's address), or count a
-        // completion.
+        // completion. A request's tenant totals are read whether or not it
+        // leaves (no side effect), so that on Tofino they are read early.
+        bool qos_request = false;
+        if (meta.op_class == CLASS_GET || meta.op_class == CLASS_WRITE) {
+            qos_request = true;
+        }
         bool qos_stamp = false;
         if (meta.verdict == OUT_FORWARD && meta.reason == REASON_NONE) {
             qos_stamp = true;
             meta.qos_node = meta.target;
         }
-        if (qos_stamp || qos_complete) {
-            qos.apply(hdr, meta, qos_stamp);
-        }
+        qos.apply(hdr, meta, qos_request, qos_stamp, qos_complete);
 
         // 7. Count.
         hot_keys.apply(hdr, meta, slot_counted, sketch_counted);

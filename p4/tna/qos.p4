@@ -12,7 +12,7 @@
 #ifndef NETDIR_TNA_QOS_P4
 #define NETDIR_TNA_QOS_P4
 
-control Qos(inout headers_t hdr, inout local_meta_t meta, in bool stamp) {
+control Qos(inout headers_t hdr, inout local_meta_t meta, in bool request, in bool stamp, in bool complete) {
     // The marks' index, tenant[7:0] ++ node[4:0], through the hash unit
     // (identity), as Tofino computes register indices.
     Hash<bit<13>>(HashAlgorithm_t.IDENTITY) mark_index;
@@ -67,16 +67,23 @@ control Qos(inout headers_t hdr, inout local_meta_t meta, in bool stamp) {
     apply {
         bit<8> t = hdr.netdir.tenant[7:0];
         bit<13> i = mark_index.get({t, meta.qos_node[4:0]});
-        if (stamp) {
+        // The totals depend on the class alone, the marks on the verdict:
+        // the totals' stage comes early, the marks' last.
+        if (request) {
             meta.qos_done = done_read.execute(t);
             meta.qos_res = res_read.execute(t);
-            hdr.netdir.delta = done_mark_swap.execute(i);
-            hdr.netdir.rho = res_mark_swap.execute(i);
-        } else {
+        } else if (complete) {
             done_count.execute(t);
-            done_mark_count.execute(i);
             if (hdr.netdir.flags[3:3] == 1) { // reservation
                 res_count.execute(t);
+            }
+        }
+        if (stamp) {
+            hdr.netdir.delta = done_mark_swap.execute(i);
+            hdr.netdir.rho = res_mark_swap.execute(i);
+        } else if (complete) {
+            done_mark_count.execute(i);
+            if (hdr.netdir.flags[3:3] == 1) { // reservation
                 res_mark_count.execute(i);
             }
         }
