@@ -17,7 +17,9 @@
 #define NETDIR_MAX_LOCS 32          // directory.MaxLocations
 #define NETDIR_MAX_CHAIN 8          // directory.MaxChain
 #define NETDIR_SKETCH_COLS 1024     // directory.SketchCols (4 rows, directory.SketchRows)
+#ifndef NETDIR_SCORE_ENTRIES
 #define NETDIR_SCORE_ENTRIES 4096   // fine-score ranges: 2*sqrt(Window) entries, Window <= ~4 ms
+#endif
 #define NETDIR_ROUTES 1024
 #define NETDIR_L2 1024
 #define NETDIR_PORTS 512

@@ -67,26 +67,29 @@ control FineScore(inout local_meta_t meta) {
     }
 
     apply {
-        meta.lat_a_key = 0xffffffff;
         if (meta.lat_a[63:32] == 0) {
             meta.lat_a_key = meta.lat_a[31:0];
+        } else {
+            meta.lat_a_key = 0xffffffff;
         }
-        meta.lat_b_key = 0xffffffff;
         if (meta.lat_b[63:32] == 0) {
             meta.lat_b_key = meta.lat_b[31:0];
+        } else {
+            meta.lat_b_key = 0xffffffff;
         }
         score_a.apply();
         score_b.apply();
         compare.apply();
         // An unlearnt latency is 0, and so is its key (a latency past 32
         // bits keys as 0xffffffff): the keys are tested, 4 bytes each.
-        meta.pick_b = false;
         if (meta.lat_a_key == 0) {
             meta.pick_b = false;
         } else if (meta.lat_b_key == 0) {
             meta.pick_b = true;
         } else if (meta.score_diff[31:31] == 1) {
             meta.pick_b = true;
+        } else {
+            meta.pick_b = false;
         }
     }
 }

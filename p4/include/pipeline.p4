@@ -46,26 +46,11 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
     NETDIR_COUNTER(drops, NETDIR_NUM_REASONS);
 
     apply {
-        meta.op_class = CLASS_OTHER;
-        meta.verdict = OUT_L2L3;
-        meta.reason = REASON_NONE;
-        meta.drop = false;
-        meta.rewritten = false;
-        meta.mcast_grp = 0;
-        meta.egress_port = 0;
-        meta.coh_cmd = COH_NONE;
-        meta.coh_reason = REASON_NONE;
-        meta.coh_version = 0;
-        meta.resubmit = false;
-        meta.fresh = 0;
-        meta.slot_hit = false;
-        meta.part_hit = false;
-        meta.from_storage = false;
-        meta.vsb_member = false;
-        meta.pick_b = false;
-        meta.target = 0;
-        meta.cand_a = 0;
-        meta.cand_b = 0;
+        // meta starts at zero (BMv2 zeroes user metadata per packet; the
+        // TNA parser sets it, and @pa_auto_init_metadata): op_class
+        // CLASS_OTHER, reason REASON_NONE, coh_cmd COH_NONE, no hits, no
+        // target. Assigning those zeros again here would cost Tofino a
+        // stage (every later write must follow them).
         bool finer = false;
         bool learn = false;
         bool count_switched = false;
@@ -256,6 +241,8 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             meta.verdict = OUT_PASS;
             count_event = true;
             event = EVENT_PASS;
+        } else {
+            meta.verdict = OUT_L2L3; // not netdir traffic
         }
 
         // 5. The fine score (2b) between the two candidates.

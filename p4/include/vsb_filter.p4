@@ -165,11 +165,6 @@ control VsbFilter(in headers_t hdr, inout local_meta_t meta, in port_t ingress_p
     }
 
     apply {
-        meta.from_storage = false;
-        meta.vsb_member = false;
-        meta.vsb_idx = 0;
-        meta.vsb_bit = 0;
-        meta.vsb_role = VSB_ROLE_CHAIN;
         storage_ports.apply();
         if (meta.slot_hit) {
             members.apply();
