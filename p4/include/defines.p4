@@ -116,7 +116,8 @@ const bit<8> EVENT_PASS  = 4;
 const bit<16> VSB_MCAST_GROUP = 1;
 
 // ---- Op classes (metadata) ----
-const bit<3> CLASS_OTHER   = 0; // unknown op: dropped
+// 0, the metadata's initial value: not netdir, or a packet dropped before
+// its class is known (short, magic, version, unknown op).
 const bit<3> CLASS_GET     = 1;
 const bit<3> CLASS_WRITE   = 2; // PUT, DEL
 const bit<3> CLASS_REPLY   = 3; // GET reply, ERR
@@ -137,11 +138,10 @@ const bit<2> VSB_ROLE_CHAIN = 0; // before the tail: not a sender of VSBs
 const bit<2> VSB_ROLE_TAIL  = 1; // the tail announces a commit
 const bit<2> VSB_ROLE_EXTRA = 2; // an extra copy
 
-// ---- Coherence commands (one per packet) ----
-const bit<3> COH_NONE     = 0;
+// ---- Coherence commands (one per packet; 0, the initial value: none) ----
 const bit<3> COH_READ     = 1; // GET hit: read the fresh bitmap
 const bit<3> COH_STAMP    = 2; // PUT/DEL hit: ver_next += 1, fresh = chain
 const bit<3> COH_COMPLETE = 3; // write reply or tail VSB: complete(v)
-const bit<3> COH_EXTRA    = 4; // extra's VSB: set its fresh bit if no write pending
+const bit<3> COH_VSB      = 5; // a member's VSB: COH_COMPLETE from the tail, COH_EXTRA from an extra
 
 #endif

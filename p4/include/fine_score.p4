@@ -67,16 +67,6 @@ control FineScore(inout local_meta_t meta) {
     }
 
     apply {
-        if (meta.lat_a[63:32] == 0) {
-            meta.lat_a_key = meta.lat_a[31:0];
-        } else {
-            meta.lat_a_key = 0xffffffff;
-        }
-        if (meta.lat_b[63:32] == 0) {
-            meta.lat_b_key = meta.lat_b[31:0];
-        } else {
-            meta.lat_b_key = 0xffffffff;
-        }
         score_a.apply();
         score_b.apply();
         compare.apply();

@@ -133,14 +133,14 @@ struct local_meta_t {
     // dmClock (qos.p4)
     bit<32>     qos_done;       // the tenant's completions (TNA: read in the done pass)
     bit<32>     qos_res;        // its reservation-phase completions
-    node_t      qos_node;       // the node whose mark moves: a request's target, a completion's scheduler
+    node_t      qos_node;       // a completion's scheduler, whose mark moves (a request's is its target's)
     // TNA only (incremental UDP checksum, 32-bit coherence and latency)
     bit<16>     udp_residual;
     bool        udp_csum_update;
     bit<32>     stamp32;
     bit<32>     sample32;
+    bit<32>     ts_set;         // the timestamp's halves ORed: nonzero if set
     bit<32>     lat_new;
-    bool        reinit;
     bit<32>     seed32;
     bit<32>     vn32;           // the stamp, raising the stamp floor
     bit<32>     next_arg;       // the version a completion brings (p4/tna/coherence.p4)
@@ -149,6 +149,11 @@ struct local_meta_t {
     bool        resubmitted;    // pass 2: floor32 and resub_gen come from pass 1
     bit<32>     floor32;        // the key's stamp floor, read in pass 1
     bit<32>     resub_gen;      // the directory entry's gen in pass 1
+    bit<2>      coh_pass;       // COH_PASS_* (p4/tna/coherence.p4)
+    bit<32>     stamp_inc;      // 1 for a stamp: ver_next's step
+    bool        stamp_high;     // the stamp has bits above 32 set
+    bit<32>     carry_arg;      // a completion's version, carried to pass 2
+    bit<32>     floor_now;      // the key's stamp floor, read in pass 1
 }
 
 #endif

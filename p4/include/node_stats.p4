@@ -56,6 +56,18 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
                 load.read(load_read, (bit<32>)meta.cand_b);
                 meta.load_b = (bit<32>)load_read;
             }
+            // The fine score's keys: the latency clamped to 32 bits (past
+            // 2^32 it misses every range and scores 0).
+            if (meta.lat_a[63:32] == 0) {
+                meta.lat_a_key = meta.lat_a[31:0];
+            } else {
+                meta.lat_a_key = 0xffffffff;
+            }
+            if (meta.lat_b[63:32] == 0) {
+                meta.lat_b_key = meta.lat_b[31:0];
+            } else {
+                meta.lat_b_key = 0xffffffff;
+            }
         }
     }
 }

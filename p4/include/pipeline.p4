@@ -51,7 +51,6 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         // CLASS_OTHER, reason REASON_NONE, coh_cmd COH_NONE, no hits, no
         // target. Assigning those zeros again here would cost Tofino a
         // stage (every later write must follow them).
-        bool finer = false;
         bool learn = false;
         bool count_switched = false;
         bool count_event = false;
@@ -143,6 +142,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         } else if (meta.op_class == CLASS_WRITE) {
             if (meta.slot_hit) {
                 meta.coh_cmd = COH_STAMP;
+                meta.stamp_inc = 1; // TNA: ver_next's step
             } else if (!meta.part_hit) {
                 meta.reason = REASON_NO_ROUTE;
             }
@@ -157,19 +157,17 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 meta.reason = REASON_VSB_NOT_CACHED;
             } else if (!meta.vsb_member) {
                 meta.reason = REASON_VSB_NOT_MEMBER;
-            } else if (meta.vsb_role == VSB_ROLE_CHAIN) {
-                meta.reason = REASON_VSB_NOT_MEMBER;
-            } else if (meta.vsb_role == VSB_ROLE_TAIL) {
-                meta.coh_cmd = COH_COMPLETE; // the tail announces a commit
             } else {
-                meta.coh_cmd = COH_EXTRA;
+                // Its role (tail, extra, before the tail) is the coherence
+                // control's to read: the command is known a lookup sooner.
+                meta.coh_cmd = COH_VSB;
             }
         }
-        if (meta.coh_cmd != COH_NONE) {
+        // Every hit that may touch the slot's state enters, whatever its
+        // command (COH_NONE included): on Tofino the slot's gen is checked
+        // as soon as the hit is known (p4/tna/coherence.p4).
+        if (meta.slot_hit && meta.op_class != CLASS_REPLY && meta.op_class != CLASS_NODE_OP && meta.op_class != 0) {
             coherence.apply(hdr, meta);
-            if (meta.coh_reason != REASON_NONE) {
-                meta.reason = meta.coh_reason;
-            }
         }
         if (meta.resubmit) {
             // TNA: the first pass of a slot's re-seed (p4/tna/coherence.p4).
@@ -177,8 +175,10 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             return;
         }
 
-        // 4. The verdict.
-        if (meta.reason != REASON_NONE) {
+        // 4. The verdict. The coherence state's reason (a refused VSB) is
+        // tested beside the others rather than merged into meta.reason
+        // first, which would take Tofino a stage; the drop count merges it.
+        if (meta.reason != REASON_NONE || meta.coh_reason != REASON_NONE) {
             meta.verdict = OUT_DROP;
         } else if (meta.op_class == CLASS_GET) {
             meta.verdict = OUT_FORWARD;
@@ -190,8 +190,11 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 if (meta.sa_fresh != 0 && meta.sb_fresh != 0) {
                     if (meta.sa_idx == meta.sb_idx) {
                         meta.target = meta.sa_node;
+                    } else if (meta.pick_b) {
+                        meta.target = meta.cand_b; // the fine score (2b)
+                        count_switched = true;
                     } else {
-                        finer = true;
+                        meta.target = meta.cand_a;
                     }
                 } else if (meta.sa_fresh != 0) {
                     meta.target = meta.sa_node;
@@ -207,8 +210,11 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 sketch_counted = true;
                 if (meta.pa_idx == meta.pb_idx) {
                     meta.target = meta.pa_node;
+                } else if (meta.pick_b) {
+                    meta.target = meta.cand_b;
+                    count_switched = true;
                 } else {
-                    finer = true;
+                    meta.target = meta.cand_a;
                 }
                 hdr.netdir.flags[3:1] = MARKS_NONE;
             }
@@ -245,27 +251,19 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             meta.verdict = OUT_L2L3; // not netdir traffic
         }
 
-        // 5. The fine score (2b) between the two candidates.
-        if (finer) {
-            if (meta.pick_b) {
-                meta.target = meta.cand_b;
-                count_switched = true;
-            } else {
-                meta.target = meta.cand_a;
-            }
-        }
-
-        // 6. Send it.
+        // 5. Send it. qos_stamp: the request leaves (its target has an
+        // address), straight from node_addr's hit, not through meta.reason.
+        bool qos_stamp = false;
         if (meta.verdict == OUT_FORWARD) {
             hdr.netdir.node = meta.target;
             hdr.netdir.timestamp = meta.now;
             meta.rewritten = true;
-            node_addr.apply(hdr, meta);
+            node_addr.apply(hdr, meta, qos_stamp);
         } else if (meta.verdict == OUT_TO_CLIENT || meta.verdict == OUT_PASS || meta.verdict == OUT_L2L3) {
             forwarding.apply(hdr, meta);
         }
 
-        // 6b. dmClock (qos.p4): stamp δ and ρ on a request that leaves for its
+        // 5b. dmClock (qos.p4): stamp δ and ρ on a request that leaves for its
         // node (not one dropped for want of the node's address), or count a
         // completion. A request's tenant totals are read whether or not it
         // leaves (no side effect), so that on Tofino they are read early.
@@ -273,20 +271,18 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         if (meta.op_class == CLASS_GET || meta.op_class == CLASS_WRITE) {
             qos_request = true;
         }
-        bool qos_stamp = false;
-        if (meta.verdict == OUT_FORWARD && meta.reason == REASON_NONE) {
-            qos_stamp = true;
-            meta.qos_node = meta.target;
-        }
         qos.apply(hdr, meta, qos_request, qos_stamp, qos_complete);
 
-        // 7. Count.
+        // 6. Count.
         hot_keys.apply(hdr, meta, slot_counted, sketch_counted);
         if (count_event) {
             NETDIR_COUNT(events, event);
         }
         if (count_switched) {
             NETDIR_COUNT(switched, 0);
+        }
+        if (meta.coh_reason != REASON_NONE) {
+            meta.reason = meta.coh_reason;
         }
         if (meta.reason != REASON_NONE) {
             NETDIR_COUNT(drops, meta.reason);

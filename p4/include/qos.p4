@@ -18,7 +18,7 @@
 //
 // request: a GET, PUT or DEL, whose tenant totals are read (meta.qos_done,
 // meta.qos_res) whether or not it is stamped; stamp: a request forwarded to
-// meta.qos_node; complete: a completion (a get, put or del reply of code ok
+// meta.target; complete: a completion (a get, put or del reply of code ok
 // or not-found) charged to meta.qos_node.
 #ifndef NETDIR_QOS_P4
 #define NETDIR_QOS_P4
@@ -33,7 +33,11 @@ control Qos(inout headers_t hdr, inout local_meta_t meta, in bool request, in bo
 
     apply {
         bit<32> t = (bit<32>)hdr.netdir.tenant[7:0];
-        bit<32> i = (bit<32>)(hdr.netdir.tenant[7:0] ++ meta.qos_node[4:0]);
+        bit<5> n = meta.qos_node[4:0];
+        if (stamp) {
+            n = meta.target[4:0];
+        }
+        bit<32> i = (bit<32>)(hdr.netdir.tenant[7:0] ++ n);
         bit<32> mark;
         if (request) {
             qos_done.read(meta.qos_done, t);

@@ -69,10 +69,12 @@ parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out ingress_meta_t 
             lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, score_diff = 0, pick_b = false,
             verdict = 0, reason = 0, target = 0, fallback_idx = 0, egress_port = 0,
             mcast_grp = 0, drop = false, rewritten = false, qos_done = 0, qos_res = 0, qos_node = 0,
-            udp_residual = 0, udp_csum_update = false, stamp32 = 0, sample32 = 0, lat_new = 0,
-            reinit = false, seed32 = 0, vn32 = 0, next_arg = 0,
-            resubmit = false, resubmitted = false, floor32 = 0, resub_gen = 0
+            udp_residual = 0, udp_csum_update = false, stamp32 = 0, sample32 = 0, ts_set = 0, lat_new = 0,
+            seed32 = 0, vn32 = 0, next_arg = 0,
+            resubmit = false, resubmitted = false, floor32 = 0, resub_gen = 0,
+            coh_pass = 0, stamp_inc = 0, stamp_high = false, carry_arg = 0, floor_now = 0
         };
+        meta.nd.now = (bit<64>)ig_intr_md.ingress_mac_tstamp; // ns, set here to spare a stage
         transition select(ig_intr_md.resubmit_flag) {
             1: parse_resubmit;
             default: parse_port_metadata;
@@ -106,24 +108,26 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
     NetdirPipe() netdir;
 
     apply {
-        meta.nd.now = (bit<64>)ig_intr_md.ingress_mac_tstamp; // ns
         netdir.apply(hdr, meta.nd, ig_intr_md.ingress_port);
         meta.nd.udp_csum_update = false;
         if (meta.nd.rewritten && hdr.udp.checksum != 0) {
             meta.nd.udp_csum_update = true;
         }
+        // Each decision on its own (a drop overrides the rest), so that none
+        // waits for another's stage.
         if (meta.nd.resubmit) {
             // Pass 1 of a re-seed: back to ingress with the floor and gen.
             ig_dprsr_md.resubmit_type = RESUBMIT_RESEED;
             meta.resub.setValid();
             meta.resub.floor = meta.nd.floor32;
             meta.resub.gen = meta.nd.slot_gen;
-        } else if (meta.nd.drop) {
-            ig_dprsr_md.drop_ctl = 1;
         } else if (meta.nd.mcast_grp != 0) {
             ig_tm_md.mcast_grp_a = meta.nd.mcast_grp;
         } else {
             ig_tm_md.ucast_egress_port = meta.nd.egress_port;
+        }
+        if (meta.nd.drop) {
+            ig_dprsr_md.drop_ctl = 1;
         }
         ig_tm_md.bypass_egress = 1;
     }

@@ -20,9 +20,15 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
     Register<bit<16>, bit<16>>(NETDIR_MAX_NODES, 0) load_a;
     Register<bit<16>, bit<16>>(NETDIR_MAX_NODES, 0) load_b;
 
+    // The written latency is at least 1 (0 means unlearnt), clamped here
+    // rather than by a condition of its own (a stage).
     RegisterAction<bit<32>, bit<16>, bit<32>>(latency_a) lat_a_write = {
         void apply(inout bit<32> value) {
-            value = meta.lat_new;
+            if (meta.lat_new == 0) {
+                value = 1;
+            } else {
+                value = meta.lat_new;
+            }
         }
     };
     RegisterAction<bit<32>, bit<16>, bit<32>>(latency_a) lat_a_read = {
@@ -32,7 +38,11 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
     };
     RegisterAction<bit<32>, bit<16>, bit<32>>(latency_b) lat_b_write = {
         void apply(inout bit<32> value) {
-            value = meta.lat_new;
+            if (meta.lat_new == 0) {
+                value = 1;
+            } else {
+                value = meta.lat_new;
+            }
         }
     };
     RegisterAction<bit<32>, bit<16>, bit<32>>(latency_b) lat_b_read = {
@@ -65,6 +75,7 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
     // (the compiler would fold an assignment into the Lpf's input).
     action take_sample() {
         meta.sample32 = meta.now[31:0] - hdr.netdir.timestamp[31:0];
+        meta.ts_set = hdr.netdir.timestamp[63:32] | hdr.netdir.timestamp[31:0];
     }
 
     @hidden
@@ -81,26 +92,17 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
                 load_a_write.execute(hdr.netdir.node);
                 load_b_write.execute(hdr.netdir.node);
                 sample.apply();
-                // ts != 0, tested in halves (a condition reads 4 bytes).
-                bool stamped = false;
-                if (hdr.netdir.timestamp[63:32] != 0) {
-                    stamped = true;
-                }
-                if (hdr.netdir.timestamp[31:0] != 0) {
-                    stamped = true;
-                }
-                if (stamped && meta.sample32[31:31] == 0) {
+                // ts != 0 (as the OR of its halves: a condition reads 4 bytes).
+                if (meta.ts_set != 0 && meta.sample32[31:31] == 0) {
                     meta.lat_new = latency_lpf.execute(meta.sample32, hdr.netdir.node);
-                    if (meta.lat_new == 0) {
-                        meta.lat_new = 1;
-                    }
                     lat_a_write.execute(hdr.netdir.node);
                     lat_b_write.execute(hdr.netdir.node);
                 }
             }
         } else {
-            meta.lat_a = (bit<64>)lat_a_read.execute(meta.cand_a);
-            meta.lat_b = (bit<64>)lat_b_read.execute(meta.cand_b);
+            // The fine score's keys directly: a 32-bit latency is its own key.
+            meta.lat_a_key = lat_a_read.execute(meta.cand_a);
+            meta.lat_b_key = lat_b_read.execute(meta.cand_b);
             meta.load_a = (bit<32>)load_a_read.execute(meta.cand_a);
             meta.load_b = (bit<32>)load_b_read.execute(meta.cand_b);
         }
