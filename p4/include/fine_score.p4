@@ -71,15 +71,36 @@ control FineScore(inout local_meta_t meta) {
         score_b.apply();
         compare.apply();
         // An unlearnt latency is 0, and so is its key (a latency past 32
-        // bits keys as 0xffffffff): the keys are tested, 4 bytes each.
+        // bits keys as 0xffffffff). Tested here, beside the score tables,
+        // so that FinePick's conditions wait for the difference alone.
         if (meta.lat_a_key == 0) {
-            meta.pick_b = false;
-        } else if (meta.lat_b_key == 0) {
-            meta.pick_b = true;
-        } else if (meta.score_diff[31:31] == 1) {
-            meta.pick_b = true;
+            meta.a_unlearnt = true;
         } else {
-            meta.pick_b = false;
+            meta.a_unlearnt = false;
+        }
+        if (meta.lat_b_key == 0) {
+            meta.b_unlearnt = true;
+        } else {
+            meta.b_unlearnt = false;
+        }
+    }
+}
+
+// FinePick: the target by the fine score (FineScore, applied before), as
+// directory.finer: an unlearnt a first, then an unlearnt b, then the larger
+// score, ties to a. switched: b was picked.
+control FinePick(inout local_meta_t meta, inout bool switched) {
+    apply {
+        if (meta.a_unlearnt) {
+            meta.target = meta.cand_a;
+        } else if (meta.b_unlearnt) {
+            meta.target = meta.cand_b;
+            switched = true;
+        } else if (meta.score_diff[31:31] == 1) {
+            meta.target = meta.cand_b;
+            switched = true;
+        } else {
+            meta.target = meta.cand_a;
         }
     }
 }

@@ -120,7 +120,8 @@ struct local_meta_t {
     bit<32>     quota_a;        // Window / latency a, plus load b (fine_score.p4)
     bit<32>     quota_b;        // Window / latency b, plus load a
     bit<32>     score_diff;     // quota_a - quota_b: its sign picks b
-    bool        pick_b;
+    bool        a_unlearnt;     // lat_a_key == 0: candidate a scores highest
+    bool        b_unlearnt;
     // outcome
     bit<3>      verdict;
     bit<8>      reason;
@@ -128,7 +129,7 @@ struct local_meta_t {
     chain_idx_t fallback_idx;   // partition bucket index mod the slot's R
     port_t      egress_port;
     bit<16>     mcast_grp;
-    bool        drop;
+    bool        drop;           // no L2 entry; a packet with a reason is dropped too
     bool        rewritten;      // netdir header or addresses changed: fix the UDP checksum
     // dmClock (qos.p4)
     bit<32>     qos_done;       // the tenant's completions (TNA: read in the done pass)

@@ -31,6 +31,8 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
     Partition() partition;
     SlotSplit() split;
     CandidatesFresh() candidates_fresh;
+    FinePick() pick_hit;
+    FinePick() pick_miss;
     ChainFallback() fallback;
     Coherence() coherence;
     VsbFilter() vsb_filter;
@@ -169,6 +171,9 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         if (meta.slot_hit && meta.op_class != CLASS_REPLY && meta.op_class != CLASS_NODE_OP && meta.op_class != 0) {
             coherence.apply(hdr, meta);
         }
+        if (meta.coh_reason != REASON_NONE) {
+            meta.reason = meta.coh_reason; // for the count; the verdict tests both
+        }
         if (meta.resubmit) {
             // TNA: the first pass of a slot's re-seed (p4/tna/coherence.p4).
             // The packet comes back unchanged; it is counted and sent then.
@@ -177,7 +182,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
 
         // 4. The verdict. The coherence state's reason (a refused VSB) is
         // tested beside the others rather than merged into meta.reason
-        // first, which would take Tofino a stage; the drop count merges it.
+        // first (after Coherence, for the count), which would cost a stage.
         if (meta.reason != REASON_NONE || meta.coh_reason != REASON_NONE) {
             meta.verdict = OUT_DROP;
         } else if (meta.op_class == CLASS_GET) {
@@ -190,11 +195,8 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 if (meta.sa_fresh != 0 && meta.sb_fresh != 0) {
                     if (meta.sa_idx == meta.sb_idx) {
                         meta.target = meta.sa_node;
-                    } else if (meta.pick_b) {
-                        meta.target = meta.cand_b; // the fine score (2b)
-                        count_switched = true;
                     } else {
-                        meta.target = meta.cand_a;
+                        pick_hit.apply(meta, count_switched); // the fine score (2b)
                     }
                 } else if (meta.sa_fresh != 0) {
                     meta.target = meta.sa_node;
@@ -210,11 +212,8 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 sketch_counted = true;
                 if (meta.pa_idx == meta.pb_idx) {
                     meta.target = meta.pa_node;
-                } else if (meta.pick_b) {
-                    meta.target = meta.cand_b;
-                    count_switched = true;
                 } else {
-                    meta.target = meta.cand_a;
+                    pick_miss.apply(meta, count_switched);
                 }
                 hdr.netdir.flags[3:1] = MARKS_NONE;
             }
@@ -257,7 +256,6 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         if (meta.verdict == OUT_FORWARD) {
             hdr.netdir.node = meta.target;
             hdr.netdir.timestamp = meta.now;
-            meta.rewritten = true;
             node_addr.apply(hdr, meta, qos_stamp);
         } else if (meta.verdict == OUT_TO_CLIENT || meta.verdict == OUT_PASS || meta.verdict == OUT_L2L3) {
             forwarding.apply(hdr, meta);
@@ -281,12 +279,10 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         if (count_switched) {
             NETDIR_COUNT(switched, 0);
         }
-        if (meta.coh_reason != REASON_NONE) {
-            meta.reason = meta.coh_reason;
-        }
+        // A packet with a reason is dropped (the top level reads
+        // meta.reason, not a flag set here: on Tofino a stage less).
         if (meta.reason != REASON_NONE) {
             NETDIR_COUNT(drops, meta.reason);
-            meta.drop = true;
         }
     }
 }
