@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 P4C=${P4C:-p4c-bm2-ss}
 P4C_TOFINO=${P4C_TOFINO:-p4c-barefoot}
 # The directory sizes that fit Tofino 1 (p4/README.md, "Tofino").
-TOFINO_DEFINES=(-DNETDIR_SLOTS=4096)
+TOFINO_DEFINES=(-DNETDIR_SLOTS=1024 -DNETDIR_RUNS=4 -DNETDIR_PART_RUNS=3 -DNETDIR_SCORE_ENTRIES=2048)
 mode=build
 case "${1:-}" in
 --check) mode=check ;;

@@ -35,9 +35,13 @@
 #ifndef NETDIR_RUNS
 #define NETDIR_RUNS NETDIR_BUCKETS
 #endif
+// Runs per partition (its chain's members: R), when they differ.
+#ifndef NETDIR_PART_RUNS
+#define NETDIR_PART_RUNS NETDIR_RUNS
+#endif
 
 // Table sizes derived from the capacities.
-#define NETDIR_PART_BUCKETS (NETDIR_PARTITIONS * NETDIR_RUNS)
+#define NETDIR_PART_BUCKETS (NETDIR_PARTITIONS * NETDIR_PART_RUNS)
 #define NETDIR_SLOT_BUCKETS (NETDIR_SLOTS * NETDIR_RUNS)
 #define NETDIR_SLOT_CHAIN   (NETDIR_SLOTS * NETDIR_MAX_CHAIN)
 #define NETDIR_SLOT_MEMBERS (NETDIR_SLOTS * NETDIR_MAX_LOCS)

@@ -1,9 +1,8 @@
-// netdir for Tofino (TNA). NOT COMPILED in this repository: there is no Intel
-// P4 Studio (bf-p4c) here. It has been type-checked only as far as
-// p4/README.md says. Build with P4 Studio's compiler:
+// netdir for Tofino (TNA). Compiled by p4c's Tofino back end, p4c-barefoot
+// (scripts/p4-build.sh, with the sizes that fit; p4/README.md, "Tofino"):
 //
-//   bf-p4c --target tofino --arch tna -o p4/build/tna \
-//       --p4runtime-files p4/build/tna/netdir.p4info.txtpb p4/tna/netdir.p4
+//   p4c-barefoot --target tofino --arch tna --std p4-16 -D__TARGET_TOFINO__=1 \
+//       --disable-parse-min-depth-limit -o OUT p4/tna/netdir.p4
 //
 // The directory logic is shared with the BMv2 program
 // (p4/include/pipeline.p4). This file adds the TNA parser (port metadata,
