@@ -138,7 +138,6 @@ struct local_meta_t {
     // TNA only (incremental UDP checksum, 32-bit coherence and latency)
     bit<16>     udp_residual;
     bool        udp_csum_update;
-    bit<32>     stamp32;
     bit<32>     sample32;
     bit<32>     ts_set;         // the timestamp's halves ORed: nonzero if set
     bit<32>     lat_new;
@@ -151,7 +150,6 @@ struct local_meta_t {
     bit<32>     floor32;        // the key's stamp floor, read in pass 1
     bit<32>     resub_gen;      // the directory entry's gen in pass 1
     bit<2>      coh_pass;       // COH_PASS_* (p4/tna/coherence.p4)
-    bit<32>     stamp_inc;      // 1 for a stamp: ver_next's step
     bool        stamp_high;     // the stamp has bits above 32 set
     bit<32>     carry_arg;      // a completion's version, carried to pass 2
     bit<32>     floor_now;      // the key's stamp floor, read in pass 1

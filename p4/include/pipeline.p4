@@ -144,7 +144,6 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         } else if (meta.op_class == CLASS_WRITE) {
             if (meta.slot_hit) {
                 meta.coh_cmd = COH_STAMP;
-                meta.stamp_inc = 1; // TNA: ver_next's step
             } else if (!meta.part_hit) {
                 meta.reason = REASON_NO_ROUTE;
             }

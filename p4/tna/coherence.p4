@@ -30,7 +30,7 @@
 //           change; then the re-seed's actions set ver_done and ver_next
 //           from the carried state, meta.floor32 = max(seed, floor, and for
 //           a completion its version), ver_next one more for a stamp
-//           (meta.stamp_inc), fresh the chain, and the command runs on
+//           (next_seed_stamp), fresh the chain, and the command runs on
 //           that. A stamp then raises the floor from the new ver_next, as
 //           in any pass.
 // Any packet that may touch the slot's state (a hit of a GET, PUT/DEL,
@@ -113,25 +113,32 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
         }
     };
 
-    // stamp_inc is 1 for a stamp and 0 otherwise: one action stamps or
-    // reads, one seeds for a stamp or for the rest.
+    // A register's actions take at most 2 PHV inputs between them
+    // (floor32, next_arg); next_max with next_arg 0 is a read.
     RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_seed = {
         void apply(inout bit<32> value, out bit<32> rv) {
-            value = meta.floor32 + meta.stamp_inc;
+            value = meta.floor32;
             rv = value;
         }
     };
-    RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_add = {
+    RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_seed_stamp = {
         void apply(inout bit<32> value, out bit<32> rv) {
-            value = value + meta.stamp_inc;
+            value = meta.floor32 + 1;
+            rv = value;
+        }
+    };
+    RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_stamp = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            value = value + 1;
             rv = value;
         }
     };
     RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_max = {
-        void apply(inout bit<32> value) {
+        void apply(inout bit<32> value, out bit<32> rv) {
             if (meta.next_arg > value) {
                 value = meta.next_arg;
             }
+            rv = value;
         }
     };
 
@@ -202,13 +209,18 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
     apply {
         floor_idx_t fi = hdr.netdir.keyhash[NETDIR_FLOOR_BITS-1:0]; // directory.FloorIndex
         meta.seed32 = meta.slot_ver[31:0];
-        // The version a completion brings; a stamp with high bits set
-        // saturates: newer than any 32-bit version.
+        // The version a completion brings (0 otherwise, so that next_max
+        // reads); a stamp with high bits set saturates: newer than any
+        // 32-bit version.
         if (hdr.netdir.stamp[63:32] != 0) {
             meta.stamp_high = true;
-            meta.next_arg = 0xffffffff;
-        } else {
-            meta.next_arg = hdr.netdir.stamp[31:0];
+        }
+        if (meta.coh_cmd == COH_COMPLETE || (meta.coh_cmd == COH_VSB && meta.vsb_role == VSB_ROLE_TAIL)) {
+            if (hdr.netdir.stamp[63:32] != 0) {
+                meta.next_arg = 0xffffffff;
+            } else {
+                meta.next_arg = hdr.netdir.stamp[31:0];
+            }
         }
         if (meta.resubmitted) {
             if (meta.resub_gen == meta.slot_gen) {
@@ -240,9 +252,7 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
             // Pass 1: carry max(seed, floor, the completion's version) and
             // the entry's gen to pass 2; nothing else in this pass.
             meta.resubmit = true;
-            if (meta.coh_cmd == COH_COMPLETE || vsb_tail) {
-                meta.carry_arg = meta.next_arg;
-            }
+            meta.carry_arg = meta.next_arg;
             meta.seed32 = seed_max.execute(0);
             meta.floor_now = floor_read.execute(fi);
             meta.floor32 = floor_max.execute(0);
@@ -251,11 +261,14 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
         } else if (changed == 1) {
             // Pass 2: the re-seed, then the command on the seeded state.
             bit<32> vd = done_seed.execute(meta.slot);
-            bit<32> vn = next_seed.execute(meta.slot);
+            if (meta.coh_cmd == COH_STAMP) {
+                meta.vn32 = next_seed_stamp.execute(meta.slot);
+            } else {
+                next_seed.execute(meta.slot);
+            }
             if (meta.coh_cmd == COH_READ) {
                 meta.fresh = fresh_chain.execute(meta.slot);
             } else if (meta.coh_cmd == COH_STAMP) {
-                meta.vn32 = vn;
                 fresh_chain.execute(meta.slot);
                 floor_raise.execute(fi);
             } else if (vsb_extra) {
@@ -274,7 +287,7 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
         } else if (meta.coh_cmd == COH_READ) {
             meta.fresh = fresh_read.execute(meta.slot);
         } else if (meta.coh_cmd == COH_STAMP) {
-            meta.vn32 = next_add.execute(meta.slot);
+            meta.vn32 = next_stamp.execute(meta.slot);
             fresh_chain.execute(meta.slot);
             floor_raise.execute(fi);
         } else if (meta.coh_cmd == COH_COMPLETE || vsb_tail) {
@@ -285,7 +298,7 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
             }
         } else if (vsb_extra) {
             bit<32> vd = done_read.execute(meta.slot);
-            bit<32> vn = next_add.execute(meta.slot); // stamp_inc 0: a read
+            bit<32> vn = next_max.execute(meta.slot); // next_arg 0: a read
             if (vn != vd) {
                 meta.coh_reason = REASON_VSB_PENDING;
             } else if (meta.stamp_high || hdr.netdir.stamp[31:0] != vd) {
