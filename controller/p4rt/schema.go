@@ -18,13 +18,20 @@ import (
 )
 
 // Schema resolves P4Info names to ids, so callers name tables, fields,
-// actions and counters as the P4 program does.
+// actions, counters and registers as the P4 program does.
+//
+// It reads the P4Info of either back end: p4c-bm2-ss's (BMv2), and
+// p4c-barefoot's for TNA (Tofino), which prefixes counters and registers
+// with the pipe ("pipe.NetdirIngress...", found by alias all the same) and
+// lists them as Tofino externs ("Counter", "Register") rather than in the
+// standard counters and registers; their instances keep P4Runtime ids.
 type Schema struct {
-	Info     *p4config.P4Info
-	tables   map[string]*p4config.Table
-	actions  map[string]*p4config.Action
-	counters map[string]*p4config.Counter
-	digests  map[string]*p4config.Digest
+	Info      *p4config.P4Info
+	tables    map[string]*p4config.Table
+	actions   map[string]*p4config.Action
+	counters  map[string]*p4config.Counter
+	registers map[string]*p4config.Register
+	digests   map[string]*p4config.Digest
 }
 
 // LoadSchema reads a P4Info text proto (p4c's --p4runtime-files *.txtpb).
@@ -34,7 +41,8 @@ func LoadSchema(path string) (*Schema, error) {
 		return nil, err
 	}
 	info := &p4config.P4Info{}
-	if err := prototext.Unmarshal(b, info); err != nil {
+	opts := prototext.UnmarshalOptions{Resolver: barefootTypes, DiscardUnknown: true}
+	if err := opts.Unmarshal(b, info); err != nil {
 		return nil, fmt.Errorf("p4rt: %s: %w", path, err)
 	}
 	return NewSchema(info), nil
@@ -44,11 +52,12 @@ func LoadSchema(path string) (*Schema, error) {
 // ("NetdirIngress.directory.slots") or by alias (the last name component).
 func NewSchema(info *p4config.P4Info) *Schema {
 	s := &Schema{
-		Info:     info,
-		tables:   map[string]*p4config.Table{},
-		actions:  map[string]*p4config.Action{},
-		counters: map[string]*p4config.Counter{},
-		digests:  map[string]*p4config.Digest{},
+		Info:      info,
+		tables:    map[string]*p4config.Table{},
+		actions:   map[string]*p4config.Action{},
+		counters:  map[string]*p4config.Counter{},
+		registers: map[string]*p4config.Register{},
+		digests:   map[string]*p4config.Digest{},
 	}
 	for _, t := range info.GetTables() {
 		s.tables[t.GetPreamble().GetName()] = t
@@ -62,9 +71,21 @@ func NewSchema(info *p4config.P4Info) *Schema {
 		s.counters[c.GetPreamble().GetName()] = c
 		s.counters[c.GetPreamble().GetAlias()] = c
 	}
+	for _, r := range info.GetRegisters() {
+		s.registers[r.GetPreamble().GetName()] = r
+		s.registers[r.GetPreamble().GetAlias()] = r
+	}
 	for _, d := range info.GetDigests() {
 		s.digests[d.GetPreamble().GetName()] = d
 		s.digests[d.GetPreamble().GetAlias()] = d
+	}
+	for _, c := range TofinoCounters(info) {
+		s.counters[c.GetPreamble().GetName()] = c
+		s.counters[c.GetPreamble().GetAlias()] = c
+	}
+	for _, r := range TofinoRegisters(info) {
+		s.registers[r.GetPreamble().GetName()] = r
+		s.registers[r.GetPreamble().GetAlias()] = r
 	}
 	return s
 }
@@ -91,6 +112,15 @@ func (s *Schema) Counter(name string) (*p4config.Counter, error) {
 		return c, nil
 	}
 	return nil, fmt.Errorf("p4rt: no counter %q in the P4Info", name)
+}
+
+// Register returns a register by name. netdir never reads or writes
+// registers over P4Runtime (package comment); tests and tools name them.
+func (s *Schema) Register(name string) (*p4config.Register, error) {
+	if r, ok := s.registers[name]; ok {
+		return r, nil
+	}
+	return nil, fmt.Errorf("p4rt: no register %q in the P4Info", name)
 }
 
 // Digest returns a digest by name.

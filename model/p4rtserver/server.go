@@ -31,6 +31,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/netdir/netdir/controller/p4rt"
 )
 
 // Target gives P4Runtime entities their meaning on a data plane. Calls are
@@ -233,7 +235,8 @@ func (s *Server) SetForwardingPipelineConfig(_ context.Context, r *p4.SetForward
 	for _, a := range s.info.GetActions() {
 		s.actions[a.GetPreamble().GetId()] = a
 	}
-	for _, c := range s.info.GetCounters() {
+	// A Tofino P4Info (p4c-barefoot, TNA) lists its counters as externs.
+	for _, c := range append(s.info.GetCounters(), p4rt.TofinoCounters(s.info)...) {
 		s.counters[c.GetPreamble().GetId()] = c
 	}
 	s.entries = map[uint32]map[string]*p4.TableEntry{}

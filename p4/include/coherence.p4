@@ -31,6 +31,10 @@
 //   COH_COMPLETE  PUT/DEL reply with code OK, or a VSB from the tail:
 //                 if v > ver_done: ver_done = v, ver_next = max(ver_next, v),
 //                 fresh = the chain.
+//   COH_VSB       VSB from a member: by its role (vsb_filter.vsb_roles) the
+//                 tail's is COH_COMPLETE, an extra's COH_EXTRA, and one
+//                 from before the tail is refused (REASON_VSB_NOT_MEMBER)
+//                 without touching the state.
 //   COH_EXTRA     VSB from an extra copy: set its fresh bit only if
 //                 ver_next == ver_done (no write pending) and v == ver_done;
 //                 otherwise report REASON_VSB_PENDING or REASON_VSB_VERSION.
@@ -45,6 +49,10 @@
 
 #include "headers.p4"
 
+// The v1model control's own commands, past those of defines.p4.
+const bit<3> COH_NONE  = 0; // no command (the metadata's initial value)
+const bit<3> COH_EXTRA = 4; // extra's VSB: set its fresh bit if no write pending
+
 control Coherence(in headers_t hdr, inout local_meta_t meta) {
     register<version_t>(NETDIR_SLOTS) ver_next;
     register<version_t>(NETDIR_SLOTS) ver_done;
@@ -53,6 +61,19 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
     register<version_t>(NETDIR_FLOORS) stamp_floor;
 
     apply {
+        bit<3> cmd = meta.coh_cmd;
+        if (cmd == COH_NONE) {
+            return;
+        } else if (cmd == COH_VSB) {
+            if (meta.vsb_role == VSB_ROLE_TAIL) {
+                cmd = COH_COMPLETE; // the tail announces a commit
+            } else if (meta.vsb_role == VSB_ROLE_EXTRA) {
+                cmd = COH_EXTRA;
+            } else {
+                meta.coh_reason = REASON_VSB_NOT_MEMBER;
+                return;
+            }
+        }
         bit<32> s = (bit<32>)meta.slot;
         version_t vn;
         version_t vd;
@@ -63,7 +84,7 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
         meta.coh_reason = REASON_NONE;
         gen.read(g, s);
         bool reseed = g != meta.slot_gen;
-        if (reseed || meta.coh_cmd == COH_STAMP) {
+        if (reseed || cmd == COH_STAMP) {
             stamp_floor.read(fl, fi);
         }
         if (reseed) {
@@ -76,10 +97,10 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
             ver_done.write(s, seed);
             fresh.write(s, meta.chain_mask);
         }
-        if (meta.coh_cmd == COH_READ) {
+        if (cmd == COH_READ) {
             fresh.read(f, s);
             meta.fresh = f;
-        } else if (meta.coh_cmd == COH_STAMP) {
+        } else if (cmd == COH_STAMP) {
             ver_next.read(vn, s);
             vn = vn + 1;
             ver_next.write(s, vn);
@@ -90,7 +111,7 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
             // The stamp: the entry's incarnation (the seed's top 16 bits)
             // above the version (wire.MakeStamp; spec/README.md, flaw G).
             meta.coh_version = meta.slot_ver[63:48] ++ vn[47:0];
-        } else if (meta.coh_cmd == COH_COMPLETE) {
+        } else if (cmd == COH_COMPLETE) {
             ver_done.read(vd, s);
             if (hdr.netdir.stamp > vd) {
                 ver_done.write(s, hdr.netdir.stamp);
@@ -100,7 +121,7 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
                 }
                 fresh.write(s, meta.chain_mask);
             }
-        } else if (meta.coh_cmd == COH_EXTRA) {
+        } else if (cmd == COH_EXTRA) {
             ver_next.read(vn, s);
             ver_done.read(vd, s);
             if (vn != vd) {

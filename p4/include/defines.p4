@@ -17,7 +17,9 @@
 #define NETDIR_MAX_LOCS 32          // directory.MaxLocations
 #define NETDIR_MAX_CHAIN 8          // directory.MaxChain
 #define NETDIR_SKETCH_COLS 1024     // directory.SketchCols (4 rows, directory.SketchRows)
+#ifndef NETDIR_SCORE_ENTRIES
 #define NETDIR_SCORE_ENTRIES 4096   // fine-score ranges: 2*sqrt(Window) entries, Window <= ~4 ms
+#endif
 #define NETDIR_ROUTES 1024
 #define NETDIR_L2 1024
 #define NETDIR_PORTS 512
@@ -33,9 +35,13 @@
 #ifndef NETDIR_RUNS
 #define NETDIR_RUNS NETDIR_BUCKETS
 #endif
+// Runs per partition (its chain's members: R), when they differ.
+#ifndef NETDIR_PART_RUNS
+#define NETDIR_PART_RUNS NETDIR_RUNS
+#endif
 
 // Table sizes derived from the capacities.
-#define NETDIR_PART_BUCKETS (NETDIR_PARTITIONS * NETDIR_RUNS)
+#define NETDIR_PART_BUCKETS (NETDIR_PARTITIONS * NETDIR_PART_RUNS)
 #define NETDIR_SLOT_BUCKETS (NETDIR_SLOTS * NETDIR_RUNS)
 #define NETDIR_SLOT_CHAIN   (NETDIR_SLOTS * NETDIR_MAX_CHAIN)
 #define NETDIR_SLOT_MEMBERS (NETDIR_SLOTS * NETDIR_MAX_LOCS)
@@ -45,7 +51,6 @@ typedef bit<9>   port_t;        // v1model and TNA both use 9-bit ports
 typedef bit<16>  node_t;        // wire.NodeID
 typedef bit<16>  slot_t;        // directory slot index
 typedef bit<20>  partition_t;   // up to 20 partition bits (directory.Config.PartitionBits)
-typedef bit<5>   bucket_t;      // reqid & 31, (reqid >> 8) & 31
 typedef bit<5>   loc_t;         // LocationList index 0..31
 typedef bit<3>   chain_idx_t;   // chain index 0..7
 typedef bit<4>   chain_len_t;   // R: 1..8
@@ -69,11 +74,14 @@ const bit<8> OP_ERR       = 0xff;
 const bit<8> OP_NODE_MIN  = 0x20;       // OpChainWrite
 const bit<8> OP_NODE_MAX  = 0x3f;       // node ops, including the reserved ones (wire.Op.IsNodeOp)
 
-const bit<8> FLAG_STALE_OK = 0x01;
-const bit<8> FLAG_STAMPED  = 0x02;
-const bit<8> FLAG_HIT      = 0x04;
-const bit<8> FLAG_RESERVATION = 0x08;   // on a reply: served in dmClock's reservation phase
-const bit<8> FLAGS_CLEAR   = 0xf1;      // ~(FLAG_STAMPED | FLAG_HIT | FLAG_RESERVATION): requests
+// wire flags: 0x01 stale-ok (the client's; no data plane reads it), 0x02
+// stamped, 0x04 hit, 0x08 reservation (on a reply: served in dmClock's
+// reservation phase). The data plane reads and writes them as the bit slice
+// flags[3:1] = (reservation, hit, stamped), which Tofino tests and sets
+// without computed masks; a request leaves with reservation cleared.
+const bit<3> MARKS_NONE        = 0b000;
+const bit<3> MARKS_HIT         = 0b010;
+const bit<3> MARKS_STAMPED_HIT = 0b011;
 
 const bit<8> CODE_OK        = 0;
 const bit<8> CODE_NOT_FOUND = 1;
@@ -112,7 +120,8 @@ const bit<8> EVENT_PASS  = 4;
 const bit<16> VSB_MCAST_GROUP = 1;
 
 // ---- Op classes (metadata) ----
-const bit<3> CLASS_OTHER   = 0; // unknown op: dropped
+// 0, the metadata's initial value: not netdir, or a packet dropped before
+// its class is known (short, magic, version, unknown op).
 const bit<3> CLASS_GET     = 1;
 const bit<3> CLASS_WRITE   = 2; // PUT, DEL
 const bit<3> CLASS_REPLY   = 3; // GET reply, ERR
@@ -128,11 +137,15 @@ const bit<3> OUT_MULTICAST = 3;
 const bit<3> OUT_PASS      = 4;
 const bit<3> OUT_L2L3      = 5; // not netdir traffic
 
-// ---- Coherence commands (one per packet) ----
-const bit<3> COH_NONE     = 0;
+// ---- A VSB sender's place in the LocationList (vsb_filter.vsb_roles) ----
+const bit<2> VSB_ROLE_CHAIN = 0; // before the tail: not a sender of VSBs
+const bit<2> VSB_ROLE_TAIL  = 1; // the tail announces a commit
+const bit<2> VSB_ROLE_EXTRA = 2; // an extra copy
+
+// ---- Coherence commands (one per packet; 0, the initial value: none) ----
 const bit<3> COH_READ     = 1; // GET hit: read the fresh bitmap
 const bit<3> COH_STAMP    = 2; // PUT/DEL hit: ver_next += 1, fresh = chain
 const bit<3> COH_COMPLETE = 3; // write reply or tail VSB: complete(v)
-const bit<3> COH_EXTRA    = 4; // extra's VSB: set its fresh bit if no write pending
+const bit<3> COH_VSB      = 5; // a member's VSB: COH_COMPLETE from the tail, COH_EXTRA from an extra
 
 #endif

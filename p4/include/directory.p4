@@ -71,7 +71,6 @@ control Directory(in headers_t hdr, inout local_meta_t meta) {
     }
 
     apply {
-        meta.chain_mask = 0;
         if (slots.apply().hit) {
             chain_masks.apply();
         }

@@ -12,7 +12,10 @@
 // score_a and score_b hold the same entries (one apply per table per packet).
 //
 // score_a >= score_b  <=>  quota_a + load_b >= quota_b + load_a, in 32 bits:
-// quota <= W < 2^31 and load < 2^16 cannot overflow.
+// quota <= W < 2^30 and load < 2^16 cannot overflow. Each table's action adds
+// the other candidate's load to its quota, and the comparison is the sign of
+// the difference (both sides are below 2^31), so that no condition compares
+// two run-time values (Tofino's gateways cannot).
 #ifndef NETDIR_FINE_SCORE_P4
 #define NETDIR_FINE_SCORE_P4
 
@@ -20,7 +23,7 @@
 
 control FineScore(inout local_meta_t meta) {
     action set_quota_a(bit<32> quota) {
-        meta.quota_a = quota;
+        meta.quota_a = quota + meta.load_b;
     }
 
     table score_a {
@@ -35,7 +38,7 @@ control FineScore(inout local_meta_t meta) {
     }
 
     action set_quota_b(bit<32> quota) {
-        meta.quota_b = quota;
+        meta.quota_b = quota + meta.load_a;
     }
 
     table score_b {
@@ -49,23 +52,55 @@ control FineScore(inout local_meta_t meta) {
         size = NETDIR_SCORE_ENTRIES;
     }
 
+    // The difference in a table's action, so that the condition tests a
+    // field (the compiler would fold an assignment into it).
+    action compare_scores() {
+        meta.score_diff = meta.quota_a - meta.quota_b;
+    }
+
+    @hidden
+    table compare {
+        actions = {
+            compare_scores;
+        }
+        const default_action = compare_scores();
+    }
+
     apply {
-        meta.lat_a_key = 0xffffffff;
-        if (meta.lat_a[63:32] == 0) {
-            meta.lat_a_key = meta.lat_a[31:0];
-        }
-        meta.lat_b_key = 0xffffffff;
-        if (meta.lat_b[63:32] == 0) {
-            meta.lat_b_key = meta.lat_b[31:0];
-        }
         score_a.apply();
         score_b.apply();
-        if (meta.lat_a == 0) {
-            meta.pick_b = false;
-        } else if (meta.lat_b == 0) {
-            meta.pick_b = true;
+        compare.apply();
+        // An unlearnt latency is 0, and so is its key (a latency past 32
+        // bits keys as 0xffffffff). Tested here, beside the score tables,
+        // so that FinePick's conditions wait for the difference alone.
+        if (meta.lat_a_key == 0) {
+            meta.a_unlearnt = true;
         } else {
-            meta.pick_b = meta.quota_a + (bit<32>)meta.load_b < meta.quota_b + (bit<32>)meta.load_a;
+            meta.a_unlearnt = false;
+        }
+        if (meta.lat_b_key == 0) {
+            meta.b_unlearnt = true;
+        } else {
+            meta.b_unlearnt = false;
+        }
+    }
+}
+
+// FinePick: the target by the fine score (FineScore, applied before), as
+// directory.finer: an unlearnt a first, then an unlearnt b, then the larger
+// score, ties to a. switched: b was picked.
+control FinePick(inout local_meta_t meta, inout bool switched) {
+    apply {
+        if (meta.a_unlearnt) {
+            meta.target = meta.cand_a;
+        } else if (meta.b_unlearnt) {
+            meta.target = meta.cand_b;
+            switched = true;
+        } else if (meta.score_diff[31:31] == 1) {
+            meta.target = meta.cand_b;
+            switched = true;
+        } else {
+            meta.target = meta.cand_a;
         }
     }
 }

@@ -54,7 +54,9 @@ control Forwarding(inout headers_t hdr, inout local_meta_t meta) {
     apply {
         bool routed = false;
         if (hdr.ipv4.isValid() && hdr.ipv4.ttl > 1) {
-            routed = routes_v4.apply().hit;
+            if (routes_v4.apply().hit) {
+                routed = true;
+            }
         }
         if (!routed) {
             bridging.apply();

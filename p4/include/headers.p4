@@ -96,6 +96,8 @@ struct local_meta_t {
     loc_t       sb_idx;         // slot bucket (reqid >> 8) & 31
     node_t      sb_node;
     bit<32>     sb_bit;
+    bit<32>     sa_fresh;       // fresh & sa_bit: candidate a may serve
+    bit<32>     sb_fresh;       // fresh & sb_bit
     // coherence
     bit<3>      coh_cmd;
     bit<32>     fresh;          // COH_READ result
@@ -104,19 +106,22 @@ struct local_meta_t {
     loc_t       vsb_idx;        // the VSB sender's LocationList index
     bit<32>     vsb_bit;        // 1 << vsb_idx
     bool        vsb_member;
+    bit<2>      vsb_role;       // VSB_ROLE_*: chain before the tail, tail, extra
     bool        from_storage;   // ingress port is a storage node's
     // fine score (HATS section 4.3) between candidates a and b
     node_t      cand_a;
     node_t      cand_b;
     bit<64>     lat_a;
     bit<64>     lat_b;
-    bit<16>     load_a;
-    bit<16>     load_b;
+    bit<32>     load_a;         // 32 bits wide: added to a quota (fine_score.p4)
+    bit<32>     load_b;
     bit<32>     lat_a_key;      // latency clamped to 32 bits, the score tables' key
     bit<32>     lat_b_key;
-    bit<32>     quota_a;        // Window / latency
-    bit<32>     quota_b;
-    bool        pick_b;
+    bit<32>     quota_a;        // Window / latency a, plus load b (fine_score.p4)
+    bit<32>     quota_b;        // Window / latency b, plus load a
+    bit<32>     score_diff;     // quota_a - quota_b: its sign picks b
+    bool        a_unlearnt;     // lat_a_key == 0: candidate a scores highest
+    bool        b_unlearnt;
     // outcome
     bit<3>      verdict;
     bit<8>      reason;
@@ -124,26 +129,30 @@ struct local_meta_t {
     chain_idx_t fallback_idx;   // partition bucket index mod the slot's R
     port_t      egress_port;
     bit<16>     mcast_grp;
-    bool        drop;
+    bool        drop;           // no L2 entry; a packet with a reason is dropped too
     bool        rewritten;      // netdir header or addresses changed: fix the UDP checksum
     // dmClock (qos.p4)
     bit<32>     qos_done;       // the tenant's completions (TNA: read in the done pass)
     bit<32>     qos_res;        // its reservation-phase completions
-    node_t      qos_node;       // the node whose mark moves: a request's target, a completion's scheduler
+    node_t      qos_node;       // a completion's scheduler, whose mark moves (a request's is its target's)
     // TNA only (incremental UDP checksum, 32-bit coherence and latency)
     bit<16>     udp_residual;
     bool        udp_csum_update;
-    bit<32>     stamp32;
     bit<32>     sample32;
+    bit<32>     ts_set;         // the timestamp's halves ORed: nonzero if set
     bit<32>     lat_new;
-    bool        reinit;
     bit<32>     seed32;
     bit<32>     vn32;           // the stamp, raising the stamp floor
+    bit<32>     next_arg;       // the version a completion brings (p4/tna/coherence.p4)
     // TNA only: a slot's re-seed takes two passes (p4/tna/coherence.p4)
     bool        resubmit;       // pass 1: resubmit with floor32 and slot_gen
     bool        resubmitted;    // pass 2: floor32 and resub_gen come from pass 1
     bit<32>     floor32;        // the key's stamp floor, read in pass 1
     bit<32>     resub_gen;      // the directory entry's gen in pass 1
+    bit<2>      coh_pass;       // COH_PASS_* (p4/tna/coherence.p4)
+    bool        stamp_high;     // the stamp has bits above 32 set
+    bit<32>     carry_arg;      // a completion's version, carried to pass 2
+    bit<32>     floor_now;      // the key's stamp floor, read in pass 1
 }
 
 #endif

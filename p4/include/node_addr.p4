@@ -10,7 +10,7 @@
 
 #include "headers.p4"
 
-control NodeAddr(inout headers_t hdr, inout local_meta_t meta) {
+control NodeAddr(inout headers_t hdr, inout local_meta_t meta, out bool known) {
     action set_node_addr(bit<48> mac, bit<32> ip, bit<16> udp_port, port_t port) {
         hdr.ethernet.dst_addr = mac;
         hdr.ipv4.dst_addr = ip;
@@ -36,7 +36,11 @@ control NodeAddr(inout headers_t hdr, inout local_meta_t meta) {
     }
 
     apply {
-        node_addr.apply();
+        if (node_addr.apply().hit) {
+            known = true;
+        } else {
+            known = false;
+        }
     }
 }
 

@@ -45,13 +45,28 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
             meta.lat_b = 0;
             meta.load_a = 0;
             meta.load_b = 0;
+            bit<16> load_read;
             if (meta.cand_a < NETDIR_MAX_NODES) {
                 latency.read(meta.lat_a, (bit<32>)meta.cand_a);
-                load.read(meta.load_a, (bit<32>)meta.cand_a);
+                load.read(load_read, (bit<32>)meta.cand_a);
+                meta.load_a = (bit<32>)load_read;
             }
             if (meta.cand_b < NETDIR_MAX_NODES) {
                 latency.read(meta.lat_b, (bit<32>)meta.cand_b);
-                load.read(meta.load_b, (bit<32>)meta.cand_b);
+                load.read(load_read, (bit<32>)meta.cand_b);
+                meta.load_b = (bit<32>)load_read;
+            }
+            // The fine score's keys: the latency clamped to 32 bits (past
+            // 2^32 it misses every range and scores 0).
+            if (meta.lat_a[63:32] == 0) {
+                meta.lat_a_key = meta.lat_a[31:0];
+            } else {
+                meta.lat_a_key = 0xffffffff;
+            }
+            if (meta.lat_b[63:32] == 0) {
+                meta.lat_b_key = meta.lat_b[31:0];
+            } else {
+                meta.lat_b_key = 0xffffffff;
             }
         }
     }

@@ -13,11 +13,18 @@
 #include "headers.p4"
 
 // Architecture hooks: the TNA program declares a Checksum extern here and
-// subtracts the fields that the pipeline may rewrite, depositing the UDP
-// checksum residual (incremental update in its deparser). v1model recomputes
-// the checksum over the payload and needs neither.
+// subtracts the fields that the pipeline may rewrite, each in the state that
+// extracts it (Tofino's rule), depositing the UDP checksum residual
+// (incremental update in its deparser). v1model recomputes the checksum over
+// the payload and needs none of them.
 #ifndef NETDIR_PARSER_DECLS
 #define NETDIR_PARSER_DECLS
+#endif
+#ifndef NETDIR_PARSER_IPV4_HOOK
+#define NETDIR_PARSER_IPV4_HOOK
+#endif
+#ifndef NETDIR_PARSER_UDP_HOOK
+#define NETDIR_PARSER_UDP_HOOK
 #endif
 #ifndef NETDIR_PARSER_NETDIR_HOOK
 #define NETDIR_PARSER_NETDIR_HOOK
@@ -41,6 +48,7 @@ parser NetdirParser(packet_in pkt, out headers_t hdr, inout local_meta_t meta) {
 
     state parse_ipv4 {
         pkt.extract(hdr.ipv4);
+        NETDIR_PARSER_IPV4_HOOK
         // No options, not a fragment, UDP: the netdir header is at a fixed offset.
         transition select(hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
             (4w5, 13w0, IP_PROTO_UDP): parse_udp;
@@ -50,6 +58,7 @@ parser NetdirParser(packet_in pkt, out headers_t hdr, inout local_meta_t meta) {
 
     state parse_udp {
         pkt.extract(hdr.udp);
+        NETDIR_PARSER_UDP_HOOK
         transition select(hdr.udp.dport, hdr.udp.sport) {
             (NETDIR_UDP_PORT, _): check_len;
             (_, NETDIR_UDP_PORT): check_len;

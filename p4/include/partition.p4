@@ -90,17 +90,11 @@ control Partition(in headers_t hdr, inout local_meta_t meta) {
     }
 
     apply {
-        meta.part_hit = false;
-        meta.partition = 0;
-        meta.part_r = 0;
-        meta.part_head = 0;
-        meta.pa_idx = 0;
-        meta.pa_node = 0;
-        meta.pb_idx = 0;
-        meta.pb_node = 0;
-        if (partitions.apply().hit && meta.op_class != CLASS_WREPLY) {
-            buckets_a.apply();
-            buckets_b.apply();
+        if (partitions.apply().hit) {
+            if (meta.op_class != CLASS_WREPLY) {
+                buckets_a.apply();
+                buckets_b.apply();
+            }
         }
     }
 }

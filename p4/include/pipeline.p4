@@ -30,6 +30,9 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
     Directory() directory;
     Partition() partition;
     SlotSplit() split;
+    CandidatesFresh() candidates_fresh;
+    FinePick() pick_hit;
+    FinePick() pick_miss;
     ChainFallback() fallback;
     Coherence() coherence;
     VsbFilter() vsb_filter;
@@ -45,27 +48,11 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
     NETDIR_COUNTER(drops, NETDIR_NUM_REASONS);
 
     apply {
-        meta.op_class = CLASS_OTHER;
-        meta.verdict = OUT_L2L3;
-        meta.reason = REASON_NONE;
-        meta.drop = false;
-        meta.rewritten = false;
-        meta.mcast_grp = 0;
-        meta.egress_port = 0;
-        meta.coh_cmd = COH_NONE;
-        meta.coh_reason = REASON_NONE;
-        meta.coh_version = 0;
-        meta.resubmit = false;
-        meta.fresh = 0;
-        meta.slot_hit = false;
-        meta.part_hit = false;
-        meta.from_storage = false;
-        meta.vsb_member = false;
-        meta.pick_b = false;
-        meta.target = 0;
-        meta.cand_a = 0;
-        meta.cand_b = 0;
-        bool finer = false;
+        // meta starts at zero (BMv2 zeroes user metadata per packet; the
+        // TNA parser sets it, and @pa_auto_init_metadata): op_class
+        // CLASS_OTHER, reason REASON_NONE, coh_cmd COH_NONE, no hits, no
+        // target. Assigning those zeros again here would cost Tofino a
+        // stage (every later write must follow them).
         bool learn = false;
         bool count_switched = false;
         bool count_event = false;
@@ -99,22 +86,58 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             }
         }
 
-        // 2. Lookups: directory, partition, VSB admission.
-        if (meta.op_class != CLASS_OTHER && meta.op_class != CLASS_NODE_OP) {
+        // 2. Lookups: directory, partition, VSB admission. They have no
+        // side effects, so they run for every netdir header, whatever its
+        // class: a lookup that waited for the class would take a stage
+        // more on Tofino, and only the classes that use a result read it.
+        if (hdr.netdir.isValid()) {
             directory.apply(hdr, meta);
-            if (meta.op_class == CLASS_GET || meta.op_class == CLASS_WRITE || meta.op_class == CLASS_WREPLY) {
-                partition.apply(hdr, meta);
-            }
-            if (meta.op_class == CLASS_VSB) {
+            partition.apply(hdr, meta);
+            if (hdr.netdir.op == OP_VSB) {
                 vsb_filter.apply(hdr, meta, ingress_port);
             }
+        }
+
+        // 2b. What a GET may need, read before the coherence state decides
+        // (no side effects; on Tofino beside the coherence stages, not
+        // after them): the candidates' stats and fine score, and for a hit
+        // the chain member that serves if neither candidate is fresh
+        // (meta.target, which a fresh candidate overrides). A reply's stats
+        // are learnt here too.
+        if (meta.op_class == CLASS_GET) {
+            if (meta.slot_hit) {
+                split.apply(hdr, meta);
+                fallback.apply(hdr, meta);
+                meta.cand_a = meta.sa_node;
+                meta.cand_b = meta.sb_node;
+            } else {
+                meta.cand_a = meta.pa_node;
+                meta.cand_b = meta.pb_node;
+            }
+        }
+        if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY) {
+            learn = true;
+            if (hdr.netdir.op != OP_ERR && (hdr.netdir.code == CODE_OK || hdr.netdir.code == CODE_NOT_FOUND)) {
+                qos_complete = true;
+            }
+            // Charge the completion to the node that scheduled the request:
+            // a write's chain head, though the tail replies.
+            meta.qos_node = hdr.netdir.node;
+            if (meta.op_class == CLASS_WREPLY && meta.part_hit) {
+                meta.qos_node = meta.part_head;
+            }
+        }
+        if (learn || meta.op_class == CLASS_GET) {
+            node_stats.apply(hdr, meta, learn);
+        }
+        if (meta.op_class == CLASS_GET) {
+            fine_score.apply(meta);
         }
 
         // 3. What the coherence state must do, and the drops decided so far.
         if (meta.op_class == CLASS_GET) {
             if (meta.slot_hit) {
                 meta.coh_cmd = COH_READ;
-                split.apply(hdr, meta);
             } else if (!meta.part_hit) {
                 meta.reason = REASON_NO_ROUTE;
             }
@@ -129,24 +152,26 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 meta.coh_cmd = COH_COMPLETE;
             }
         } else if (meta.op_class == CLASS_VSB) {
-            loc_t tail = (loc_t)(meta.slot_r - 1);
             if (!meta.from_storage) {
                 meta.reason = REASON_VSB_PORT;
             } else if (!meta.slot_hit) {
                 meta.reason = REASON_VSB_NOT_CACHED;
-            } else if (!meta.vsb_member || meta.vsb_idx < tail) {
+            } else if (!meta.vsb_member) {
                 meta.reason = REASON_VSB_NOT_MEMBER;
-            } else if (meta.vsb_idx == tail) {
-                meta.coh_cmd = COH_COMPLETE; // the tail announces a commit
             } else {
-                meta.coh_cmd = COH_EXTRA;
+                // Its role (tail, extra, before the tail) is the coherence
+                // control's to read: the command is known a lookup sooner.
+                meta.coh_cmd = COH_VSB;
             }
         }
-        if (meta.coh_cmd != COH_NONE) {
+        // Every hit that may touch the slot's state enters, whatever its
+        // command (COH_NONE included): on Tofino the slot's gen is checked
+        // as soon as the hit is known (p4/tna/coherence.p4).
+        if (meta.slot_hit && meta.op_class != CLASS_REPLY && meta.op_class != CLASS_NODE_OP && meta.op_class != 0) {
             coherence.apply(hdr, meta);
-            if (meta.coh_reason != REASON_NONE) {
-                meta.reason = meta.coh_reason;
-            }
+        }
+        if (meta.coh_reason != REASON_NONE) {
+            meta.reason = meta.coh_reason; // for the count; the verdict tests both
         }
         if (meta.resubmit) {
             // TNA: the first pass of a slot's re-seed (p4/tna/coherence.p4).
@@ -154,8 +179,10 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             return;
         }
 
-        // 4. The verdict.
-        if (meta.reason != REASON_NONE) {
+        // 4. The verdict. The coherence state's reason (a refused VSB) is
+        // tested beside the others rather than merged into meta.reason
+        // first (after Coherence, for the count), which would cost a stage.
+        if (meta.reason != REASON_NONE || meta.coh_reason != REASON_NONE) {
             meta.verdict = OUT_DROP;
         } else if (meta.op_class == CLASS_GET) {
             meta.verdict = OUT_FORWARD;
@@ -163,37 +190,31 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             if (meta.slot_hit) {
                 event = EVENT_HIT;
                 slot_counted = true;
-                bool a_ok = (meta.fresh & meta.sa_bit) != 0;
-                bool b_ok = (meta.fresh & meta.sb_bit) != 0;
-                if (a_ok && b_ok) {
+                candidates_fresh.apply(meta);
+                if (meta.sa_fresh != 0 && meta.sb_fresh != 0) {
                     if (meta.sa_idx == meta.sb_idx) {
                         meta.target = meta.sa_node;
                     } else {
-                        finer = true;
-                        meta.cand_a = meta.sa_node;
-                        meta.cand_b = meta.sb_node;
+                        pick_hit.apply(meta, count_switched); // the fine score (2b)
                     }
-                } else if (a_ok) {
+                } else if (meta.sa_fresh != 0) {
                     meta.target = meta.sa_node;
-                } else if (b_ok) {
+                } else if (meta.sb_fresh != 0) {
                     meta.target = meta.sb_node;
                     count_switched = true;
-                } else {
-                    // Neither candidate may serve: the chain always may (CRAQ).
-                    fallback.apply(hdr, meta);
                 }
-                hdr.netdir.flags = (hdr.netdir.flags & FLAGS_CLEAR) | FLAG_HIT;
+                // else neither candidate may serve: the chain always may
+                // (CRAQ), meta.target from fallback (2b).
+                hdr.netdir.flags[3:1] = MARKS_HIT;
             } else {
                 event = EVENT_MISS;
                 sketch_counted = true;
                 if (meta.pa_idx == meta.pb_idx) {
                     meta.target = meta.pa_node;
                 } else {
-                    finer = true;
-                    meta.cand_a = meta.pa_node;
-                    meta.cand_b = meta.pb_node;
+                    pick_miss.apply(meta, count_switched);
                 }
-                hdr.netdir.flags = hdr.netdir.flags & FLAGS_CLEAR;
+                hdr.netdir.flags[3:1] = MARKS_NONE;
             }
         } else if (meta.op_class == CLASS_WRITE) {
             meta.verdict = OUT_FORWARD;
@@ -203,27 +224,18 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 slot_counted = true;
                 meta.target = meta.slot_head;
                 hdr.netdir.stamp = meta.coh_version;
-                hdr.netdir.flags = (hdr.netdir.flags & FLAGS_CLEAR) | FLAG_STAMPED | FLAG_HIT;
+                hdr.netdir.flags[3:1] = MARKS_STAMPED_HIT;
             } else {
                 event = EVENT_MISS;
                 sketch_counted = true;
                 meta.target = meta.part_head;
                 hdr.netdir.stamp = 0; // only a data plane stamps; the head assigns the version
-                hdr.netdir.flags = hdr.netdir.flags & FLAGS_CLEAR;
+                hdr.netdir.flags[3:1] = MARKS_NONE;
             }
         } else if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY) {
             meta.verdict = OUT_TO_CLIENT;
             count_event = true;
             event = EVENT_REPLY;
-            learn = true;
-            qos_complete = hdr.netdir.op != OP_ERR &&
-                (hdr.netdir.code == CODE_OK || hdr.netdir.code == CODE_NOT_FOUND);
-            // Charge the completion to the node that scheduled the request:
-            // a write's chain head, though the tail replies.
-            meta.qos_node = hdr.netdir.node;
-            if (meta.op_class == CLASS_WREPLY && meta.part_hit) {
-                meta.qos_node = meta.part_head;
-            }
         } else if (meta.op_class == CLASS_VSB) {
             meta.verdict = OUT_MULTICAST;
             count_event = true;
@@ -233,44 +245,32 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             meta.verdict = OUT_PASS;
             count_event = true;
             event = EVENT_PASS;
+        } else {
+            meta.verdict = OUT_L2L3; // not netdir traffic
         }
 
-        // 5. Node stats: learn from a reply, or read two candidates.
-        if (learn || finer) {
-            node_stats.apply(hdr, meta, learn);
-        }
-        if (finer) {
-            fine_score.apply(meta);
-            if (meta.pick_b) {
-                meta.target = meta.cand_b;
-                count_switched = true;
-            } else {
-                meta.target = meta.cand_a;
-            }
-        }
-
-        // 6. Send it.
+        // 5. Send it. qos_stamp: the request leaves (its target has an
+        // address), straight from node_addr's hit, not through meta.reason.
+        bool qos_stamp = false;
         if (meta.verdict == OUT_FORWARD) {
             hdr.netdir.node = meta.target;
             hdr.netdir.timestamp = meta.now;
-            meta.rewritten = true;
-            node_addr.apply(hdr, meta);
+            node_addr.apply(hdr, meta, qos_stamp);
         } else if (meta.verdict == OUT_TO_CLIENT || meta.verdict == OUT_PASS || meta.verdict == OUT_L2L3) {
             forwarding.apply(hdr, meta);
         }
 
-        // 6b. dmClock (qos.p4): stamp δ and ρ on a request that leaves for its
+        // 5b. dmClock (qos.p4): stamp δ and ρ on a request that leaves for its
         // node (not one dropped for want of the node's address), or count a
-        // completion.
-        bool qos_stamp = meta.verdict == OUT_FORWARD && meta.reason == REASON_NONE;
-        if (qos_stamp) {
-            meta.qos_node = meta.target;
+        // completion. A request's tenant totals are read whether or not it
+        // leaves (no side effect), so that on Tofino they are read early.
+        bool qos_request = false;
+        if (meta.op_class == CLASS_GET || meta.op_class == CLASS_WRITE) {
+            qos_request = true;
         }
-        if (qos_stamp || qos_complete) {
-            qos.apply(hdr, meta, qos_stamp);
-        }
+        qos.apply(hdr, meta, qos_request, qos_stamp, qos_complete);
 
-        // 7. Count.
+        // 6. Count.
         hot_keys.apply(hdr, meta, slot_counted, sketch_counted);
         if (count_event) {
             NETDIR_COUNT(events, event);
@@ -278,9 +278,10 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         if (count_switched) {
             NETDIR_COUNT(switched, 0);
         }
+        // A packet with a reason is dropped (the top level reads
+        // meta.reason, not a flag set here: on Tofino a stage less).
         if (meta.reason != REASON_NONE) {
             NETDIR_COUNT(drops, meta.reason);
-            meta.drop = true;
         }
     }
 }

@@ -175,6 +175,29 @@ control SlotSplit(in headers_t hdr, inout local_meta_t meta) {
     }
 }
 
+// CandidatesFresh: each candidate's fresh bit, masked in a table's action so
+// that the conditions that follow test plain fields (a Tofino gateway cannot
+// AND two run-time values, and the compiler would fold a plain assignment
+// back into the condition).
+control CandidatesFresh(inout local_meta_t meta) {
+    action mask_fresh() {
+        meta.sa_fresh = meta.fresh & meta.sa_bit;
+        meta.sb_fresh = meta.fresh & meta.sb_bit;
+    }
+
+    @hidden
+    table candidates_fresh {
+        actions = {
+            mask_fresh;
+        }
+        const default_action = mask_fresh();
+    }
+
+    apply {
+        candidates_fresh.apply();
+    }
+}
+
 control ChainFallback(in headers_t hdr, inout local_meta_t meta) {
     action set_fallback_index(chain_idx_t index) {
         meta.fallback_idx = index;

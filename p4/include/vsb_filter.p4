@@ -97,15 +97,79 @@ control VsbFilter(in headers_t hdr, inout local_meta_t meta, in port_t ingress_p
         }
     }
 
+    // The sender's role from its index and the chain length R (tail = R -
+    // 1; R = 0 wraps to 31, as loc_t arithmetic does): Tofino's gateways
+    // cannot compare two run-time values, a range table can.
+    action set_vsb_role(bit<2> role) {
+        meta.vsb_role = role;
+    }
+
+    @hidden
+    table vsb_roles {
+        key = {
+            meta.slot_r: exact;
+            meta.vsb_idx: range;
+        }
+        actions = {
+            set_vsb_role;
+        }
+        const default_action = set_vsb_role(VSB_ROLE_CHAIN);
+        const entries = {
+            (0, 0 .. 30): set_vsb_role(VSB_ROLE_CHAIN);
+            (0, 31 .. 31): set_vsb_role(VSB_ROLE_TAIL);
+            (1, 0 .. 0): set_vsb_role(VSB_ROLE_TAIL);
+            (1, 1 .. 31): set_vsb_role(VSB_ROLE_EXTRA);
+            (2, 0 .. 0): set_vsb_role(VSB_ROLE_CHAIN);
+            (2, 1 .. 1): set_vsb_role(VSB_ROLE_TAIL);
+            (2, 2 .. 31): set_vsb_role(VSB_ROLE_EXTRA);
+            (3, 0 .. 1): set_vsb_role(VSB_ROLE_CHAIN);
+            (3, 2 .. 2): set_vsb_role(VSB_ROLE_TAIL);
+            (3, 3 .. 31): set_vsb_role(VSB_ROLE_EXTRA);
+            (4, 0 .. 2): set_vsb_role(VSB_ROLE_CHAIN);
+            (4, 3 .. 3): set_vsb_role(VSB_ROLE_TAIL);
+            (4, 4 .. 31): set_vsb_role(VSB_ROLE_EXTRA);
+            (5, 0 .. 3): set_vsb_role(VSB_ROLE_CHAIN);
+            (5, 4 .. 4): set_vsb_role(VSB_ROLE_TAIL);
+            (5, 5 .. 31): set_vsb_role(VSB_ROLE_EXTRA);
+            (6, 0 .. 4): set_vsb_role(VSB_ROLE_CHAIN);
+            (6, 5 .. 5): set_vsb_role(VSB_ROLE_TAIL);
+            (6, 6 .. 31): set_vsb_role(VSB_ROLE_EXTRA);
+            (7, 0 .. 5): set_vsb_role(VSB_ROLE_CHAIN);
+            (7, 6 .. 6): set_vsb_role(VSB_ROLE_TAIL);
+            (7, 7 .. 31): set_vsb_role(VSB_ROLE_EXTRA);
+            (8, 0 .. 6): set_vsb_role(VSB_ROLE_CHAIN);
+            (8, 7 .. 7): set_vsb_role(VSB_ROLE_TAIL);
+            (8, 8 .. 31): set_vsb_role(VSB_ROLE_EXTRA);
+            (9, 0 .. 7): set_vsb_role(VSB_ROLE_CHAIN);
+            (9, 8 .. 8): set_vsb_role(VSB_ROLE_TAIL);
+            (9, 9 .. 31): set_vsb_role(VSB_ROLE_EXTRA);
+            (10, 0 .. 8): set_vsb_role(VSB_ROLE_CHAIN);
+            (10, 9 .. 9): set_vsb_role(VSB_ROLE_TAIL);
+            (10, 10 .. 31): set_vsb_role(VSB_ROLE_EXTRA);
+            (11, 0 .. 9): set_vsb_role(VSB_ROLE_CHAIN);
+            (11, 10 .. 10): set_vsb_role(VSB_ROLE_TAIL);
+            (11, 11 .. 31): set_vsb_role(VSB_ROLE_EXTRA);
+            (12, 0 .. 10): set_vsb_role(VSB_ROLE_CHAIN);
+            (12, 11 .. 11): set_vsb_role(VSB_ROLE_TAIL);
+            (12, 12 .. 31): set_vsb_role(VSB_ROLE_EXTRA);
+            (13, 0 .. 11): set_vsb_role(VSB_ROLE_CHAIN);
+            (13, 12 .. 12): set_vsb_role(VSB_ROLE_TAIL);
+            (13, 13 .. 31): set_vsb_role(VSB_ROLE_EXTRA);
+            (14, 0 .. 12): set_vsb_role(VSB_ROLE_CHAIN);
+            (14, 13 .. 13): set_vsb_role(VSB_ROLE_TAIL);
+            (14, 14 .. 31): set_vsb_role(VSB_ROLE_EXTRA);
+            (15, 0 .. 13): set_vsb_role(VSB_ROLE_CHAIN);
+            (15, 14 .. 14): set_vsb_role(VSB_ROLE_TAIL);
+            (15, 15 .. 31): set_vsb_role(VSB_ROLE_EXTRA);
+        }
+    }
+
     apply {
-        meta.from_storage = false;
-        meta.vsb_member = false;
-        meta.vsb_idx = 0;
-        meta.vsb_bit = 0;
         storage_ports.apply();
         if (meta.slot_hit) {
             members.apply();
             vsb_bits.apply();
+            vsb_roles.apply();
         }
     }
 }

@@ -11,9 +11,10 @@
 // them and the old checksum; what is left (pseudo-header, unchanged fields,
 // key and value) is the residual the deparser adds back.
 #define NETDIR_PARSER_DECLS Checksum() udp_csum;
+#define NETDIR_PARSER_IPV4_HOOK udp_csum.subtract({ hdr.ipv4.dst_addr });
+#define NETDIR_PARSER_UDP_HOOK udp_csum.subtract({ hdr.udp.dport, hdr.udp.checksum });
 #define NETDIR_PARSER_NETDIR_HOOK \
-        udp_csum.subtract({ hdr.ipv4.dst_addr, hdr.udp.dport, hdr.udp.checksum, \
-                            hdr.netdir.flags, hdr.netdir.code, hdr.netdir.stamp, \
+        udp_csum.subtract({ hdr.netdir.flags, hdr.netdir.code, hdr.netdir.stamp, \
                             hdr.netdir.node, hdr.netdir.timestamp, \
                             hdr.netdir.delta, hdr.netdir.rho }); \
         udp_csum.subtract_all_and_deposit(meta.udp_residual);

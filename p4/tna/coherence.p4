@@ -27,10 +27,17 @@
 //           that floor and the entry's gen (64 bits of resubmit data), and
 //           the pipeline does nothing else: no counter, no rewrite.
 //   pass 2  (meta.resubmitted) gen_check replaces the gen and reports the
-//           change (meta.reinit); seed32 = max(seed, the carried floor), and
-//           every later action has a variant that starts from seed32
-//           instead of the stored value. A stamp then raises the floor from
-//           the new ver_next, as in any pass.
+//           change; then the re-seed's actions set ver_done and ver_next
+//           from the carried state, meta.floor32 = max(seed, floor, and for
+//           a completion its version), ver_next one more for a stamp
+//           (next_seed_stamp), fresh the chain, and the command runs on
+//           that. A stamp then raises the floor from the new ver_next, as
+//           in any pass.
+// Any packet that may touch the slot's state (a hit of a GET, PUT/DEL,
+// write reply or VSB) checks the gen, before the command is known (on
+// Tofino the VSB's command waits for two lookups); one that has no command
+// (a refused VSB, a write reply not ok) re-seeds all the same in its second
+// pass, which leaves the slot's effective state as it was: the seed.
 // Packets of the slot that arrive between the passes find the old gen too
 // and are resubmitted as well; whichever comes back first re-seeds, the rest
 // find the new gen and run their commands normally. A re-seed happens once
@@ -49,6 +56,13 @@
 
 typedef bit<NETDIR_FLOOR_BITS> floor_idx_t;
 
+// Coherence.apply's pass (meta.coh_pass), set by the pipeline from the
+// parser's resubmit data: a first pass; a second whose entry's gen is still
+// the first pass's; a second whose entry changed meanwhile (the race).
+const bit<2> COH_PASS_FIRST  = 0;
+const bit<2> COH_PASS_RESEED = 1;
+const bit<2> COH_PASS_RACE   = 2;
+
 control Coherence(in headers_t hdr, inout local_meta_t meta) {
     Register<bit<32>, slot_t>(NETDIR_SLOTS, 0) gen;
     Register<bit<32>, slot_t>(NETDIR_SLOTS, 0) ver_next;
@@ -56,7 +70,7 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
     Register<bit<32>, slot_t>(NETDIR_SLOTS, 0) fresh;
     Register<bit<32>, floor_idx_t>(NETDIR_FLOORS, 0) stamp_floor;
 
-    // gen: pass 1 only looks, pass 2 replaces.
+    // gen: a first pass (and the race check) only looks, a second replaces.
     RegisterAction<bit<32>, slot_t, bit<1>>(gen) gen_read = {
         void apply(inout bit<32> value, out bit<1> changed) {
             changed = 0;
@@ -75,24 +89,21 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
         }
     };
 
-    // ver_done
+    // ver_done and ver_next: a re-seed's action sets the carried state
+    // (meta.floor32); the others act on the stored value. A gateway on
+    // gen's output picks one, so no action waits for a computed flag.
+    RegisterAction<bit<32>, slot_t, bit<32>>(ver_done) done_seed = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            value = meta.floor32;
+            rv = value;
+        }
+    };
     RegisterAction<bit<32>, slot_t, bit<1>>(ver_done) done_complete = {
         void apply(inout bit<32> value, out bit<1> moved) {
             moved = 0;
-            if (meta.stamp32 > value) {
-                value = meta.stamp32;
+            if (meta.next_arg > value) {
+                value = meta.next_arg;
                 moved = 1;
-            }
-        }
-    };
-    RegisterAction<bit<32>, slot_t, bit<1>>(ver_done) done_complete_seed = {
-        void apply(inout bit<32> value, out bit<1> moved) {
-            if (meta.stamp32 > meta.seed32) {
-                value = meta.stamp32;
-                moved = 1;
-            } else {
-                value = meta.seed32;
-                moved = 0;
             }
         }
     };
@@ -101,51 +112,33 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
             rv = value;
         }
     };
-    RegisterAction<bit<32>, slot_t, bit<32>>(ver_done) done_seed = {
+
+    // A register's actions take at most 2 PHV inputs between them
+    // (floor32, next_arg); next_max with next_arg 0 is a read.
+    RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_seed = {
         void apply(inout bit<32> value, out bit<32> rv) {
-            value = meta.seed32;
-            rv = meta.seed32;
+            value = meta.floor32;
+            rv = value;
         }
     };
-
-    // ver_next
+    RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_seed_stamp = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            value = meta.floor32 + 1;
+            rv = value;
+        }
+    };
     RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_stamp = {
         void apply(inout bit<32> value, out bit<32> rv) {
             value = value + 1;
             rv = value;
         }
     };
-    RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_stamp_seed = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            value = meta.seed32 + 1;
-            rv = value;
-        }
-    };
     RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_max = {
-        void apply(inout bit<32> value) {
-            if (meta.stamp32 > value) {
-                value = meta.stamp32;
-            }
-        }
-    };
-    RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_max_seed = {
-        void apply(inout bit<32> value) {
-            if (meta.stamp32 > meta.seed32) {
-                value = meta.stamp32;
-            } else {
-                value = meta.seed32;
-            }
-        }
-    };
-    RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_read = {
         void apply(inout bit<32> value, out bit<32> rv) {
+            if (meta.next_arg > value) {
+                value = meta.next_arg;
+            }
             rv = value;
-        }
-    };
-    RegisterAction<bit<32>, slot_t, bit<32>>(ver_next) next_seed = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            value = meta.seed32;
-            rv = meta.seed32;
         }
     };
 
@@ -172,8 +165,8 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
         }
     };
 
-    // stamp_floor: pass 1 of a re-seed reads it; a stamp raises it to the
-    // new ver_next (meta.vn32, from the ver_next stage before it).
+    // stamp_floor: a first pass that must re-seed reads it; a stamp raises
+    // it to the new ver_next (meta.vn32, from the ver_next stage before).
     RegisterAction<bit<32>, floor_idx_t, bit<32>>(stamp_floor) floor_read = {
         void apply(inout bit<32> value, out bit<32> rv) {
             rv = value;
@@ -187,96 +180,137 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
         }
     };
 
+    // The larger of two run-time values, which Tofino's gateways cannot
+    // compare and a stateful ALU can: one scratch cell each, written and
+    // read back by the same packet, so packets never share a value.
+    Register<bit<32>, bit<1>>(1, 0) seed_cmp;
+    RegisterAction<bit<32>, bit<1>, bit<32>>(seed_cmp) seed_max = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            if (meta.carry_arg > meta.seed32) {
+                value = meta.carry_arg;
+            } else {
+                value = meta.seed32;
+            }
+            rv = value;
+        }
+    };
+    Register<bit<32>, bit<1>>(1, 0) floor_cmp;
+    RegisterAction<bit<32>, bit<1>, bit<32>>(floor_cmp) floor_max = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            if (meta.floor_now > meta.seed32) {
+                value = meta.floor_now;
+            } else {
+                value = meta.seed32;
+            }
+            rv = value;
+        }
+    };
+
     apply {
-        meta.coh_reason = REASON_NONE;
-        meta.reinit = false;
-        meta.stamp32 = hdr.netdir.stamp[31:0];
-        meta.seed32 = meta.slot_ver[31:0];
         floor_idx_t fi = hdr.netdir.keyhash[NETDIR_FLOOR_BITS-1:0]; // directory.FloorIndex
-        bool high = hdr.netdir.stamp[63:32] != 0;
+        meta.seed32 = meta.slot_ver[31:0];
+        // The version a completion brings (0 otherwise, so that next_max
+        // reads); a stamp with high bits set saturates: newer than any
+        // 32-bit version.
+        if (hdr.netdir.stamp[63:32] != 0) {
+            meta.stamp_high = true;
+        }
+        if (meta.coh_cmd == COH_COMPLETE || (meta.coh_cmd == COH_VSB && meta.vsb_role == VSB_ROLE_TAIL)) {
+            if (hdr.netdir.stamp[63:32] != 0) {
+                meta.next_arg = 0xffffffff;
+            } else {
+                meta.next_arg = hdr.netdir.stamp[31:0];
+            }
+        }
+        if (meta.resubmitted) {
+            if (meta.resub_gen == meta.slot_gen) {
+                meta.coh_pass = COH_PASS_RESEED;
+            } else {
+                meta.coh_pass = COH_PASS_RACE;
+            }
+        }
+        // A VSB's command by its sender's role (vsb_filter.vsb_roles).
+        bool vsb_tail = false;
+        bool vsb_extra = false;
+        if (meta.coh_cmd == COH_VSB) {
+            if (meta.vsb_role == VSB_ROLE_TAIL) {
+                vsb_tail = true;
+            } else if (meta.vsb_role == VSB_ROLE_EXTRA) {
+                vsb_extra = true;
+            }
+        }
 
-        // Pass 1 of a re-seed, or the race that a second pass cannot seed.
-        bool stop = false;
-        if (!meta.resubmitted) {
-            if (gen_read.execute(meta.slot) == 1) {
-                meta.floor32 = floor_read.execute(fi);
-                meta.resubmit = true; // resubmit data: floor32 and slot_gen
-                stop = true;
-            }
-        } else if (meta.resub_gen != meta.slot_gen) {
-            if (gen_read.execute(meta.slot) == 1) {
-                meta.coh_reason = REASON_RESEED_RACE;
-                stop = true;
-            }
+        // The slot's gen, as early as the hit is known.
+        bit<1> changed;
+        if (meta.coh_pass == COH_PASS_RESEED) {
+            changed = gen_check.execute(meta.slot);
         } else {
-            meta.reinit = gen_check.execute(meta.slot) == 1;
-        }
-        if (meta.floor32 > meta.seed32) {
-            meta.seed32 = meta.floor32; // max(seed, floor); used only when reinit
+            changed = gen_read.execute(meta.slot);
         }
 
-        if (stop) {
-            // nothing more in this pass
-        } else if (meta.coh_cmd == COH_READ) {
-            if (meta.reinit) {
-                done_seed.execute(meta.slot);
+        if (changed == 1 && meta.coh_pass == COH_PASS_FIRST) {
+            // Pass 1: carry max(seed, floor, the completion's version) and
+            // the entry's gen to pass 2; nothing else in this pass.
+            meta.resubmit = true;
+            meta.carry_arg = meta.next_arg;
+            meta.seed32 = seed_max.execute(0);
+            meta.floor_now = floor_read.execute(fi);
+            meta.floor32 = floor_max.execute(0);
+        } else if (changed == 1 && meta.coh_pass == COH_PASS_RACE) {
+            meta.coh_reason = REASON_RESEED_RACE;
+        } else if (changed == 1) {
+            // Pass 2: the re-seed, then the command on the seeded state.
+            bit<32> vd = done_seed.execute(meta.slot);
+            if (meta.coh_cmd == COH_STAMP) {
+                meta.vn32 = next_seed_stamp.execute(meta.slot);
+            } else {
                 next_seed.execute(meta.slot);
+            }
+            if (meta.coh_cmd == COH_READ) {
                 meta.fresh = fresh_chain.execute(meta.slot);
+            } else if (meta.coh_cmd == COH_STAMP) {
+                fresh_chain.execute(meta.slot);
+                floor_raise.execute(fi);
+            } else if (vsb_extra) {
+                if (meta.stamp_high || hdr.netdir.stamp[31:0] != vd) {
+                    meta.coh_reason = REASON_VSB_VERSION;
+                    fresh_chain.execute(meta.slot);
+                } else {
+                    fresh_add_seed.execute(meta.slot);
+                }
             } else {
-                meta.fresh = fresh_read.execute(meta.slot);
+                if (meta.coh_cmd == COH_VSB && !vsb_tail) {
+                    meta.coh_reason = REASON_VSB_NOT_MEMBER; // before the tail
+                }
+                fresh_chain.execute(meta.slot); // and a completion's version is in the seed
             }
+        } else if (meta.coh_cmd == COH_READ) {
+            meta.fresh = fresh_read.execute(meta.slot);
         } else if (meta.coh_cmd == COH_STAMP) {
-            if (meta.reinit) {
-                done_seed.execute(meta.slot);
-                meta.vn32 = next_stamp_seed.execute(meta.slot);
-            } else {
-                meta.vn32 = next_stamp.execute(meta.slot);
-            }
-            // The entry's incarnation above the version (wire.MakeStamp).
-            meta.coh_version = meta.slot_ver[63:48] ++ 16w0 ++ meta.vn32;
+            meta.vn32 = next_stamp.execute(meta.slot);
             fresh_chain.execute(meta.slot);
             floor_raise.execute(fi);
-        } else if (meta.coh_cmd == COH_COMPLETE) {
-            if (high) {
-                meta.stamp32 = 0xffffffff; // saturate: newer than any 32-bit version
-            }
-            bit<1> moved;
-            if (meta.reinit) {
-                moved = done_complete_seed.execute(meta.slot);
-                next_max_seed.execute(meta.slot);
-            } else {
-                moved = done_complete.execute(meta.slot);
-                next_max.execute(meta.slot);
-            }
-            if (moved == 1 || meta.reinit) {
+        } else if (meta.coh_cmd == COH_COMPLETE || vsb_tail) {
+            bit<1> moved = done_complete.execute(meta.slot);
+            next_max.execute(meta.slot);
+            if (moved == 1) {
                 fresh_chain.execute(meta.slot);
             }
-        } else if (meta.coh_cmd == COH_EXTRA) {
-            bit<32> vd;
-            bit<32> vn;
-            if (meta.reinit) {
-                vd = done_seed.execute(meta.slot);
-                vn = next_seed.execute(meta.slot);
-            } else {
-                vd = done_read.execute(meta.slot);
-                vn = next_read.execute(meta.slot);
-            }
+        } else if (vsb_extra) {
+            bit<32> vd = done_read.execute(meta.slot);
+            bit<32> vn = next_max.execute(meta.slot); // next_arg 0: a read
             if (vn != vd) {
                 meta.coh_reason = REASON_VSB_PENDING;
-                if (meta.reinit) {
-                    fresh_chain.execute(meta.slot);
-                }
-            } else if (high || meta.stamp32 != vd) {
+            } else if (meta.stamp_high || hdr.netdir.stamp[31:0] != vd) {
                 meta.coh_reason = REASON_VSB_VERSION;
-                if (meta.reinit) {
-                    fresh_chain.execute(meta.slot);
-                }
-            } else if (meta.reinit) {
-                fresh_add_seed.execute(meta.slot);
             } else {
                 fresh_add.execute(meta.slot);
             }
+        } else if (meta.coh_cmd == COH_VSB) {
+            meta.coh_reason = REASON_VSB_NOT_MEMBER; // before the tail
         }
+        // The entry's incarnation above the version (wire.MakeStamp).
+        meta.coh_version = meta.slot_ver[63:48] ++ 16w0 ++ meta.vn32;
     }
 }
 

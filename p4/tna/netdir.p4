@@ -1,9 +1,8 @@
-// netdir for Tofino (TNA). NOT COMPILED in this repository: there is no Intel
-// P4 Studio (bf-p4c) here. It has been type-checked only as far as
-// p4/README.md says. Build with P4 Studio's compiler:
+// netdir for Tofino (TNA). Compiled by p4c's Tofino back end, p4c-barefoot
+// (scripts/p4-build.sh, with the sizes that fit; p4/README.md, "Tofino"):
 //
-//   bf-p4c --target tofino --arch tna -o p4/build/tna \
-//       --p4runtime-files p4/build/tna/netdir.p4info.txtpb p4/tna/netdir.p4
+//   p4c-barefoot --target tofino --arch tna --std p4-16 -D__TARGET_TOFINO__=1 \
+//       --disable-parse-min-depth-limit -o OUT p4/tna/netdir.p4
 //
 // The directory logic is shared with the BMv2 program
 // (p4/include/pipeline.p4). This file adds the TNA parser (port metadata,
@@ -15,6 +14,10 @@
 // packets once, carrying the key's stamp floor (p4/tna/coherence.p4).
 #include <core.p4>
 #include <tna.p4>
+
+// Metadata the parser does not set starts at zero, as the shared controls
+// assume; no initialising instructions in the pipeline.
+@pa_auto_init_metadata
 
 #include "arch.p4"
 #include "../include/defines.p4"
@@ -58,17 +61,19 @@ parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out ingress_meta_t 
             pa_idx = 0, pa_node = 0, pb_idx = 0, pb_node = 0,
             slot_hit = false, slot = 0, slot_n = 0, slot_r = 0, slot_head = 0, slot_gen = 0, slot_ver = 0,
             chain_mask = 0, sa_idx = 0, sa_node = 0, sa_bit = 0,
-            sb_idx = 0, sb_node = 0, sb_bit = 0,
+            sb_idx = 0, sb_node = 0, sb_bit = 0, sa_fresh = 0, sb_fresh = 0,
             coh_cmd = 0, fresh = 0, coh_version = 0, coh_reason = 0,
-            vsb_idx = 0, vsb_bit = 0, vsb_member = false, from_storage = false,
+            vsb_idx = 0, vsb_bit = 0, vsb_member = false, vsb_role = 0, from_storage = false,
             cand_a = 0, cand_b = 0, lat_a = 0, lat_b = 0, load_a = 0, load_b = 0,
-            lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, pick_b = false,
+            lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, score_diff = 0, a_unlearnt = false, b_unlearnt = false,
             verdict = 0, reason = 0, target = 0, fallback_idx = 0, egress_port = 0,
             mcast_grp = 0, drop = false, rewritten = false, qos_done = 0, qos_res = 0, qos_node = 0,
-            udp_residual = 0, udp_csum_update = false, stamp32 = 0, sample32 = 0, lat_new = 0,
-            reinit = false, seed32 = 0, vn32 = 0,
-            resubmit = false, resubmitted = false, floor32 = 0, resub_gen = 0
+            udp_residual = 0, udp_csum_update = false, sample32 = 0, ts_set = 0, lat_new = 0,
+            seed32 = 0, vn32 = 0, next_arg = 0,
+            resubmit = false, resubmitted = false, floor32 = 0, resub_gen = 0,
+            coh_pass = 0, stamp_high = false, carry_arg = 0, floor_now = 0
         };
+        meta.nd.now = (bit<64>)ig_intr_md.ingress_mac_tstamp; // ns, set here to spare a stage
         transition select(ig_intr_md.resubmit_flag) {
             1: parse_resubmit;
             default: parse_port_metadata;
@@ -102,21 +107,26 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
     NetdirPipe() netdir;
 
     apply {
-        meta.nd.now = (bit<64>)ig_intr_md.ingress_mac_tstamp; // ns
         netdir.apply(hdr, meta.nd, ig_intr_md.ingress_port);
-        meta.nd.udp_csum_update = meta.nd.rewritten && hdr.udp.checksum != 0;
+        meta.nd.udp_csum_update = false;
+        if (meta.nd.rewritten && hdr.udp.checksum != 0) {
+            meta.nd.udp_csum_update = true;
+        }
+        // Each decision on its own (a drop overrides the rest), so that none
+        // waits for another's stage.
         if (meta.nd.resubmit) {
             // Pass 1 of a re-seed: back to ingress with the floor and gen.
             ig_dprsr_md.resubmit_type = RESUBMIT_RESEED;
             meta.resub.setValid();
             meta.resub.floor = meta.nd.floor32;
             meta.resub.gen = meta.nd.slot_gen;
-        } else if (meta.nd.drop) {
-            ig_dprsr_md.drop_ctl = 1;
         } else if (meta.nd.mcast_grp != 0) {
             ig_tm_md.mcast_grp_a = meta.nd.mcast_grp;
         } else {
             ig_tm_md.ucast_egress_port = meta.nd.egress_port;
+        }
+        if (meta.nd.drop || meta.nd.reason != REASON_NONE) {
+            ig_dprsr_md.drop_ctl = 1;
         }
         ig_tm_md.bypass_egress = 1;
     }

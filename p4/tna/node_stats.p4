@@ -20,9 +20,15 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
     Register<bit<16>, bit<16>>(NETDIR_MAX_NODES, 0) load_a;
     Register<bit<16>, bit<16>>(NETDIR_MAX_NODES, 0) load_b;
 
+    // The written latency is at least 1 (0 means unlearnt), clamped here
+    // rather than by a condition of its own (a stage).
     RegisterAction<bit<32>, bit<16>, bit<32>>(latency_a) lat_a_write = {
         void apply(inout bit<32> value) {
-            value = meta.lat_new;
+            if (meta.lat_new == 0) {
+                value = 1;
+            } else {
+                value = meta.lat_new;
+            }
         }
     };
     RegisterAction<bit<32>, bit<16>, bit<32>>(latency_a) lat_a_read = {
@@ -32,7 +38,11 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
     };
     RegisterAction<bit<32>, bit<16>, bit<32>>(latency_b) lat_b_write = {
         void apply(inout bit<32> value) {
-            value = meta.lat_new;
+            if (meta.lat_new == 0) {
+                value = 1;
+            } else {
+                value = meta.lat_new;
+            }
         }
     };
     RegisterAction<bit<32>, bit<16>, bit<32>>(latency_b) lat_b_read = {
@@ -61,26 +71,40 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
         }
     };
 
+    // The sample in a table's action, so that it reaches the Lpf as a field
+    // (the compiler would fold an assignment into the Lpf's input).
+    action take_sample() {
+        meta.sample32 = meta.now[31:0] - hdr.netdir.timestamp[31:0];
+        meta.ts_set = hdr.netdir.timestamp[63:32] | hdr.netdir.timestamp[31:0];
+    }
+
+    @hidden
+    table sample {
+        actions = {
+            take_sample;
+        }
+        const default_action = take_sample();
+    }
+
     apply {
         if (learn) {
             if (hdr.netdir.node < NETDIR_MAX_NODES) {
                 load_a_write.execute(hdr.netdir.node);
                 load_b_write.execute(hdr.netdir.node);
-                meta.sample32 = meta.now[31:0] - hdr.netdir.timestamp[31:0];
-                if (hdr.netdir.timestamp != 0 && meta.sample32[31:31] == 0) {
+                sample.apply();
+                // ts != 0 (as the OR of its halves: a condition reads 4 bytes).
+                if (meta.ts_set != 0 && meta.sample32[31:31] == 0) {
                     meta.lat_new = latency_lpf.execute(meta.sample32, hdr.netdir.node);
-                    if (meta.lat_new == 0) {
-                        meta.lat_new = 1;
-                    }
                     lat_a_write.execute(hdr.netdir.node);
                     lat_b_write.execute(hdr.netdir.node);
                 }
             }
         } else {
-            meta.lat_a = (bit<64>)lat_a_read.execute(meta.cand_a);
-            meta.lat_b = (bit<64>)lat_b_read.execute(meta.cand_b);
-            meta.load_a = load_a_read.execute(meta.cand_a);
-            meta.load_b = load_b_read.execute(meta.cand_b);
+            // The fine score's keys directly: a 32-bit latency is its own key.
+            meta.lat_a_key = lat_a_read.execute(meta.cand_a);
+            meta.lat_b_key = lat_b_read.execute(meta.cand_b);
+            meta.load_a = (bit<32>)load_a_read.execute(meta.cand_a);
+            meta.load_b = (bit<32>)load_b_read.execute(meta.cand_b);
         }
     }
 }

@@ -12,10 +12,11 @@
 #ifndef NETDIR_TNA_QOS_P4
 #define NETDIR_TNA_QOS_P4
 
-control Qos(inout headers_t hdr, inout local_meta_t meta, in bool stamp) {
+control Qos(inout headers_t hdr, inout local_meta_t meta, in bool request, in bool stamp, in bool complete) {
     // The marks' index, tenant[7:0] ++ node[4:0], through the hash unit
     // (identity), as Tofino computes register indices.
     Hash<bit<13>>(HashAlgorithm_t.IDENTITY) mark_index;
+    Hash<bit<13>>(HashAlgorithm_t.IDENTITY) stamp_index;
     Register<bit<32>, bit<8>>(NETDIR_QOS_TENANTS, 0) qos_done;
     Register<bit<32>, bit<8>>(NETDIR_QOS_TENANTS, 0) qos_res;
     Register<bit<32>, bit<13>>(NETDIR_QOS_MARKS, 0) qos_done_mark;
@@ -66,17 +67,27 @@ control Qos(inout headers_t hdr, inout local_meta_t meta, in bool stamp) {
 
     apply {
         bit<8> t = hdr.netdir.tenant[7:0];
+        // A request's mark is its target's, a completion's its scheduler's:
+        // two indices, so that neither waits for the other's field.
         bit<13> i = mark_index.get({t, meta.qos_node[4:0]});
-        if (stamp) {
+        bit<13> i_stamp = stamp_index.get({t, meta.target[4:0]});
+        // The totals depend on the class alone, the marks on the verdict:
+        // the totals' stage comes early, the marks' last.
+        if (request) {
             meta.qos_done = done_read.execute(t);
             meta.qos_res = res_read.execute(t);
-            hdr.netdir.delta = done_mark_swap.execute(i);
-            hdr.netdir.rho = res_mark_swap.execute(i);
-        } else {
+        } else if (complete) {
             done_count.execute(t);
-            done_mark_count.execute(i);
-            if ((hdr.netdir.flags & FLAG_RESERVATION) != 0) {
+            if (hdr.netdir.flags[3:3] == 1) { // reservation
                 res_count.execute(t);
+            }
+        }
+        if (stamp) {
+            hdr.netdir.delta = done_mark_swap.execute(i_stamp);
+            hdr.netdir.rho = res_mark_swap.execute(i_stamp);
+        } else if (complete) {
+            done_mark_count.execute(i);
+            if (hdr.netdir.flags[3:3] == 1) { // reservation
                 res_mark_count.execute(i);
             }
         }

@@ -42,7 +42,7 @@ control NetdirIngress(inout headers_t hdr, inout local_meta_t meta,
     apply {
         clock.apply(meta, standard_metadata.ingress_global_timestamp);
         netdir.apply(hdr, meta, standard_metadata.ingress_port);
-        if (meta.drop) {
+        if (meta.drop || meta.reason != REASON_NONE) {
             mark_to_drop(standard_metadata);
         } else if (meta.mcast_grp != 0) {
             standard_metadata.mcast_grp = meta.mcast_grp;
