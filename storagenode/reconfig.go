@@ -56,12 +56,7 @@ func (n *Node) SetLayout(m *layout.Map) bool {
 		// node's other chains are served throughout. They are marked
 		// behind before the layout is taken, so that no one sees this
 		// epoch without them (GossipStats).
-		joined = map[uint32]bool{}
-		for p := range m.Partitions() {
-			if m.Position(uint32(p), n.id) >= 0 && cur.Position(uint32(p), n.id) < 0 {
-				joined[uint32(p)] = true
-			}
-		}
+		joined = joins(cur, m, n.id)
 		n.recov.beginParts(joined)
 		if n.lay.CompareAndSwap(cur, m) {
 			break
@@ -83,7 +78,7 @@ func (n *Node) SetLayout(m *layout.Map) bool {
 	go func() {
 		defer n.wg.Done()
 		if len(joined) > 0 {
-			n.dropDirty(joined)
+			n.dropDirty(tailsOf(m, n.id, joined))
 			n.recov.catchUpAsTail(joined)
 		}
 		if len(changed) > 0 {
@@ -91,6 +86,39 @@ func (n *Node) SetLayout(m *layout.Map) bool {
 		}
 	}()
 	return true
+}
+
+// joins are the partitions of m that node id must catch up with before it
+// serves them, coming from layout cur: those whose chains it joins, and,
+// if it missed a layout between cur and m (a restarted node starts from
+// the layout it was given, which may be long gone; gossip may skip one),
+// every one it is in below the head. In a missed layout it may have been
+// spliced out of a chain and added back as its tail, with the same chain
+// in cur and m: the chain committed writes without it meanwhile, and a
+// tail that took its membership as unbroken served reads older than an
+// acknowledged write (spec/README.md, flaw I). A head needs no catch-up:
+// a chain that lost its head takes a new one from among its members.
+func joins(cur, m *layout.Map, id wire.NodeID) map[uint32]bool {
+	missed := m.Epoch() > cur.Epoch()+1
+	out := map[uint32]bool{}
+	for p := range m.Partitions() {
+		pos := m.Position(uint32(p), id)
+		if pos >= 0 && cur.Position(uint32(p), id) < 0 || missed && pos > 0 {
+			out[uint32(p)] = true
+		}
+	}
+	return out
+}
+
+// tailsOf are the partitions of parts whose chain node id ends in m.
+func tailsOf(m *layout.Map, id wire.NodeID, parts map[uint32]bool) map[uint32]bool {
+	out := map[uint32]bool{}
+	for p := range parts {
+		if ch := m.Chain(p); len(ch) > 0 && ch[len(ch)-1] == id {
+			out[p] = true
+		}
+	}
+	return out
 }
 
 // adoptDirty hands every dirty version of the partitions in parts to its
@@ -113,11 +141,13 @@ func (n *Node) adoptDirty(parts map[uint32]bool) {
 	}
 }
 
-// dropDirty drops the dirty versions of the partitions a node rejoins: it
-// joins as tail, which takes what it holds as committed, and they are
-// writes it took as head before it was spliced out, which either went
-// down the chain (and its new head re-sends them) or were never
-// acknowledged.
+// dropDirty drops the dirty versions of the partitions a node rejoins as
+// tail, which takes what it holds as committed: they are writes it took
+// as head before it was spliced out, which either went down the chain
+// (and its new head re-sends them) or were never acknowledged. A node
+// that catches up below the head but above the tail keeps its dirty
+// versions: one may be committed, its ack lost, and a member holding it
+// dirty asks the tail rather than serve the clean version before it.
 func (n *Node) dropDirty(parts map[uint32]bool) {
 	var wg sync.WaitGroup
 	for _, t := range n.trees {
