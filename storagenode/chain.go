@@ -260,6 +260,7 @@ func (s *shard) handle(b []byte, from netip.AddrPort) {
 	}
 	// Node ops: a wrong epoch or a key that does not hash right is dropped.
 	if p.Epoch != 0 && p.Epoch != n.layout().Epoch() {
+		n.heardEpoch(p.Epoch)
 		if p.Op == wire.OpPromote || p.Op == wire.OpDemote {
 			s.send(from, n.appendReply(s.pkt(), &p.Header, p.Op, wire.CodeStaleEpoch, 0, nil))
 		}

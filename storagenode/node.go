@@ -233,6 +233,12 @@ type Node struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 
+	// peerEpoch is the newest epoch a chain neighbour's packet carried:
+	// above lay's, the node's layout is stale (it restarted with the one
+	// it was given, or missed the gossip), and it serves no chain until it
+	// takes a layout as new (serves).
+	peerEpoch atomic.Uint32
+
 	admit  admission
 	chain  chain
 	copies copies
@@ -335,9 +341,25 @@ func (n *Node) Addr() netip.AddrPort { return n.laddr }
 // is catching up with no chain.
 func (n *Node) Ready() bool { return n.ready.Load() && n.recov.partsBehind.Load() == 0 }
 
-// serves reports whether the node serves partition part: recovery is done
-// and no catch-up of the partition (a rejoin, a spare's fill) is under way.
-func (n *Node) serves(part uint32) bool { return n.ready.Load() && !n.recov.behindOn(part) }
+// serves reports whether the node serves partition part: recovery is done,
+// no catch-up of the partition (a rejoin, a spare's fill) is under way, and
+// no neighbour is at a newer epoch. A node whose layout is older than its
+// neighbours' may have been spliced out of the chain meanwhile: as the
+// tail of the chain it left it would answer reads older than the writes
+// the chain acknowledged without it.
+func (n *Node) serves(part uint32) bool {
+	return n.ready.Load() && !n.recov.behindOn(part) && n.peerEpoch.Load() <= n.layout().Epoch()
+}
+
+// heardEpoch notes the epoch a chain neighbour's packet carried.
+func (n *Node) heardEpoch(e uint32) {
+	for {
+		cur := n.peerEpoch.Load()
+		if e <= cur || n.peerEpoch.CompareAndSwap(cur, e) {
+			return
+		}
+	}
+}
 
 // WaitReady waits until the node serves reads, up to d.
 func (n *Node) WaitReady(d time.Duration) bool {

@@ -459,6 +459,7 @@ func (rc *recovery) deliver(b []byte) {
 	if q.Decode(append([]byte(nil), b...)) != nil {
 		return
 	}
+	rc.n.heardEpoch(q.Epoch)
 	rc.mu.Lock()
 	ch := rc.wait[q.ReqID]
 	rc.mu.Unlock()

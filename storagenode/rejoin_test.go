@@ -72,3 +72,54 @@ func TestRejoinAfterMissedSplice(t *testing.T) {
 		t.Fatalf("read at the rejoined tail after v3 was acknowledged: %s %s v%d %q, want v3 \"v3\"", g.Op, g.Code, g.Stamp, g.Value)
 	}
 }
+
+// TestRestartedNodeServesNoOlderLayout: the tail T dies and is spliced out
+// (epoch 2, where the chain acknowledges v1); T restarts with the layout
+// it was started with (epoch 1, where it is still the tail) and catches up
+// from its predecessor, which answers at epoch 2; the chain acknowledges
+// v2 without T. Until T takes a layout as new as the one its neighbour
+// answered at, it must not serve the chain's reads: before the fix it
+// answered v1, as the tail of a chain it had left, after v2 was
+// acknowledged (as a data plane whose table lags the splice routes it).
+func TestRestartedNodeServesNoOlderLayout(t *testing.T) {
+	c := startCluster(t, cluster.Options{N: 3, R: 3})
+	p := newPeer(t)
+	key := []byte("restarted-older-layout")
+	h := wire.HashKey(key)
+	ch := c.Layout.ChainOf(h)
+	tail := int(ch[2]) - 1
+	if err := c.Crash(tail); err != nil {
+		t.Fatal(err)
+	}
+	spliced, err := c.Layout.Without(ch[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ch[:2] {
+		c.Node(int(id) - 1).SetLayout(spliced)
+	}
+	for i, val := range []string{"v1", "v2"} {
+		r := p.call(addrOf(c, ch[0]), raw(wire.Header{Op: wire.OpPut, ReqID: uint64(10 + i), KeyHash: h}, key, []byte(val)))
+		if r.Op != wire.OpPutReply || r.Stamp != uint64(i+1) {
+			t.Fatalf("put %s: %s %s v%d", val, r.Op, r.Code, r.Stamp)
+		}
+		if i == 0 {
+			time.Sleep(50 * time.Millisecond) // v1's ack reaches the head: clean on both
+			if err := c.Restart(tail); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	g := p.call(addrOf(c, ch[2]), raw(wire.Header{Op: wire.OpGet, ReqID: 1, KeyHash: h}, key, nil))
+	if g.Op == wire.OpGetReply && g.Stamp < 2 {
+		t.Fatalf("read at the restarted node after v2 was acknowledged: v%d %q", g.Stamp, g.Value)
+	}
+	if g.Op != wire.OpErr || g.Code != wire.CodeUnavailable {
+		t.Fatalf("read at the restarted node: %s %s v%d, want unavailable", g.Op, g.Code, g.Stamp)
+	}
+	c.Node(tail).SetLayout(spliced)
+	g = p.call(addrOf(c, ch[2]), raw(wire.Header{Op: wire.OpGet, ReqID: 2, KeyHash: h}, key, nil))
+	if g.Op != wire.OpErr || g.Code != wire.CodeWrongNode {
+		t.Fatalf("read at the node spliced out: %s %s v%d, want wrong-node", g.Op, g.Code, g.Stamp)
+	}
+}
