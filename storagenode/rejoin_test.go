@@ -20,11 +20,8 @@ import (
 // acknowledged (TestChaos seed 108, history 6: v19 read after v26). A node
 // that missed a layout may have been out of any of its chains meanwhile.
 func TestRejoinAfterMissedSplice(t *testing.T) {
-	c := startCluster(t, cluster.Options{N: 3, R: 3})
-	p := newPeer(t)
-	key := []byte("rejoin-after-missed-splice")
+	c, p, key, ch := chainOfThree(t, "rejoin-after-missed-splice")
 	h := wire.HashKey(key)
-	ch := c.Layout.ChainOf(h)
 	head, mid, tail := int(ch[0])-1, int(ch[1])-1, int(ch[2])-1
 	id := uint64(100)
 	put := func(val string, want uint64) {
@@ -82,11 +79,8 @@ func TestRejoinAfterMissedSplice(t *testing.T) {
 // answered v1, as the tail of a chain it had left, after v2 was
 // acknowledged (as a data plane whose table lags the splice routes it).
 func TestRestartedNodeServesNoOlderLayout(t *testing.T) {
-	c := startCluster(t, cluster.Options{N: 3, R: 3})
-	p := newPeer(t)
-	key := []byte("restarted-older-layout")
+	c, p, key, ch := chainOfThree(t, "restarted-older-layout")
 	h := wire.HashKey(key)
-	ch := c.Layout.ChainOf(h)
 	tail := int(ch[2]) - 1
 	if err := c.Crash(tail); err != nil {
 		t.Fatal(err)
@@ -122,4 +116,11 @@ func TestRestartedNodeServesNoOlderLayout(t *testing.T) {
 	if g.Op != wire.OpErr || g.Code != wire.CodeWrongNode {
 		t.Fatalf("read at the node spliced out: %s %s v%d, want wrong-node", g.Op, g.Code, g.Stamp)
 	}
+}
+
+// chainOfThree starts three nodes in chains of three, and a peer; key's
+// chain lists them.
+func chainOfThree(t *testing.T, key string) (*cluster.Cluster, *peer, []byte, []wire.NodeID) {
+	c := startCluster(t, cluster.Options{N: 3, R: 3})
+	return c, newPeer(t), []byte(key), c.Layout.ChainOf(wire.HashKey([]byte(key)))
 }
