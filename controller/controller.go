@@ -523,7 +523,7 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 	for i := range weights {
 		weights[i] = 1 // even until the next coarse epoch weighs the key
 	}
-	weights = readWeights(c.st.lay, c.st.lay.Partition(h), locs, weights)
+	weights = c.st.lay.ReadWeightsOver(c.st.lay.Partition(h), locs, weights)
 	// Oldest-freed first: a P4 slot's registers keep the evicted key's
 	// versions and fresh bits (P4Runtime cannot clear them), so reusing a
 	// slot as late as possible leaves the most time for that state to stop
@@ -995,7 +995,7 @@ func (c *Controller) SetKeyWeights(ctx context.Context, key []byte, w []uint32) 
 		return fmt.Errorf("controller: %d weights for %d locations", len(w), len(e.Locs))
 	}
 	m := c.Layout()
-	e.Buckets = directory.BucketsForWeights(readWeights(m, m.Partition(e.Hash), e.Locs, w))
+	e.Buckets = directory.BucketsForWeights(m.ReadWeightsOver(m.Partition(e.Hash), e.Locs, w))
 	// The state first: a leader that fails before the planes have the
 	// weights leaves them to the next one's re-sync.
 	if err := c.repl.apply(command{Op: opUpdate, Entries: []Entry{e}}); err != nil {
@@ -1021,7 +1021,7 @@ func (c *Controller) SetPartitionWeights(ctx context.Context, p uint32, w []uint
 	if len(w) != len(chain) {
 		return fmt.Errorf("controller: %d weights for a chain of %d", len(w), len(chain))
 	}
-	b := directory.BucketsForWeights(readWeights(m, p, chain, w))
+	b := directory.BucketsForWeights(m.ReadWeightsOver(p, chain, w))
 	if err := c.repl.apply(command{Op: opPartitions, Partitions: map[uint32][]uint8{p: b}}); err != nil {
 		return err
 	}

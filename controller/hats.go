@@ -201,7 +201,7 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 	var errs []error
 	changed := map[uint32][]uint8{}
 	for p, w := range plan.Partitions {
-		b := directory.BucketsForWeights(readWeights(m, uint32(p), m.Chain(uint32(p)), w))
+		b := directory.BucketsForWeights(m.ReadWeightsOver(uint32(p), m.Chain(uint32(p)), w))
 		old, ok := parts.Buckets[uint32(p)]
 		if !ok {
 			old = directory.BucketsForWeights(make([]uint32, len(m.Chain(uint32(p)))))
@@ -232,7 +232,7 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 	defer c.keysMu.Unlock()
 	var reweighed []Entry
 	for i, e := range entries {
-		b := directory.BucketsForWeights(readWeights(m, m.Partition(e.Hash), e.Locs, plan.HotKeys[i]))
+		b := directory.BucketsForWeights(m.ReadWeightsOver(m.Partition(e.Hash), e.Locs, plan.HotKeys[i]))
 		cur, ok := c.entry(e.Key)
 		if !ok || cur.Gen != e.Gen || slices.Equal(cur.Buckets, b) {
 			continue

@@ -162,7 +162,7 @@ const (
 
 // relocate moves an entry to m's chain of its key: its extras that are
 // neither in the chain nor down stay, the weights are even over its read
-// set (readWeights), and a new generation makes P4 slots re-seed.
+// set (layout.Map.ReadWeightsOver), and a new generation makes P4 slots re-seed.
 func relocate(e Entry, m *layout.Map, gen *uint32) Entry {
 	chain, down := m.ChainOf(e.Hash), m.Down()
 	locs := slices.Clone(chain)
@@ -177,30 +177,8 @@ func relocate(e Entry, m *layout.Map, gen *uint32) Entry {
 	}
 	*gen++
 	e.Locs, e.R, e.Gen = locs, len(chain), *gen
-	e.Buckets = directory.BucketsForWeights(readWeights(m, m.Partition(e.Hash), locs, weights))
+	e.Buckets = directory.BucketsForWeights(m.ReadWeightsOver(m.Partition(e.Hash), locs, weights))
 	return e
-}
-
-// readWeights is w, weights over locs (partition p's chain, or a
-// LocationList that starts with it), less the share of a spare still
-// filling p's chain: it takes the writes but is no fresh replica
-// (layout.Map.ReadSet). If that leaves no weight, the others split evenly.
-func readWeights(m *layout.Map, p uint32, locs []wire.NodeID, w []uint32) []uint32 {
-	f, ok := m.Filling(p)
-	i := slices.Index(locs, f)
-	if !ok || i < 0 || len(locs) < 2 || len(w) != len(locs) {
-		return w
-	}
-	w = slices.Clone(w)
-	w[i] = 0
-	if !slices.ContainsFunc(w, func(x uint32) bool { return x > 0 }) {
-		for j := range w {
-			if j != i {
-				w[j] = 1
-			}
-		}
-	}
-	return w
 }
 
 // fillingChanged reports whether partition p's filling spare differs

@@ -432,9 +432,29 @@ func (m *Map) ReadSet(p uint32) []wire.NodeID {
 func (m *Map) ReadWeights(p uint32) []uint32 {
 	ch := m.Chain(p)
 	w := make([]uint32, len(ch))
-	for i, id := range ch {
-		if len(ch) < 2 || m.Readable(p, id) {
-			w[i] = 1
+	for i := range w {
+		w[i] = 1
+	}
+	return m.ReadWeightsOver(p, ch, w)
+}
+
+// ReadWeightsOver is w, weights over locs (partition p's chain, or a
+// LocationList that starts with it), less the share of a spare still
+// filling p's chain: it takes the writes but is no fresh replica
+// (ReadSet). If that leaves no weight, the others split evenly.
+func (m *Map) ReadWeightsOver(p uint32, locs []wire.NodeID, w []uint32) []uint32 {
+	f, ok := m.Filling(p)
+	i := slices.Index(locs, f)
+	if !ok || i < 0 || len(locs) < 2 || len(w) != len(locs) {
+		return w
+	}
+	w = slices.Clone(w)
+	w[i] = 0
+	if !slices.ContainsFunc(w, func(x uint32) bool { return x > 0 }) {
+		for j := range w {
+			if j != i {
+				w[j] = 1
+			}
 		}
 	}
 	return w

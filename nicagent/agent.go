@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +26,7 @@ import (
 	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/internal/netnsrun"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -218,28 +218,7 @@ func (a *Agent) inNetns(f func() error) error {
 	if !a.ns.IsOpen() {
 		return f()
 	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// The thread is not unlocked: if switching back fails, it dies
-		// with the goroutine rather than serve others in the wrong netns.
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(a.ns); err != nil {
-			errc <- err
-			return
-		}
-		err = f()
-		if serr := netns.Set(orig); serr == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- err
-	}()
-	return <-errc
+	return netnsrun.InHandle(a.ns, f)
 }
 
 func (a *Agent) attach() error {

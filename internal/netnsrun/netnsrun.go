@@ -10,13 +10,20 @@ import (
 )
 
 // In runs f on an OS thread switched to namespace ns (a name under
-// /var/run/netns). The thread is retired if it cannot be switched back.
+// /var/run/netns).
 func In(ns string, f func() error) error {
 	target, err := netns.GetFromName(ns)
 	if err != nil {
 		return err
 	}
 	defer target.Close()
+	return InHandle(target, f)
+}
+
+// InHandle runs f on an OS thread switched to the namespace target. The
+// thread is retired, not unlocked, if it cannot be switched back, so that
+// it never serves other goroutines in the wrong namespace.
+func InHandle(target netns.NsHandle, f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()

@@ -292,11 +292,6 @@ func writeError(err error) error {
 	return fmt.Errorf("p4runtime write: %w", errors.Join(msgs...))
 }
 
-// AlreadyExists reports whether a write failed only because entries existed.
-func AlreadyExists(err error) bool {
-	return err != nil && containsCode(err, codes.AlreadyExists)
-}
-
 func containsCode(err error, code codes.Code) bool {
 	return err != nil && (status.Code(err) == code || strings.Contains(err.Error(), code.String()))
 }
