@@ -348,7 +348,11 @@ func (s *shard) get(p *wire.NodePacket, from netip.AddrPort) {
 		return
 	}
 	if !n.serves(part) {
-		n.ctr.unavailableGets.Add(1)
+		if n.layoutBehindPeer() {
+			n.ctr.staleLayoutGets.Add(1)
+		} else {
+			n.ctr.unavailableGets.Add(1)
+		}
 		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
 		return
 	}

@@ -348,8 +348,12 @@ func (n *Node) Ready() bool { return n.ready.Load() && n.recov.partsBehind.Load(
 // tail of the chain it left it would answer reads older than the writes
 // the chain acknowledged without it.
 func (n *Node) serves(part uint32) bool {
-	return n.ready.Load() && !n.recov.behindOn(part) && n.peerEpoch.Load() <= n.layout().Epoch()
+	return n.ready.Load() && !n.recov.behindOn(part) && !n.layoutBehindPeer()
 }
+
+// layoutBehindPeer reports whether a chain neighbour has shown a newer
+// epoch than this node's layout.
+func (n *Node) layoutBehindPeer() bool { return n.peerEpoch.Load() > n.layout().Epoch() }
 
 // heardEpoch notes the epoch a chain neighbour's packet carried.
 func (n *Node) heardEpoch(e uint32) {

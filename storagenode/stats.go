@@ -60,6 +60,11 @@ type Stats struct {
 	// because this node was still catching up with it (a recovery, a
 	// rejoin, a spare's fill): reads its read set should not have sent.
 	UnavailableGets uint64 `json:"unavailable_gets"`
+	// StaleLayoutGets counts reads of a chain answered ERR unavailable
+	// because a chain neighbour was at a newer epoch than this node's
+	// layout: for the moment between two epochs' gossip, not a read set's
+	// fault.
+	StaleLayoutGets uint64 `json:"stale_layout_gets"`
 	RxPackets       uint64 `json:"rx_packets"`
 	TxPackets       uint64 `json:"tx_packets"`
 	SyncedKeys      uint64 `json:"synced_keys"`
@@ -98,6 +103,7 @@ type counters struct {
 	rxPackets, txPackets               atomic.Uint64
 	syncKeys, syncBytes                atomic.Uint64
 	unavailableGets                    atomic.Uint64 // reads of a chain this node catches up with
+	staleLayoutGets                    atomic.Uint64 // reads refused while a neighbour's epoch is newer
 	noops                              atomic.Uint64 // no-op versions made for stamped duplicates
 	staleIncarnation                   atomic.Uint64 // stamped writes of an older incarnation, refused
 
@@ -139,6 +145,7 @@ func (n *Node) Stats() Stats {
 		StaleIncarnation: n.ctr.staleIncarnation.Load(),
 		Retransmits:      n.ctr.retransmits.Load(), VerQueries: n.ctr.verQueries.Load(),
 		UnavailableGets: n.ctr.unavailableGets.Load(),
+		StaleLayoutGets: n.ctr.staleLayoutGets.Load(),
 		RxPackets:       n.ctr.rxPackets.Load(), TxPackets: n.ctr.txPackets.Load(), SyncedKeys: n.ctr.syncKeys.Load(),
 		SyncedBytes: n.ctr.syncBytes.Load(), Behind: int(n.recov.partsBehind.Load()),
 		CacheBytes: n.opts.CacheBytes, DeviceProfile: n.opts.Device.Name,
