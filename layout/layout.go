@@ -81,6 +81,7 @@ func (m MAC) String() string { return net.HardwareAddr(m).String() }
 //	tails: [1]                   # rejoined: at the tail of their chains (WithTail)
 //	spares: {7: 4}               # partition -> the spare at its tail (Replace)
 //	filling: [7]                 # partitions whose spare still fills (Filled ends it)
+//	since: {7: 3}                # partition -> epoch its chain last changed (0 if never)
 //
 // The placement (ring and overrides) fixes each node's slot in each chain,
 // which is the tree it keeps the partition in; Down and Tails reconfigure
@@ -90,7 +91,9 @@ func (m MAC) String() string { return net.HardwareAddr(m).String() }
 // catches up from its predecessor. Filling lists the partitions whose spare
 // has not reported caught up yet: it takes every write (it must, to take
 // over), but it is no fresh replica, so it is left out of the read set
-// (ReadSet) until Filled.
+// (ReadSet) until Filled. Since dates each chain's last change of
+// membership or order: a node that skipped epochs learns from it which
+// chains may have committed writes without it (Map.Since).
 type Config struct {
 	Epoch         uint32                   `yaml:"epoch"`
 	PartitionBits uint                     `yaml:"partition_bits"`
@@ -102,6 +105,7 @@ type Config struct {
 	Tails         []wire.NodeID            `yaml:"tails,omitempty,flow"`
 	Spares        map[uint32]wire.NodeID   `yaml:"spares,omitempty"`
 	Filling       []uint32                 `yaml:"filling,omitempty,flow"`
+	Since         map[uint32]uint32        `yaml:"since,omitempty,flow"`
 }
 
 // Load reads a YAML layout file.
@@ -225,11 +229,41 @@ func New(c Config) (*Map, error) {
 			return nil, fmt.Errorf("layout: partition %d is filling but has no spare", p)
 		}
 	}
+	for p, e := range c.Since {
+		if int(p) >= np || e > c.Epoch {
+			return nil, fmt.Errorf("layout: partition %d changed at epoch %d, of %d partitions at epoch %d", p, e, np, c.Epoch)
+		}
+	}
 	if err := m.reconfigure(); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
+
+// next is the layout c (m's configuration, changed) at the epoch after m's,
+// with every chain that differs from m's dated to that epoch (Since).
+func (m *Map) next(c Config) (*Map, error) {
+	c.Epoch = m.cfg.Epoch + 1
+	nm, err := New(c)
+	if err != nil {
+		return nil, err
+	}
+	for p, ch := range nm.chains {
+		if !slices.Equal(ch, m.Chain(uint32(p))) {
+			if nm.cfg.Since == nil {
+				nm.cfg.Since = map[uint32]uint32{}
+			}
+			nm.cfg.Since[uint32(p)] = c.Epoch
+		}
+	}
+	return nm, nil
+}
+
+// Since is the epoch at which partition p's chain last changed its members
+// or their order (0: never, as placed). A node that held the chain at an
+// epoch at or after it, and holds it in m, was in it throughout: no write
+// committed on it without the node.
+func (m *Map) Since(p uint32) uint32 { return m.cfg.Since[p] }
 
 // reconfigure derives the chains from the placement: members in Down are
 // spliced out, members in Tails move to the end, in Tails' order, and a
@@ -284,10 +318,9 @@ func (m *Map) Without(id wire.NodeID) (*Map, error) {
 		return nil, fmt.Errorf("layout: node %d is down already", id)
 	}
 	c := m.Config()
-	c.Epoch++
 	c.Tails = slices.DeleteFunc(c.Tails, func(x wire.NodeID) bool { return x == id })
 	c.Down = append(c.Down, id)
-	return New(c)
+	return m.next(c)
 }
 
 // WithTail returns the next layout (epoch+1) with a node that was spliced
@@ -299,10 +332,9 @@ func (m *Map) WithTail(id wire.NodeID) (*Map, error) {
 		return nil, fmt.Errorf("layout: node %d is not down", id)
 	}
 	c := m.Config()
-	c.Epoch++
 	c.Down = slices.DeleteFunc(c.Down, func(x wire.NodeID) bool { return x == id })
 	c.Tails = append(c.Tails, id)
-	return New(c)
+	return m.next(c)
 }
 
 // ErrNoSpare is Replace's error when no chain of the node can take a spare.
@@ -374,8 +406,7 @@ func (m *Map) Replace(id wire.NodeID) (*Map, int, error) {
 	if replaced == 0 {
 		return nil, 0, fmt.Errorf("%w for node %d: every live node is in each of its chains", ErrNoSpare, id)
 	}
-	c.Epoch++
-	nm, err := New(c)
+	nm, err := m.next(c)
 	return nm, replaced, err
 }
 
@@ -390,8 +421,7 @@ func (m *Map) Filled(parts []uint32) (*Map, error) {
 	if len(c.Filling) == n {
 		return m, nil
 	}
-	c.Epoch++
-	return New(c)
+	return m.next(c)
 }
 
 // Filling is the spare of partition p that is still filling, if its chain
@@ -506,6 +536,7 @@ func (c Config) clone() Config {
 		c.Chains = chains
 	}
 	c.Spares = maps.Clone(c.Spares)
+	c.Since = maps.Clone(c.Since)
 	return c
 }
 

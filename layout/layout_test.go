@@ -411,3 +411,45 @@ func TestFilling(t *testing.T) {
 		t.Error("filling without a spare: no error")
 	}
 }
+
+// TestSince: every derivation dates the chains it changes to its epoch and
+// keeps the others' dates, Filled (no chain changes) included, through the
+// YAML round trip; a date after the epoch is an error.
+func TestSince(t *testing.T) {
+	m := fiveNodes(t)
+	down, err := m.Without(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := down.Replace(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := r.Filled(r.FillingParts()[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range uint32(m.Partitions()) {
+		want := uint32(0)
+		switch {
+		case !slices.Equal(r.Chain(p), down.Chain(p)):
+			want = r.Epoch()
+		case !slices.Equal(down.Chain(p), m.Chain(p)):
+			want = down.Epoch()
+		}
+		if got := back.Since(p); got != want || f.Since(p) != want {
+			t.Errorf("partition %d (chains %v %v %v): since %d (%d before YAML), want %d", p, m.Chain(p), down.Chain(p), r.Chain(p), got, f.Since(p), want)
+		}
+	}
+	if _, err := Parse([]byte("epoch: 2\npartition_bits: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}]\nreplicas: 1\nsince: {0: 3}")); err == nil {
+		t.Error("a chain changed after the epoch: no error")
+	}
+}
