@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/internal/grpcsec"
 )
 
 // notLeaderReason marks a follower's refusal (an errdetails.ErrorInfo);
@@ -132,8 +133,8 @@ func (cs *Controllers) Next(addr string, err error) (hinted, moved bool) {
 	case hint != "" && hint != addr:
 		cs.follow(hint)
 		return true, true
-	case !notLeader && status.Code(err) != codes.Unavailable:
-		return false, false
+	case !notLeader && (status.Code(err) != codes.Unavailable || grpcsec.HandshakeFailed(err)):
+		return false, false // a TLS misconfiguration is no reason to try others
 	}
 	cs.follow("")
 	return false, true

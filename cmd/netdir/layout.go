@@ -19,20 +19,24 @@ const fetchTimeout = 30 * time.Second
 
 // loadLayout reads the cluster layout from file or, without one, fetches it
 // from the controller at ctlAddr. fileFlag names the file's flag in errors.
-func loadLayout(ctx context.Context, fileFlag, file, ctlAddr string) (*layout.Map, error) {
+// opts dial the controller.
+func loadLayout(ctx context.Context, fileFlag, file, ctlAddr string, opts ...grpc.DialOption) (*layout.Map, error) {
 	switch {
 	case file != "":
 		return layout.Load(file)
 	case ctlAddr != "":
-		return fetchLayout(ctx, ctlAddr)
+		return fetchLayout(ctx, ctlAddr, opts...)
 	}
 	return nil, fmt.Errorf("no layout: give %s FILE, or --controller ADDR to fetch it from the controller", fileFlag)
 }
 
 // fetchLayout asks the controller at addr (a comma list: any of them) for
 // its layout.
-func fetchLayout(ctx context.Context, addr string) (*layout.Map, error) {
-	cs, err := controller.DialControllers(parseList(addr), grpc.WithTransportCredentials(insecure.NewCredentials()))
+func fetchLayout(ctx context.Context, addr string, opts ...grpc.DialOption) (*layout.Map, error) {
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	cs, err := controller.DialControllers(parseList(addr), opts...)
 	if err != nil {
 		return nil, err
 	}
