@@ -3,6 +3,7 @@ package cluster
 import (
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -30,7 +31,7 @@ const (
 // per try. It does no I/O.
 type link struct {
 	state string
-	code  string // the failure's gRPC code, or its text for other errors
+	code  string // the failure's kind (failure)
 	tries int    // failures since the last change to up
 	since time.Time
 }
@@ -56,10 +57,7 @@ func (l *link) observe(err error, now time.Time) (transition, bool) {
 		*l = link{state: linkUp, since: now}
 		return t, true
 	}
-	code := err.Error()
-	if st, ok := status.FromError(err); ok {
-		code = st.Code().String()
-	}
+	code := failure(err)
 	l.tries++
 	switch l.state {
 	case linkUp:
@@ -73,4 +71,18 @@ func (l *link) observe(err error, now time.Time) (transition, bool) {
 		l.code = code // failing in a new way: say so once
 	}
 	return transition{State: l.state, Tries: l.tries}, true
+}
+
+// failure is the kind of a failed try: unreachable (nothing listening, no
+// answer in time: both alternate while a peer is down), another gRPC
+// code, or the text of another error.
+func failure(err error) string {
+	st, ok := status.FromError(err)
+	switch {
+	case !ok:
+		return err.Error()
+	case st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded:
+		return "unreachable"
+	}
+	return st.Code().String()
 }

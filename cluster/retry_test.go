@@ -40,8 +40,12 @@ func TestLinkLogsOncePerChange(t *testing.T) {
 			logged = append(logged, tr.State)
 		}
 	}
-	for range 100 {
-		try(refused)
+	for i := range 100 {
+		if i%2 == 0 {
+			try(refused)
+		} else {
+			try(status.Error(codes.DeadlineExceeded, "context deadline exceeded"))
+		}
 	}
 	try(nil)
 	try(nil)
