@@ -145,6 +145,15 @@ func ParseControllerConfig(b []byte, dir string) (*ControllerConfig, error) {
 	if _, err := layout.New(c.Layout); err != nil {
 		return nil, err
 	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"round", c.Round}, {"coarse_epoch", c.CoarseEpoch}, {"failure_timeout", c.FailureTimeout},
+		{"spare_after", c.SpareAfter}, {"layout_wait", c.LayoutWait}} {
+		if d.v < 0 {
+			return nil, fmt.Errorf("%s: %v: want a duration of 0 or more", d.field, d.v)
+		}
+	}
 	if _, _, err := net.SplitHostPort(c.API); err != nil {
 		return nil, fmt.Errorf("api: %q: want host:port", c.API)
 	}

@@ -93,6 +93,7 @@ func TestControllerConfigStrict(t *testing.T) {
 		{"bad route", base + "  - {name: b, addr: 127.0.0.1:9560, routes: [{prefix: 10.0.0.0/33, port: 1}]}\n",
 			`switches[1].routes[0]: route "10.0.0.0/33": want an IPv4 prefix`},
 		{"bad duration", strings.Replace(base, "round: 500ms", "round: 5 minutes", 1), `round: 5 minutes: want a duration such as 500ms`},
+		{"negative round", strings.Replace(base, "round: 500ms", "round: -5s", 1), "round: -5s: want a duration of 0 or more"},
 		{"bad api", strings.Replace(base, "api: 127.0.0.1:0", "api: 7400", 1), `api: "7400": want host:port`},
 		{"half a tls pair", base + "tls: {cert: netdir.json}\n", `tls: give cert and key together (cert "` + filepath.Join(dir, "netdir.json") + `", key "")`},
 		{"tls ca only", base + "tls: {ca: netdir.json}\n", "tls: a server needs cert and key"},

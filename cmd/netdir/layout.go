@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"google.golang.org/grpc"
@@ -44,12 +45,24 @@ func fetchLayout(ctx context.Context, addr string, opts ...grpc.DialOption) (*la
 	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 	defer cancel()
 	var r *api.GetLayoutResponse
-	err = cs.Call(ctx, func(ctx context.Context, c api.ControllerClient) (err error) {
+	get := func(ctx context.Context, c api.ControllerClient) (err error) {
 		r, err = c.GetLayout(ctx, &api.GetLayoutRequest{})
 		return err
-	})
+	}
+	// A controller not up yet is waited for with one line said, not one
+	// per try.
+	start := time.Now()
+	first, cancelFirst := context.WithTimeout(ctx, time.Second)
+	err = cs.Call(first, get)
+	cancelFirst()
+	if err != nil && ctx.Err() == nil {
+		slog.Warn("waiting for the controller's layout", "controller", addr, "up_to", fetchTimeout, "err", err)
+		if err = cs.Call(ctx, get); err == nil {
+			slog.Warn("controller reached", "controller", cs.Current(), "after", time.Since(start).Round(time.Millisecond))
+		}
+	}
 	if err != nil {
-		return nil, fmt.Errorf("layout from the controller: %w", err)
+		return nil, fmt.Errorf("layout from the controller (waited %v): %w", time.Since(start).Round(time.Second), err)
 	}
 	m, err := layout.Parse([]byte(r.GetYaml()))
 	if err != nil {
