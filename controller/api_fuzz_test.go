@@ -96,7 +96,11 @@ func FuzzAPI(f *testing.F) {
 		defer ctl.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		start := time.Now()
 		err := c.call(ctx, NewAPI(ctl), msg)
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("%s(%x): took %v", c.name, msg, d)
+		}
 		if err == nil {
 			return
 		}
