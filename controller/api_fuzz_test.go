@@ -96,10 +96,13 @@ func FuzzAPI(f *testing.F) {
 		defer ctl.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		start := time.Now()
-		err := c.call(ctx, NewAPI(ctl), msg)
-		if d := time.Since(start); d > 2*time.Second {
-			t.Fatalf("%s(%x): took %v", c.name, msg, d)
+		done := make(chan error, 1)
+		go func() { done <- c.call(ctx, NewAPI(ctl), msg) }()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s(%x): no answer in 10s", c.name, msg)
 		}
 		if err == nil {
 			return

@@ -94,6 +94,13 @@ expected load per tree that the controller gossips back.`,
 			if err != nil {
 				return err
 			}
+			if _, ok := m.Node(wire.NodeID(id)); !ok {
+				from := config
+				if from == "" {
+					from = "the controller's layout"
+				}
+				return fmt.Errorf("--id %d: not in the nodes of %s (ids %v)", id, from, m.Nodes())
+			}
 			level := slog.LevelWarn
 			if verbose {
 				level = slog.LevelInfo

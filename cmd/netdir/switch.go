@@ -69,7 +69,10 @@ switch.`,
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			if a := sw.P4RuntimeAddr(); a != "" {
-				log.Info("P4Runtime serving", "addr", a, "device_id", deviceID)
+				log.Info("P4Runtime serving", "addr", a, "device_id", deviceID, "tls", p4rtTLS.Enabled())
+				if !p4rtTLS.Enabled() && !grpcsec.Loopback(a) {
+					log.Warn("P4Runtime listening beyond loopback without TLS: give --p4runtime-cert and --p4runtime-key", "addr", a)
+				}
 			}
 			log.Info("switch serving", "addr", sw.Addr(), "nodes", len(m.Nodes()), "partitions", m.Partitions(),
 				"replicas", m.R(), "epoch", m.Epoch(), "slots", sw.DirectoryConfig().Slots)
