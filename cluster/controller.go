@@ -179,6 +179,9 @@ func ParseControllerConfig(b []byte, dir string) (*ControllerConfig, error) {
 			return nil, fmt.Errorf("p4info: %s: %v", c.P4Info, errors.Unwrap(err))
 		}
 	}
+	if err := checkRaft(c.Raft, dir); err != nil {
+		return nil, err
+	}
 	byAddr, byName := map[string]int{}, map[string]int{}
 	for i := range c.Switches {
 		s := &c.Switches[i]
@@ -216,6 +219,41 @@ func ParseControllerConfig(b []byte, dir string) (*ControllerConfig, error) {
 		}
 	}
 	return c, nil
+}
+
+// checkRaft checks the raft: key of a controller's configuration, if
+// given, and takes its data directory from dir.
+func checkRaft(r *controller.RaftConfig, dir string) error {
+	if r == nil {
+		return nil
+	}
+	r.Dir = yamlconf.Resolve(dir, r.Dir)
+	if r.ID == "" {
+		return errors.New("raft.id: missing: this controller's id, one of raft.peers")
+	}
+	if _, _, err := net.SplitHostPort(r.Bind); err != nil {
+		return fmt.Errorf("raft.bind: %q: want host:port", r.Bind)
+	}
+	ids, addrs := map[string]int{}, map[string]int{}
+	for i, p := range r.Peers {
+		if p.ID == "" {
+			return fmt.Errorf("raft.peers[%d].id: missing", i)
+		}
+		if j, dup := ids[p.ID]; dup {
+			return fmt.Errorf("raft.peers[%d].id: %s duplicates raft.peers[%d]", i, p.ID, j)
+		}
+		if _, _, err := net.SplitHostPort(p.Raft); err != nil {
+			return fmt.Errorf("raft.peers[%d].raft: %q: want host:port", i, p.Raft)
+		}
+		if j, dup := addrs[p.Raft]; dup {
+			return fmt.Errorf("raft.peers[%d].raft: %s duplicates raft.peers[%d]", i, p.Raft, j)
+		}
+		ids[p.ID], addrs[p.Raft] = i, i
+	}
+	if _, ok := ids[r.ID]; !ok && len(r.Peers) > 0 {
+		return fmt.Errorf("raft.id: %s is not one of raft.peers", r.ID)
+	}
+	return nil
 }
 
 // DefaultP4Info is the P4Info a controller configuration without p4info

@@ -100,6 +100,11 @@ func TestControllerConfigStrict(t *testing.T) {
 		{"missing cert", base + "tls: {cert: c.pem, key: netdir.json}\n", "tls.cert: " + filepath.Join(dir, "c.pem") + ": no such file or directory"},
 		{"missing switch ca", strings.Replace(base, "device_config: netdir.json}", "device_config: netdir.json, tls: {ca: ca.pem}}", 1),
 			"switches[0].tls.ca: " + filepath.Join(dir, "ca.pem") + ": no such file or directory"},
+		{"raft without id", base + "raft: {bind: 127.0.0.1:7601}\n", "raft.id: missing"},
+		{"raft duplicate peer", base + "raft: {id: c1, bind: 127.0.0.1:7601, peers: [{id: c1, raft: 127.0.0.1:7601}, {id: c2, raft: 127.0.0.1:7601}]}\n",
+			"raft.peers[1].raft: 127.0.0.1:7601 duplicates raft.peers[0]"},
+		{"raft id not a peer", base + "raft: {id: c9, bind: 127.0.0.1:7601, peers: [{id: c1, raft: 127.0.0.1:7601}]}\n",
+			"raft.id: c9 is not one of raft.peers"},
 		{"empty token", base + "api_token_file: empty\n", "api_token_file: " + filepath.Join(dir, "empty") + ": empty token"},
 	} {
 		path := filepath.Join(dir, "controller.yaml")
