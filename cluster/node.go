@@ -229,7 +229,9 @@ func report(ctx context.Context, n *storagenode.Node, cs *controller.Controllers
 		if tr, ok := l.observe(err, time.Now()); ok {
 			switch tr.State {
 			case linkUp:
-				log.Warn("controller reached", "after", tr.After.Round(time.Millisecond), "tries", tr.Tries+1)
+				if tr.Tries > 0 { // after waiting; a first answer goes unsaid
+					log.Warn("controller reached", "after", tr.After.Round(time.Millisecond), "tries", tr.Tries+1)
+				}
 			case linkWaiting:
 				log.Warn("waiting for the controller; reporting quietly until it answers", "err", err)
 			default:

@@ -161,6 +161,8 @@ func (cs *Controllers) Call(ctx context.Context, f func(context.Context, api.Con
 		switch {
 		case hinted:
 			continue
+		case grpcsec.HandshakeFailed(err):
+			return fmt.Errorf("controller %s: TLS handshake failed (check the CA and certificates): %w", addr, err)
 		case !moved:
 			return fmt.Errorf("controller %s: %w", addr, err)
 		}
