@@ -83,7 +83,7 @@ func (idx pathIndex) explain(msg string) string {
 	if m := badValue.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
 		want := wants(m[4])
-		if p, ok := idx.find(line, m[3], true); ok {
+		if p, ok := idx.badValue(line, m[3]); ok {
 			return fmt.Sprintf("%s: %s: want %s", p, quoted(m[2], m[3]), want)
 		}
 		return fmt.Sprintf("line %d: %s: want %s", line, quoted(m[2], m[3]), want)
@@ -121,11 +121,17 @@ func wants(goType string) string {
 var uintMax = map[string]string{"uint8": "255", "uint16": "65535", "uint32": "4294967295",
 	"uint": "18446744073709551615", "uint64": "18446744073709551615"}
 
+// quoted is the refused value, or what it is when yaml does not quote it.
 func quoted(tag, value string) string {
-	if value == "" {
-		return "a " + strings.TrimPrefix(tag, "!!")
+	switch {
+	case value != "":
+		return value
+	case tag == "!!seq":
+		return "a list"
+	case tag == "!!map":
+		return "a mapping"
 	}
-	return value
+	return "a " + strings.TrimPrefix(tag, "!!")
 }
 
 // find is the path of the key named name (or of the value, for a bad
@@ -145,6 +151,31 @@ func (idx pathIndex) find(line int, name string, value bool) (string, bool) {
 		}
 	}
 	return fallback, fallback != ""
+}
+
+// badValue is the path of the value yaml refused on line: the scalar that
+// starts with value (yaml cuts long ones short), else a key that does (a
+// map's key of the wrong type), else, for a list or mapping where a
+// scalar belongs (no value quoted), the line's last key.
+func (idx pathIndex) badValue(line int, value string) (string, bool) {
+	if value == "" {
+		last := ""
+		for _, k := range idx {
+			if k.line == line && !k.value {
+				last = k.path
+			}
+		}
+		return last, last != ""
+	}
+	value = strings.TrimSuffix(value, "...")
+	for _, scalar := range []bool{true, false} {
+		for _, k := range idx {
+			if k.line == line && k.value == scalar && strings.HasPrefix(k.name, value) {
+				return k.path, true
+			}
+		}
+	}
+	return idx.find(line, value, true)
 }
 
 // quotedBy is the path of the longest value that msg quotes.
