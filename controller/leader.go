@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -155,25 +156,35 @@ func (cs *Controllers) Call(ctx context.Context, f func(context.Context, api.Con
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("controller %s: %w", addr, err)
+			return callError(addr, err)
 		}
 		hinted, moved := cs.Next(addr, err)
 		switch {
 		case hinted:
 			continue
-		case grpcsec.HandshakeFailed(err):
-			return fmt.Errorf("controller %s: TLS handshake failed (check the CA and certificates): %w", addr, err)
 		case !moved:
-			return fmt.Errorf("controller %s: %w", addr, err)
+			return callError(addr, err)
 		}
 		if tries%cs.count() == 0 {
 			select {
 			case <-time.After(100 * time.Millisecond):
 			case <-ctx.Done():
-				return fmt.Errorf("controller %s: %w", addr, err)
+				return callError(addr, err)
 			}
 		}
 	}
+}
+
+// callError is a call's final error, naming the controller and, for a
+// TLS mismatch, what to check.
+func callError(addr string, err error) error {
+	switch {
+	case grpcsec.HandshakeFailed(err):
+		return fmt.Errorf("controller %s: TLS handshake failed (check the CA and certificates): %w", addr, err)
+	case strings.Contains(err.Error(), "error reading server preface"):
+		return fmt.Errorf("controller %s (if it speaks TLS, give its CA): %w", addr, err)
+	}
+	return fmt.Errorf("controller %s: %w", addr, err)
 }
 
 // Ask makes one unary call at the leader (Call): rpc is a method

@@ -42,14 +42,15 @@ func TestCtlTLSAndToken(t *testing.T) {
 	}
 	start := time.Now()
 	_, err = ctl(addr, "--ca", pki.OtherCA, "status")
-	if err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") || !strings.Contains(err.Error(), addr) {
+	if err == nil || !strings.Contains(err.Error(), "TLS handshake failed") ||
+		!strings.Contains(err.Error(), "certificate signed by unknown authority") || !strings.Contains(err.Error(), addr) {
 		t.Fatalf("wrong CA: error %v, want one naming %s and the unknown authority", err, addr)
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("wrong CA: failed after %v, want at once (the timeout is 5s)", d)
 	}
-	if _, err := ctl(addr, "--timeout", "500ms", "status"); err == nil {
-		t.Fatal("plaintext against a TLS API: no error")
+	if _, err := ctl(addr, "--timeout", "500ms", "status"); err == nil || !strings.Contains(err.Error(), "if it speaks TLS, give its CA") {
+		t.Fatalf("plaintext against a TLS API: error %v, want a hint at TLS", err)
 	}
 
 	_, err = ctl(addr, "--ca", pki.CA, "qos", "set", "gold", "--weight", "2")
