@@ -86,13 +86,13 @@ func TestStartInReverseOrder(t *testing.T) {
 
 	n, err := cluster.StartNode(ctx, cluster.NodeConfig{
 		Storage:    storagenode.Options{ID: 1, Dir: t.TempDir(), Layout: lay, Logger: slog.New(slog.DiscardHandler)},
-		Controller: apiAddr, ReportEvery: 100 * time.Millisecond, Log: nodeLog.logger(),
+		Controller: apiAddr, ReportEvery: 500 * time.Millisecond, Log: nodeLog.logger(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	time.Sleep(time.Second) // ten reports refused
+	time.Sleep(1200 * time.Millisecond) // two reports refused
 
 	type started struct {
 		c   *cluster.Controller
