@@ -470,7 +470,7 @@ func (e *NoAnswerError) Error() string {
 		last = fmt.Sprintf(" (last: %v)", e.Last)
 	}
 	return fmt.Sprintf("no answer from %s after %d tries in %v%s", strings.Join(addrs, ", "), e.Tries,
-		e.Elapsed.Round(10*time.Millisecond), last)
+		e.Elapsed.Round(100*time.Millisecond), last)
 }
 
 func (e *NoAnswerError) Unwrap() error { return e.Err }

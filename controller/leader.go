@@ -146,6 +146,7 @@ func (cs *Controllers) Next(addr string, err error) (hinted, moved bool) {
 // or a refusal naming none, moves on to the next address (pausing after a
 // whole round of them). Other errors are f's.
 func (cs *Controllers) Call(ctx context.Context, f func(context.Context, api.ControllerClient) error) error {
+	start := time.Now()
 	for tries := 1; ; tries++ {
 		c, addr, err := cs.Client()
 		if err != nil {
@@ -156,35 +157,39 @@ func (cs *Controllers) Call(ctx context.Context, f func(context.Context, api.Con
 			return nil
 		}
 		if ctx.Err() != nil {
-			return callError(addr, err)
+			return callError(addr, tries, time.Since(start), err)
 		}
 		hinted, moved := cs.Next(addr, err)
 		switch {
 		case hinted:
 			continue
 		case !moved:
-			return callError(addr, err)
+			return callError(addr, 1, 0, err)
 		}
 		if tries%cs.count() == 0 {
 			select {
 			case <-time.After(100 * time.Millisecond):
 			case <-ctx.Done():
-				return callError(addr, err)
+				return callError(addr, tries, time.Since(start), err)
 			}
 		}
 	}
 }
 
-// callError is a call's final error, naming the controller and, for a
-// TLS mismatch, what to check.
-func callError(addr string, err error) error {
+// callError is a call's final error: the controller it reached last, how
+// long it tried when it gave up, and, for a TLS mismatch, what to check.
+func callError(addr string, tries int, took time.Duration, err error) error {
+	what := "controller " + addr
+	if tries > 1 {
+		what += fmt.Sprintf(": no answer after %d tries in %v", tries, took.Round(100*time.Millisecond))
+	}
 	switch {
 	case grpcsec.HandshakeFailed(err):
-		return fmt.Errorf("controller %s: TLS handshake failed (check the CA and certificates): %w", addr, err)
+		return fmt.Errorf("%s: TLS handshake failed (check the CA and certificates): %w", what, err)
 	case strings.Contains(err.Error(), "error reading server preface"):
-		return fmt.Errorf("controller %s (if it speaks TLS, give its CA): %w", addr, err)
+		return fmt.Errorf("%s (if it speaks TLS, give its CA): %w", what, err)
 	}
-	return fmt.Errorf("controller %s: %w", addr, err)
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // Ask makes one unary call at the leader (Call): rpc is a method
