@@ -62,7 +62,7 @@ func fetchLayout(ctx context.Context, addr string, opts ...grpc.DialOption) (*la
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("layout from the controller (waited %v): %w", time.Since(start).Round(time.Second), err)
+		return nil, fmt.Errorf("layout from the controller: %w", err)
 	}
 	m, err := layout.Parse([]byte(r.GetYaml()))
 	if err != nil {
