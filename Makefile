@@ -23,12 +23,16 @@ vet:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-# fuzz: each decoder's fuzz target for FUZZTIME (default 60s).
+# fuzz: each decoder's, loader's and API handler's fuzz target for FUZZTIME
+# (default 60s); `make test` runs their seed corpora.
 FUZZTIME ?= 60s
 fuzz:
 	$(GO) test ./wire -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wire -run '^$$' -fuzz '^FuzzDecodeHeader$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./directory -run '^$$' -fuzz '^FuzzProcess$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./layout -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./cluster -run '^$$' -fuzz '^FuzzParseControllerConfig$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./controller -run '^$$' -fuzz '^FuzzAPI$$' -fuzztime $(FUZZTIME)
 
 # generate: bpf2go and protobuf outputs (committed).
 generate:

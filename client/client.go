@@ -33,6 +33,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -300,10 +301,10 @@ func (c *Client) get(ctx context.Context, key []byte, p *wire.Packet, buf []byte
 	timeout, backoff := c.opts.Timeout, c.opts.Backoff
 	direct := !c.service.IsValid()
 	start := rand.IntN(8)
-	var last error = ErrTimeout
+	tried := tries{start: time.Now(), last: ErrTimeout}
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return buf, fmt.Errorf("netdir get: %w (last: %v)", err, last)
+			return buf, fmt.Errorf("netdir get: %w", tried.noAnswer(err))
 		}
 		addr := c.service
 		if direct {
@@ -315,20 +316,24 @@ func (c *Client) get(ctx context.Context, key []byte, p *wire.Packet, buf []byte
 		}
 		req := c.packet(wire.OpGet, newID(), key, nil, h)
 		var err error
+		tried.add(addr)
 		buf, err = c.conn.Exchange(ctx, addr, &req, Retry{Timeout: timeout, Tries: 1}, p, buf)
 		if err == ErrTimeout {
 			c.refresh(ctx)
-			last = err
+			tried.last = err
 			timeout = min(2*timeout, c.opts.MaxTimeout)
 			continue
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				return buf, fmt.Errorf("netdir get: %w", tried.noAnswer(err))
+			}
 			return buf, err
 		}
 		if p.Op == wire.OpGetReply {
 			return buf, nil
 		}
-		last = p.Code
+		tried.last = p.Code
 		switch {
 		case permanent(p.Code):
 			return buf, p.Code
@@ -345,7 +350,7 @@ func (c *Client) get(ctx context.Context, key []byte, p *wire.Packet, buf []byte
 				c.refresh(ctx)
 			}
 			if err := c.sleep(ctx, backoff); err != nil {
-				return buf, fmt.Errorf("netdir get: %w (last: %v)", err, last)
+				return buf, fmt.Errorf("netdir get: %w", tried.noAnswer(err))
 			}
 			backoff = min(2*backoff, 16*c.opts.Backoff)
 		}
@@ -373,10 +378,10 @@ func (c *Client) write(ctx context.Context, op wire.Op, key, val []byte) (uint64
 	timeout, backoff := c.opts.Timeout, c.opts.Backoff
 	direct := !c.service.IsValid()
 	id := newID()
-	var last error = ErrTimeout
+	tried := tries{start: time.Now(), last: ErrTimeout}
 	for {
 		if err := ctx.Err(); err != nil {
-			return 0, fmt.Errorf("netdir %s: outcome unknown: %w (last: %v)", op, err, last)
+			return 0, fmt.Errorf("netdir %s: outcome unknown: %w", op, tried.noAnswer(err))
 		}
 		addr := c.service
 		if direct {
@@ -388,14 +393,18 @@ func (c *Client) write(ctx context.Context, op wire.Op, key, val []byte) (uint64
 		}
 		req := c.packet(op, id, key, val, h)
 		var err error
+		tried.add(addr)
 		*bp, err = c.conn.Exchange(ctx, addr, &req, Retry{Timeout: timeout, Tries: 1}, &p, *bp)
 		if err == ErrTimeout {
 			c.refresh(ctx)
-			last = err
+			tried.last = err
 			timeout = min(2*timeout, c.opts.MaxTimeout)
 			continue // same id: the head dedups
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				err = tried.noAnswer(err)
+			}
 			return 0, fmt.Errorf("netdir %s: outcome unknown: %w", op, err)
 		}
 		if p.Op == op.Reply() {
@@ -404,7 +413,7 @@ func (c *Client) write(ctx context.Context, op wire.Op, key, val []byte) (uint64
 			}
 			return p.Stamp, nil
 		}
-		last = p.Code
+		tried.last = p.Code
 		switch {
 		case permanent(p.Code):
 			return 0, p.Code
@@ -416,7 +425,7 @@ func (c *Client) write(ctx context.Context, op wire.Op, key, val []byte) (uint64
 				direct = false // through the data plane, to be stamped
 			}
 			if err := c.sleep(ctx, backoff); err != nil {
-				return 0, fmt.Errorf("netdir %s: %w (last: %v)", op, err, last)
+				return 0, fmt.Errorf("netdir %s: %w", op, tried.noAnswer(err))
 			}
 			backoff = min(2*backoff, 16*c.opts.Backoff)
 		case p.Code == wire.CodeWrongNode:
@@ -429,11 +438,64 @@ func (c *Client) write(ctx context.Context, op wire.Op, key, val []byte) (uint64
 				c.refresh(ctx)
 			}
 			if err := c.sleep(ctx, backoff); err != nil {
-				return 0, fmt.Errorf("netdir %s: outcome unknown: %w (last: %v)", op, err, last)
+				return 0, fmt.Errorf("netdir %s: outcome unknown: %w", op, tried.noAnswer(err))
 			}
 			backoff = min(2*backoff, 16*c.opts.Backoff)
 		}
 	}
+}
+
+// NoAnswerError is a request's error when its context ended before an
+// answer came: where it was sent, how often, for how long, and the last
+// thing heard (a timeout, or a node's error code). It wraps the context's
+// error.
+type NoAnswerError struct {
+	Addrs   []netip.AddrPort
+	Tries   int
+	Elapsed time.Duration
+	Last    error
+	Err     error
+}
+
+func (e *NoAnswerError) Error() string {
+	if e.Tries == 0 {
+		return fmt.Sprintf("%v before any try", e.Err)
+	}
+	addrs := make([]string, len(e.Addrs))
+	for i, a := range e.Addrs {
+		addrs[i] = a.String()
+	}
+	last := ""
+	if e.Last != nil && e.Last != ErrTimeout {
+		last = fmt.Sprintf(" (last: %v)", e.Last)
+	}
+	return fmt.Sprintf("no answer from %s after %d tries in %v%s", strings.Join(addrs, ", "), e.Tries,
+		e.Elapsed.Round(100*time.Millisecond), last)
+}
+
+func (e *NoAnswerError) Unwrap() error { return e.Err }
+
+// tries counts a request's tries, for NoAnswerError. It keeps the first
+// few addresses in an array, so that a request that is answered allocates
+// nothing for it.
+type tries struct {
+	addrs [4]netip.AddrPort
+	naddr int
+	n     int
+	start time.Time
+	last  error
+}
+
+func (t *tries) add(a netip.AddrPort) {
+	t.n++
+	if t.naddr < len(t.addrs) && !slices.Contains(t.addrs[:t.naddr], a) {
+		t.addrs[t.naddr] = a
+		t.naddr++
+	}
+}
+
+func (t *tries) noAnswer(ctxErr error) error {
+	return &NoAnswerError{Addrs: slices.Clone(t.addrs[:t.naddr]), Tries: t.n, Elapsed: time.Since(t.start), Last: t.last, Err: ctxErr}
 }
 
 // Promote tells key's chain head that the key is hot and names the extra

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -228,5 +229,37 @@ func TestTenants(t *testing.T) {
 		if want := keys[string(r.Key)]; r.Tenant != want {
 			t.Errorf("key %q: tenant %d, want %d", r.Key, r.Tenant, want)
 		}
+	}
+}
+
+// TestNoAnswerNamesTheAddress: with nothing listening, a read's error names
+// the address, the tries and the time, and still wraps the context's.
+func TestNoAnswerNamesTheAddress(t *testing.T) {
+	lis, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.LocalAddr().String()
+	lis.Close() // nothing answers there now
+	c, err := New(Options{Service: addr, Timeout: 50 * time.Millisecond, MaxTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	_, _, err = c.Get(ctx, []byte("k"))
+	var na *NoAnswerError
+	if !errors.As(err, &na) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("error %v: want a NoAnswerError wrapping the deadline", err)
+	}
+	if want := "netdir get: no answer from " + addr + " after "; !strings.HasPrefix(err.Error(), want) || na.Tries < 2 {
+		t.Fatalf("error %q (%d tries), want it to start %q", err, na.Tries, want)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	_, err = c.Put(ctx, []byte("k"), []byte("v"))
+	if !errors.As(err, &na) || !strings.Contains(err.Error(), "outcome unknown: no answer from "+addr) {
+		t.Fatalf("put: error %v", err)
 	}
 }

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,12 +18,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"gopkg.in/yaml.v3"
 
 	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/controller/p4rt"
 	"github.com/netdir/netdir/gossip"
+	"github.com/netdir/netdir/internal/grpcsec"
+	"github.com/netdir/netdir/internal/yamlconf"
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/wire"
 )
@@ -33,12 +33,20 @@ import (
 // controller --config` (the controller's own keys, and the cluster layout's
 // inline), its flags, and what an in-process controller adds.
 type ControllerConfig struct {
-	API         string        `yaml:"api"`     // gRPC API (netdir ctl, nodes, agents)
-	Metrics     string        `yaml:"metrics"` // Prometheus /metrics; empty: off
-	Round       time.Duration `yaml:"round"`
-	CoarseEpoch time.Duration `yaml:"coarse_epoch"` // HATS coarse loop; 0: 60s
-	PromoteMin  uint64        `yaml:"promote_min"`
-	Capacity    int           `yaml:"capacity"` // directory entries; 0: O(n log n)
+	API string `yaml:"api"` // gRPC API (netdir ctl, nodes, agents)
+	// TLS is the API's certificate (cert, key; with ca, clients must
+	// present certificates it signed). nil: plaintext.
+	TLS *grpcsec.TLS `yaml:"tls"`
+	// APITokenFile holds the bearer token that the API's calls that change
+	// state need (netdir ctl --token-file); empty: none needed. APIToken
+	// is its content, read by LoadControllerConfig.
+	APITokenFile string        `yaml:"api_token_file"`
+	APIToken     string        `yaml:"-"`
+	Metrics      string        `yaml:"metrics"` // Prometheus /metrics; empty: off
+	Round        time.Duration `yaml:"round"`
+	CoarseEpoch  time.Duration `yaml:"coarse_epoch"` // HATS coarse loop; 0: 60s
+	PromoteMin   uint64        `yaml:"promote_min"`
+	Capacity     int           `yaml:"capacity"` // directory entries; 0: O(n log n)
 	// NodeCapacity bounds each node's rate for the coarse loop (requests/s;
 	// the nodes' --max-ops emulation); 0: read latency alone.
 	NodeCapacity float64          `yaml:"node_capacity"`
@@ -98,6 +106,9 @@ type SwitchEndpoint struct {
 	// Routes are the switch's static IPv4 routes (replies to clients,
 	// node-to-node traffic), installed with the rest of its state.
 	Routes []RouteConfig `yaml:"routes"`
+	// TLS is for a P4Runtime server that speaks it (ca: the switch's CA;
+	// cert and key: the controller's, for mutual TLS). nil: plaintext.
+	TLS *grpcsec.TLS `yaml:"tls"`
 }
 
 // RouteConfig is one static route of a switch.
@@ -108,34 +119,146 @@ type RouteConfig struct {
 	DMAC   string `yaml:"dmac"`
 }
 
-// LoadControllerConfig reads a controller's YAML.
+// LoadControllerConfig reads a controller's YAML. Relative paths in it
+// (p4info, device_config, data_dir, certificates, the token file) are
+// taken from the file's directory. Its errors are one line naming the
+// file, the field and the value.
 func LoadControllerConfig(path string) (*ControllerConfig, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	c := &ControllerConfig{API: "127.0.0.1:7400", P4Info: "p4/build/netdir.p4info.txtpb", SpareAfter: DefaultSpareAfter, LayoutWait: DefaultLayoutWait}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil {
+	c, err := ParseControllerConfig(b, filepath.Dir(path))
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseControllerConfig reads a controller's YAML, taking relative paths
+// from dir; LoadControllerConfig names the file in its errors.
+func ParseControllerConfig(b []byte, dir string) (*ControllerConfig, error) {
+	c := &ControllerConfig{API: "127.0.0.1:7400", SpareAfter: DefaultSpareAfter, LayoutWait: DefaultLayoutWait}
+	if err := yamlconf.Decode(b, c); err != nil {
+		return nil, err
 	}
 	if _, err := layout.New(c.Layout); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
 	}
-	for i, s := range c.Switches {
-		if s.Addr == "" {
-			return nil, fmt.Errorf("%s: switch %d has no addr", path, i)
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"round", c.Round}, {"coarse_epoch", c.CoarseEpoch}, {"failure_timeout", c.FailureTimeout},
+		{"spare_after", c.SpareAfter}, {"layout_wait", c.LayoutWait}} {
+		if d.v < 0 {
+			return nil, fmt.Errorf("%s: %v: want a duration of 0 or more", d.field, d.v)
+		}
+	}
+	if _, _, err := net.SplitHostPort(c.API); err != nil {
+		return nil, fmt.Errorf("api: %q: want host:port", c.API)
+	}
+	if c.P4Info == "" {
+		c.P4Info = DefaultP4Info // the repository's build, from its root
+	} else {
+		c.P4Info = yamlconf.Resolve(dir, c.P4Info)
+	}
+	c.DataDir = yamlconf.Resolve(dir, c.DataDir)
+	c.TLS.Resolve(dir)
+	if err := c.TLS.Check("tls", true); err != nil {
+		return nil, err
+	}
+	if c.APITokenFile != "" {
+		tok, err := grpcsec.ReadToken(yamlconf.Resolve(dir, c.APITokenFile))
+		if err != nil {
+			return nil, fmt.Errorf("api_token_file: %w", err)
+		}
+		c.APIToken = tok
+	}
+	if len(c.Switches) > 0 {
+		if _, err := os.Stat(c.P4Info); err != nil {
+			return nil, fmt.Errorf("p4info: %s: %v", c.P4Info, errors.Unwrap(err))
+		}
+	}
+	if err := checkRaft(c.Raft, dir); err != nil {
+		return nil, err
+	}
+	byAddr, byName := map[string]int{}, map[string]int{}
+	for i := range c.Switches {
+		s := &c.Switches[i]
+		field := fmt.Sprintf("switches[%d]", i)
+		if _, _, err := net.SplitHostPort(s.Addr); err != nil {
+			return nil, fmt.Errorf("%s.addr: %q: want host:port", field, s.Addr)
+		}
+		if j, dup := byAddr[s.Addr]; dup {
+			return nil, fmt.Errorf("%s.addr: %s duplicates switches[%d]", field, s.Addr, j)
 		}
 		if s.ElectionID == 0 {
-			c.Switches[i].ElectionID = 1
+			s.ElectionID = 1
 		}
 		if s.Name == "" {
-			c.Switches[i].Name = s.Addr
+			s.Name = s.Addr
+		}
+		if j, dup := byName[s.Name]; dup {
+			return nil, fmt.Errorf("%s.name: %s duplicates switches[%d]", field, s.Name, j)
+		}
+		byAddr[s.Addr], byName[s.Name] = i, i
+		if s.DeviceConfig != "" {
+			s.DeviceConfig = yamlconf.Resolve(dir, s.DeviceConfig)
+			if _, err := os.Stat(s.DeviceConfig); err != nil {
+				return nil, fmt.Errorf("%s.device_config: %s: %v", field, s.DeviceConfig, errors.Unwrap(err))
+			}
+		}
+		for j, r := range s.Routes {
+			if _, err := parseRoute(r); err != nil {
+				return nil, fmt.Errorf("%s.routes[%d]: %w", field, j, err)
+			}
+		}
+		s.TLS.Resolve(dir)
+		if err := s.TLS.Check(field+".tls", false); err != nil {
+			return nil, err
 		}
 	}
 	return c, nil
 }
+
+// checkRaft checks the raft: key of a controller's configuration, if
+// given, and takes its data directory from dir.
+func checkRaft(r *controller.RaftConfig, dir string) error {
+	if r == nil {
+		return nil
+	}
+	r.Dir = yamlconf.Resolve(dir, r.Dir)
+	if r.ID == "" {
+		return errors.New("raft.id: missing: this controller's id, one of raft.peers")
+	}
+	if _, _, err := net.SplitHostPort(r.Bind); err != nil {
+		return fmt.Errorf("raft.bind: %q: want host:port", r.Bind)
+	}
+	ids, addrs := map[string]int{}, map[string]int{}
+	for i, p := range r.Peers {
+		if p.ID == "" {
+			return fmt.Errorf("raft.peers[%d].id: missing", i)
+		}
+		if j, dup := ids[p.ID]; dup {
+			return fmt.Errorf("raft.peers[%d].id: %s duplicates raft.peers[%d]", i, p.ID, j)
+		}
+		if _, _, err := net.SplitHostPort(p.Raft); err != nil {
+			return fmt.Errorf("raft.peers[%d].raft: %q: want host:port", i, p.Raft)
+		}
+		if j, dup := addrs[p.Raft]; dup {
+			return fmt.Errorf("raft.peers[%d].raft: %s duplicates raft.peers[%d]", i, p.Raft, j)
+		}
+		ids[p.ID], addrs[p.Raft] = i, i
+	}
+	if _, ok := ids[r.ID]; !ok && len(r.Peers) > 0 {
+		return fmt.Errorf("raft.id: %s is not one of raft.peers", r.ID)
+	}
+	return nil
+}
+
+// DefaultP4Info is the P4Info a controller configuration without p4info
+// loads: the repository's build, relative to the working directory.
+const DefaultP4Info = "p4/build/netdir.p4info.txtpb"
 
 // A configured controller's spare_after and layout_wait.
 const (
@@ -185,6 +308,12 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 			c.Close()
 		}
 	}()
+	// The node list first: a bad one is refused before any switch is
+	// waited for.
+	lay, err := layout.New(cfg.Layout)
+	if err != nil {
+		return nil, err
+	}
 	// With no switches the controller serves host agents only (through
 	// its API), and needs no P4Info.
 	schema := cfg.Schema
@@ -192,10 +321,6 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 		if schema, err = p4rt.LoadSchema(cfg.P4Info); err != nil {
 			return nil, err
 		}
-	}
-	lay, err := layout.New(cfg.Layout)
-	if err != nil {
-		return nil, err
 	}
 	replicated := cfg.Raft != nil
 	planes := append([]controller.DataPlane(nil), cfg.Planes...)
@@ -250,15 +375,9 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 			return nil, err
 		}
 	}
-	lis, err := net.Listen("tcp", cfg.API)
-	if err != nil {
-		return nil, fmt.Errorf("api: %w", err)
+	if err := c.serveAPI(cfg, log); err != nil {
+		return nil, err
 	}
-	c.api = lis.Addr()
-	c.gs = grpc.NewServer()
-	api.RegisterControllerServer(c.gs, controller.NewAPI(c.Controller))
-	go c.gs.Serve(lis)
-	log.Info("API serving", "addr", c.api)
 	if cfg.Metrics != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), controller.NewCollector(c.Controller), controller.NewStatsCollector(c.Controller))
@@ -296,6 +415,32 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 		}()
 	}
 	return c, nil
+}
+
+// serveAPI starts the gRPC API: with TLS if configured, and the token
+// guarding the calls that change state if one is.
+func (c *Controller) serveAPI(cfg ControllerConfig, log *slog.Logger) error {
+	creds, err := cfg.TLS.ServerCredentials()
+	if err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
+	opts := []grpc.ServerOption{grpc.Creds(creds)}
+	if cfg.APIToken != "" {
+		opts = append(opts, grpc.ChainUnaryInterceptor(grpcsec.RequireToken(cfg.APIToken, controller.Mutating)))
+	}
+	lis, err := net.Listen("tcp", cfg.API)
+	if err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
+	c.api = lis.Addr()
+	c.gs = grpc.NewServer(opts...)
+	api.RegisterControllerServer(c.gs, controller.NewAPI(c.Controller))
+	go c.gs.Serve(lis)
+	log.Info("API serving", "addr", c.api, "tls", cfg.TLS.Enabled(), "token", cfg.APIToken != "")
+	if !cfg.TLS.Enabled() && !grpcsec.Loopback(c.api.String()) {
+		log.Warn("API listening beyond loopback without TLS: give tls: {cert, key} in the configuration", "addr", c.api)
+	}
+	return nil
 }
 
 // lead follows the controller's raft leadership until ctx ends: while it
@@ -373,16 +518,18 @@ func (c *Controller) dialSwitch(ctx context.Context, s SwitchEndpoint, schema *p
 			return nil, err
 		}
 	}
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	var pl *controller.P4Plane
 	sess := &switchSession{}
 	election := s.ElectionID
 	if replicated {
 		election = 0 // a standby until it leads
 	}
-	pc, err := p4rt.Dial(dctx, p4rt.Config{
-		Addr: s.Addr, DeviceID: s.DeviceID, Election: election, Log: log,
+	creds, err := s.TLS.ClientCredentials()
+	if err != nil {
+		return nil, err
+	}
+	pcfg := p4rt.Config{
+		Addr: s.Addr, DeviceID: s.DeviceID, Election: election, Log: log, Creds: creds,
 		// A device that restarted, or a stream that broke, gets the
 		// pipeline and the whole state again.
 		OnPrimary: func(ctx context.Context, pc *p4rt.Client) error {
@@ -393,7 +540,8 @@ func (c *Controller) dialSwitch(ctx context.Context, s SwitchEndpoint, schema *p
 			sess.synced.Store(pc.Session())
 			return nil
 		},
-	})
+	}
+	pc, err := dialRetrying(ctx, pcfg, log.With("switch", s.Name, "addr", s.Addr))
 	if err != nil {
 		return nil, err
 	}
@@ -414,6 +562,49 @@ func (c *Controller) dialSwitch(ctx context.Context, s SwitchEndpoint, schema *p
 		}
 	}
 	return pl, nil
+}
+
+// Waits between tries to reach a switch that is not up yet.
+const (
+	switchRetryMin = 100 * time.Millisecond
+	switchRetryMax = 5 * time.Second
+)
+
+// dialRetrying dials a switch until it answers or ctx ends, backing off
+// from switchRetryMin to switchRetryMax, so that the controller may start
+// before its switches. It logs when the waiting starts, when the failure
+// changes, and when the switch answers, not every try. Another controller
+// being primary is no reason to wait: that error returns at once.
+func dialRetrying(ctx context.Context, cfg p4rt.Config, log *slog.Logger) (*p4rt.Client, error) {
+	wait := retryWait{min: switchRetryMin, max: switchRetryMax}
+	var l link
+	for {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		pc, err := p4rt.Dial(dctx, cfg)
+		cancel()
+		if t, ok := l.observe(err, time.Now()); ok {
+			switch t.State {
+			case linkUp:
+				if t.Tries > 0 {
+					log.Info("switch reached", "tries", t.Tries+1, "after", t.After.Round(time.Millisecond))
+				}
+			default:
+				log.Warn("waiting for the switch (P4Runtime); retrying quietly", "err", err,
+					"retry_every", fmt.Sprintf("%v..%v", switchRetryMin, switchRetryMax))
+			}
+		}
+		if err == nil || errors.Is(err, p4rt.ErrNotPrimary) {
+			return pc, err
+		}
+		if grpcsec.HandshakeFailed(err) {
+			return nil, fmt.Errorf("TLS with the switch failed (check switches[].tls): %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no answer after %d tries: %w", l.tries, err)
+		case <-time.After(wait.next()):
+		}
+	}
 }
 
 // startGossip makes the controller a gossip member: it observes the nodes'

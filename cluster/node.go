@@ -15,11 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/gossip"
+	"github.com/netdir/netdir/internal/grpcsec"
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/sched/dmclock"
 	"github.com/netdir/netdir/storagenode"
@@ -44,6 +44,9 @@ type NodeConfig struct {
 	// controller's, whose leader takes the reports. Empty: no reports.
 	Controller  string
 	ReportEvery time.Duration
+	// ControllerTLS is for a controller whose API speaks TLS (nil:
+	// plaintext).
+	ControllerTLS *grpcsec.TLS
 	// GossipSeeds, if any, make the node a gossip member bound at GossipBind
 	// (default gossip.DefaultNodeBind) that publishes its stats every
 	// GossipEvery (default gossip.DefaultInterval) and paces compaction by
@@ -116,8 +119,12 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		// its first rounds.
 		bo := backoff.DefaultConfig
 		bo.MaxDelay = max(every, time.Second)
+		creds, err := cfg.ControllerTLS.ClientCredentials()
+		if err != nil {
+			return nil, fmt.Errorf("node %d: controller %s: %w", sn.ID(), cfg.Controller, err)
+		}
 		cs, err := controller.DialControllers(strings.Split(cfg.Controller, ","),
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithTransportCredentials(creds),
 			grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: bo.MaxDelay}))
 		if err != nil {
 			return nil, fmt.Errorf("node %d: controller %s: %w", sn.ID(), cfg.Controller, err)
@@ -185,7 +192,12 @@ func (n *Node) Close() error {
 // its trees' cumulative reads and mean read latencies for the coarse loop.
 // Versions come from gossip.NextVersion, so they stay monotone across a
 // node's restarts.
+//
+// A controller that is not up yet, or went away, is waited for quietly:
+// one line when the waiting starts (or the failure changes), one when it
+// answers, at warning level so that both show by default.
 func report(ctx context.Context, n *storagenode.Node, cs *controller.Controllers, every time.Duration, log *slog.Logger) {
+	var l link
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -211,9 +223,23 @@ func report(ctx context.Context, n *storagenode.Node, cs *controller.Controllers
 			return err
 		})
 		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if tr, ok := l.observe(err, time.Now()); ok {
+			switch tr.State {
+			case linkUp:
+				if tr.Tries > 0 { // after waiting; a first answer goes unsaid
+					log.Warn("controller reached", "after", tr.After.Round(time.Millisecond), "tries", tr.Tries+1)
+				}
+			case linkWaiting:
+				log.Warn("waiting for the controller; reporting quietly until it answers", "err", err)
+			default:
+				log.Warn("lost the controller; reporting quietly until it answers", "err", err)
+			}
+		}
 		switch {
-		case err != nil && ctx.Err() == nil:
-			log.Warn("hot-key report", "err", err)
+		case err != nil:
 		case resp.GetQos() != nil:
 			if err := n.SetQoS(qosFromProto(resp.GetQos())); err != nil {
 				log.Error("qos configuration refused", "err", err)

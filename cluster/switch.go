@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/internal/grpcsec"
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/model"
 	"github.com/netdir/netdir/model/p4rtserver"
@@ -34,6 +35,10 @@ type SwitchConfig struct {
 	// (port 0 picks one; empty: none), as device DeviceID (default 1).
 	P4Runtime string
 	DeviceID  uint64
+	// P4RuntimeTLS secures the P4Runtime server (cert and key; with ca,
+	// the controller must present a certificate it signed). nil:
+	// plaintext, as a controller on loopback expects by default.
+	P4RuntimeTLS *grpcsec.TLS
 	// Metrics serves the switch's Prometheus metrics (model.Collector) on
 	// this HTTP address; empty: none.
 	Metrics string
@@ -86,7 +91,13 @@ func StartSwitch(cfg SwitchConfig) (*Switch, error) {
 		if cfg.DeviceID == 0 {
 			cfg.DeviceID = 1
 		}
-		s.gs = grpc.NewServer()
+		creds, err := cfg.P4RuntimeTLS.ServerCredentials()
+		if err != nil {
+			lis.Close()
+			s.Close()
+			return nil, fmt.Errorf("P4Runtime: %w", err)
+		}
+		s.gs = grpc.NewServer(grpc.Creds(creds))
 		p4.RegisterP4RuntimeServer(s.gs, p4rtserver.New(cfg.DeviceID, model.NewP4Target(sw)))
 		s.p4rt = lis.Addr()
 		go s.gs.Serve(lis)

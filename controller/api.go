@@ -327,3 +327,18 @@ func updateProto(u directoryUpdate) *api.DirectoryUpdate {
 	}
 	return pu
 }
+
+// mutating are the API's calls that change the controller's state: an
+// API token, when one is configured, guards them. Reads, and the nodes'
+// and agents' reports, need none.
+var mutating = map[string]bool{
+	api.Controller_Pin_FullMethodName:        true,
+	api.Controller_Unpin_FullMethodName:      true,
+	api.Controller_SetWeights_FullMethodName: true,
+	api.Controller_SetLoops_FullMethodName:   true,
+	api.Controller_QoSSet_FullMethodName:     true,
+	api.Controller_QoSRemove_FullMethodName:  true,
+}
+
+// Mutating reports whether the API call fullMethod changes state.
+func Mutating(fullMethod string) bool { return mutating[fullMethod] }

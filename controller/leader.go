@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/netdir/netdir/api"
+	"github.com/netdir/netdir/internal/grpcsec"
 )
 
 // notLeaderReason marks a follower's refusal (an errdetails.ErrorInfo);
@@ -132,8 +134,8 @@ func (cs *Controllers) Next(addr string, err error) (hinted, moved bool) {
 	case hint != "" && hint != addr:
 		cs.follow(hint)
 		return true, true
-	case !notLeader && status.Code(err) != codes.Unavailable:
-		return false, false
+	case !notLeader && (status.Code(err) != codes.Unavailable || grpcsec.HandshakeFailed(err)):
+		return false, false // a TLS misconfiguration is no reason to try others
 	}
 	cs.follow("")
 	return false, true
@@ -144,6 +146,7 @@ func (cs *Controllers) Next(addr string, err error) (hinted, moved bool) {
 // or a refusal naming none, moves on to the next address (pausing after a
 // whole round of them). Other errors are f's.
 func (cs *Controllers) Call(ctx context.Context, f func(context.Context, api.ControllerClient) error) error {
+	start := time.Now()
 	for tries := 1; ; tries++ {
 		c, addr, err := cs.Client()
 		if err != nil {
@@ -154,23 +157,39 @@ func (cs *Controllers) Call(ctx context.Context, f func(context.Context, api.Con
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("controller %s: %w", addr, err)
+			return callError(addr, tries, time.Since(start), err)
 		}
 		hinted, moved := cs.Next(addr, err)
 		switch {
 		case hinted:
 			continue
 		case !moved:
-			return fmt.Errorf("controller %s: %w", addr, err)
+			return callError(addr, 1, 0, err)
 		}
 		if tries%cs.count() == 0 {
 			select {
 			case <-time.After(100 * time.Millisecond):
 			case <-ctx.Done():
-				return fmt.Errorf("controller %s: %w", addr, err)
+				return callError(addr, tries, time.Since(start), err)
 			}
 		}
 	}
+}
+
+// callError is a call's final error: the controller it reached last, how
+// long it tried when it gave up, and, for a TLS mismatch, what to check.
+func callError(addr string, tries int, took time.Duration, err error) error {
+	what := "controller " + addr
+	if tries > 1 {
+		what += fmt.Sprintf(": no answer after %d tries in %v", tries, took.Round(100*time.Millisecond))
+	}
+	switch {
+	case grpcsec.HandshakeFailed(err):
+		return fmt.Errorf("%s: TLS handshake failed (check the CA and certificates): %w", what, err)
+	case strings.Contains(err.Error(), "error reading server preface"):
+		return fmt.Errorf("%s (if it speaks TLS, give its CA): %w", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // Ask makes one unary call at the leader (Call): rpc is a method

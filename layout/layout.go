@@ -26,6 +26,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/netdir/netdir/internal/yamlconf"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -108,13 +109,19 @@ type Config struct {
 	Since         map[uint32]uint32        `yaml:"since,omitempty,flow"`
 }
 
-// Load reads a YAML layout file.
+// Load reads a YAML layout file. Its errors are one line naming the file,
+// the field and the value: "nodes.yaml: nodes[2].addr: 127.0.0.1:7001
+// duplicates nodes[0]".
 func Load(path string) (*Map, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	m, err := Parse(b)
+	var c Config
+	if err := yamlconf.Decode(b, &c); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	m, err := New(c)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -124,12 +131,14 @@ func Load(path string) (*Map, error) {
 // Parse parses a YAML layout; unknown keys are errors.
 func Parse(b []byte) (*Map, error) {
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
+	if err := yamlconf.Decode(b, &c); err != nil {
 		return nil, fmt.Errorf("layout: %w", err)
 	}
-	return New(c)
+	m, err := New(c)
+	if err != nil {
+		return nil, fmt.Errorf("layout: %w", err)
+	}
+	return m, nil
 }
 
 // Map is a validated layout: every partition's chain resolved.
@@ -151,37 +160,41 @@ func New(c Config) (*Map, error) {
 		c.PartitionBits = DefaultPartitionBits
 	}
 	if c.PartitionBits > MaxPartitionBits {
-		return nil, fmt.Errorf("layout: %d partition bits: at most %d", c.PartitionBits, MaxPartitionBits)
+		return nil, fmt.Errorf("partition_bits: %d: at most %d", c.PartitionBits, MaxPartitionBits)
 	}
 	if c.Replicas == 0 {
 		c.Replicas = DefaultReplicas
 	}
 	if len(c.Nodes) == 0 {
-		return nil, errors.New("layout: no nodes")
+		return nil, errors.New("nodes: none given")
 	}
 	if c.Replicas < 1 || c.Replicas > MaxReplicas {
-		return nil, fmt.Errorf("layout: %d replicas: want 1..%d", c.Replicas, MaxReplicas)
+		return nil, fmt.Errorf("replicas: %d: want 1..%d", c.Replicas, MaxReplicas)
 	}
 	if c.Replicas > len(c.Nodes) {
-		return nil, fmt.Errorf("layout: %d replicas but %d nodes", c.Replicas, len(c.Nodes))
+		return nil, fmt.Errorf("replicas: %d: more than the %d nodes", c.Replicas, len(c.Nodes))
 	}
 	m := &Map{cfg: c, nodes: map[wire.NodeID]Node{}, addrs: map[wire.NodeID]netip.AddrPort{}}
-	byAddr := map[netip.AddrPort]wire.NodeID{}
-	for _, n := range c.Nodes {
-		if _, dup := m.nodes[n.ID]; dup {
-			return nil, fmt.Errorf("layout: node %d listed twice", n.ID)
+	byID := map[wire.NodeID]int{}
+	byAddr := map[netip.AddrPort]int{}
+	for i, n := range c.Nodes {
+		if n.ID == 0 {
+			return nil, fmt.Errorf("nodes[%d].id: 0: ids start at 1", i)
+		}
+		if j, dup := byID[n.ID]; dup {
+			return nil, fmt.Errorf("nodes[%d].id: %d duplicates nodes[%d]", i, n.ID, j)
 		}
 		ap, err := netip.ParseAddrPort(n.Addr)
 		if err != nil {
-			return nil, fmt.Errorf("layout: node %d: %w", n.ID, err)
+			return nil, fmt.Errorf("nodes[%d].addr: %q: want IP:port", i, n.Addr)
 		}
 		if len(n.MAC) != 0 && len(n.MAC) != 6 {
-			return nil, fmt.Errorf("layout: node %d: mac of %d bytes, want 6", n.ID, len(n.MAC))
+			return nil, fmt.Errorf("nodes[%d].mac: %s: want 6 bytes", i, n.MAC)
 		}
-		if other, dup := byAddr[ap]; dup {
-			return nil, fmt.Errorf("layout: nodes %d and %d share addr %s", other, n.ID, ap)
+		if j, dup := byAddr[ap]; dup {
+			return nil, fmt.Errorf("nodes[%d].addr: %s duplicates nodes[%d]", i, ap, j)
 		}
-		byAddr[ap] = n.ID
+		byID[n.ID], byAddr[ap] = i, i
 		m.nodes[n.ID], m.addrs[n.ID] = n, ap
 		m.ids = append(m.ids, n.ID)
 	}
@@ -189,7 +202,10 @@ func New(c Config) (*Map, error) {
 	if c.DataPlane != "" {
 		ap, err := netip.ParseAddrPort(c.DataPlane)
 		if err != nil {
-			return nil, fmt.Errorf("layout: dataplane: %w", err)
+			return nil, fmt.Errorf("dataplane: %q: want IP:port", c.DataPlane)
+		}
+		if j, dup := byAddr[ap]; dup {
+			return nil, fmt.Errorf("dataplane: %s duplicates nodes[%d].addr", ap, j)
 		}
 		m.dp = ap
 	}
@@ -205,28 +221,29 @@ func New(c Config) (*Map, error) {
 	}
 	for p, ch := range c.Chains {
 		if int(p) >= np {
-			return nil, fmt.Errorf("layout: chain for partition %d of %d", p, np)
+			return nil, fmt.Errorf("chains.%d: no partition %d of %d", p, p, np)
 		}
 		if len(ch) != c.Replicas {
-			return nil, fmt.Errorf("layout: partition %d: chain of %d, want %d", p, len(ch), c.Replicas)
+			return nil, fmt.Errorf("chains.%d: %v: %d members, want replicas (%d)", p, ch, len(ch), c.Replicas)
 		}
-		seen := map[wire.NodeID]bool{}
-		for _, id := range ch {
-			if _, ok := m.nodes[id]; !ok || seen[id] {
-				return nil, fmt.Errorf("layout: partition %d: bad chain member %d", p, id)
+		for i, id := range ch {
+			if _, ok := m.nodes[id]; !ok {
+				return nil, fmt.Errorf("chains.%d[%d]: %d is not in nodes", p, i, id)
 			}
-			seen[id] = true
+			if j := slices.Index(ch, id); j < i {
+				return nil, fmt.Errorf("chains.%d[%d]: %d duplicates chains.%d[%d]", p, i, id, p, j)
+			}
 		}
 		m.placed[p] = slices.Clone(ch)
 	}
 	for p, id := range c.Spares {
 		if int(p) >= np || !slices.Contains(m.placed[p], id) {
-			return nil, fmt.Errorf("layout: spare %d of partition %d is not in its placement", id, p)
+			return nil, fmt.Errorf("spares.%d: %d is not in the partition's placement", p, id)
 		}
 	}
 	for _, p := range c.Filling {
 		if _, ok := c.Spares[p]; !ok {
-			return nil, fmt.Errorf("layout: partition %d is filling but has no spare", p)
+			return nil, fmt.Errorf("filling: %d: the partition has no spare", p)
 		}
 	}
 	for p, e := range c.Since {
@@ -269,16 +286,19 @@ func (m *Map) Since(p uint32) uint32 { return m.cfg.Since[p] }
 // spliced out, members in Tails move to the end, in Tails' order, and a
 // partition's spare comes last.
 func (m *Map) reconfigure() error {
-	for _, list := range [][]wire.NodeID{m.cfg.Down, m.cfg.Tails} {
-		for _, id := range list {
+	for _, l := range []struct {
+		field string
+		ids   []wire.NodeID
+	}{{"down", m.cfg.Down}, {"tails", m.cfg.Tails}} {
+		for i, id := range l.ids {
 			if _, ok := m.nodes[id]; !ok {
-				return fmt.Errorf("layout: down or tail node %d is not in the node table", id)
+				return fmt.Errorf("%s[%d]: %d is not in nodes", l.field, i, id)
 			}
 		}
 	}
-	for _, id := range m.cfg.Tails {
+	for i, id := range m.cfg.Tails {
 		if slices.Contains(m.cfg.Down, id) {
-			return fmt.Errorf("layout: node %d is both down and a tail", id)
+			return fmt.Errorf("tails[%d]: %d is down too", i, id)
 		}
 	}
 	m.chains = make([][]wire.NodeID, len(m.placed))
@@ -300,7 +320,7 @@ func (m *Map) reconfigure() error {
 			ch = append(ch, spare)
 		}
 		if len(ch) == 0 {
-			return fmt.Errorf("layout: partition %d: every member is down", p)
+			return fmt.Errorf("down: every member of partition %d's chain is down", p)
 		}
 		m.chains[p] = ch
 	}

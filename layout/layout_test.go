@@ -3,6 +3,8 @@ package layout
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -113,31 +115,63 @@ nodes:
 	}
 }
 
+// TestValidation: every refusal is one line naming the field by its path
+// and the value.
 func TestValidation(t *testing.T) {
+	const two = "replicas: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}]\n"
 	for _, tc := range []struct{ yaml, want string }{
-		{"nodes: []", "no nodes"},
-		{"replicas: 3\nnodes: [{id: 1, addr: 127.0.0.1:1}]", "3 replicas but 1 nodes"},
-		{"replicas: 9\nnodes: [{id: 1, addr: 127.0.0.1:1}]", "9 replicas: want 1..8"},
-		{"replicas: -1\nnodes: [{id: 1, addr: 127.0.0.1:1}]", "-1 replicas"},
-		{"partition_bits: 21\nnodes: [{id: 1, addr: 127.0.0.1:1}]", "21 partition bits"},
-		{"replicas: 1\nnodes: [{id: 1, addr: nope}]", "node 1"},
-		{"replicas: 1\nnodes: [{id: 1}]", "node 1"},
-		{"replicas: 1\nnodes: [{id: -1, addr: 127.0.0.1:1}]", "cannot unmarshal"},
-		{"nodes: [{id: 1", "layout: yaml"},
-		{"replicas: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 1, addr: 127.0.0.1:2}]", "node 1 listed twice"},
-		{"replicas: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:1}]", "share addr"},
-		{"replicas: 1\nnodes: [{id: 1, addr: 127.0.0.1:1, mac: 02:4e}]", "mac"},
-		{"replicas: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}]\ndataplane: here", "dataplane"},
-		{"replicas: 1\npartition_bits: 2\nnodes: [{id: 1, addr: 127.0.0.1:1}]\nchains: {9: [1]}", "chain for partition 9 of 4"},
-		{"replicas: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}]\nchains: {0: [4]}", "bad chain member 4"},
-		{"replicas: 2\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}]\nchains: {0: [1, 1]}", "bad chain member 1"},
-		{"replicas: 2\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}]\nchains: {0: [1]}", "chain of 1, want 2"},
-		{"replica: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}]", "field replica not found"},
+		{"nodes: []", "layout: nodes: none given"},
+		{"replicas: 3\nnodes: [{id: 1, addr: 127.0.0.1:1}]", "layout: replicas: 3: more than the 1 nodes"},
+		{"replicas: 9\nnodes: [{id: 1, addr: 127.0.0.1:1}]", "layout: replicas: 9: want 1..8"},
+		{"replicas: -1\nnodes: [{id: 1, addr: 127.0.0.1:1}]", "layout: replicas: -1: want 1..8"},
+		{"partition_bits: 21\nnodes: [{id: 1, addr: 127.0.0.1:1}]", "layout: partition_bits: 21: at most 20"},
+		{"replicas: 1\nnodes: [{id: 1, addr: nope}]", `layout: nodes[0].addr: "nope": want IP:port`},
+		{"replicas: 1\nnodes: [{id: 1}]", `layout: nodes[0].addr: "": want IP:port`},
+		{"replicas: 1\nnodes: [{id: -1, addr: 127.0.0.1:1}]", "layout: nodes[0].id: -1: want an integer 0..65535"},
+		{"replicas: 1\nnodes:\n  - id: x\n    addr: 127.0.0.1:1", "layout: nodes[0].id: x: want an integer 0..65535"},
+		{"nodes: [{id: 1", "layout: line 1: did not find expected ',' or '}'"},
+		{"replicas: 1\nnodes: [{id: 0, addr: 127.0.0.1:1}]", "layout: nodes[0].id: 0: ids start at 1"},
+		{"replicas: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 1, addr: 127.0.0.1:2}]", "layout: nodes[1].id: 1 duplicates nodes[0]"},
+		{"replicas: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}, {id: 3, addr: 127.0.0.1:1}]",
+			"layout: nodes[2].addr: 127.0.0.1:1 duplicates nodes[0]"},
+		{"replicas: 1\nnodes: [{id: 1, addr: 127.0.0.1:1, mac: 02:4e}]", "layout: nodes[0].mac: mac 02:4e: want 6 bytes such as 02:4e:44:01:00:01"},
+		{two + "dataplane: here", `layout: dataplane: "here": want IP:port`},
+		{two + "dataplane: 127.0.0.1:2", "layout: dataplane: 127.0.0.1:2 duplicates nodes[1].addr"},
+		{two + "partition_bits: 2\nchains: {9: [1]}", "layout: chains.9: no partition 9 of 4"},
+		{two + "chains: {0: [4]}", "layout: chains.0[0]: 4 is not in nodes"},
+		{"replicas: 2\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}]\nchains: {0: [1, 1]}",
+			"layout: chains.0[1]: 1 duplicates chains.0[0]"},
+		{"replicas: 2\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}]\nchains: {0: [1]}",
+			"layout: chains.0: [1]: 1 members, want replicas (2)"},
+		{two + "down: [7]", "layout: down[0]: 7 is not in nodes"},
+		{two + "down: [1]\ntails: [1]", "layout: tails[0]: 1 is down too"},
+		{two + "down: [1, 2]", "layout: down: every member of partition 0's chain is down"},
+		{two + "spares: {0: 2}", "layout: spares.0: 2 is not in the partition's placement"},
+		{two + "filling: [3]", "layout: filling: 3: the partition has no spare"},
+		{"replica: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}]", "layout: replica: unknown field"},
+		{"replicas: 1\nnode:\n  - {id: 1, addr: 127.0.0.1:1}", "layout: node: unknown field"},
+		{"replicas: 1\nnodes:\n  - {id: 1, adr: 127.0.0.1:1}", "layout: nodes[0].adr: unknown field"},
 	} {
 		_, err := Parse([]byte(tc.yaml))
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%q: error %v, want one containing %q", tc.yaml, err, tc.want)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q:\n error %v\n want  %s", tc.yaml, err, tc.want)
 		}
+		if err != nil && strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: error of several lines: %q", tc.yaml, err)
+		}
+	}
+}
+
+// TestLoadNamesTheFile: a layout file's errors start with its name.
+func TestLoadNamesTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nodes.yaml")
+	y := "replicas: 1\nnodes:\n  - {id: 1, addr: 127.0.0.1:7001}\n  - {id: 2, addr: 127.0.0.1:7002}\n  - {id: 3, addr: 127.0.0.1:7001}\n"
+	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	if want := path + ": nodes[2].addr: 127.0.0.1:7001 duplicates nodes[0]"; err == nil || err.Error() != want {
+		t.Fatalf("error %v, want %s", err, want)
 	}
 }
 

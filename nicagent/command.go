@@ -17,8 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/internal/grpcsec"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -29,6 +31,7 @@ func Command() *cobra.Command {
 		router, noRoute, verbose                      bool
 		slots                                         int
 		reportEvery                                   time.Duration
+		ctlTLS                                        grpcsec.TLS
 	)
 	cmd := &cobra.Command{
 		Use:   "agent --iface IF --controller ADDR",
@@ -76,9 +79,17 @@ out, and writes are stamped.`,
 				level = slog.LevelDebug
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			if err := ctlTLS.Check("--controller-ca/cert/key", false); err != nil {
+				return fmt.Errorf("agent: %w", err)
+			}
+			tlsOpt, err := ctlTLS.DialOption()
+			if err != nil {
+				return fmt.Errorf("agent: %w", err)
+			}
 			a, err := New(Config{
 				Iface: iface, Controller: ctl, Service: svc, NoServiceRoute: noRoute, Policy: pol,
 				Router: router, XDPMode: xdpMode, Options: Options{SlotCap: slots}, ReportEvery: reportEvery, Log: log,
+				DialOptions: []grpc.DialOption{tlsOpt},
 			})
 			if err != nil {
 				return err
@@ -117,6 +128,9 @@ out, and writes are stamped.`,
 	cmd.Flags().IntVar(&slots, "slots", 4096, "directory capacity of the maps")
 	cmd.Flags().DurationVar(&reportEvery, "report-every", 500*time.Millisecond, "how often to report slot hits and the miss sketch to the controller (match its round; negative: never)")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "debug logging")
+	cmd.Flags().StringVar(&ctlTLS.CA, "controller-ca", "", "CA that signed the controller API's certificate (PEM): TLS (empty: plaintext)")
+	cmd.Flags().StringVar(&ctlTLS.Cert, "controller-cert", "", "client certificate (PEM), for a controller that asks for one")
+	cmd.Flags().StringVar(&ctlTLS.Key, "controller-key", "", "the client certificate's key (PEM)")
 	return cmd
 }
 

@@ -37,7 +37,7 @@ EOF
 cat - "$W/layout.yaml" >"$W/controller.yaml" <<EOF
 api: $api
 metrics: ""
-p4info: p4/build/netdir.p4info.txtpb
+p4info: $PWD/p4/build/netdir.p4info.txtpb
 switches:
   - {name: model, addr: $p4rt, device_id: 1, election_id: 1}
 EOF

@@ -64,6 +64,18 @@ the coarse loop where read latency does not. data_dir keeps the controller's
 state across restarts: the tenants and their QoS policies (netdir ctl qos),
 in data_dir/qos.json; without it they live in memory only.
 
+Relative paths (p4info, device_config, data_dir, certificates, the token
+file) are the config file's directory's. Unknown keys, node id 0 and
+duplicate ids or addresses are refused in one line naming the field.
+tls: {cert: api.pem, key: api-key.pem} serves the API over TLS (add ca: to
+require client certificates signed by it); without it the controller warns
+when the API listens beyond loopback. api_token_file: FILE makes the calls
+that change state (pin, unpin, weights, qos set and rm) need that token
+(netdir ctl --token-file). A switch entry's tls: {ca, cert, key} is for a
+P4Runtime server that speaks TLS. A switch that is not up yet is waited
+for, retried from 100ms to every 5s, with one log line when the waiting
+starts and one when it answers.
+
 The controller gossips (hashicorp/memberlist) on --gossip: nodes started with
 --gossip-seeds at that address send it their stats per tree (read latency,
 request counts, compaction debt; exported as netdir_controller_node_* metrics

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/netdir/netdir/api"
 	"github.com/netdir/netdir/controller"
@@ -22,17 +20,29 @@ import (
 func ctlCmd() *cobra.Command {
 	var addr string
 	var timeout time.Duration
+	var sec apiFlags
 	cmd := &cobra.Command{
 		Use:   "ctl",
 		Short: "Administer a running controller over its gRPC API",
+		Long: `Administer a running controller over its gRPC API.
+
+A controller with tls: {cert, key} in its configuration speaks TLS: give
+--ca (the CA that signed its certificate). One with api_token_file: refuses
+the calls that change state (pin, unpin, weights, qos set and rm) without
+that token: give --token-file, or set $` + tokenEnv + `. Reading needs no token.`,
 	}
 	cmd.PersistentFlags().StringVar(&addr, "controller", "127.0.0.1:7400",
 		"controller API address, or a comma list of a replicated controller's (the leader answers)")
 	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 5*time.Second, "per-call timeout, finding the leader included")
+	sec.register(cmd.PersistentFlags(), "", true)
 	// leader is the controller that answered the last call.
 	var leader string
 	call := func(f func(ctx context.Context, c api.ControllerClient) error) error {
-		cs, err := controller.DialControllers(parseList(addr), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		opts, err := sec.dialOptions()
+		if err != nil {
+			return err
+		}
+		cs, err := controller.DialControllers(parseList(addr), opts...)
 		if err != nil {
 			return err
 		}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -36,7 +38,7 @@ func kvCmds() []*cobra.Command {
 				r, err := c.GetResult(ctx, []byte(args[0]))
 				cancel()
 				if err != nil {
-					return err
+					return kvError("get", args[0], err)
 				}
 				served[r.Node]++
 				last = r
@@ -66,7 +68,7 @@ func kvCmds() []*cobra.Command {
 			defer cancel()
 			v, err := c.Put(ctx, []byte(args[0]), []byte(args[1]))
 			if err != nil {
-				return err
+				return kvError("put", args[0], err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: version %d\n", args[0], v)
 			return nil
@@ -84,4 +86,15 @@ func kvCmds() []*cobra.Command {
 		return nil
 	}
 	return []*cobra.Command{get, put}
+}
+
+// kvError names the command and key of an error that names what was
+// tried, in place of the client's "netdir get:", which main's "netdir:"
+// would repeat.
+func kvError(op, key string, err error) error {
+	var na *client.NoAnswerError
+	if _, rest, ok := strings.Cut(err.Error(), ": "); ok && errors.As(err, &na) {
+		return fmt.Errorf("%s %s: %s", op, key, rest)
+	}
+	return err
 }

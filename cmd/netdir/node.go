@@ -40,6 +40,7 @@ func nodeCmd() *cobra.Command {
 		gBind    string
 		gSeeds   string
 		gEvery   time.Duration
+		sec      apiFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "node --id N --data DIR (--config FILE | --controller ADDR)",
@@ -85,9 +86,20 @@ expected load per tree that the controller gossips back.`,
 			if err != nil {
 				return fmt.Errorf("node: --device: %w", err)
 			}
-			m, err := loadLayout(cmd.Context(), "--config", config, ctlAddr)
+			dial, err := sec.dialOptions()
 			if err != nil {
 				return err
+			}
+			m, err := loadLayout(cmd.Context(), "--config", config, ctlAddr, dial...)
+			if err != nil {
+				return err
+			}
+			if _, ok := m.Node(wire.NodeID(id)); !ok {
+				from := config
+				if from == "" {
+					from = "the controller's layout"
+				}
+				return fmt.Errorf("--id %d: not in the nodes of %s (ids %v)", id, from, m.Nodes())
 			}
 			level := slog.LevelWarn
 			if verbose {
@@ -103,7 +115,7 @@ expected load per tree that the controller gossips back.`,
 					CacheBytes: cacheMiB << 20, MemTableBytes: memMiB << 20,
 					CompactionBudget: budget << 20, SyncRate: syncRate(syncMiB),
 				},
-				Metrics: metrics, Controller: ctlAddr, ReportEvery: every,
+				Metrics: metrics, Controller: ctlAddr, ControllerTLS: &sec.tls, ReportEvery: every,
 				GossipBind: gBind, GossipSeeds: parseList(gSeeds), GossipEvery: gEvery, Log: log,
 			})
 			if err != nil {
@@ -138,6 +150,7 @@ expected load per tree that the controller gossips back.`,
 	f.DurationVar(&every, "report-every", cluster.DefaultReportEvery, "hot-key report interval (match the controller's round)")
 	f.StringVar(&gBind, "gossip", gossip.DefaultNodeBind, "gossip (memberlist) bind address; port 0 picks a free one")
 	f.StringVar(&gSeeds, "gossip-seeds", "", "comma list of gossip members to join, e.g. the controller's "+gossip.DefaultControllerBind+" (empty: no gossip)")
+	sec.register(f, "controller-", false)
 	f.DurationVar(&gEvery, "gossip-every", gossip.DefaultInterval, "how often the node gossips a new version of its stats")
 	return cmd
 }

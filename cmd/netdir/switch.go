@@ -14,6 +14,7 @@ import (
 
 	"github.com/netdir/netdir/cluster"
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/internal/grpcsec"
 	"github.com/netdir/netdir/model"
 	"github.com/netdir/netdir/wire"
 )
@@ -25,6 +26,8 @@ func switchCmd() *cobra.Command {
 		metrics, mirror    string
 		deviceID           uint64
 		slots              int
+		sec                apiFlags
+		p4rtTLS            grpcsec.TLS
 	)
 	cmd := &cobra.Command{
 		Use:   "switch (--nodes FILE | --controller ADDR) [--listen ADDR]",
@@ -40,7 +43,14 @@ and Tofino). Counters are logged every 10s; SIGINT or SIGTERM stops the
 switch.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := loadLayout(cmd.Context(), "--nodes", layoutFile, ctlAddr)
+			dial, err := sec.dialOptions()
+			if err != nil {
+				return err
+			}
+			if err := p4rtTLS.Check("--p4runtime-cert/key/ca", true); err != nil {
+				return err
+			}
+			m, err := loadLayout(cmd.Context(), "--nodes", layoutFile, ctlAddr, dial...)
 			if err != nil {
 				return err
 			}
@@ -52,14 +62,17 @@ switch.`,
 			}
 			sw, err := cluster.StartSwitch(cluster.SwitchConfig{
 				Listen: listen, Directory: directory.Config{PartitionBits: m.Bits(), Slots: slots}, Layout: m,
-				P4Runtime: p4rtAddr, DeviceID: deviceID, Metrics: metrics, Mirror: mirrorTo,
+				P4Runtime: p4rtAddr, DeviceID: deviceID, Metrics: metrics, Mirror: mirrorTo, P4RuntimeTLS: &p4rtTLS,
 			})
 			if err != nil {
 				return err
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			if a := sw.P4RuntimeAddr(); a != "" {
-				log.Info("P4Runtime serving", "addr", a, "device_id", deviceID)
+				log.Info("P4Runtime serving", "addr", a, "device_id", deviceID, "tls", p4rtTLS.Enabled())
+				if !p4rtTLS.Enabled() && !grpcsec.Loopback(a) {
+					log.Warn("P4Runtime listening beyond loopback without TLS: give --p4runtime-cert and --p4runtime-key", "addr", a)
+				}
 			}
 			log.Info("switch serving", "addr", sw.Addr(), "nodes", len(m.Nodes()), "partitions", m.Partitions(),
 				"replicas", m.R(), "epoch", m.Epoch(), "slots", sw.DirectoryConfig().Slots)
@@ -87,9 +100,13 @@ switch.`,
 	f.StringVar(&listen, "listen", fmt.Sprintf("127.0.0.1:%d", wire.ServicePort), "UDP address to serve on")
 	f.StringVar(&layoutFile, "nodes", "", "the cluster layout's YAML file")
 	f.StringVar(&ctlAddr, "controller", "", "controller API address to fetch the layout from, instead of --nodes")
+	sec.register(f, "controller-", false)
 	f.IntVar(&slots, "slots", 4096, "directory capacity D (hot keys)")
 	f.StringVar(&p4rtAddr, "p4runtime", "127.0.0.1:9559", "serve P4Runtime here for the controller (empty: don't)")
 	f.Uint64Var(&deviceID, "device-id", 1, "P4Runtime device id")
+	f.StringVar(&p4rtTLS.Cert, "p4runtime-cert", "", "serve P4Runtime over TLS with this certificate (PEM; empty: plaintext)")
+	f.StringVar(&p4rtTLS.Key, "p4runtime-key", "", "the P4Runtime certificate's key (PEM)")
+	f.StringVar(&p4rtTLS.CA, "p4runtime-ca", "", "ask the controller for a certificate this CA signed (PEM; mutual TLS)")
 	f.StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this HTTP address (e.g. 127.0.0.1:9102)")
 	f.StringVar(&mirror, "mirror", "", "send a copy of every datagram received to this UDP address (netdir capture --mirror)")
 	return cmd

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
@@ -38,6 +39,9 @@ type Config struct {
 	// primary: the place to re-push pipeline and state after a reconnect.
 	OnPrimary func(ctx context.Context, c *Client) error
 	Log       *slog.Logger
+	// Creds secure the channel (TLS, for a switch that speaks it); nil:
+	// plaintext, as BMv2 and the software switch on loopback expect.
+	Creds credentials.TransportCredentials
 }
 
 // Client is a P4Runtime session with one device.
@@ -74,7 +78,11 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		cfg.Log = slog.Default()
 	}
 	bo := backoff.Config{BaseDelay: retryMin, Multiplier: 1.6, Jitter: 0.2, MaxDelay: retryMax}
-	conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := cfg.Creds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: time.Second}))
 	if err != nil {
 		return nil, fmt.Errorf("p4rt: %s: %w", cfg.Addr, err)
