@@ -105,7 +105,7 @@ type Settle struct {
 // standard deviations of the measured utilisations' difference (about 32%
 // for 500 reads per node in an epoch, 14% for 5,000), half of each move per
 // epoch, and a partition is rewritten when a member gains or loses at least
-// two of its 64 buckets. TestCoarseSettles holds it to a model with a
+// two of its 32 buckets (directory.Buckets). TestCoarseSettles holds it to a model with a
 // node's T rising with its load.
 var DefaultSettle = Settle{Tolerance: 0.05, Sigmas: 3, Damping: 0.5, MinChange: 2.0 / directory.Buckets}
 

@@ -306,7 +306,7 @@ func TestCoarseDegenerate(t *testing.T) {
 }
 
 // loopRun is what coarseLoop saw: per epoch the partitions rewritten (a
-// member's share moved by more than one of 64 buckets, as the controller
+// member's share moved by more than one of 32 buckets, as the controller
 // rewrites them), the partitions flipped back (a member's share moved the
 // opposite way of its previous rewrite, within two epochs), and the nodes'
 // utilisation max/mean in the last epoch.
