@@ -35,7 +35,7 @@ type tree struct {
 	compactions    atomic.Uint64
 	l0Compactions  atomic.Int64 // running compactions with L0 inputs
 	throttledNanos atomic.Uint64
-	unpacedBytes   atomic.Uint64 // compaction bytes exempt from pacing (deep L0)
+	deepL0Bytes    atomic.Uint64 // compaction bytes paced at a raised rate (deep L0)
 
 	mu      sync.Mutex
 	started []*grant // grants started but not yet matched to a CompactionBegin
@@ -60,8 +60,13 @@ func openTree(dir string, pos int, cache *pebble.Cache, o *Options, sched *Sched
 		LBaseMaxBytes: o.LBaseMaxBytes,
 		Logger:        pebbleLogger{log},
 		// Paced L0 compactions let L0 grow to the scheduler's L0Urgent
-		// before they run unpaced; writes stop only beyond it.
+		// before their rate rises; writes stop only beyond it.
 		L0StopWritesThreshold: L0StopWrites,
+		// One compaction at a time per tree, up to maxTreeCompactions
+		// when Pebble sees a deep L0 or debt (Pebble's default is 1, 1):
+		// one compaction cannot drain a deep L0 while flushes add to it
+		// (at 2 MiB/s of writes per node, L0 reached L0StopWrites).
+		CompactionConcurrencyRange: func() (int, int) { return 1, maxTreeCompactions },
 	}
 	// A bloom filter on every level, L0 included: a point read then reads
 	// the data block of the one table that holds the key, not one of every
