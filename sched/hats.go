@@ -82,14 +82,14 @@ type CoarseInput struct {
 // node makes it look fast the next epoch and load moves back.
 type Settle struct {
 	// Tolerance is the hysteresis band: load moves from a node only while
-	// its predicted latency exceeds the receiver's by more than this
-	// fraction (then up to equal latency, damped).
+	// its utilisation exceeds the receiver's by more than this fraction
+	// (then up to equal utilisation, damped).
 	Tolerance float64
 	// Sigmas widens the band by this many standard deviations of the
-	// ratio of the two nodes' measured latencies: a node's mean read time
-	// T over its C reads in the epoch carries a relative noise of about
-	// 1/sqrt(C), so the ratio's is sqrt(1/C_h + 1/C_l). Short epochs then
-	// move only on imbalances their counts can tell from noise.
+	// difference of the two nodes' measured utilisations: a node's count C
+	// and its mean read time T over C reads each carry a relative noise of
+	// about 1/sqrt(C), so the difference's is sqrt(2/C_h + 2/C_l). Short
+	// epochs then move only on imbalances their counts can tell from noise.
 	Sigmas float64
 	// Damping is the part of the move to balance that an epoch makes (in
 	// (0, 1]; 0 means 1): a feedback loop whose gain is under 1 settles
@@ -101,19 +101,13 @@ type Settle struct {
 	MinChange float64
 }
 
-// DefaultSettle is what the controller uses: a band of 5% plus four
-// standard deviations of the measured latencies' ratio (30% for 530 reads
-// per node in an epoch, as the ablation's 5 s epochs serve; 13% for
-// 5,000), half of each move per epoch, and a partition is rewritten when a
-// member gains or loses at least two of its buckets. Three standard
-// deviations chase noise: in TestCoarseSettles's model (a node's T rising
-// with its load) two of its eight seeds then end at utilisation max/mean
-// 1.11–1.14 and one rewrites 96 partitions once settled. Latency carries
-// less signal than utilisation did (T alone, not count × T), so that model
-// ends within its 1.10 on fewer seeds than before: 32 of seeds 1–40, the
-// utilisation loop 39. TestCoarseBalancesLatency holds it to a model with
-// nodes of unequal service times.
-var DefaultSettle = Settle{Tolerance: 0.05, Sigmas: 4, Damping: 0.5, MinChange: 2.0 / directory.Buckets}
+// DefaultSettle is what the controller uses: a band of 5% plus three
+// standard deviations of the measured utilisations' difference (about 32%
+// for 500 reads per node in an epoch, 14% for 5,000), half of each move per
+// epoch, and a partition is rewritten when a member gains or loses at least
+// two of its 64 buckets. TestCoarseSettles holds it to a model with a
+// node's T rising with its load.
+var DefaultSettle = Settle{Tolerance: 0.05, Sigmas: 3, Damping: 0.5, MinChange: 2.0 / directory.Buckets}
 
 // CoarsePlan is the expected state E and the weights that realise it.
 type CoarsePlan struct {
@@ -172,16 +166,11 @@ func (u *coarseUnit) weights() []uint32 {
 	return w
 }
 
-// Coarse is the HATS coarse scheduler. It balances what clients wait for,
-// each node's read latency, not its request count: every node is an M/M/1
-// queue whose measured mean read time T_i (device queueing included) gives
-// its spare rate (1 − Background_i)/T_i, and so its service rate
-// μ_i = x_i/L + (1 − Background_i)/T_i at its load x_i, bounded by its
-// Capacity. At load x its latency is then 1/(μ_i − x): equal latency is
-// equal spare rate, so a node that serves slower (a compacting one) ends
-// with less load than at equal utilisation. Load moves greedily from the
-// slowest to the fastest node that shares a partition chain or a hot key's
-// LocationList, never past the receiver's μ. Hot keys are then fixed at
+// Coarse is the HATS coarse scheduler: from each node's capacity in the
+// epoch (L/T_i, bounded by its Capacity) and the requests it served, it
+// ranks nodes from high to low utilisation and moves expected load
+// greedily from higher- to lower-utilised nodes that share a partition
+// chain or a hot key's LocationList, never past the receiver's capacity. Hot keys are then fixed at
 // the split their 32 buckets can realise and the chains absorb the rounding.
 func Coarse(in CoarseInput) (CoarsePlan, error) {
 	if in.Epoch == 0 {
@@ -216,7 +205,7 @@ func Coarse(in CoarseInput) (CoarsePlan, error) {
 	for i := range in.Nodes {
 		stats[idx[in.Nodes[i].Node]] = &in.Nodes[i]
 	}
-	capacity := nodeCapacities(stats, in.Epoch) // for Δ
+	capacity := nodeCapacities(stats, in.Epoch)
 
 	// Chain groups: partitions on the same chain share their members' trees.
 	type group struct {
@@ -321,14 +310,13 @@ func Coarse(in CoarseInput) (CoarsePlan, error) {
 	}
 	band := in.Settle.band(stats)
 	load := nodeLoads(units, len(ids))
-	service := serviceRates(stats, load, in.Epoch)
-	balance(units, load, service, band)
+	balance(units, load, capacity, band)
 	for _, u := range hot {
 		quantise(u)
 		u.fixed = true
 	}
 	load = nodeLoads(units, len(ids))
-	balance(units, load, service, band)
+	balance(units, load, capacity, band)
 	for g := range groups {
 		in.Settle.apply(units[g].load, installed[g])
 	}
@@ -377,58 +365,27 @@ func fractions(w []uint32, n int) []float64 {
 	return f
 }
 
-// nodeCapacities is each node's capacity in requests per epoch for Δ:
-// (1 − Background_i)·L/T_i, bounded by its Capacity.
+// nodeCapacities is each node's capacity in requests per epoch:
+// (1 − Background_i)·L/T_i, bounded by its Capacity. Nodes that know neither get the mean of those
+// that do; if none does, every node gets 1 (then only proportions count).
 func nodeCapacities(stats []*NodeStats, epoch time.Duration) []float64 {
-	spare, bound := nodeRates(stats, epoch)
-	for i := range spare {
-		spare[i] = min(spare[i], bound[i])
-	}
-	return meanForUnknown(spare)
-}
-
-// serviceRates is each node's M/M/1 service rate μ_i in requests per
-// epoch at its current load x_i: x_i plus its spare (1 − Background_i)·L/T_i,
-// so that the latency predicted at x_i, L/(μ_i − x_i), is the T_i measured
-// there, stretched by the device time background I/O took from reads;
-// bounded by Capacity·L.
-func serviceRates(stats []*NodeStats, load []float64, epoch time.Duration) []float64 {
-	spare, bound := nodeRates(stats, epoch)
-	for i := range spare {
-		spare[i] = min(load[i]+spare[i], bound[i])
-	}
-	return meanForUnknown(spare)
-}
-
-// nodeRates is each node's spare rate (1 − Background_i)·L/T_i and its
-// bound Capacity·L in requests per epoch, +Inf where unknown.
-func nodeRates(stats []*NodeStats, epoch time.Duration) (spare, bound []float64) {
-	spare = make([]float64, len(stats))
-	bound = make([]float64, len(stats))
+	out := make([]float64, len(stats))
+	var sum float64
+	known := 0
 	for i, s := range stats {
-		spare[i], bound[i] = math.Inf(1), math.Inf(1)
 		if s == nil {
 			continue
 		}
+		rate := math.Inf(1)
 		if s.ReadLatency > 0 {
-			spare[i] = (1 - min(max(s.Background, 0), maxBackground)) * epoch.Seconds() / s.ReadLatency.Seconds()
+			rate = (1 - min(max(s.Background, 0), maxBackground)) / s.ReadLatency.Seconds()
 		}
 		if s.Capacity > 0 {
-			bound[i] = s.Capacity * epoch.Seconds()
+			rate = min(rate, s.Capacity)
 		}
-	}
-	return spare, bound
-}
-
-// meanForUnknown sets the rates that are +Inf (unknown) to the mean of the
-// others, or every rate to 1 if none is known (then only proportions
-// count).
-func meanForUnknown(rates []float64) []float64 {
-	var sum float64
-	known := 0
-	for _, r := range rates {
-		if !math.IsInf(r, 1) {
-			sum += r
+		if !math.IsInf(rate, 1) {
+			out[i] = rate * epoch.Seconds()
+			sum += out[i]
 			known++
 		}
 	}
@@ -436,21 +393,18 @@ func meanForUnknown(rates []float64) []float64 {
 	if known > 0 {
 		fill = sum / float64(known)
 	}
-	for i, r := range rates {
-		if math.IsInf(r, 1) {
-			rates[i] = fill
+	for i := range out {
+		if out[i] == 0 {
+			out[i] = fill
 		}
 	}
-	return rates
+	return out
 }
 
 // band is the hysteresis band between two nodes (Tolerance and Sigmas):
-// the ratio of their predicted latencies below which no load moves. A
-// node's T is the mean of the C reads it served in the epoch, each about
-// as spread as their mean (exponential service), so its relative noise is
-// 1/sqrt(C), and that of two nodes' ratio sqrt(1/C_h + 1/C_l).
+// the ratio of their utilisations below which no load moves.
 func (st Settle) band(stats []*NodeStats) func(h, l int) float64 {
-	variance := make([]float64, len(stats)) // of a node's relative latency
+	variance := make([]float64, len(stats)) // of a node's relative utilisation
 	for i, s := range stats {
 		var c float64
 		if s != nil {
@@ -458,7 +412,7 @@ func (st Settle) band(stats []*NodeStats) func(h, l int) float64 {
 				c += float64(x)
 			}
 		}
-		variance[i] = 1 / max(c, 1)
+		variance[i] = 2 / max(c, 1)
 	}
 	return func(h, l int) float64 {
 		return 1 + st.Tolerance + st.Sigmas*math.Sqrt(variance[h]+variance[l])
@@ -497,19 +451,18 @@ func nodeLoads(units []*coarseUnit, n int) []float64 {
 // maxMoves bounds balance's work; it converges long before on real inputs.
 const maxMoves = 20_000
 
-// balance moves load within units, updating load in place. The slowest
-// node (high) that can still give load, the one with the least spare rate
-// μ − load, sends it to the fastest node (low) it reaches through units:
-// directly when they share one, else along a path of nodes each of which
-// takes over the previous one's requests in one unit and hands as many of
-// its own on in another, so nodes in between keep their load. It moves as
-// much as the path carries, up to equal spare (equal M/M/1 latency) at the
-// two ends and never past the receiver's service rate, and only while the
-// sender's predicted latency exceeds the receiver's by more than the band
-// (a ratio; an overloaded sender's is infinite). Every move lowers
-// Σ (load − μ)², so it ends; it stops when no move reaches a thousandth of
+// balance moves load within units, updating load in place. The most
+// utilised node (high-load) that can still give load sends it to the least
+// utilised node (low-load) it reaches through units: directly when they
+// share one, else along a path of nodes each of which takes over the
+// previous one's requests in one unit and hands as many of its own on in
+// another, so nodes in between keep their load. It moves as much as the
+// path carries, up to equal utilisation of the two ends and never past the
+// receiver's capacity, and only while the sender's utilisation exceeds the
+// receiver's by more than the band (a ratio). Every move lowers Σ
+// load²/capacity, so it ends; it stops when no move reaches a thousandth of
 // the mean load.
-func balance(units []*coarseUnit, load, service []float64, band func(h, l int) float64) {
+func balance(units []*coarseUnit, load, capacity []float64, band func(h, l int) float64) {
 	var total float64
 	for _, x := range load {
 		total += x
@@ -534,11 +487,11 @@ func balance(units []*coarseUnit, load, service []float64, band func(h, l int) f
 	reached := make([]step, len(load))
 	seen := make([]bool, len(load))
 	done := make([]bool, len(load)) // no move from it for now
-	spare := func(i int) float64 { return service[i] - load[i] }
+	util := func(i int) float64 { return load[i] / capacity[i] }
 	for range maxMoves {
 		h := -1
 		for i := range load {
-			if !done[i] && (h < 0 || spare(i) < spare(h)) {
+			if !done[i] && (h < 0 || util(i) > util(h)) {
 				h = i
 			}
 		}
@@ -564,15 +517,15 @@ func balance(units []*coarseUnit, load, service []float64, band func(h, l int) f
 					seen[b] = true
 					reached[b] = step{a, mb.unit, mb.pos, m}
 					queue = append(queue, b)
-					if spare(b) > 0 && (l < 0 || spare(b) > spare(l)) {
+					if load[b] < capacity[b] && (l < 0 || util(b) < util(l)) {
 						l = b
 					}
 				}
 			}
 		}
 		move := 0.0
-		if l >= 0 && (spare(h) <= 0 || spare(l) > band(h, l)*spare(h)) {
-			move = min((spare(l)-spare(h))/2, spare(l))
+		if l >= 0 && util(h) > band(h, l)*util(l) {
+			move = min((load[h]*capacity[l]-load[l]*capacity[h])/(capacity[h]+capacity[l]), capacity[l]-load[l])
 			for n := l; n != h; n = reached[n].prev {
 				st := reached[n]
 				move = min(move, units[st.unit].load[st.from])
