@@ -49,7 +49,7 @@ const (
 	DefaultCompactionFloor  = 4 << 20  // bytes/s, per tree
 	DefaultMaxCompactions   = 2        // concurrent paced compactions, whole node
 	DefaultL0Urgent         = 32       // L0 files at which a tree's paced rate starts to rise (sched.DeepL0Rate)
-	maxTreeCompactions      = 3        // a tree's concurrent compactions when Pebble raises them (deep L0, debt)
+	maxTreeCompactions      = 3        // a tree's concurrent compactions at most, with a deep L0 (L0Urgent files)
 	// L0StopWrites is each tree's Pebble L0StopWritesThreshold (L0
 	// sublevels at which writes stop; Pebble's default is 12): above
 	// L0Urgent, so that the paced L0 may grow to L0Urgent without
