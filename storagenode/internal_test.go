@@ -85,11 +85,14 @@ func FuzzDecoders(f *testing.F) {
 type fakeDB struct {
 	allowed   int
 	scheduled int
+	// idle: no compaction waits, so the scheduler's loop grants none in
+	// the background while a test calls TrySchedule itself.
+	idle bool
 }
 
 func (f *fakeDB) GetAllowedWithoutPermission() int { return f.allowed }
 func (f *fakeDB) GetWaitingCompaction() (bool, pebble.WaitingCompaction) {
-	return true, pebble.WaitingCompaction{}
+	return !f.idle, pebble.WaitingCompaction{}
 }
 func (f *fakeDB) Schedule(pebble.CompactionGrantHandle) bool { f.scheduled++; return true }
 
@@ -132,7 +135,7 @@ func TestSchedulerGrants(t *testing.T) {
 	defer s.Close()
 	a := s.forTree(&tree{lat: newLatencyRing(8)})
 	b := s.forTree(&tree{lat: newLatencyRing(8)})
-	da, db := &fakeDB{allowed: 3}, &fakeDB{allowed: 1}
+	da, db := &fakeDB{allowed: 3, idle: true}, &fakeDB{allowed: 1, idle: true}
 	a.Register(1, da)
 	b.Register(1, db)
 	var handles []pebble.CompactionGrantHandle
