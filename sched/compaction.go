@@ -204,3 +204,25 @@ func TreeExpected(chains [][]wire.NodeID, weights [][]uint32, requests map[wire.
 	}
 	return out
 }
+
+// DeepL0DoublingFiles is how many L0 files beyond the urgent depth double a
+// tree's paced rate (DeepL0Rate).
+const DeepL0DoublingFiles = 4
+
+// DeepL0Rate is the paced rate of a tree whose L0 holds l0 files, urgent or
+// more (the depth at which writes would soon stall): its rate, doubled at
+// urgent and again every DeepL0DoublingFiles files beyond. A budget that
+// cannot keep up with a tree's flushes then gives way by as much as the
+// flushes need, not all at once: once L0 is deep the compactions take
+// twice the tree's rate, and each step deeper twice again, so L0 stays
+// within a few steps of urgent (the rate reaches any device's bandwidth
+// within log2(bandwidth/rate) steps) while compaction's device time stays
+// near the budget. Below urgent, and for rate ≤ 0 (unthrottled), it is
+// rate.
+func DeepL0Rate(rate float64, l0, urgent int64) float64 {
+	if !(rate > 0) || urgent <= 0 || l0 < urgent {
+		return rate
+	}
+	steps := float64(l0-urgent) / DeepL0DoublingFiles
+	return rate * math.Exp2(1+min(steps, 32))
+}

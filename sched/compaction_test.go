@@ -149,3 +149,34 @@ func TestTreeExpected(t *testing.T) {
 		t.Fatalf("E totals %.1f, the trees served %.1f", total, served)
 	}
 }
+
+func TestDeepL0Rate(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		rate       float64
+		l0, urgent int64
+		want       float64
+	}{
+		{"shallow L0 keeps the rate", mib, 31, 32, mib},
+		{"urgent doubles it", mib, 32, 32, 2 * mib},
+		{"between steps", mib, 34, 32, 2 * math.Sqrt2 * mib},
+		{"one step deeper", mib, 36, 32, 4 * mib},
+		{"at the write stop", mib, 64, 32, 512 * mib},
+		{"unthrottled stays unthrottled", 0, 64, 32, 0},
+		{"no urgent depth", mib, 64, 0, mib},
+		{"bounded growth", mib, 1 << 40, 32, math.Exp2(33) * mib},
+	} {
+		if got := DeepL0Rate(tc.rate, tc.l0, tc.urgent); math.Abs(got-tc.want) > 1e-6*tc.want {
+			t.Errorf("%s: DeepL0Rate(%g, %d, %d) = %g, want %g", tc.name, tc.rate, tc.l0, tc.urgent, got, tc.want)
+		}
+	}
+	// Monotone in depth: a deeper L0 never compacts slower.
+	prev := 0.0
+	for l0 := int64(0); l0 <= 80; l0++ {
+		r := DeepL0Rate(mib, l0, 32)
+		if r < prev {
+			t.Fatalf("rate falls from %g to %g at %d files", prev, r, l0)
+		}
+		prev = r
+	}
+}

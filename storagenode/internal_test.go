@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -84,11 +85,14 @@ func FuzzDecoders(f *testing.F) {
 type fakeDB struct {
 	allowed   int
 	scheduled int
+	// idle: no compaction waits, so the scheduler's loop grants none in
+	// the background while a test calls TrySchedule itself.
+	idle bool
 }
 
 func (f *fakeDB) GetAllowedWithoutPermission() int { return f.allowed }
 func (f *fakeDB) GetWaitingCompaction() (bool, pebble.WaitingCompaction) {
-	return true, pebble.WaitingCompaction{}
+	return !f.idle, pebble.WaitingCompaction{}
 }
 func (f *fakeDB) Schedule(pebble.CompactionGrantHandle) bool { f.scheduled++; return true }
 
@@ -131,7 +135,7 @@ func TestSchedulerGrants(t *testing.T) {
 	defer s.Close()
 	a := s.forTree(&tree{lat: newLatencyRing(8)})
 	b := s.forTree(&tree{lat: newLatencyRing(8)})
-	da, db := &fakeDB{allowed: 3}, &fakeDB{allowed: 1}
+	da, db := &fakeDB{allowed: 3, idle: true}, &fakeDB{allowed: 1, idle: true}
 	a.Register(1, da)
 	b.Register(1, db)
 	var handles []pebble.CompactionGrantHandle
@@ -173,30 +177,42 @@ func TestPacingHoldsL0UntilUrgent(t *testing.T) {
 	tr := &tree{lat: newLatencyRing(8)}
 	x := s.forTree(tr)
 	x.Register(1, &fakeDB{allowed: 2})
-	x.rate.Store(1 << 20)
-	x.bucket.setRate(1 << 20)
+	s.sample()
+	if r := x.rate.Load(); r != 1<<20 {
+		t.Fatalf("shallow L0: rate %d, want the budget", r)
+	}
 	// An L0 compaction over the bucket, L0 shallow: paced.
 	g := &grant{ts: x}
 	g.l0.Store(true)
 	g.Started()
 	g.CumulativeStats(pebble.CompactionGrantHandleStats{CumWriteBytes: 256 << 10})
 	g.Done()
-	if tr.throttledNanos.Load() == 0 || tr.unpacedBytes.Load() != 0 {
-		t.Fatalf("an L0 compaction over the budget, L0 shallow: throttled %d ns, unpaced %d bytes; want paced",
-			tr.throttledNanos.Load(), tr.unpacedBytes.Load())
+	if tr.throttledNanos.Load() == 0 || tr.deepL0Bytes.Load() != 0 {
+		t.Fatalf("an L0 compaction over the budget, L0 shallow: throttled %d ns, deep-L0 %d bytes; want paced at the budget",
+			tr.throttledNanos.Load(), tr.deepL0Bytes.Load())
 	}
-	// With L0Urgent files in L0, any compaction runs unpaced and uncharged.
-	throttled := tr.throttledNanos.Load()
-	x.l0Files.Store(DefaultL0Urgent)
+	// With L0Urgent files in L0 the rate doubles, and doubles again
+	// sched.DeepL0DoublingFiles files deeper: still paced, never unpaced.
+	for _, c := range []struct {
+		l0   int64
+		rate int64
+	}{{DefaultL0Urgent, 2 << 20}, {DefaultL0Urgent + sched.DeepL0DoublingFiles, 4 << 20}} {
+		x.l0Files.Store(c.l0)
+		s.sample()
+		if r := x.rate.Load(); r != c.rate {
+			t.Fatalf("L0 %d files: rate %d, want %d", c.l0, r, c.rate)
+		}
+	}
+	throttled, deep := tr.throttledNanos.Load(), tr.deepL0Bytes.Load()
 	g2 := &grant{ts: x}
 	g2.Started()
-	g2.CumulativeStats(pebble.CompactionGrantHandleStats{CumWriteBytes: 8 << 20})
+	g2.CumulativeStats(pebble.CompactionGrantHandleStats{CumWriteBytes: 2 << 20})
 	g2.Done()
-	if tr.throttledNanos.Load() != throttled || tr.unpacedBytes.Load() != 8<<20 {
-		t.Fatalf("deep L0: throttled %d ns more, unpaced %d bytes; want 0 and all 8 MiB",
-			tr.throttledNanos.Load()-throttled, tr.unpacedBytes.Load())
+	if tr.throttledNanos.Load() == throttled || tr.deepL0Bytes.Load()-deep != 2<<20 {
+		t.Fatalf("deep L0: throttled %d ns more, deep-L0 %d bytes more; want paced and all 2 MiB counted",
+			tr.throttledNanos.Load()-throttled, tr.deepL0Bytes.Load()-deep)
 	}
-	if tr.compactBytes.Load() != 8<<20+256<<10 {
+	if tr.compactBytes.Load() != 2<<20+256<<10 {
 		t.Fatalf("compaction bytes %d", tr.compactBytes.Load())
 	}
 	x.Unregister()

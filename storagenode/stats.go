@@ -28,7 +28,7 @@ type TreeStats struct {
 	CompactionRate    int64         `json:"compaction_rate"`          // paced bytes/s granted now (the pool's if pooled; 0: unthrottled)
 	CompactionPooled  bool          `json:"compaction_pooled"`        // below the floor: paced by the shared pool, first come first served
 	CompactionDebt    uint64        `json:"compaction_debt_bytes"`    // Pebble's estimated compaction debt
-	UnpacedBytes      uint64        `json:"unpaced_compaction_bytes"` // compaction bytes exempt from pacing (deep L0: L0Urgent files)
+	DeepL0Bytes       uint64        `json:"deep_l0_compaction_bytes"` // compaction bytes paced at a raised rate (deep L0: L0Urgent files; sched.DeepL0Rate)
 	ThrottledTime     time.Duration `json:"throttled_ns"`
 	FlushBytes        uint64        `json:"flush_bytes"`
 	DiskBytes         uint64        `json:"disk_bytes"`
@@ -169,7 +169,7 @@ func (n *Node) Stats() Stats {
 			Position: t.pos, Reads: t.reads.Load(), Writes: t.writes.Load(),
 			Compactions: t.compactions.Load(), CompactionBytes: t.compactBytes.Load(),
 			CompactionRate: rates[t], CompactionPooled: pooled[t], ThrottledTime: time.Duration(t.throttledNanos.Load()),
-			UnpacedBytes:      t.unpacedBytes.Load(),
+			DeepL0Bytes:       t.deepL0Bytes.Load(),
 			RunningL0Compacts: t.l0Compactions.Load(),
 			Device:            deviceClasses(t.fs.Stats(), device.Stats{}),
 		}

@@ -35,7 +35,7 @@ type tree struct {
 	compactions    atomic.Uint64
 	l0Compactions  atomic.Int64 // running compactions with L0 inputs
 	throttledNanos atomic.Uint64
-	unpacedBytes   atomic.Uint64 // compaction bytes exempt from pacing (deep L0)
+	deepL0Bytes    atomic.Uint64 // compaction bytes paced at a raised rate (deep L0)
 
 	mu      sync.Mutex
 	started []*grant // grants started but not yet matched to a CompactionBegin
@@ -60,7 +60,7 @@ func openTree(dir string, pos int, cache *pebble.Cache, o *Options, sched *Sched
 		LBaseMaxBytes: o.LBaseMaxBytes,
 		Logger:        pebbleLogger{log},
 		// Paced L0 compactions let L0 grow to the scheduler's L0Urgent
-		// before they run unpaced; writes stop only beyond it.
+		// before their rate rises; writes stop only beyond it.
 		L0StopWritesThreshold: L0StopWrites,
 	}
 	// A bloom filter on every level, L0 included: a point read then reads
@@ -69,7 +69,20 @@ func openTree(dir string, pos int, cache *pebble.Cache, o *Options, sched *Sched
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
-	opts.Experimental.CompactionScheduler = sched.forTree(t)
+	ts := sched.forTree(t)
+	opts.Experimental.CompactionScheduler = ts
+	// One compaction at a time per tree (Pebble's default range, 1, 1),
+	// but up to maxTreeCompactions, as Pebble's own heuristics allow, while
+	// L0 is deep (L0Urgent files): one compaction cannot drain a deep L0
+	// while flushes add to it (at 2 MiB/s of writes per node, L0 reached
+	// L0StopWrites). Only then: more compactions at once at a shallow L0
+	// would change nothing the budget allows, only its burstiness.
+	opts.CompactionConcurrencyRange = func() (int, int) {
+		if ts.urgent() {
+			return 1, maxTreeCompactions
+		}
+		return 1, 1
+	}
 	el := pebble.EventListener{
 		CompactionBegin: func(info pebble.CompactionInfo) {
 			l0 := len(info.Input) > 0 && info.Input[0].Level == 0

@@ -27,6 +27,11 @@ const (
 	// DefaultSLOFactor sets the SLO: this many times c3's p99 at the
 	// sweep's first (lowest) rate.
 	DefaultSLOFactor = 2
+	// DefaultSLOPasses is how many times the SLO sweep runs, each pass
+	// with its own SLO and stop decisions: where one run per level decides
+	// where a policy stops, a single sweep's ratio is as noisy as one run's
+	// p99 (BENCHMARKS.md, HATS (d)).
+	DefaultSLOPasses = 2
 	// DefaultProbe is the capacity probe's measured time (after a warm-up
 	// of a third of it).
 	DefaultProbe = 9 * time.Second
@@ -51,9 +56,11 @@ type FreshExperiment struct {
 	Load  float64
 	Probe time.Duration // the probe's measured time (default DefaultProbe)
 	// The sweep: at most Levels rates, each Growth times the last; the SLO
-	// is SLOFactor × c3's p99 at the first.
+	// is SLOFactor × c3's p99 at the first; Passes sweeps (default
+	// DefaultSLOPasses), each with its own SLO.
 	Levels            int
 	Growth, SLOFactor float64
+	Passes            int
 	// OnRun, if set, gets every run as it ends (the probe's too).
 	OnRun func(st ExperimentStep, run bench.Run, pr PhaseResult)
 }
@@ -76,6 +83,9 @@ func (x *FreshExperiment) defaults() {
 	}
 	if x.SLOFactor <= 0 {
 		x.SLOFactor = DefaultSLOFactor
+	}
+	if x.Passes <= 0 {
+		x.Passes = DefaultSLOPasses
 	}
 }
 
@@ -114,6 +124,7 @@ func (f *Fresh) Run(ctx context.Context, x FreshExperiment) (ExperimentResults, 
 	if x.Name == ExpSLO && x.Steps[0].Policy != PolicyC3 {
 		return res, errors.New("system: the SLO sweep's first step must be c3")
 	}
+	pass := 0
 	step := func(st ExperimentStep, r float64) (bench.Run, error) {
 		o := x.Run
 		o.Rate = r
@@ -124,6 +135,9 @@ func (f *Fresh) Run(ctx context.Context, x FreshExperiment) (ExperimentResults, 
 		res.Runs = append(res.Runs, run)
 		res.Phases = append(res.Phases, pr)
 		res.Rates = append(res.Rates, r)
+		if x.Name == ExpSLO {
+			res.Passes = append(res.Passes, pass)
+		}
 		if x.OnRun != nil {
 			x.OnRun(st, run, pr)
 		}
@@ -138,26 +152,30 @@ func (f *Fresh) Run(ctx context.Context, x FreshExperiment) (ExperimentResults, 
 		res.Summarise()
 		return res, nil
 	}
-	// The sweep: per level every policy still meeting the SLO, c3 first
-	// at the first level (it sets the SLO), then in alternating order.
-	failed := make([]bool, len(x.Steps))
-	for lvl := range x.Levels {
-		r := rate * math.Pow(x.Growth, float64(lvl))
-		for _, i := range sweepOrder(x.Steps, lvl) {
-			if failed[i] {
-				continue
+	// The sweep, Passes times: per level every policy still meeting the
+	// pass's SLO, c3 first at the first level (it sets the SLO), then in
+	// alternating order.
+	for pass = range x.Passes {
+		failed := make([]bool, len(x.Steps))
+		res.SLOus = append(res.SLOus, 0)
+		for lvl := range x.Levels {
+			r := rate * math.Pow(x.Growth, float64(lvl))
+			for _, i := range sweepOrder(x.Steps, lvl) {
+				if failed[i] {
+					continue
+				}
+				run, err := step(x.Steps[i], r)
+				if err != nil {
+					return res, err
+				}
+				if lvl == 0 && x.Steps[i].Policy == PolicyC3 {
+					res.SLOus[pass] = x.SLOFactor * run.P99us
+				}
+				failed[i] = !meetsSLO(run, r, res.SLOus[pass])
 			}
-			run, err := step(x.Steps[i], r)
-			if err != nil {
-				return res, err
+			if !slices.Contains(failed, false) {
+				break
 			}
-			if lvl == 0 && x.Steps[i].Policy == PolicyC3 {
-				res.SLOus = x.SLOFactor * run.P99us
-			}
-			failed[i] = !meetsSLO(run, r, res.SLOus)
-		}
-		if !slices.Contains(failed, false) {
-			break
 		}
 	}
 	res.Summarise()
@@ -237,34 +255,69 @@ func (res *ExperimentResults) summariseAblation() {
 	}
 }
 
-// summariseSLO puts the SLO, each policy's highest throughput among the
-// rates that met it, and the full system's over c3's in res.Summary. A
-// policy that met the SLO at the sweep's last rate gets "… (at the last
-// rate)" too: its figure is then a lower bound.
+// summariseSLO puts, per pass of the sweep and averaged over them, the
+// SLO, each policy's highest throughput among the rates that met it, and
+// the full system's over c3's in res.Summary. A policy that met the SLO at
+// a pass's last rate gets "… (at the last rate)" too: its figure is then a
+// lower bound.
 func (res *ExperimentResults) summariseSLO() {
 	s := res.Summary
-	s["slo p99 us"] = res.SLOus
 	if res.CapacityOps > 0 {
 		s["probe capacity ops/s"] = res.CapacityOps
 	}
-	best := map[string]float64{}
-	top, topRate := map[string]float64{}, slices.Max(append([]float64{0}, res.Rates...))
-	for i, r := range res.Runs {
-		best[r.Policy] = max(best[r.Policy], 0)
-		if i < len(res.Rates) && meetsSLO(r, res.Rates[i], res.SLOus) {
-			best[r.Policy] = max(best[r.Policy], r.ThroughputOps)
-			if res.Rates[i] == topRate {
-				top[r.Policy] = 1
+	passes := max(len(res.SLOus), 1)
+	passOf := func(i int) int {
+		if i < len(res.Passes) {
+			return res.Passes[i]
+		}
+		return 0
+	}
+	slo := func(p int) float64 {
+		if p < len(res.SLOus) {
+			return res.SLOus[p]
+		}
+		return 0
+	}
+	mean := map[string]float64{}
+	var meanSLO float64
+	for p := range passes {
+		best := map[string]float64{}
+		var topRate float64
+		for i, r := range res.Rates {
+			if passOf(i) == p {
+				topRate = max(topRate, r)
 			}
 		}
-	}
-	for p, b := range best {
-		s[p+" throughput at SLO ops/s"] = b
-		if top[p] > 0 {
-			s[p+" met the SLO at the last rate"] = 1
+		top := map[string]bool{}
+		for i, r := range res.Runs {
+			if passOf(i) != p {
+				continue
+			}
+			best[r.Policy] = max(best[r.Policy], 0)
+			if i < len(res.Rates) && meetsSLO(r, res.Rates[i], slo(p)) {
+				best[r.Policy] = max(best[r.Policy], r.ThroughputOps)
+				top[r.Policy] = top[r.Policy] || res.Rates[i] == topRate
+			}
+		}
+		prefix := fmt.Sprintf("pass %d ", p+1)
+		s[prefix+"slo p99 us"] = slo(p)
+		meanSLO += slo(p) / float64(passes)
+		for pol, b := range best {
+			s[prefix+pol+" throughput at SLO ops/s"] = b
+			mean[pol] += b / float64(passes)
+			if top[pol] {
+				s[pol+" met the SLO at the last rate"] = 1
+			}
+		}
+		if c3 := best[PolicyC3]; c3 > 0 {
+			s[prefix+"throughput at SLO "+AblationFull+"/c3 x"] = best[AblationFull] / c3
 		}
 	}
-	if c3 := best[PolicyC3]; c3 > 0 {
-		s["throughput at SLO "+AblationFull+"/c3 x"] = best[AblationFull] / c3
+	s["slo p99 us"] = meanSLO
+	for pol, b := range mean {
+		s[pol+" throughput at SLO ops/s"] = b
+	}
+	if c3 := mean[PolicyC3]; c3 > 0 {
+		s["throughput at SLO "+AblationFull+"/c3 x"] = mean[AblationFull] / c3
 	}
 }

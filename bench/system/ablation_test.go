@@ -2,6 +2,7 @@ package system
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -77,7 +78,7 @@ func TestSummariseSLO(t *testing.T) {
 	run := func(pol string, ops, p99 float64) bench.Run {
 		return bench.Run{Policy: pol, Workload: "B", ThroughputOps: ops, P99us: p99}
 	}
-	res := ExperimentResults{Experiment: ExpSLO, SLOus: 100,
+	res := ExperimentResults{Experiment: ExpSLO, SLOus: []float64{100},
 		Runs: []bench.Run{
 			run(PolicyC3, 100, 50), run(AblationFull, 100, 40), // 100 offered
 			run(AblationFull, 200, 90), run(PolicyC3, 195, 99), // 200
@@ -95,6 +96,23 @@ func TestSummariseSLO(t *testing.T) {
 	}
 	if s[AblationFull+" met the SLO at the last rate"] != 0 {
 		t.Fatalf("summary %v", s)
+	}
+	// A second pass with its own SLO: each pass's figures, and their means.
+	res.Runs = append(res.Runs, run(PolicyC3, 100, 60), run(AblationFull, 100, 70), run(AblationFull, 200, 130))
+	res.Rates = append(res.Rates, 100, 100, 200)
+	res.Passes = []int{0, 0, 0, 0, 0, 0, 0, 1, 1, 1}
+	res.SLOus = append(res.SLOus, 120)
+	res.Summary = nil
+	res.Summarise()
+	s = res.Summary
+	if s["pass 2 "+PolicyC3+" throughput at SLO ops/s"] != 100 || s["pass 2 "+AblationFull+" throughput at SLO ops/s"] != 100 {
+		t.Fatalf("pass 2: summary %v", s)
+	}
+	if x := s["pass 1 throughput at SLO "+AblationFull+"/c3 x"]; x != 300.0/195 {
+		t.Fatalf("pass 1 ratio %.3f", x)
+	}
+	if x := s["throughput at SLO "+AblationFull+"/c3 x"]; math.Abs(x-200.0/147.5) > 1e-9 {
+		t.Fatalf("mean ratio %.3f, want %.3f", x, 200.0/147.5)
 	}
 }
 
@@ -120,23 +138,32 @@ func TestSLOSweepStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	res, err := f.Run(ctx, FreshExperiment{Name: ExpSLO, Steps: steps, Levels: 3, Growth: 4,
+	res, err := f.Run(ctx, FreshExperiment{Name: ExpSLO, Steps: steps, Levels: 3, Growth: 4, Passes: 2,
 		Run: RunOptions{Workers: 8, Rate: 50, Duration: 400 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Runs) == 0 || res.Runs[0].Policy != PolicyC3 || res.SLOus != 2*res.Runs[0].P99us {
-		t.Fatalf("first run %+v, SLO %.0f µs", res.Runs[0], res.SLOus)
+	if len(res.SLOus) != 2 || len(res.Passes) != len(res.Runs) {
+		t.Fatalf("SLOs %v, passes %v of %d runs", res.SLOus, res.Passes, len(res.Runs))
 	}
-	failed := map[string]bool{}
+	var failed map[string]bool
 	for i, r := range res.Runs {
+		p := res.Passes[i]
+		if i == 0 || p != res.Passes[i-1] { // a pass starts: c3 first, at the first rate, sets its SLO
+			if r.Policy != PolicyC3 || res.Rates[i] != 50 || res.SLOus[p] != 2*r.P99us {
+				t.Fatalf("run %d starts pass %d: %+v at %.0f ops/s, SLO %.0f µs", i, p, r, res.Rates[i], res.SLOus[p])
+			}
+			failed = map[string]bool{}
+		} else if res.Rates[i] < res.Rates[i-1] {
+			t.Fatalf("rates %v fall within pass %d", res.Rates, p)
+		}
 		if failed[r.Policy] {
 			t.Fatalf("run %d: %s ran after missing the SLO", i, r.Policy)
 		}
-		if i > 0 && res.Rates[i] < res.Rates[i-1] {
-			t.Fatalf("rates %v fall", res.Rates)
-		}
-		failed[r.Policy] = !meetsSLO(r, res.Rates[i], res.SLOus)
+		failed[r.Policy] = !meetsSLO(r, res.Rates[i], res.SLOus[p])
+	}
+	if res.Passes[len(res.Passes)-1] != 1 {
+		t.Fatalf("passes %v: want 2", res.Passes)
 	}
 	if _, ok := res.Summary["throughput at SLO "+AblationFull+"/c3 x"]; !ok && res.Summary[PolicyC3+" throughput at SLO ops/s"] > 0 {
 		t.Fatalf("summary %v", res.Summary)

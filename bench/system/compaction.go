@@ -48,7 +48,8 @@ type PhaseResult struct {
 	NodeLatencyUs     []float64 `json:"node_latency_us"`
 	NodePebbleReadUs  []float64 `json:"node_pebble_read_us"`
 	NodeCompactionMiB []float64 `json:"node_compaction_mib"`
-	NodeUnpacedMiB    []float64 `json:"node_unpaced_mib"` // of those, compactions of a tree with a deep L0 (L0Urgent files: never paced)
+	NodeDeepL0MiB     []float64 `json:"node_deep_l0_mib"`  // of those, compactions of a tree with a deep L0 (L0Urgent files: paced at a raised rate)
+	NodeMaxL0Files    []float64 `json:"node_max_l0_files"` // the most L0 files one of the node's trees held, sampled each 250 ms
 	NodeThrottledS    []float64 `json:"node_throttled_s"`
 	NodeMaxDebtMiB    []float64 `json:"node_max_debt_mib"`
 	RequestSpread     float64   `json:"request_spread"`        // max/min requests
@@ -177,6 +178,7 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 		filled  int64
 		fillErr error
 		maxDebt = make([]uint64, s.N())
+		maxL0   = make([]int64, s.N())
 	)
 	for _, i := range ph.Fill {
 		n := s.Node(i)
@@ -195,7 +197,7 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 			mu.Unlock()
 		}()
 	}
-	// The largest debt each node reaches, sampled each 250 ms.
+	// The largest debt and deepest L0 each node reaches, sampled each 250 ms.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -212,6 +214,7 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 					var d uint64
 					for _, tr := range n.Stats().Trees {
 						d += tr.CompactionDebt
+						maxL0[i] = max(maxL0[i], tr.L0Files)
 					}
 					maxDebt[i] = max(maxDebt[i], d)
 				}
@@ -244,7 +247,7 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 	for i := range after.stats {
 		ep := gossip.Epoch(before.stats[i], after.stats[i])
 		res.NodePebbleReadUs = append(res.NodePebbleReadUs, float64(ep.ReadLatency)/1e3)
-		var cb, unp, thr float64
+		var cb, deep, thr float64
 		a, bn := after.nodes[i], before.nodes[i]
 		for j, t := range a.Trees {
 			var b storagenode.TreeStats
@@ -252,11 +255,12 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 				b = bn.Trees[j]
 			}
 			cb += float64(t.CompactionBytes - min(b.CompactionBytes, t.CompactionBytes))
-			unp += float64(t.UnpacedBytes - min(b.UnpacedBytes, t.UnpacedBytes))
+			deep += float64(t.DeepL0Bytes - min(b.DeepL0Bytes, t.DeepL0Bytes))
 			thr += (t.ThrottledTime - min(b.ThrottledTime, t.ThrottledTime)).Seconds()
 		}
 		res.NodeCompactionMiB = append(res.NodeCompactionMiB, cb/(1<<20))
-		res.NodeUnpacedMiB = append(res.NodeUnpacedMiB, unp/(1<<20))
+		res.NodeDeepL0MiB = append(res.NodeDeepL0MiB, deep/(1<<20))
+		res.NodeMaxL0Files = append(res.NodeMaxL0Files, float64(maxL0[i]))
 		res.NodeThrottledS = append(res.NodeThrottledS, thr)
 		res.NodeMaxDebtMiB = append(res.NodeMaxDebtMiB, float64(maxDebt[i])/(1<<20))
 		res.NodeWrites = append(res.NodeWrites, float64(a.Puts+a.Dels-min(bn.Puts+bn.Dels, a.Puts+a.Dels)))

@@ -246,11 +246,13 @@ type ExperimentResults struct {
 	Summary    map[string]float64 `json:"summary"`
 	// The ablation and the SLO sweep (FreshExperiment): the capacity
 	// probe's closed-loop ops/s, the ablation's offered load, the sweep's
-	// SLO, and each run's offered rate.
+	// SLO per pass, each run's offered rate and, in the sweep, its pass
+	// (0-based).
 	CapacityOps float64   `json:"capacity_ops,omitempty"`
 	OfferedOps  float64   `json:"offered_ops,omitempty"`
-	SLOus       float64   `json:"slo_us,omitempty"`
+	SLOus       []float64 `json:"slo_us,omitempty"`
 	Rates       []float64 `json:"rates,omitempty"`
+	Passes      []int     `json:"passes,omitempty"`
 }
 
 // Summarise puts the experiment's headline figures in res.Summary.
