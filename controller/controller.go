@@ -458,7 +458,7 @@ func (c *Controller) HotKeyRound(ctx context.Context) error {
 	// Nodes name the candidates (the data plane only sees hashes); the
 	// sketch, which sees every miss through the data plane, bounds how hot
 	// each one is from below where the nodes' own counts undercount it.
-	list := sched.Candidates(reports, func(h wire.KeyHash) uint64 {
+	list := sched.Candidates(reports, wire.HashKey, func(h wire.KeyHash) uint64 {
 		est := ^uint64(0)
 		for r := 0; r < directory.SketchRows; r++ {
 			est = min(est, sketch[r][directory.SketchIndex(&h, r)])

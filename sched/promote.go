@@ -10,12 +10,13 @@ import (
 // candidates: a key's count is the sum of what the nodes served of it,
 // raised to the miss sketch's estimate (estimate, by hash), which sees
 // every miss through the data plane where the nodes' own top-k undercount.
-// Keys come out in hash order, so that a round is deterministic.
-func Candidates(reports [][]KeyCount, estimate func(wire.KeyHash) uint64) []Candidate {
+// Keys come out in hash order, so that a round is deterministic. hash is
+// wire.HashKey, or a memo of it.
+func Candidates(reports [][]KeyCount, hash func([]byte) wire.KeyHash, estimate func(wire.KeyHash) uint64) []Candidate {
 	byHash := map[wire.KeyHash]*Candidate{}
 	for _, r := range reports {
 		for _, kc := range r {
-			h := wire.HashKey(kc.Key)
+			h := hash(kc.Key)
 			if c, ok := byHash[h]; ok {
 				c.Count += kc.Count
 			} else {

@@ -10,7 +10,7 @@ func TestCandidatesSumsReportsAndTakesTheSketchAsAFloor(t *testing.T) {
 	a, b := []byte("a"), []byte("b")
 	reports := [][]KeyCount{{{Key: a, Count: 3}, {Key: b, Count: 1}}, {{Key: a, Count: 4}}}
 	est := map[wire.KeyHash]uint64{wire.HashKey(b): 9}
-	got := Candidates(reports, func(h wire.KeyHash) uint64 { return est[h] })
+	got := Candidates(reports, wire.HashKey, func(h wire.KeyHash) uint64 { return est[h] })
 	if len(got) != 2 {
 		t.Fatalf("got %d candidates, want 2", len(got))
 	}

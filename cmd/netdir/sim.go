@@ -1,0 +1,132 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/netdir/netdir/bench"
+	"github.com/netdir/netdir/sim"
+)
+
+func simCmd() *cobra.Command {
+	var (
+		cfg                         sim.Config
+		nodes, workloads, zipfs     string
+		policies, jsonPath, htmlPth string
+		keys                        int64
+		seed                        uint64
+	)
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Simulate netdir at up to thousands of nodes, deterministically, on the same policy code",
+		Long: `Run a deterministic discrete-event simulation of netdir (package sim): the
+data plane's routing, stamps, replies and VSBs, and the controller's hot-key
+rounds and HATS epochs are the real directory and sched code; storage nodes
+are queues with a service time of 1/--capacity (deterministic, as netdir
+bench's token bucket, or exponential), links a fixed latency, clients a
+closed loop (--concurrency in flight) or an open loop (--rate).
+
+Over --rack-size nodes the directory is layered: one rack directory per
+rack (LocationLists of at most 32 nodes) and a spine that spreads the
+hottest keys over racks (two choices by in-flight requests, DistCache).
+--flat keeps one directory over every node instead.
+
+The same --seed gives byte-identical --json output. Flags as netdir bench:
+comma lists of --nodes, --workload, --zipf and --policies sweep.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			var ns []int
+			for _, x := range parseList(nodes) {
+				n, err := strconv.Atoi(x)
+				if err != nil || n < 1 || n > 4095 {
+					return fmt.Errorf("--nodes %q: want integers 1..4095", x)
+				}
+				ns = append(ns, n)
+			}
+			if len(ns) == 0 {
+				return errors.New("--nodes: empty")
+			}
+			var res bench.Results
+			for _, n := range ns {
+				for _, wl := range parseList(workloads) {
+					for _, z := range parseList(zipfs) {
+						w := bench.Workload{Name: strings.ToUpper(wl), Keys: keys, Seed: int64(seed)}
+						if z == "uniform" {
+							w.Dist = bench.DistUniform
+						} else {
+							th, err := strconv.ParseFloat(z, 64)
+							if err != nil || th <= 0 || th > 3 {
+								return fmt.Errorf("--zipf %q: want θ in (0, 3] or \"uniform\"", z)
+							}
+							w.Zipf = th
+						}
+						for _, pol := range parseList(policies) {
+							c := cfg
+							c.Nodes, c.Workload, c.Policy, c.Seed = n, w, pol, seed
+							label := fmt.Sprintf("%s: workload %s, %s, %d nodes", pol, w.Name, z, n)
+							fmt.Fprintf(out, "==> %s\n", label)
+							c.Progress = func(done, total int64) {
+								fmt.Fprintf(out, "    %s: %d/%d requests\n", label, done, total)
+							}
+							start := time.Now()
+							run, err := sim.Run(c)
+							if err != nil {
+								return err
+							}
+							res.Runs = append(res.Runs, run)
+							if err := bench.WriteSummary(out, []bench.Run{run}); err != nil {
+								return err
+							}
+							fmt.Fprintf(out, "    throughput/ideal %.3f; %s in %.1fs\n",
+								run.ThroughputOps/(float64(n)*run.CapacityOps), run.Note, time.Since(start).Seconds())
+						}
+					}
+				}
+			}
+			fmt.Fprintln(out, "\nsummary")
+			if err := bench.WriteSummary(out, res.Runs); err != nil {
+				return err
+			}
+			if err := writeOutputs(res, jsonPath, htmlPth, "netdir sim"); err != nil {
+				return err
+			}
+			for _, p := range []string{jsonPath, htmlPth} {
+				if p != "" {
+					fmt.Fprintln(out, "wrote", p)
+				}
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&nodes, "nodes", "8", "storage nodes; a comma list sweeps")
+	fl.IntVar(&cfg.Replicas, "replicas", 0, "chain length R (default min(3, nodes))")
+	fl.IntVar(&cfg.RackSize, "rack-size", sim.DefaultRackSize, "nodes per rack directory (at most 32)")
+	fl.BoolVar(&cfg.Flat, "flat", false, "one directory over every node, no spine")
+	fl.StringVar(&workloads, "workload", "B", "YCSB core workloads, a comma list (A, B, C; D–F as netdir bench maps them)")
+	fl.StringVar(&zipfs, "zipf", "0.99", "key distributions: zipf θ values and/or \"uniform\"")
+	fl.Int64Var(&keys, "keys", 20_000, "keys drawn from")
+	fl.StringVar(&policies, "policies", "netdir", "data plane policies: netdir, pegasus, coarse, replicas, static")
+	fl.Float64Var(&cfg.Capacity, "capacity", sim.DefaultCapacity, "each node's requests/s")
+	fl.StringVar(&cfg.Service, "service", sim.ServiceDeterministic, "service time: det (1/capacity, as the token bucket) or exp")
+	fl.DurationVar(&cfg.Link, "link", sim.DefaultLink, "one-way link latency")
+	fl.IntVar(&cfg.Concurrency, "concurrency", sim.DefaultConcurrency, "closed loop: operations in flight; open loop: the most in flight")
+	fl.Float64Var(&cfg.Rate, "rate", 0, "open loop: Poisson arrivals at this many ops/s (0: closed loop)")
+	fl.IntVar(&cfg.DirSize, "dir-size", 0, "each rack directory's capacity (default 4·n·log2 n of a rack's n nodes)")
+	fl.IntVar(&cfg.SpineSize, "spine-size", 0, "the spine's capacity in keys (default 64)")
+	fl.UintVar(&cfg.PartitionBits, "partition-bits", 0, "log2 partitions (default 10, or 16 partitions per node)")
+	fl.DurationVar(&cfg.Round, "round", sim.DefaultRound, "the controller's hot-key round (virtual time)")
+	fl.DurationVar(&cfg.Epoch, "epoch", sim.DefaultEpoch, "the HATS coarse epoch (virtual time)")
+	fl.DurationVar(&cfg.Warmup, "warmup", sim.DefaultWarmup, "virtual time before measuring")
+	fl.Int64Var(&cfg.Requests, "requests", sim.DefaultRequests, "operations measured after the warm-up")
+	fl.Uint64Var(&seed, "seed", 1, "seed of the simulation and the workload")
+	fl.StringVar(&jsonPath, "json", "", "write the results JSON here")
+	fl.StringVar(&htmlPth, "html", "", "write the HTML report here")
+	return cmd
+}
