@@ -193,11 +193,16 @@ func (c *control) rackRound(r int, reports [][]sched.KeyCount, rr rackRound) err
 			return err
 		}
 		delete(c.lastHits[r], h)
-		s.promoted[s.byHash[h]] = false
+		s.promoted[s.keyOf[h]] = false
 	}
 	load := sched.CopyLoad(c.slotLoads(r, rr.counts), all)
 	for _, cd := range dec.Promote {
-		k := s.byHash[cd.Hash]
+		k, ok := c.keyIndex(cd.Key)
+		if !ok {
+			c.hot[r].Forget(cd.Hash)
+			continue
+		}
+		s.keyOf[cd.Hash] = k
 		share := float64(cd.Count) / float64(max(all, 1))
 		ch := s.chains[cd.Hash.Partition(s.cfg.PartitionBits)]
 		locs := sched.Locations(ch, s.rackNodes(r), share, load)
@@ -214,7 +219,7 @@ func (c *control) rackRound(r int, reports [][]sched.KeyCount, rr rackRound) err
 		}
 		s.promoted[k] = true
 		for _, x := range locs[len(ch):] {
-			s.at(2*s.link(), event{kind: evVSB, key: k, node: x, v: s.committed[k]})
+			s.sendVSB(2*s.link(), k, x, s.committed[k], 0)
 		}
 	}
 	return nil
@@ -254,7 +259,7 @@ func (c *control) spineRound(rounds []rackRound) error {
 	}
 	slices.SortFunc(hashes, func(a, b wire.KeyHash) int { return slices.Compare(a[:], b[:]) })
 	for _, h := range hashes {
-		k := s.byHash[h]
+		k := s.keyOf[h]
 		if c.spread[k] != nil {
 			cached[h] = global[h]
 			continue
@@ -267,7 +272,7 @@ func (c *control) spineRound(rounds []rackRound) error {
 	dec := c.spine.Round(cached, cands)
 	slices.SortFunc(dec.Evict, func(a, b wire.KeyHash) int { return slices.Compare(a[:], b[:]) })
 	for _, h := range dec.Evict {
-		k := s.byHash[h]
+		k := s.keyOf[h]
 		sk := c.spread[k]
 		if sk == nil {
 			continue
@@ -299,7 +304,7 @@ func (c *control) spineRound(rounds []rackRound) error {
 		rackIDs[r] = wire.NodeID(r)
 	}
 	for _, cd := range dec.Promote {
-		k := s.byHash[cd.Hash]
+		k := s.keyOf[cd.Hash]
 		home := s.spine.Home(cd.Hash)
 		share := float64(cd.Count) / float64(max(all, 1))
 		kr := sched.CopyCount(share, nracks, 1)
@@ -331,7 +336,7 @@ func (c *control) spineRound(rounds []rackRound) error {
 		c.spread[k] = sk
 		for _, r := range sk.racks[1:] {
 			for _, x := range sk.remote[r] {
-				s.at(4*s.link(), event{kind: evVSB, key: k, node: x, v: s.committed[k]})
+				s.sendVSB(4*s.link(), k, x, s.committed[k], 0)
 			}
 		}
 	}

@@ -9,7 +9,7 @@ const (
 	evCommit                     // a write commits at its tail (a = request)
 	evReplyAtPlane               // a reply reaches the data plane (a = request)
 	evReplyAtClient              // a reply reaches its client (a = request)
-	evVSB                        // a VSB reaches the data plane (key, node, v, a = attempt)
+	evVSB                        // a VSB reaches the data plane (a = Sim.vsbs index, node = sender)
 	evRound                      // the controller's hot-key round
 	evEpoch                      // the controller's coarse epoch (HATS)
 )
@@ -20,15 +20,13 @@ const (
 type event struct {
 	t    uint64
 	seq  uint64
-	kind uint8
 	a    int32
 	node uint16
-	key  int64
-	v    uint64
+	kind uint8
 }
 
-// events is a binary min-heap by (t, seq), typed to keep the hot loop free
-// of interface calls.
+// events is a 4-ary min-heap by (t, seq), typed to keep the hot loop free
+// of interface calls; four children per node halve the heap's depth.
 type events struct {
 	h   []event
 	seq uint64
@@ -40,41 +38,45 @@ func (q *events) push(e event) {
 	q.h = append(q.h, e)
 	i := len(q.h) - 1
 	for i > 0 {
-		p := (i - 1) / 2
-		if !q.less(i, p) {
+		p := (i - 1) / 4
+		if !before(&e, &q.h[p]) {
 			break
 		}
-		q.h[i], q.h[p] = q.h[p], q.h[i]
+		q.h[i] = q.h[p]
 		i = p
 	}
+	q.h[i] = e
 }
 
-func (q *events) less(i, j int) bool {
-	a, b := &q.h[i], &q.h[j]
-	return a.t < b.t || (a.t == b.t && a.seq < b.seq)
-}
+func before(a, b *event) bool { return a.t < b.t || (a.t == b.t && a.seq < b.seq) }
 
 func (q *events) pop() event {
 	top := q.h[0]
 	n := len(q.h) - 1
-	q.h[0] = q.h[n]
+	last := q.h[n]
 	q.h = q.h[:n]
+	if n == 0 {
+		return top
+	}
 	i := 0
 	for {
-		l := 2*i + 1
-		if l >= n {
+		c := 4*i + 1
+		if c >= n {
 			break
 		}
-		m := l
-		if r := l + 1; r < n && q.less(r, l) {
-			m = r
+		m := c
+		for j := c + 1; j < min(c+4, n); j++ {
+			if before(&q.h[j], &q.h[m]) {
+				m = j
+			}
 		}
-		if !q.less(m, i) {
+		if !before(&q.h[m], &last) {
 			break
 		}
-		q.h[i], q.h[m] = q.h[m], q.h[i]
+		q.h[i] = q.h[m]
 		i = m
 	}
+	q.h[i] = last
 	return top
 }
 

@@ -230,9 +230,10 @@ type Sim struct {
 	// its home rack's directory (the head refuses unstamped writes then).
 	version, committed []uint64
 	promoted           []bool
-	hashes             []wire.KeyHash
-	hashed             []bool
-	byHash             map[wire.KeyHash]int64
+	hashes             []wire.KeyHash         // zero until computed
+	keyOf              map[wire.KeyHash]int64 // the keys ever promoted
+	vsbs               []vsbMsg               // VSBs in flight, by event.a
+	freeVSBs           []int32
 
 	reqs  []request
 	free  []int32
@@ -269,7 +270,7 @@ func New(cfg Config) (*Sim, error) {
 		return nil, err
 	}
 	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x6e65746469720a)), src: src,
-		stream: src.Stream(0), byHash: map[wire.KeyHash]int64{}, lat: bench.NewHistogram()}
+		stream: src.Stream(0), keyOf: map[wire.KeyHash]int64{}, lat: bench.NewHistogram()}
 	if err := s.buildLayout(); err != nil {
 		return nil, err
 	}
@@ -308,7 +309,6 @@ func New(cfg Config) (*Sim, error) {
 	s.committed = make([]uint64, keys)
 	s.promoted = make([]bool, keys)
 	s.hashes = make([]wire.KeyHash, keys)
-	s.hashed = make([]bool, keys)
 	s.ctl = newControl(s)
 	return s, nil
 }
@@ -363,17 +363,15 @@ func (s *Sim) hash(i int64) wire.KeyHash {
 	if i >= int64(len(s.hashes)) {
 		n := max(i+1, int64(len(s.hashes))*5/4)
 		s.hashes = slices.Grow(s.hashes, int(n)-len(s.hashes))[:n]
-		s.hashed = slices.Grow(s.hashed, int(n)-len(s.hashed))[:n]
 		s.version = slices.Grow(s.version, int(n)-len(s.version))[:n]
 		s.committed = slices.Grow(s.committed, int(n)-len(s.committed))[:n]
 		s.promoted = slices.Grow(s.promoted, int(n)-len(s.promoted))[:n]
 	}
-	if !s.hashed[i] {
-		s.hashes[i] = wire.HashKey(s.src.Key(i))
-		s.hashed[i] = true
-		s.byHash[s.hashes[i]] = i
+	h := &s.hashes[i]
+	if *h == (wire.KeyHash{}) {
+		*h = wire.HashKey(s.src.Key(i))
 	}
-	return s.hashes[i]
+	return *h
 }
 
 func (s *Sim) at(d uint64, e event) {
@@ -561,7 +559,14 @@ func (s *Sim) served(id wire.NodeID) {
 	if pos := slices.Index(s.chains[p], id); pos >= 0 {
 		n.byPos[pos]++
 	}
-	n.top.Add(r.keyName)
+	if f.Flags()&wire.FlagHit == 0 {
+		// A node's top-k names the keys the directory does not hold: the
+		// controller counts the others by their slots' hits and skips
+		// cached keys among the candidates, so counting only misses
+		// changes no decision except that hits no longer take top-k
+		// counters from misses (and it halves the simulator's top-k time).
+		n.top.Add(r.keyName)
+	}
 	if s.stats.measuring {
 		n.measured++
 	}
@@ -622,37 +627,62 @@ func (s *Sim) commit(i int32) {
 // copies to every extra (and, through a spine, every remote rack), each
 // answered by a VSB.
 func (s *Sim) announce(k int64, tail wire.NodeID, v uint64) {
-	s.at(s.link(), event{kind: evVSB, key: k, node: tail, v: v})
+	s.sendVSB(s.link(), k, tail, v, 0)
 	for _, x := range s.ctl.copies(k) {
 		d := 2 * s.link()
 		if s.rackOf(x) != s.rackOf(tail) {
 			d += 2 * s.link() // through the spine
 		}
-		s.at(d, event{kind: evVSB, key: k, node: x, v: v})
+		s.sendVSB(d, k, x, v, 0)
 	}
 }
 
-// vsb delivers a VSB from node e.node for key e.key at version e.v to its
-// rack's data plane (and the spine, from a tail or a rack primary). An
-// extra whose VSB is refused asks again for the committed version.
+// vsbMsg is a VSB in flight: node n announces key's version v, its
+// attempt'th for that copy.
+type vsbMsg struct {
+	key     int64
+	v       uint64
+	attempt int
+}
+
+// sendVSB has node n's VSB for key k at version v reach the data plane
+// after d.
+func (s *Sim) sendVSB(d uint64, k int64, n wire.NodeID, v uint64, attempt int) {
+	var i int32
+	if m := len(s.freeVSBs); m > 0 {
+		i = s.freeVSBs[m-1]
+		s.freeVSBs = s.freeVSBs[:m-1]
+	} else {
+		s.vsbs = append(s.vsbs, vsbMsg{})
+		i = int32(len(s.vsbs) - 1)
+	}
+	s.vsbs[i] = vsbMsg{key: k, v: v, attempt: attempt}
+	s.at(d, event{kind: evVSB, a: i, node: n})
+}
+
+// vsb delivers a VSB to its rack's data plane (and the spine, from a tail
+// or a rack primary). An extra whose VSB is refused asks again for the
+// committed version.
 func (s *Sim) vsb(e event) {
+	m := s.vsbs[e.a]
+	s.freeVSBs = append(s.freeVSBs, e.a)
+	n := wire.NodeID(e.node)
 	var hdr [wire.HeaderLen]byte
-	_ = (&wire.Header{Op: wire.OpVSB, KeyHash: s.hash(e.key), Stamp: e.v, Node: wire.NodeID(e.node)}).EncodeHeader(hdr[:])
-	rack := s.rackOf(wire.NodeID(e.node))
-	if s.spine != nil && s.ctl.announcesToSpine(e.key, wire.NodeID(e.node)) {
-		if !s.spine.VSB(hdr[:], rack) && e.a < maxCopyAttempts {
-			s.retryCopy(e)
-		}
+	_ = (&wire.Header{Op: wire.OpVSB, KeyHash: s.hash(m.key), Stamp: m.v, Node: n}).EncodeHeader(hdr[:])
+	rack := s.rackOf(n)
+	if s.spine != nil && s.ctl.announcesToSpine(m.key, n) && !s.spine.VSB(hdr[:], rack) {
+		s.retryCopy(m, n)
 	}
-	v := s.racks[rack].Process(hdr[:], port(wire.NodeID(e.node)), s.now)
-	if v.Action == directory.Drop && (v.Reason == directory.ReasonVSBPending || v.Reason == directory.ReasonVSBVersion) && e.a < maxCopyAttempts {
-		s.retryCopy(e)
+	v := s.racks[rack].Process(hdr[:], port(n), s.now)
+	if v.Action == directory.Drop && (v.Reason == directory.ReasonVSBPending || v.Reason == directory.ReasonVSBVersion) {
+		s.retryCopy(m, n)
 	}
 }
 
-func (s *Sim) retryCopy(e event) {
-	if c := s.committed[e.key]; c > 0 || e.v > 0 {
-		s.at(4*s.link(), event{kind: evVSB, key: e.key, node: e.node, v: c, a: e.a + 1})
+// retryCopy: node n asks the head again for key's committed version.
+func (s *Sim) retryCopy(m vsbMsg, n wire.NodeID) {
+	if m.attempt < maxCopyAttempts {
+		s.sendVSB(4*s.link(), m.key, n, s.committed[m.key], m.attempt+1)
 	}
 }
 
@@ -702,7 +732,7 @@ func (s *Sim) finish(i int32, ok bool) {
 	c := r.client
 	s.free = append(s.free, i)
 	if c >= 0 {
-		s.at(0, event{kind: evIssue, a: c})
+		s.issue(c)
 	}
 }
 
