@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"math"
 	"slices"
 
 	"github.com/netdir/netdir/wire"
@@ -58,4 +59,22 @@ func Locations(chain, nodes []wire.NodeID, share float64, load map[wire.NodeID]f
 	k := CopyCount(share, len(nodes), len(chain)) - len(chain)
 	extras := PlaceExtras(chain, nodes, load, k, share/float64(k+len(chain)))
 	return append(slices.Clone(chain), extras...)
+}
+
+// RackHeadroom is how far above its fair share (1/racks of all requests)
+// a rack holding a copy of a key that the spine spreads may be expected to
+// run. It is much smaller than CopyHeadroom: a rack's excess is every one
+// of its nodes' excess, and no weight inside the rack can move it out;
+// the spine's two choices even out what is left.
+const RackHeadroom = 0.02
+
+// RackCount is the racks a key that draws share of all requests is spread
+// over by the spine, CopyCount's rule at rack granularity: every rack
+// carries about (1−share)/racks of the other keys, so one of c racks
+// holding the key stays within (1+RackHeadroom)/racks when c ≥
+// share·racks / (RackHeadroom + share). It is at least 1 (the home rack)
+// and at most the racks there are, and 32.
+func RackCount(share float64, racks int) int {
+	want := int(math.Ceil(share * float64(racks) / (RackHeadroom + share)))
+	return min(max(want, 1), racks, 32)
 }

@@ -52,3 +52,22 @@ func TestLocationsPutsTheChainFirstAndCopiesByShare(t *testing.T) {
 		t.Errorf("a cool key got %v, want its chain only", got)
 	}
 }
+
+func TestRackCountSpreadsByTheRackHeadroom(t *testing.T) {
+	for _, c := range []struct {
+		share float64
+		racks int
+		want  int
+	}{
+		{0.001, 32, 2},  // 0.032/0.021
+		{0.0001, 32, 1}, // cooler than a rack's headroom
+		{0.067, 32, 25}, // the hottest key at zipf 0.99 over 1M keys
+		{0.19, 32, 29},  // zipf 1.2's hottest
+		{0.5, 64, 32},   // at most 32
+		{0.3, 2, 2},     // at most the racks there are
+	} {
+		if got := RackCount(c.share, c.racks); got != c.want {
+			t.Errorf("RackCount(%g, %d) = %d, want %d", c.share, c.racks, got, c.want)
+		}
+	}
+}

@@ -235,7 +235,7 @@ func (c *control) slotLoads(r int, counts map[wire.KeyHash]uint64) []sched.HotKe
 }
 
 // spineRound spreads over racks the keys too hot for one rack: a key with
-// share of all requests gets sched.CopyCount(share, racks, 1) racks, its
+// share of all requests gets sched.RackCount(share, racks) racks, its
 // home first and the others placed by sched.PlaceExtras against the racks'
 // load of keys already spread; in each other rack, a LocationList sized
 // by CopyCount for its share of that rack, its first node the rack
@@ -265,7 +265,7 @@ func (c *control) spineRound(rounds []rackRound) error {
 			continue
 		}
 		share := float64(global[h]) / float64(max(all, 1))
-		if sched.CopyCount(share, nracks, 1) >= 2 {
+		if sched.RackCount(share, nracks) >= 2 {
 			cands = append(cands, sched.Candidate{Hash: h, Count: global[h]})
 		}
 	}
@@ -307,7 +307,7 @@ func (c *control) spineRound(rounds []rackRound) error {
 		k := s.keyOf[cd.Hash]
 		home := s.spine.Home(cd.Hash)
 		share := float64(cd.Count) / float64(max(all, 1))
-		kr := sched.CopyCount(share, nracks, 1)
+		kr := sched.RackCount(share, nracks)
 		others := sched.PlaceExtras([]wire.NodeID{wire.NodeID(home)}, rackIDs, rackLoad, kr-1, share/float64(kr))
 		sk := &spreadKey{racks: []int{home}, remote: map[int][]wire.NodeID{}}
 		local := min(1, share/float64(kr)*float64(nracks)) // its share of a rack's requests

@@ -4,7 +4,7 @@
 // runs: directory (the data plane's state machine, and its Spine above the
 // rack directories), sched (hot keys, copy placement, HATS coarse weights)
 // and layout (placement). What the simulator adds is only what the real
-// system does with I/O: storage nodes as FIFO queues with a service-time
+// system does with I/O: storage nodes as queues (writes first) with a service-time
 // distribution, links as fixed latencies, clients in a closed or open loop
 // drawing YCSB operations from package bench's generator, chain replication
 // as hops, and the controller's loops at fixed virtual periods.
@@ -73,7 +73,9 @@ type Config struct {
 	Policy        string
 	PartitionBits uint // default: 10, or enough for 16 partitions per node
 	// DirSize is each rack directory's capacity (default
-	// sched.DirectorySize of its nodes); SpineSize the spine's (default 64).
+	// sched.DirectorySize of its nodes); SpineSize the spine's (default
+	// sched.DirectorySize of the racks). A rack directory has room for
+	// both: its own keys and the spine's copies.
 	DirSize, SpineSize int
 	Workload           bench.Workload
 	Capacity           float64 // each node's requests/s
@@ -86,10 +88,13 @@ type Config struct {
 	Rate        float64
 	Round       time.Duration // hot-key round
 	Epoch       time.Duration // HATS coarse epoch
-	PromoteMin  uint64        // default as bench/system: 0.5% of the cluster's capacity per round
-	Warmup      time.Duration // virtual time before measuring
-	Requests    int64         // operations measured after the warm-up
-	Seed        uint64
+	// PromoteMin is the requests per round that make a key hot in a rack
+	// directory and in the spine; default as bench/system, 0.5% of a
+	// rack's capacity per round.
+	PromoteMin uint64
+	Warmup     time.Duration // virtual time before measuring
+	Requests   int64         // operations measured after the warm-up
+	Seed       uint64
 	// Progress, if set, is called about every tenth of the requests.
 	Progress func(done, total int64)
 }
@@ -132,7 +137,7 @@ func (c *Config) fill() error {
 		c.DirSize = sched.DirectorySize(c.RackSize, 1<<20)
 	}
 	if c.SpineSize == 0 {
-		c.SpineSize = 64
+		c.SpineSize = sched.DirectorySize((c.Nodes+c.RackSize-1)/c.RackSize, directory.MaxRacks*64)
 	}
 	if c.DirSize < 1 || c.SpineSize < 1 {
 		return errors.New("sim: directory sizes must be positive")
@@ -175,7 +180,7 @@ func (c *Config) fill() error {
 		return errors.New("sim: link, concurrency, rate, round, warm-up and requests must be positive")
 	}
 	if c.PromoteMin == 0 {
-		c.PromoteMin = uint64(max(2, math.Ceil(hotShare*float64(c.Nodes)*c.Capacity*c.Round.Seconds())))
+		c.PromoteMin = uint64(max(2, math.Ceil(hotShare*float64(c.RackSize)*c.Capacity*c.Round.Seconds())))
 	}
 	return nil
 }
@@ -193,12 +198,15 @@ type request struct {
 	version uint64 // a write's version, once the head assigned it
 }
 
-// node is a storage node: a FIFO queue in front of one server.
+// node is a storage node: one server behind two FIFO queues, writes
+// admitted before reads as storagenode's admission does (a write to a hot
+// key waits no longer than it must while its extras cannot serve).
 type node struct {
-	id    wire.NodeID
-	rack  int
-	queue []int32 // requests; queue[head] is in service
-	head  int
+	id      wire.NodeID
+	rack    int
+	writes  fifo
+	reads   fifo
+	serving int32 // the request in service, -1 if idle
 	// Counts since the last epoch, per chain position, for HATS's C, and
 	// the run's measured requests.
 	byPos    []uint64
@@ -207,7 +215,36 @@ type node struct {
 	top      *sched.TopK
 }
 
-func (n *node) backlog() int { return len(n.queue) - n.head }
+// backlog is the requests queued or in service: the load a reply reports.
+func (n *node) backlog() int {
+	b := n.writes.len() + n.reads.len()
+	if n.serving >= 0 {
+		b++
+	}
+	return b
+}
+
+// fifo is a queue of requests.
+type fifo struct {
+	q    []int32
+	head int
+}
+
+func (f *fifo) len() int { return len(f.q) - f.head }
+
+func (f *fifo) push(i int32) { f.q = append(f.q, i) }
+
+func (f *fifo) pop() int32 {
+	i := f.q[f.head]
+	f.head++
+	if f.head == len(f.q) {
+		f.q, f.head = f.q[:0], 0
+	} else if f.head > 1024 && f.head*2 > len(f.q) {
+		f.q = append(f.q[:0], f.q[f.head:]...)
+		f.head = 0
+	}
+	return i
+}
 
 // Sim is one run in progress.
 type Sim struct {
@@ -276,7 +313,8 @@ func New(cfg Config) (*Sim, error) {
 	}
 	nracks := (cfg.Nodes + cfg.RackSize - 1) / cfg.RackSize
 	for range nracks {
-		d, err := directory.New(directory.Config{PartitionBits: cfg.PartitionBits, Slots: cfg.DirSize,
+		// Room for the rack's own hot keys and the spine's copies.
+		d, err := directory.New(directory.Config{PartitionBits: cfg.PartitionBits, Slots: cfg.DirSize + cfg.SpineSize,
 			MaxNodes: cfg.Nodes + 1, Policy: pol, Window: sched.FineWindow(s.serviceMean())})
 		if err != nil {
 			return nil, err
@@ -301,7 +339,7 @@ func New(cfg Config) (*Sim, error) {
 	}
 	s.nodes = make([]node, cfg.Nodes)
 	for i, id := range s.ids {
-		s.nodes[i] = node{id: id, rack: s.rackOf(id), byPos: make([]uint64, cfg.Replicas),
+		s.nodes[i] = node{id: id, rack: s.rackOf(id), serving: -1, byPos: make([]uint64, cfg.Replicas),
 			latency: s.serviceMean(), top: sched.NewTopK(64)}
 	}
 	keys := src.Workload().Keys
@@ -521,14 +559,25 @@ func (s *Sim) atPlane(i int32) {
 }
 
 func (s *Sim) atNode(i int32) {
-	n := s.node(wire.Frame(s.reqs[i].hdr[:]).Node())
-	n.queue = append(n.queue, i)
-	if n.backlog() == 1 {
+	f := wire.Frame(s.reqs[i].hdr[:])
+	n := s.node(f.Node())
+	if f.Op() == wire.OpGet {
+		n.reads.push(i)
+	} else {
+		n.writes.push(i)
+	}
+	if n.serving < 0 {
 		s.startService(n)
 	}
 }
 
+// startService takes the next request, a write before any read.
 func (s *Sim) startService(n *node) {
+	if n.writes.len() > 0 {
+		n.serving = n.writes.pop()
+	} else {
+		n.serving = n.reads.pop()
+	}
 	d := float64(s.serviceMean())
 	if s.cfg.Service == ServiceExponential {
 		d *= s.rng.ExpFloat64()
@@ -536,20 +585,14 @@ func (s *Sim) startService(n *node) {
 	s.at(uint64(max(d, 1)), event{kind: evServed, node: n.id})
 }
 
-// served completes the request at node id's queue head: a read is
+// served completes the request in service at node id: a read is
 // answered; a write is applied at the head by the head's rules and sent
 // down the chain.
 func (s *Sim) served(id wire.NodeID) {
 	n := s.node(id)
-	i := n.queue[n.head]
-	n.head++
-	if n.head == len(n.queue) {
-		n.queue, n.head = n.queue[:0], 0
-	} else if n.head > 1024 && n.head*2 > len(n.queue) {
-		n.queue = append(n.queue[:0], n.queue[n.head:]...)
-		n.head = 0
-	}
-	if n.backlog() > 0 {
+	i := n.serving
+	n.serving = -1
+	if n.writes.len()+n.reads.len() > 0 {
 		s.startService(n)
 	}
 	r := &s.reqs[i]

@@ -119,7 +119,7 @@ comma lists of --nodes, --workload, --zipf and --policies sweep.`,
 	fl.IntVar(&cfg.Concurrency, "concurrency", sim.DefaultConcurrency, "closed loop: operations in flight; open loop: the most in flight")
 	fl.Float64Var(&cfg.Rate, "rate", 0, "open loop: Poisson arrivals at this many ops/s (0: closed loop)")
 	fl.IntVar(&cfg.DirSize, "dir-size", 0, "each rack directory's capacity (default 4·n·log2 n of a rack's n nodes)")
-	fl.IntVar(&cfg.SpineSize, "spine-size", 0, "the spine's capacity in keys (default 64)")
+	fl.IntVar(&cfg.SpineSize, "spine-size", 0, "the spine's capacity in keys (default 4·r·log2 r of r racks)")
 	fl.UintVar(&cfg.PartitionBits, "partition-bits", 0, "log2 partitions (default 10, or 16 partitions per node)")
 	fl.DurationVar(&cfg.Round, "round", sim.DefaultRound, "the controller's hot-key round (virtual time)")
 	fl.DurationVar(&cfg.Epoch, "epoch", sim.DefaultEpoch, "the HATS coarse epoch (virtual time)")
