@@ -114,3 +114,26 @@ func TestEventsPopInTimeThenSchedulingOrder(t *testing.T) {
 		prev = e
 	}
 }
+
+// TestSpineSpreadsAKeyHotterThanARack: on 64 nodes in two racks at zipf
+// 1.2 the hottest key draws a fifth of the reads, more than its rack's
+// 32 nodes can serve within their share; the spine spreads it over both
+// racks, and the cluster reaches the ideal throughput balanced.
+func TestSpineSpreadsAKeyHotterThanARack(t *testing.T) {
+	cfg := Config{Nodes: 64, Capacity: 1000, Workload: bench.Workload{Name: "C", Keys: 20_000, Zipf: 1.2, Seed: 1},
+		Concurrency: 1024, Warmup: 6 * time.Second, Requests: 150_000, Seed: 1}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := s.Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.spine == nil || s.spine.Len() == 0 || s.spine.Counters().Remote == 0 {
+		t.Fatal("the spine spread no key, or sent no read to a remote rack")
+	}
+	if ideal := 64 * 1000.0; run.ThroughputOps < 0.95*ideal || run.LoadMaxOverMean > 1.1 {
+		t.Errorf("%.0f ops/s of %.0f, max/mean %.3f; want ≥ 0.95 and ≤ 1.1", run.ThroughputOps, ideal, run.LoadMaxOverMean)
+	}
+}
