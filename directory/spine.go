@@ -162,12 +162,16 @@ func (s *Spine) Request(pkt []byte) int {
 	return r
 }
 
-// pick is two choices among the fresh racks: two racks by request id
-// (bits other than the rack directories' bucket bits), the one with less
-// in flight; ties keep the first.
+// pick is two choices among the fresh racks: two distinct racks by
+// request id (bits other than the rack directories' bucket bits), the one
+// with less in flight; ties keep the first.
 func (s *Spine) pick(e *SpineEntry, reqid uint64) int {
 	n := uint64(e.N)
-	a, b := (reqid>>16)%n, (reqid>>40)%n
+	if n == 1 {
+		return int(e.Racks[0])
+	}
+	a := (reqid >> 16) % n
+	b := (a + 1 + (reqid>>40)%(n-1)) % n
 	if e.Fresh&(1<<a) == 0 {
 		a = 0
 	}

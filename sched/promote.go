@@ -66,7 +66,7 @@ func Locations(chain, nodes []wire.NodeID, share float64, load map[wire.NodeID]f
 // run. It is much smaller than CopyHeadroom: a rack's excess is every one
 // of its nodes' excess, and no weight inside the rack can move it out;
 // the spine's two choices even out what is left.
-const RackHeadroom = 0.02
+const RackHeadroom = 0.005
 
 // RackCount is the racks a key that draws share of all requests is spread
 // over by the spine, CopyCount's rule at rack granularity: every rack

@@ -123,9 +123,12 @@ func (c *control) dirSize() int {
 	return n
 }
 
-// rackRound is one rack's slot hits since the last round.
+// rackRound is one rack's slot hits since the last round, and all its
+// requests as the controller counts them: the hits and the candidates'
+// counts.
 type rackRound struct {
 	counts map[wire.KeyHash]uint64
+	hits   uint64
 	all    uint64
 }
 
@@ -147,10 +150,10 @@ func (c *control) round() error {
 			c.lastHits[r][sl.Hash] = sl.Hits
 			c.epochHits[r][sl.Hash] += delta
 			rr.counts[sl.Hash] = delta
-			rr.all += delta
+			rr.hits += delta
 		})
+		errs = append(errs, c.rackRound(r, reports[r], &rr))
 		rounds[r] = rr
-		errs = append(errs, c.rackRound(r, reports[r], rr))
 		d.ResetSketch()
 	}
 	if s.spine != nil {
@@ -168,7 +171,7 @@ func (c *control) home(h wire.KeyHash) int {
 
 // rackRound decides rack r's promotions and evictions of the keys homed in
 // it, as controller.HotKeyRound does.
-func (c *control) rackRound(r int, reports [][]sched.KeyCount, rr rackRound) error {
+func (c *control) rackRound(r int, reports [][]sched.KeyCount, rr *rackRound) error {
 	s := c.s
 	d := s.racks[r]
 	cached := map[wire.KeyHash]uint64{}
@@ -177,7 +180,7 @@ func (c *control) rackRound(r int, reports [][]sched.KeyCount, rr rackRound) err
 			cached[h] = n
 		}
 	}
-	all := rr.all
+	all := rr.hits
 	var cands []sched.Candidate
 	for _, cd := range sched.Candidates(reports, c.hashOf, func(h wire.KeyHash) uint64 { return uint64(d.SketchEstimate(h)) }) {
 		if c.home(cd.Hash) != r {
@@ -186,6 +189,7 @@ func (c *control) rackRound(r int, reports [][]sched.KeyCount, rr rackRound) err
 		all += cd.Count
 		cands = append(cands, cd)
 	}
+	rr.all = all
 	dec := c.hot[r].Round(cached, cands)
 	slices.SortFunc(dec.Evict, func(a, b wire.KeyHash) int { return slices.Compare(a[:], b[:]) })
 	for _, h := range dec.Evict {
@@ -234,12 +238,13 @@ func (c *control) slotLoads(r int, counts map[wire.KeyHash]uint64) []sched.HotKe
 	return out
 }
 
-// spineRound spreads over racks the keys too hot for one rack: a key with
-// share of all requests gets sched.RackCount(share, racks) racks, its
+// spineRound spreads the hottest keys over racks (the spine's HotKeys
+// over the rack directories' keys): a key with share of all requests gets
+// sched.RackCount(share, racks) racks and at least two, so that the
+// spine's two choices can even out the racks' load (DistCache), its
 // home first and the others placed by sched.PlaceExtras against the racks'
-// load of keys already spread; in each other rack, a LocationList sized
-// by CopyCount for its share of that rack, its first node the rack
-// primary.
+// load of keys already spread; in each other rack, a LocationList of
+// every node of the rack, its least loaded first: the rack primary.
 func (c *control) spineRound(rounds []rackRound) error {
 	s := c.s
 	nracks := len(s.racks)
@@ -264,10 +269,7 @@ func (c *control) spineRound(rounds []rackRound) error {
 			cached[h] = global[h]
 			continue
 		}
-		share := float64(global[h]) / float64(max(all, 1))
-		if sched.RackCount(share, nracks) >= 2 {
-			cands = append(cands, sched.Candidate{Hash: h, Count: global[h]})
-		}
+		cands = append(cands, sched.Candidate{Hash: h, Count: global[h]})
 	}
 	dec := c.spine.Round(cached, cands)
 	slices.SortFunc(dec.Evict, func(a, b wire.KeyHash) int { return slices.Compare(a[:], b[:]) })
@@ -307,7 +309,7 @@ func (c *control) spineRound(rounds []rackRound) error {
 		k := s.keyOf[cd.Hash]
 		home := s.spine.Home(cd.Hash)
 		share := float64(cd.Count) / float64(max(all, 1))
-		kr := sched.RackCount(share, nracks)
+		kr := max(2, sched.RackCount(share, nracks))
 		others := sched.PlaceExtras([]wire.NodeID{wire.NodeID(home)}, rackIDs, rackLoad, kr-1, share/float64(kr))
 		sk := &spreadKey{racks: []int{home}, remote: map[int][]wire.NodeID{}}
 		local := min(1, share/float64(kr)*float64(nracks)) // its share of a rack's requests
@@ -315,8 +317,11 @@ func (c *control) spineRound(rounds []rackRound) error {
 			r := int(id)
 			nodes := s.rackNodes(r)
 			nodeLoad := sched.CopyLoad(c.slotLoads(r, rounds[r].counts), rounds[r].all)
-			n := sched.CopyCount(local, len(nodes), 1)
-			locs := sched.PlaceExtras(nil, nodes, nodeLoad, n, local/float64(n))
+			// Every node of the rack, least loaded (the primary) first:
+			// the spine's two choices see a rack's requests in flight,
+			// not those of the key's nodes, so its share of a rack must
+			// be spread over the whole rack.
+			locs := sched.PlaceExtras(nil, nodes, nodeLoad, len(nodes), local/float64(len(nodes)))
 			if _, err := s.racks[r].Insert(cd.Hash, locs, 1, wire.MakeStamp(0, s.committed[k]), nil); err != nil {
 				if errors.Is(err, directory.ErrFull) {
 					continue
