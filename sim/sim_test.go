@@ -137,3 +137,26 @@ func TestSpineSpreadsAKeyHotterThanARack(t *testing.T) {
 		t.Errorf("%.0f ops/s of %.0f, max/mean %.3f; want ≥ 0.95 and ≤ 1.1", run.ThroughputOps, ideal, run.LoadMaxOverMean)
 	}
 }
+
+// TestDirectoryNeedsTakesTheSmallestDirectoryThatMetTheGoal.
+func TestDirectoryNeedsTakesTheSmallestDirectoryThatMetTheGoal(t *testing.T) {
+	run := func(n, dir int, ops float64) bench.Run {
+		return bench.Run{Nodes: n, DirSize: dir, ThroughputOps: ops, CapacityOps: 100}
+	}
+	needs := DirectoryNeeds([]bench.Run{
+		run(16, 64, 1590), run(16, 8, 1400), run(16, 16, 1540), run(32, 10, 3000),
+	}, BalanceGoal)
+	if len(needs) != 2 || needs[0].Nodes != 16 || needs[1].Nodes != 32 {
+		t.Fatalf("needs %+v, want 16 and 32 nodes in order", needs)
+	}
+	if !needs[0].Met || needs[0].Keys != 16 {
+		t.Errorf("16 nodes need %+v, want 16 keys (8 reached 0.875, 16 0.9625)", needs[0])
+	}
+	if needs[1].Met {
+		t.Errorf("32 nodes at 0.9375 of the ideal met the goal: %+v", needs[1])
+	}
+	var b bytes.Buffer
+	if err := PlotNeeds(&b, "needs.svg", needs); err != nil || !bytes.Contains(b.Bytes(), []byte("<svg")) {
+		t.Errorf("PlotNeeds: %v, %d bytes", err, b.Len())
+	}
+}

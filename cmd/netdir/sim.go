@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ func simCmd() *cobra.Command {
 		cfg                         sim.Config
 		nodes, workloads, zipfs     string
 		policies, jsonPath, htmlPth string
+		dirSizes, needsPath, from   string
 		keys                        int64
 		seed                        uint64
 	)
@@ -52,39 +54,58 @@ comma lists of --nodes, --workload, --zipf and --policies sweep.`,
 			if len(ns) == 0 {
 				return errors.New("--nodes: empty")
 			}
+			sizes := []int{0}
+			if dirSizes != "" {
+				sizes = nil
+				for _, x := range parseList(dirSizes) {
+					d, err := strconv.Atoi(x)
+					if err != nil || d < 1 {
+						return fmt.Errorf("--dir-size %q: want positive integers", x)
+					}
+					sizes = append(sizes, d)
+				}
+			}
 			var res bench.Results
 			for _, n := range ns {
-				for _, wl := range parseList(workloads) {
-					for _, z := range parseList(zipfs) {
-						w := bench.Workload{Name: strings.ToUpper(wl), Keys: keys, Seed: int64(seed)}
-						if z == "uniform" {
-							w.Dist = bench.DistUniform
-						} else {
-							th, err := strconv.ParseFloat(z, 64)
-							if err != nil || th <= 0 || th > 3 {
-								return fmt.Errorf("--zipf %q: want θ in (0, 3] or \"uniform\"", z)
+				for _, size := range sizes {
+					for _, wl := range parseList(workloads) {
+						for _, z := range parseList(zipfs) {
+							w := bench.Workload{Name: strings.ToUpper(wl), Keys: keys, Seed: int64(seed)}
+							if z == "uniform" {
+								w.Dist = bench.DistUniform
+							} else {
+								th, err := strconv.ParseFloat(z, 64)
+								if err != nil || th <= 0 || th > 3 {
+									return fmt.Errorf("--zipf %q: want θ in (0, 3] or \"uniform\"", z)
+								}
+								w.Zipf = th
 							}
-							w.Zipf = th
-						}
-						for _, pol := range parseList(policies) {
-							c := cfg
-							c.Nodes, c.Workload, c.Policy, c.Seed = n, w, pol, seed
-							label := fmt.Sprintf("%s: workload %s, %s, %d nodes", pol, w.Name, z, n)
-							fmt.Fprintf(out, "==> %s\n", label)
-							c.Progress = func(done, total int64) {
-								fmt.Fprintf(out, "    %s: %d/%d requests\n", label, done, total)
+							for _, pol := range parseList(policies) {
+								c := cfg
+								c.Nodes, c.Workload, c.Policy, c.Seed, c.DirSize = n, w, pol, seed, size
+								if c.SpineSize == 0 {
+									c.SpineSize = size // 0: the default
+								}
+								label := fmt.Sprintf("%s: workload %s, %s, %d nodes", pol, w.Name, z, n)
+								if size > 0 {
+									label += fmt.Sprintf(", directories of %d keys", size)
+								}
+								fmt.Fprintf(out, "==> %s\n", label)
+								c.Progress = func(done, total int64) {
+									fmt.Fprintf(out, "    %s: %d/%d requests\n", label, done, total)
+								}
+								start := time.Now()
+								run, err := sim.Run(c)
+								if err != nil {
+									return err
+								}
+								res.Runs = append(res.Runs, run)
+								if err := bench.WriteSummary(out, []bench.Run{run}); err != nil {
+									return err
+								}
+								fmt.Fprintf(out, "    throughput/ideal %.3f; %s in %.1fs\n",
+									run.ThroughputOps/(float64(n)*run.CapacityOps), run.Note, time.Since(start).Seconds())
 							}
-							start := time.Now()
-							run, err := sim.Run(c)
-							if err != nil {
-								return err
-							}
-							res.Runs = append(res.Runs, run)
-							if err := bench.WriteSummary(out, []bench.Run{run}); err != nil {
-								return err
-							}
-							fmt.Fprintf(out, "    throughput/ideal %.3f; %s in %.1fs\n",
-								run.ThroughputOps/(float64(n)*run.CapacityOps), run.Note, time.Since(start).Seconds())
 						}
 					}
 				}
@@ -96,7 +117,25 @@ comma lists of --nodes, --workload, --zipf and --policies sweep.`,
 			if err := writeOutputs(res, jsonPath, htmlPth, "netdir sim"); err != nil {
 				return err
 			}
-			for _, p := range []string{jsonPath, htmlPth} {
+			if needsPath != "" {
+				needs := sim.DirectoryNeeds(res.Runs, sim.BalanceGoal)
+				fmt.Fprintln(out, "\ndirectory keys needed for throughput ≥ ideal/1.05:")
+				if err := sim.WriteNeeds(out, needs); err != nil {
+					return err
+				}
+				f, err := os.Create(needsPath)
+				if err != nil {
+					return err
+				}
+				if err := sim.PlotNeeds(f, needsPath, needs); err != nil {
+					f.Close()
+					return err
+				}
+				if err := f.Close(); err != nil {
+					return err
+				}
+			}
+			for _, p := range []string{jsonPath, htmlPth, needsPath} {
 				if p != "" {
 					fmt.Fprintln(out, "wrote", p)
 				}
@@ -118,8 +157,11 @@ comma lists of --nodes, --workload, --zipf and --policies sweep.`,
 	fl.DurationVar(&cfg.Link, "link", sim.DefaultLink, "one-way link latency")
 	fl.IntVar(&cfg.Concurrency, "concurrency", sim.DefaultConcurrency, "closed loop: operations in flight; open loop: the most in flight")
 	fl.Float64Var(&cfg.Rate, "rate", 0, "open loop: Poisson arrivals at this many ops/s (0: closed loop)")
-	fl.IntVar(&cfg.DirSize, "dir-size", 0, "each rack directory's capacity (default 4·n·log2 n of a rack's n nodes)")
-	fl.IntVar(&cfg.SpineSize, "spine-size", 0, "the spine's capacity in keys (default 4·r·log2 r of r racks)")
+	fl.StringVar(&dirSizes, "dir-size", "", "each rack directory's capacity in keys (default 4·n·log2 n of a rack's n nodes); a comma list sweeps")
+	fl.IntVar(&cfg.SpineSize, "spine-size", 0, "the spine's capacity in keys (default: --dir-size if given, else 4·r·log2 r of r racks)")
+	fl.StringVar(&needsPath, "needs", "", "with a --dir-size sweep: print each node count's smallest directory (keys in use) that reached ideal/1.05, "+
+		"and plot it against n·log2 n here (.svg or .png)")
+	fl.StringVar(&from, "from", "", "simulate nothing: read the runs from these JSON files (a comma list), for --needs, --json and --html")
 	fl.UintVar(&cfg.PartitionBits, "partition-bits", 0, "log2 partitions (default 10, or 16 partitions per node)")
 	fl.DurationVar(&cfg.Round, "round", sim.DefaultRound, "the controller's hot-key round (virtual time)")
 	fl.DurationVar(&cfg.Epoch, "epoch", sim.DefaultEpoch, "the HATS coarse epoch (virtual time)")
