@@ -77,14 +77,18 @@ func WriteNeeds(w io.Writer, needs []DirectoryNeed) error {
 }
 
 // PlotNeeds draws the needs against n·log2 n on log-log axes, as PNG or
-// SVG by path's extension.
-func PlotNeeds(w io.Writer, path string, needs []DirectoryNeed) error {
+// SVG by path's extension; label names the runs in the legend.
+func PlotNeeds(w io.Writer, path, label string, needs []DirectoryNeed) error {
 	p := plot.New()
 	p.Title.Text = "Directory keys needed for throughput ≥ ideal/1.05 (simulated)"
 	p.X.Label.Text = "storage nodes n"
 	p.Y.Label.Text = "directory keys"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{}, plot.LogTicks{}
+	var ticks []plot.Tick
+	for _, d := range needs {
+		ticks = append(ticks, plot.Tick{Value: float64(d.Nodes), Label: fmt.Sprint(d.Nodes)})
+	}
+	p.X.Tick.Marker, p.Y.Tick.Marker = plot.ConstantTicks(ticks), plot.LogTicks{}
 	p.Add(plotter.NewGrid())
 	p.Legend.Top, p.Legend.Left = true, true
 	var got, ref plotter.XYs
@@ -98,7 +102,7 @@ func PlotNeeds(w io.Writer, path string, needs []DirectoryNeed) error {
 	for i, s := range []struct {
 		xy    plotter.XYs
 		label string
-	}{{got, "measured need"}, {ref, "n·log2 n"}} {
+	}{{got, "measured need, " + label}, {ref, "n·log2 n"}} {
 		if len(s.xy) == 0 {
 			continue
 		}

@@ -156,7 +156,7 @@ func TestDirectoryNeedsTakesTheSmallestDirectoryThatMetTheGoal(t *testing.T) {
 		t.Errorf("32 nodes at 0.9375 of the ideal met the goal: %+v", needs[1])
 	}
 	var b bytes.Buffer
-	if err := PlotNeeds(&b, "needs.svg", needs); err != nil || !bytes.Contains(b.Bytes(), []byte("<svg")) {
+	if err := PlotNeeds(&b, "needs.svg", "R=3", needs); err != nil || !bytes.Contains(b.Bytes(), []byte("<svg")) {
 		t.Errorf("PlotNeeds: %v, %d bytes", err, b.Len())
 	}
 }

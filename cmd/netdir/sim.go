@@ -66,6 +66,21 @@ comma lists of --nodes, --workload, --zipf and --policies sweep.`,
 				}
 			}
 			var res bench.Results
+			if from != "" {
+				ns = nil // no simulation: the runs come from the files
+				for _, path := range parseList(from) {
+					f, err := os.Open(path)
+					if err != nil {
+						return err
+					}
+					r, err := bench.ReadJSON(f)
+					f.Close()
+					if err != nil {
+						return fmt.Errorf("%s: %w", path, err)
+					}
+					res.Runs = append(res.Runs, r.Runs...)
+				}
+			}
 			for _, n := range ns {
 				for _, size := range sizes {
 					for _, wl := range parseList(workloads) {
@@ -127,7 +142,11 @@ comma lists of --nodes, --workload, --zipf and --policies sweep.`,
 				if err != nil {
 					return err
 				}
-				if err := sim.PlotNeeds(f, needsPath, needs); err != nil {
+				r := cfg.Replicas
+				if r == 0 {
+					r = 3
+				}
+				if err := sim.PlotNeeds(f, needsPath, fmt.Sprintf("R=%d", r), needs); err != nil {
 					f.Close()
 					return err
 				}
