@@ -2,16 +2,15 @@ package sim
 
 // event kinds.
 const (
-	evIssue         uint8 = iota // a client issues its next operation (a = client)
-	evAtPlane                    // a request reaches the data plane (a = request)
-	evAtNode                     // a request reaches its node (a = request)
-	evServed                     // node a finishes the request at its queue's head
-	evCommit                     // a write commits at its tail (a = request)
-	evReplyAtPlane               // a reply reaches the data plane (a = request)
-	evReplyAtClient              // a reply reaches its client (a = request)
-	evVSB                        // a VSB reaches the data plane (a = Sim.vsbs index, node = sender)
-	evRound                      // the controller's hot-key round
-	evEpoch                      // the controller's coarse epoch (HATS)
+	evIssue        uint8 = iota // a client issues its next operation (a = client)
+	evAtPlane                   // a request reaches the data plane (a = request)
+	evAtNode                    // a request reaches its node (a = request)
+	evServed                    // node a finishes the request at its queue's head
+	evCommit                    // a write commits at its tail (a = request)
+	evReplyAtPlane              // a reply reaches the data plane (a = request)
+	evVSB                       // a VSB reaches the data plane (a = Sim.vsbs index, node = sender)
+	evRound                     // the controller's hot-key round
+	evEpoch                     // the controller's coarse epoch (HATS)
 )
 
 // event is one thing that happens at virtual time t (ns). seq orders

@@ -440,7 +440,7 @@ func (s *Sim) Run() (bench.Run, error) {
 		}
 		switch e.kind {
 		case evIssue:
-			s.issue(e.a)
+			s.issue(e.a, s.now)
 		case evAtPlane:
 			s.atPlane(e.a)
 		case evAtNode:
@@ -451,8 +451,6 @@ func (s *Sim) Run() (bench.Run, error) {
 			s.commit(e.a)
 		case evReplyAtPlane:
 			s.replyAtPlane(e.a)
-		case evReplyAtClient:
-			s.replyAtClient(e.a)
 		case evVSB:
 			s.vsb(e)
 		case evRound:
@@ -507,9 +505,10 @@ func (s *Sim) newRequest() int32 {
 	return int32(len(s.reqs) - 1)
 }
 
-// issue draws client c's next operation (c < 0: an open-loop arrival,
-// which also schedules the next one) and sends it to the data plane.
-func (s *Sim) issue(c int32) {
+// issue draws client c's next operation at client time t (c < 0: an
+// open-loop arrival, which also schedules the next one) and sends it to
+// the data plane.
+func (s *Sim) issue(c int32, t uint64) {
 	if c < 0 {
 		s.at(uint64(s.rng.ExpFloat64()/s.cfg.Rate*1e9), event{kind: evIssue, a: -1})
 		if len(s.reqs)-len(s.free) >= s.cfg.Concurrency {
@@ -522,14 +521,15 @@ func (s *Sim) issue(c int32) {
 	op := s.stream.Next()
 	i := s.newRequest()
 	r := &s.reqs[i]
-	r.kind, r.key, r.issued, r.client, r.retries = op.Kind, op.Index, s.now, c, 0
+	r.kind, r.key, r.issued, r.client, r.retries = op.Kind, op.Index, t, c, 0
 	r.keyName = append(r.keyName[:0], op.Key...)
-	s.send(i)
+	s.send(i, t)
 }
 
 // send encodes request i's header afresh (a retry is a new request id)
-// and sends it to the data plane.
-func (s *Sim) send(i int32) {
+// and sends it from its client at time t (now or a link ahead) to the data
+// plane.
+func (s *Sim) send(i int32, t uint64) {
 	r := &s.reqs[i]
 	h := wire.Header{Op: wire.OpGet, ReqID: s.rng.Uint64(), KeyHash: s.hash(r.key)}
 	switch r.kind {
@@ -539,7 +539,7 @@ func (s *Sim) send(i int32) {
 	_ = h.EncodeHeader(r.hdr[:]) // the buffer is HeaderLen long
 	r.version = 0
 	s.stats.issued++
-	s.at(s.link(), event{kind: evAtPlane, a: i})
+	s.at(t-s.now+s.link(), event{kind: evAtPlane, a: i})
 }
 
 // atPlane routes a request: the spine picks a rack, the rack's directory a
@@ -552,7 +552,7 @@ func (s *Sim) atPlane(i int32) {
 	}
 	v := s.racks[r.rack].Process(r.hdr[:], 0, s.now)
 	if v.Action != directory.Forward {
-		s.finish(i, false)
+		s.finish(i, false, s.now)
 		return
 	}
 	s.at(s.link(), event{kind: evAtNode, a: i})
@@ -738,32 +738,36 @@ func (s *Sim) replyAtPlane(i int32) {
 	if s.spine != nil {
 		s.spine.Reply(r.hdr[:], int(r.rack))
 	}
-	s.at(s.link(), event{kind: evReplyAtClient, a: i})
+	s.replyAtClient(i, s.now+s.link())
 }
 
-func (s *Sim) replyAtClient(i int32) {
+// replyAtClient is what request i's client does with its reply at time t,
+// a link after the data plane: without an event of its own, since nothing
+// else can happen at the client in between.
+func (s *Sim) replyAtClient(i int32, t uint64) {
 	r := &s.reqs[i]
 	f := wire.Frame(r.hdr[:])
 	if f.Op() == wire.OpErr {
 		if r.retries < maxRetries {
 			r.retries++
 			s.stats.retried++
-			s.send(i)
+			s.send(i, t)
 			return
 		}
-		s.finish(i, false)
+		s.finish(i, false, t)
 		return
 	}
-	s.finish(i, true)
+	s.finish(i, true, t)
 }
 
-// finish ends an operation and lets its closed-loop client issue the next.
-func (s *Sim) finish(i int32, ok bool) {
+// finish ends an operation at client time t and lets its closed-loop
+// client issue the next.
+func (s *Sim) finish(i int32, ok bool, t uint64) {
 	r := &s.reqs[i]
 	if s.stats.measuring && r.issued >= s.stats.start {
 		if ok {
 			s.stats.done++
-			_ = s.lat.RecordValue(int64(max(s.now-r.issued, 1)))
+			_ = s.lat.RecordValue(int64(max(t-r.issued, 1)))
 		} else {
 			s.stats.errors++
 		}
@@ -775,7 +779,7 @@ func (s *Sim) finish(i int32, ok bool) {
 	c := r.client
 	s.free = append(s.free, i)
 	if c >= 0 {
-		s.issue(c)
+		s.issue(c, t)
 	}
 }
 
