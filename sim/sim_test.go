@@ -27,17 +27,21 @@ func runJSON(t *testing.T, cfg Config) []byte {
 }
 
 // TestSameSeedSameJSON: a run is a function of its configuration, seed
-// included, down to the byte; another seed gives another run.
+// included, down to the byte; another seed gives another run. Both with
+// one directory and layered (three racks of four under a spine).
 func TestSameSeedSameJSON(t *testing.T) {
-	cfg := smallConfig(7)
-	cfg.Service = ServiceExponential // draws service times from the PCG too
-	a, b := runJSON(t, cfg), runJSON(t, cfg)
-	if !bytes.Equal(a, b) {
-		t.Fatal("two runs of the same seed wrote different JSON")
-	}
-	cfg.Seed = 8
-	if bytes.Equal(a, runJSON(t, cfg)) {
-		t.Fatal("runs of seeds 7 and 8 wrote the same JSON")
+	layered := smallConfig(7)
+	layered.Nodes, layered.RackSize, layered.Concurrency = 12, 4, 192
+	for name, cfg := range map[string]Config{"flat": smallConfig(7), "layered": layered} {
+		cfg.Service = ServiceExponential // draws service times from the PCG too
+		a, b := runJSON(t, cfg), runJSON(t, cfg)
+		if !bytes.Equal(a, b) {
+			t.Fatalf("%s: two runs of the same seed wrote different JSON", name)
+		}
+		cfg.Seed = 8
+		if bytes.Equal(a, runJSON(t, cfg)) {
+			t.Fatalf("%s: runs of seeds 7 and 8 wrote the same JSON", name)
+		}
 	}
 }
 
