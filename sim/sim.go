@@ -776,6 +776,9 @@ func (s *Sim) finish(i int32, ok bool, t uint64) {
 			s.stats.nextProgress += s.cfg.Requests / 10
 		}
 	}
+	if r.kind == bench.OpInsert {
+		s.stream.Done(bench.Op{Kind: r.kind, Index: r.key}) // read-latest (D) may read it now
+	}
 	c := r.client
 	s.free = append(s.free, i)
 	if c >= 0 {
