@@ -43,6 +43,8 @@ const (
 	DefaultWarmup      = 10 * time.Second
 	DefaultRequests    = 200_000
 	DefaultConcurrency = 128
+	// DefaultClientTimeout is bench/system's client timeout.
+	DefaultClientTimeout = time.Second
 	// hotShare is the share of the cluster's capacity per round that makes
 	// a key hot, as in bench/system.
 	hotShare = 0.005
@@ -86,8 +88,13 @@ type Config struct {
 	// flight (more are dropped and counted).
 	Concurrency int
 	Rate        float64
-	Round       time.Duration // hot-key round
-	Epoch       time.Duration // HATS coarse epoch
+	// A client resends a request not answered within ClientTimeout (a
+	// new request, the first still queued), doubling it up to
+	// ClientMaxTimeout, and gives the operation up after OpTimeout: as
+	// netdir bench's clients (defaults 1 s, 4 s and 5 s).
+	ClientTimeout, ClientMaxTimeout, OpTimeout time.Duration
+	Round                                      time.Duration // hot-key round
+	Epoch                                      time.Duration // HATS coarse epoch
 	// PromoteMin is the requests per round that make a key hot in a rack
 	// directory and in the spine; default as bench/system, 0.5% of a
 	// rack's capacity per round.
@@ -164,6 +171,18 @@ func (c *Config) fill() error {
 	if c.Round == 0 {
 		c.Round = DefaultRound
 	}
+	if c.ClientTimeout == 0 {
+		c.ClientTimeout = DefaultClientTimeout
+	}
+	if c.ClientMaxTimeout == 0 {
+		c.ClientMaxTimeout = 4 * c.ClientTimeout
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = 5 * c.ClientTimeout
+	}
+	if c.ClientTimeout < 0 || c.ClientMaxTimeout < c.ClientTimeout || c.OpTimeout < 0 {
+		return errors.New("sim: client timeouts must be positive, the most at least the first")
+	}
 	if c.Epoch == 0 {
 		c.Epoch = DefaultEpoch
 	}
@@ -196,6 +215,30 @@ type request struct {
 	client  int32
 	retries uint8
 	version uint64 // a write's version, once the head assigned it
+	op      int32  // its operation: an operation resent after a timeout has several requests
+	gen     uint32 // counts its sends, so that a timeout of an earlier send is stale
+}
+
+// operation is what a client waits for: its live request (the latest it
+// sent; -1 once given up) and its current timeout.
+type operation struct {
+	live    int32
+	timeout uint64
+}
+
+// timeouts holds the deadlines of requests sent with one timeout value:
+// sends come in time order, so a FIFO keeps them in deadline order (to a
+// link's latency, as a reply's next request is sent a link ahead).
+type timeouts struct {
+	d    uint64
+	q    []deadline
+	head int
+}
+
+type deadline struct {
+	t   uint64
+	req int32
+	gen uint32
 }
 
 // node is a storage node: one server behind two FIFO queues, writes
@@ -272,11 +315,14 @@ type Sim struct {
 	vsbs               []vsbMsg               // VSBs in flight, by event.a
 	freeVSBs           []int32
 
-	reqs  []request
-	free  []int32
-	ctl   *control
-	lat   *hdrhistogram.Histogram
-	stats runStats
+	reqs     []request
+	free     []int32
+	ops      []operation
+	freeOps  []int32
+	timeouts []timeouts
+	ctl      *control
+	lat      *hdrhistogram.Histogram
+	stats    runStats
 }
 
 type runStats struct {
@@ -286,6 +332,7 @@ type runStats struct {
 	dropped        int64
 	issued         int64
 	retried        int64
+	timedOut       int64
 	nextProgress   int64
 	spineHitsStart uint64
 	hitsStart      uint64
@@ -433,6 +480,16 @@ func (s *Sim) Run() (bench.Run, error) {
 	s.at(uint64(s.cfg.Epoch), event{kind: evEpoch})
 	warm := uint64(s.cfg.Warmup)
 	for s.ev.len() > 0 {
+		if tq := s.nextTimeout(); tq != nil && tq.q[tq.head].t <= s.ev.h[0].t {
+			d := tq.q[tq.head]
+			tq.head++
+			if tq.head == len(tq.q) {
+				tq.q, tq.head = tq.q[:0], 0
+			}
+			s.now = max(s.now, d.t)
+			s.timeout(d)
+			continue
+		}
 		e := s.ev.pop()
 		s.now = e.t
 		if !s.stats.measuring && s.now >= warm {
@@ -511,7 +568,7 @@ func (s *Sim) newRequest() int32 {
 func (s *Sim) issue(c int32, t uint64) {
 	if c < 0 {
 		s.at(uint64(s.rng.ExpFloat64()/s.cfg.Rate*1e9), event{kind: evIssue, a: -1})
-		if len(s.reqs)-len(s.free) >= s.cfg.Concurrency {
+		if len(s.ops)-len(s.freeOps) >= s.cfg.Concurrency {
 			if s.stats.measuring {
 				s.stats.dropped++
 			}
@@ -523,7 +580,73 @@ func (s *Sim) issue(c int32, t uint64) {
 	r := &s.reqs[i]
 	r.kind, r.key, r.issued, r.client, r.retries = op.Kind, op.Index, t, c, 0
 	r.keyName = append(r.keyName[:0], op.Key...)
+	r.op = s.newOp(i)
 	s.send(i, t)
+}
+
+func (s *Sim) newOp(live int32) int32 {
+	o := operation{live: live, timeout: uint64(s.cfg.ClientTimeout)}
+	if n := len(s.freeOps); n > 0 {
+		i := s.freeOps[n-1]
+		s.freeOps = s.freeOps[:n-1]
+		s.ops[i] = o
+		return i
+	}
+	s.ops = append(s.ops, o)
+	return int32(len(s.ops) - 1)
+}
+
+// nextTimeout is the timeout list whose first deadline is the earliest.
+func (s *Sim) nextTimeout() *timeouts {
+	var best *timeouts
+	for i := range s.timeouts {
+		tq := &s.timeouts[i]
+		if tq.head < len(tq.q) && (best == nil || tq.q[tq.head].t < best.q[best.head].t) {
+			best = tq
+		}
+	}
+	return best
+}
+
+// armTimeout notes request i's deadline for the send at time t.
+func (s *Sim) armTimeout(i int32, t uint64) {
+	r := &s.reqs[i]
+	d := s.ops[r.op].timeout
+	for j := range s.timeouts {
+		if s.timeouts[j].d == d {
+			s.timeouts[j].q = append(s.timeouts[j].q, deadline{t + d, i, r.gen})
+			return
+		}
+	}
+	s.timeouts = append(s.timeouts, timeouts{d: d, q: []deadline{{t + d, i, r.gen}}})
+}
+
+// timeout: a request's deadline passed. If it is still its operation's
+// live request, the client gives the operation up (past OpTimeout) or
+// sends it again as a new request with twice the timeout; the first stays
+// queued where it is, and its reply will be dropped.
+func (s *Sim) timeout(d deadline) {
+	r := &s.reqs[d.req]
+	if r.gen != d.gen || s.ops[r.op].live != d.req {
+		return // answered, resent or given up since
+	}
+	o := &s.ops[r.op]
+	if s.now-r.issued >= uint64(s.cfg.OpTimeout) {
+		o.live = -1
+		s.endOp(r, false, s.now)
+		return
+	}
+	if s.stats.measuring {
+		s.stats.timedOut++
+	}
+	o.timeout = min(2*o.timeout, uint64(s.cfg.ClientMaxTimeout))
+	j := s.newRequest()
+	r = &s.reqs[d.req] // newRequest may have moved the slab
+	n := &s.reqs[j]
+	n.kind, n.key, n.issued, n.client, n.retries, n.op = r.kind, r.key, r.issued, r.client, r.retries, r.op
+	n.keyName = append(n.keyName[:0], r.keyName...)
+	o.live = j
+	s.send(j, s.now)
 }
 
 // send encodes request i's header afresh (a retry is a new request id)
@@ -538,7 +661,9 @@ func (s *Sim) send(i int32, t uint64) {
 	}
 	_ = h.EncodeHeader(r.hdr[:]) // the buffer is HeaderLen long
 	r.version = 0
+	r.gen++
 	s.stats.issued++
+	s.armTimeout(i, t)
 	s.at(t-s.now+s.link(), event{kind: evAtPlane, a: i})
 }
 
@@ -552,7 +677,11 @@ func (s *Sim) atPlane(i int32) {
 	}
 	v := s.racks[r.rack].Process(r.hdr[:], 0, s.now)
 	if v.Action != directory.Forward {
-		s.finish(i, false, s.now)
+		if s.ops[r.op].live == i {
+			s.finish(i, false, s.now)
+		} else {
+			s.free = append(s.free, i)
+		}
 		return
 	}
 	s.at(s.link(), event{kind: evAtNode, a: i})
@@ -746,6 +875,10 @@ func (s *Sim) replyAtPlane(i int32) {
 // else can happen at the client in between.
 func (s *Sim) replyAtClient(i int32, t uint64) {
 	r := &s.reqs[i]
+	if s.ops[r.op].live != i {
+		s.free = append(s.free, i) // a request its client resent or gave up
+		return
+	}
 	f := wire.Frame(r.hdr[:])
 	if f.Op() == wire.OpErr {
 		if r.retries < maxRetries {
@@ -760,14 +893,23 @@ func (s *Sim) replyAtClient(i int32, t uint64) {
 	s.finish(i, true, t)
 }
 
-// finish ends an operation at client time t and lets its closed-loop
-// client issue the next.
+// finish ends request i's operation at client time t with its reply (or
+// its drop).
 func (s *Sim) finish(i int32, ok bool, t uint64) {
 	r := &s.reqs[i]
-	if s.stats.measuring && r.issued >= s.stats.start {
+	s.ops[r.op].live = -1
+	s.free = append(s.free, i)
+	s.endOp(r, ok, t)
+}
+
+// endOp records the operation of request r as done or failed at client
+// time t, frees it, and lets its closed-loop client issue the next.
+func (s *Sim) endOp(r *request, ok bool, t uint64) {
+	op, issued, kind, key, c := r.op, r.issued, r.kind, r.key, r.client // r's slot may be reused below
+	if s.stats.measuring && issued >= s.stats.start {
 		if ok {
 			s.stats.done++
-			_ = s.lat.RecordValue(int64(max(t-r.issued, 1)))
+			_ = s.lat.RecordValue(int64(max(t-issued, 1)))
 		} else {
 			s.stats.errors++
 		}
@@ -776,11 +918,10 @@ func (s *Sim) finish(i int32, ok bool, t uint64) {
 			s.stats.nextProgress += s.cfg.Requests / 10
 		}
 	}
-	if r.kind == bench.OpInsert {
-		s.stream.Done(bench.Op{Kind: r.kind, Index: r.key}) // read-latest (D) may read it now
+	if kind == bench.OpInsert {
+		s.stream.Done(bench.Op{Kind: kind, Index: key}) // read-latest (D) may read it now
 	}
-	c := r.client
-	s.free = append(s.free, i)
+	s.freeOps = append(s.freeOps, op)
 	if c >= 0 {
 		s.issue(c, t)
 	}
@@ -804,8 +945,8 @@ func (s *Sim) result() bench.Run {
 	run.Device = "sim-" + s.cfg.Service
 	run.Control = "sim"
 	run.OfferedOps = s.cfg.Rate
-	run.Note = fmt.Sprintf("simulated: %d racks of ≤%d, %d partitions, link %v, seed %d, %d retries",
-		len(s.racks), s.cfg.RackSize, 1<<s.cfg.PartitionBits, s.cfg.Link, s.cfg.Seed, s.stats.retried)
+	run.Note = fmt.Sprintf("simulated: %d racks of ≤%d, %d partitions, link %v, seed %d, %d retries, %d resent after a timeout",
+		len(s.racks), s.cfg.RackSize, 1<<s.cfg.PartitionBits, s.cfg.Link, s.cfg.Seed, s.stats.retried, s.stats.timedOut)
 	return run
 }
 

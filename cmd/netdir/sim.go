@@ -182,6 +182,8 @@ comma lists of --nodes, --workload, --zipf and --policies sweep.`,
 		"and plot it against n·log2 n here (.svg or .png)")
 	fl.StringVar(&from, "from", "", "simulate nothing: read the runs from these JSON files (a comma list), for --needs, --json and --html")
 	fl.UintVar(&cfg.PartitionBits, "partition-bits", 0, "log2 partitions (default 10, or 16 partitions per node)")
+	fl.DurationVar(&cfg.ClientTimeout, "client-timeout", sim.DefaultClientTimeout,
+		"a client resends a request unanswered this long (doubling, up to 4×) and gives up after 5×, as netdir bench's")
 	fl.DurationVar(&cfg.Round, "round", sim.DefaultRound, "the controller's hot-key round (virtual time)")
 	fl.DurationVar(&cfg.Epoch, "epoch", sim.DefaultEpoch, "the HATS coarse epoch (virtual time)")
 	fl.DurationVar(&cfg.Warmup, "warmup", sim.DefaultWarmup, "virtual time before measuring")
