@@ -485,6 +485,8 @@ func (s *Sim) Run() (bench.Run, error) {
 			tq.head++
 			if tq.head == len(tq.q) {
 				tq.q, tq.head = tq.q[:0], 0
+			} else if tq.head > 4096 && tq.head*2 > len(tq.q) {
+				tq.q, tq.head = append(tq.q[:0], tq.q[tq.head:]...), 0
 			}
 			s.now = max(s.now, d.t)
 			s.timeout(d)
