@@ -24,11 +24,86 @@ type event struct {
 	kind uint8
 }
 
-// events is a 4-ary min-heap by (t, seq), typed to keep the hot loop free
-// of interface calls; four children per node halve the heap's depth.
+// events is the queue of future events, ordered by (t, seq). Most events
+// come a fixed delay after the one that schedules them (a link, two, a
+// deterministic service time), and those of one delay are scheduled in
+// time order: each such delay gets a FIFO lane, which needs no ordering
+// at all. The rest go to a 4-ary min-heap (four children per node halve
+// its depth), typed to keep the hot loop free of interface calls.
 type events struct {
-	h   []event
-	seq uint64
+	h     []event
+	seq   uint64
+	lanes []lane
+}
+
+// lane holds the events scheduled d after their scheduling: in (t, seq)
+// order, since time does not go back.
+type lane struct {
+	d    uint64
+	q    []event
+	head int
+}
+
+// maxLanes bounds the lanes; delays beyond the first maxLanes go to the
+// heap.
+const maxLanes = 8
+
+// after queues e at now+d.
+func (q *events) after(now, d uint64, e event) {
+	e.t = now + d
+	for i := range q.lanes {
+		if l := &q.lanes[i]; l.d == d {
+			q.seq++
+			e.seq = q.seq
+			l.q = append(l.q, e)
+			return
+		}
+	}
+	if len(q.lanes) < maxLanes {
+		q.lanes = append(q.lanes, lane{d: d})
+		q.after(now, d, e)
+		return
+	}
+	q.push(e)
+}
+
+// next returns the earliest event and removes it; false if there is none.
+func (q *events) next() (event, bool) {
+	var best *lane
+	for i := range q.lanes {
+		l := &q.lanes[i]
+		if l.head < len(l.q) && (best == nil || before(&l.q[l.head], &best.q[best.head])) {
+			best = l
+		}
+	}
+	if best == nil || len(q.h) > 0 && before(&q.h[0], &best.q[best.head]) {
+		if len(q.h) == 0 {
+			return event{}, false
+		}
+		return q.pop(), true
+	}
+	e := best.q[best.head]
+	best.head++
+	if best.head == len(best.q) {
+		best.q, best.head = best.q[:0], 0
+	} else if best.head > 4096 && best.head*2 > len(best.q) {
+		best.q, best.head = append(best.q[:0], best.q[best.head:]...), 0
+	}
+	return e, true
+}
+
+// peek is the earliest event's time; false if there is none.
+func (q *events) peek() (uint64, bool) {
+	t, ok := uint64(0), false
+	for i := range q.lanes {
+		if l := &q.lanes[i]; l.head < len(l.q) && (!ok || l.q[l.head].t < t) {
+			t, ok = l.q[l.head].t, true
+		}
+	}
+	if len(q.h) > 0 && (!ok || q.h[0].t < t) {
+		t, ok = q.h[0].t, true
+	}
+	return t, ok
 }
 
 func (q *events) push(e event) {
@@ -78,5 +153,3 @@ func (q *events) pop() event {
 	q.h[i] = last
 	return top
 }
-
-func (q *events) len() int { return len(q.h) }

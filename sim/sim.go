@@ -459,10 +459,7 @@ func (s *Sim) hash(i int64) wire.KeyHash {
 	return *h
 }
 
-func (s *Sim) at(d uint64, e event) {
-	e.t = s.now + d
-	s.ev.push(e)
-}
+func (s *Sim) at(d uint64, e event) { s.ev.after(s.now, d, e) }
 
 func (s *Sim) link() uint64 { return uint64(s.cfg.Link) }
 
@@ -479,8 +476,12 @@ func (s *Sim) Run() (bench.Run, error) {
 	s.at(uint64(s.cfg.Round), event{kind: evRound})
 	s.at(uint64(s.cfg.Epoch), event{kind: evEpoch})
 	warm := uint64(s.cfg.Warmup)
-	for s.ev.len() > 0 {
-		if tq := s.nextTimeout(); tq != nil && tq.q[tq.head].t <= s.ev.h[0].t {
+	for {
+		t, ok := s.ev.peek()
+		if !ok {
+			break
+		}
+		if tq := s.nextTimeout(); tq != nil && tq.q[tq.head].t <= t {
 			d := tq.q[tq.head]
 			tq.head++
 			if tq.head == len(tq.q) {
@@ -492,7 +493,7 @@ func (s *Sim) Run() (bench.Run, error) {
 			s.timeout(d)
 			continue
 		}
-		e := s.ev.pop()
+		e, _ := s.ev.next()
 		s.now = e.t
 		if !s.stats.measuring && s.now >= warm {
 			s.startMeasuring()

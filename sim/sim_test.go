@@ -101,66 +101,34 @@ func TestBadConfigIsAnError(t *testing.T) {
 	}
 }
 
-// TestEventsPopInTimeThenSchedulingOrder: the heap returns events by
-// time, and events of one time in the order they were pushed.
-func TestEventsPopInTimeThenSchedulingOrder(t *testing.T) {
+// TestEventsComeInTimeThenSchedulingOrder: the queue returns events by
+// time, and events of one time in the order they were scheduled, whether
+// they wait in a lane of one delay or in the heap (more delays than
+// lanes).
+func TestEventsComeInTimeThenSchedulingOrder(t *testing.T) {
 	var q events
-	times := []uint64{5, 3, 9, 3, 1, 5, 5, 0, 7, 3}
-	for i, tm := range times {
-		q.push(event{t: tm, a: int32(i)})
+	now := uint64(0)
+	n := 0
+	for step := range 40 {
+		for j := range 3 {
+			d := uint64((step*7+j*5)%13) * 10 // 13 delays: lanes and heap
+			q.after(now, d, event{a: int32(n)})
+			n++
+		}
+		now += 3
 	}
 	var prev event
-	for n := 0; q.len() > 0; n++ {
-		e := q.pop()
-		if n > 0 && (e.t < prev.t || e.t == prev.t && e.a < prev.a) {
-			t.Fatalf("popped (t=%d, #%d) after (t=%d, #%d)", e.t, e.a, prev.t, prev.a)
+	for got := 0; ; got++ {
+		e, ok := q.next()
+		if !ok {
+			if got != n {
+				t.Fatalf("%d events out of %d", got, n)
+			}
+			return
+		}
+		if got > 0 && (e.t < prev.t || e.t == prev.t && e.seq < prev.seq) {
+			t.Fatalf("event (t=%d, seq %d) after (t=%d, seq %d)", e.t, e.seq, prev.t, prev.seq)
 		}
 		prev = e
-	}
-}
-
-// TestSpineSpreadsAKeyHotterThanARack: on 64 nodes in two racks at zipf
-// 1.2 the hottest key draws a fifth of the reads, more than its rack's
-// 32 nodes can serve within their share; the spine spreads it over both
-// racks, and the cluster reaches the ideal throughput balanced.
-func TestSpineSpreadsAKeyHotterThanARack(t *testing.T) {
-	cfg := Config{Nodes: 64, Capacity: 1000, Workload: bench.Workload{Name: "C", Keys: 20_000, Zipf: 1.2, Seed: 1},
-		Concurrency: 1024, Warmup: 6 * time.Second, Requests: 150_000, Seed: 1}
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run, err := s.Run()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.spine == nil || s.spine.Len() == 0 || s.spine.Counters().Remote == 0 {
-		t.Fatal("the spine spread no key, or sent no read to a remote rack")
-	}
-	if ideal := 64 * 1000.0; run.ThroughputOps < 0.95*ideal || run.LoadMaxOverMean > 1.1 {
-		t.Errorf("%.0f ops/s of %.0f, max/mean %.3f; want ≥ 0.95 and ≤ 1.1", run.ThroughputOps, ideal, run.LoadMaxOverMean)
-	}
-}
-
-// TestDirectoryNeedsTakesTheSmallestDirectoryThatMetTheGoal.
-func TestDirectoryNeedsTakesTheSmallestDirectoryThatMetTheGoal(t *testing.T) {
-	run := func(n, dir int, ops float64) bench.Run {
-		return bench.Run{Nodes: n, DirSize: dir, ThroughputOps: ops, CapacityOps: 100}
-	}
-	needs := DirectoryNeeds([]bench.Run{
-		run(16, 64, 1590), run(16, 8, 1400), run(16, 16, 1540), run(32, 10, 3000),
-	}, BalanceGoal)
-	if len(needs) != 2 || needs[0].Nodes != 16 || needs[1].Nodes != 32 {
-		t.Fatalf("needs %+v, want 16 and 32 nodes in order", needs)
-	}
-	if !needs[0].Met || needs[0].Keys != 16 {
-		t.Errorf("16 nodes need %+v, want 16 keys (8 reached 0.875, 16 0.9625)", needs[0])
-	}
-	if needs[1].Met {
-		t.Errorf("32 nodes at 0.9375 of the ideal met the goal: %+v", needs[1])
-	}
-	var b bytes.Buffer
-	if err := PlotNeeds(&b, "needs.svg", "R=3", needs); err != nil || !bytes.Contains(b.Bytes(), []byte("<svg")) {
-		t.Errorf("PlotNeeds: %v, %d bytes", err, b.Len())
 	}
 }
