@@ -39,9 +39,8 @@ type events struct {
 // lane holds the events scheduled d after their scheduling: in (t, seq)
 // order, since time does not go back.
 type lane struct {
-	d    uint64
-	q    []event
-	head int
+	d uint64
+	queue[event]
 }
 
 // maxLanes bounds the lanes; delays beyond the first maxLanes go to the
@@ -55,7 +54,7 @@ func (q *events) after(now, d uint64, e event) {
 		if l := &q.lanes[i]; l.d == d {
 			q.seq++
 			e.seq = q.seq
-			l.q = append(l.q, e)
+			l.push(e)
 			return
 		}
 	}
@@ -72,32 +71,25 @@ func (q *events) next() (event, bool) {
 	var best *lane
 	for i := range q.lanes {
 		l := &q.lanes[i]
-		if l.head < len(l.q) && (best == nil || before(&l.q[l.head], &best.q[best.head])) {
+		if l.len() > 0 && (best == nil || before(l.first(), best.first())) {
 			best = l
 		}
 	}
-	if best == nil || len(q.h) > 0 && before(&q.h[0], &best.q[best.head]) {
+	if best == nil || len(q.h) > 0 && before(&q.h[0], best.first()) {
 		if len(q.h) == 0 {
 			return event{}, false
 		}
 		return q.pop(), true
 	}
-	e := best.q[best.head]
-	best.head++
-	if best.head == len(best.q) {
-		best.q, best.head = best.q[:0], 0
-	} else if best.head > 4096 && best.head*2 > len(best.q) {
-		best.q, best.head = append(best.q[:0], best.q[best.head:]...), 0
-	}
-	return e, true
+	return best.pop(), true
 }
 
 // peek is the earliest event's time; false if there is none.
 func (q *events) peek() (uint64, bool) {
 	t, ok := uint64(0), false
 	for i := range q.lanes {
-		if l := &q.lanes[i]; l.head < len(l.q) && (!ok || l.q[l.head].t < t) {
-			t, ok = l.q[l.head].t, true
+		if l := &q.lanes[i]; l.len() > 0 && (!ok || l.first().t < t) {
+			t, ok = l.first().t, true
 		}
 	}
 	if len(q.h) > 0 && (!ok || q.h[0].t < t) {
@@ -152,4 +144,29 @@ func (q *events) pop() event {
 	}
 	q.h[i] = last
 	return top
+}
+
+// queue is a FIFO over a slice whose consumed head is dropped now and
+// then.
+type queue[T any] struct {
+	q    []T
+	head int
+}
+
+func (f *queue[T]) len() int { return len(f.q) - f.head }
+
+func (f *queue[T]) push(x T) { f.q = append(f.q, x) }
+
+// first is the head; the queue must not be empty.
+func (f *queue[T]) first() *T { return &f.q[f.head] }
+
+func (f *queue[T]) pop() T {
+	x := f.q[f.head]
+	f.head++
+	if f.head == len(f.q) {
+		f.q, f.head = f.q[:0], 0
+	} else if f.head > 1024 && f.head*2 > len(f.q) {
+		f.q, f.head = append(f.q[:0], f.q[f.head:]...), 0
+	}
+	return x
 }

@@ -204,7 +204,8 @@ func (c *Config) fill() error {
 	return nil
 }
 
-// request is one operation in flight, from its client to its reply.
+// request is one send of an operation, from its client to its reply: an
+// operation resent after a timeout has several.
 type request struct {
 	hdr     [wire.HeaderLen]byte
 	kind    bench.OpKind
@@ -230,9 +231,8 @@ type operation struct {
 // sends come in time order, so a FIFO keeps them in deadline order (to a
 // link's latency, as a reply's next request is sent a link ahead).
 type timeouts struct {
-	d    uint64
-	q    []deadline
-	head int
+	d uint64
+	queue[deadline]
 }
 
 type deadline struct {
@@ -247,8 +247,8 @@ type deadline struct {
 type node struct {
 	id      wire.NodeID
 	rack    int
-	writes  fifo
-	reads   fifo
+	writes  queue[int32]
+	reads   queue[int32]
 	serving int32 // the request in service, -1 if idle
 	// Counts since the last epoch, per chain position, for HATS's C, and
 	// the run's measured requests.
@@ -265,28 +265,6 @@ func (n *node) backlog() int {
 		b++
 	}
 	return b
-}
-
-// fifo is a queue of requests.
-type fifo struct {
-	q    []int32
-	head int
-}
-
-func (f *fifo) len() int { return len(f.q) - f.head }
-
-func (f *fifo) push(i int32) { f.q = append(f.q, i) }
-
-func (f *fifo) pop() int32 {
-	i := f.q[f.head]
-	f.head++
-	if f.head == len(f.q) {
-		f.q, f.head = f.q[:0], 0
-	} else if f.head > 1024 && f.head*2 > len(f.q) {
-		f.q = append(f.q[:0], f.q[f.head:]...)
-		f.head = 0
-	}
-	return i
 }
 
 // Sim is one run in progress.
@@ -326,18 +304,17 @@ type Sim struct {
 }
 
 type runStats struct {
-	measuring      bool
-	start, end     uint64
-	done, errors   int64
-	dropped        int64
-	issued         int64
-	retried        int64
-	timedOut       int64
-	nextProgress   int64
-	spineHitsStart uint64
-	hitsStart      uint64
-	missesStart    uint64
-	switchedStart  uint64
+	measuring     bool
+	start, end    uint64
+	done, errors  int64
+	dropped       int64
+	issued        int64
+	retried       int64
+	timedOut      int64
+	nextProgress  int64
+	hitsStart     uint64
+	missesStart   uint64
+	switchedStart uint64
 }
 
 // New builds a run: its layout, data planes, nodes and clients.
@@ -481,14 +458,8 @@ func (s *Sim) Run() (bench.Run, error) {
 		if !ok {
 			break
 		}
-		if tq := s.nextTimeout(); tq != nil && tq.q[tq.head].t <= t {
-			d := tq.q[tq.head]
-			tq.head++
-			if tq.head == len(tq.q) {
-				tq.q, tq.head = tq.q[:0], 0
-			} else if tq.head > 4096 && tq.head*2 > len(tq.q) {
-				tq.q, tq.head = append(tq.q[:0], tq.q[tq.head:]...), 0
-			}
+		if tq := s.nextTimeout(); tq != nil && tq.first().t <= t {
+			d := tq.pop()
 			s.now = max(s.now, d.t)
 			s.timeout(d)
 			continue
@@ -604,7 +575,7 @@ func (s *Sim) nextTimeout() *timeouts {
 	var best *timeouts
 	for i := range s.timeouts {
 		tq := &s.timeouts[i]
-		if tq.head < len(tq.q) && (best == nil || tq.q[tq.head].t < best.q[best.head].t) {
+		if tq.len() > 0 && (best == nil || tq.first().t < best.first().t) {
 			best = tq
 		}
 	}
@@ -617,11 +588,12 @@ func (s *Sim) armTimeout(i int32, t uint64) {
 	d := s.ops[r.op].timeout
 	for j := range s.timeouts {
 		if s.timeouts[j].d == d {
-			s.timeouts[j].q = append(s.timeouts[j].q, deadline{t + d, i, r.gen})
+			s.timeouts[j].push(deadline{t + d, i, r.gen})
 			return
 		}
 	}
-	s.timeouts = append(s.timeouts, timeouts{d: d, q: []deadline{{t + d, i, r.gen}}})
+	s.timeouts = append(s.timeouts, timeouts{d: d})
+	s.timeouts[len(s.timeouts)-1].push(deadline{t + d, i, r.gen})
 }
 
 // timeout: a request's deadline passed. If it is still its operation's
