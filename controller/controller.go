@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -421,16 +422,9 @@ func (c *Controller) HotKeyRound(ctx context.Context) error {
 	// Host agents' counts since the last round: their slot hits add to the
 	// cached keys', their sketch growth to the planes'.
 	agents := c.takeAgentTalliesLocked()
-	cands := map[wire.KeyHash]*sched.Candidate{}
-	for _, r := range c.reports {
-		for _, kc := range r.HotKeys {
-			h := wire.HashKey(kc.Key)
-			if cc, ok := cands[h]; ok {
-				cc.Count += kc.Count
-			} else {
-				cands[h] = &sched.Candidate{Hash: h, Key: kc.Key, Count: kc.Count}
-			}
-		}
+	var reports [][]sched.KeyCount
+	for _, id := range slices.Sorted(maps.Keys(c.reports)) {
+		reports = append(reports, c.reports[id].HotKeys)
 	}
 	clear(c.reports)
 	c.mu.Unlock()
@@ -464,15 +458,15 @@ func (c *Controller) HotKeyRound(ctx context.Context) error {
 	// Nodes name the candidates (the data plane only sees hashes); the
 	// sketch, which sees every miss through the data plane, bounds how hot
 	// each one is from below where the nodes' own counts undercount it.
-	list := make([]sched.Candidate, 0, len(cands))
-	for _, cc := range cands {
+	list := sched.Candidates(reports, wire.HashKey, func(h wire.KeyHash) uint64 {
 		est := ^uint64(0)
 		for r := 0; r < directory.SketchRows; r++ {
-			est = min(est, sketch[r][directory.SketchIndex(&cc.Hash, r)])
+			est = min(est, sketch[r][directory.SketchIndex(&h, r)])
 		}
-		cc.Count = max(cc.Count, est)
+		return est
+	})
+	for _, cc := range list {
 		all += cc.Count
-		list = append(list, *cc)
 	}
 	dec := c.hot.Round(cachedCounts, list)
 	var errs []error
@@ -485,7 +479,13 @@ func (c *Controller) HotKeyRound(ctx context.Context) error {
 		}
 		errs = append(errs, c.evict(ctx, e))
 	}
-	load := copyLoad(entries, dec.Evict, all)
+	var kept []sched.HotKeyLoad
+	for _, e := range entries {
+		if !slices.Contains(dec.Evict, e.Hash) {
+			kept = append(kept, sched.HotKeyLoad{Locs: e.Locs, Requests: e.Hits})
+		}
+	}
+	load := sched.CopyLoad(kept, all)
 	for _, cc := range dec.Promote {
 		share := 0.0
 		if all > 0 {
@@ -516,9 +516,8 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 	// decision out until its commands are applied.
 	chain := c.st.lay.ChainOf(h)
 	ids := c.st.lay.Nodes()
-	k := sched.CopyCount(share, len(ids), len(chain)) - len(chain)
-	extras := sched.PlaceExtras(chain, ids, load, k, share/float64(k+len(chain)))
-	locs := append(slices.Clone(chain), extras...)
+	locs := sched.Locations(chain, ids, share, load)
+	extras := locs[len(chain):]
 	weights := make([]uint32, len(locs))
 	for i := range weights {
 		weights[i] = 1 // even until the next coarse epoch weighs the key

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/gossip"
 	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/wire"
@@ -105,7 +106,7 @@ func (c *Controller) TreeExpected() map[wire.NodeID][]float64 {
 	weights := make([][]uint32, m.Partitions())
 	for p, b := range parts.Buckets {
 		if int(p) < len(weights) {
-			weights[p] = bucketWeights(b, len(m.Chain(p)))
+			weights[p] = directory.BucketShares(b, len(m.Chain(p)))
 		}
 	}
 	gs := &c.gossip

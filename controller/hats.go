@@ -116,30 +116,6 @@ func (c *Controller) nodeStatsLocked(nodes []wire.NodeID, scale float64) []sched
 	return out
 }
 
-// bucketsMoved reports whether new moves a member's share from old by more
-// than one bucket, or to or from none: smaller changes are the epoch's noise,
-// not worth a partition's 64 table writes on a P4 switch.
-func bucketsMoved(old, new []uint8, n int) bool {
-	a, b := bucketWeights(old, n), bucketWeights(new, n)
-	for i := range a {
-		if a[i] != b[i] && (a[i] == 0 || b[i] == 0 || max(a[i], b[i])-min(a[i], b[i]) > 1) {
-			return true
-		}
-	}
-	return false
-}
-
-// bucketWeights is the split a bucket table realises: buckets per location.
-func bucketWeights(buckets []uint8, n int) []uint32 {
-	w := make([]uint32, n)
-	for _, b := range buckets {
-		if int(b) < n {
-			w[b]++
-		}
-	}
-	return w
-}
-
 // runEpochs runs CoarseRound every epoch, unless paused, until ctx ends; the next epoch
 // starts a whole epoch after the last one ended, however long installing its
 // weights took.
@@ -185,11 +161,11 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 	in := sched.CoarseInput{Epoch: c.cfg.Epoch, Nodes: c.nodeStatsLocked(m.Nodes(), scale), Chains: m.Chains(),
 		Weights: make([][]uint32, m.Partitions()), Settle: sched.DefaultSettle}
 	for p, b := range parts.Buckets {
-		in.Weights[p] = bucketWeights(b, len(m.Chain(p)))
+		in.Weights[p] = directory.BucketShares(b, len(m.Chain(p)))
 	}
 	for _, e := range entries {
 		in.HotKeys = append(in.HotKeys, sched.HotKeyLoad{Hash: e.Hash, Locs: e.Locs, R: e.R,
-			Requests: uint64(scale * float64(c.coarse.keyHits[e.Hash])), Weights: bucketWeights(e.Buckets, len(e.Locs))})
+			Requests: uint64(scale * float64(c.coarse.keyHits[e.Hash])), Weights: directory.BucketShares(e.Buckets, len(e.Locs))})
 	}
 	clear(c.coarse.keyHits)
 	c.mu.Unlock()
@@ -206,7 +182,7 @@ func (c *Controller) CoarseRound(ctx context.Context) (sched.CoarsePlan, error) 
 		if !ok {
 			old = directory.BucketsForWeights(make([]uint32, len(m.Chain(uint32(p)))))
 		}
-		if bucketsMoved(old, b, len(w)) {
+		if directory.BucketsMoved(old, b, len(w)) {
 			changed[uint32(p)] = b
 		}
 	}
@@ -266,25 +242,4 @@ func (c *Controller) ExpectedShares() map[wire.NodeID]float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return maps.Clone(c.coarse.share)
-}
-
-// copyLoad is each node's share of all requests for the directory keys it
-// holds, on its chain or as a copy, by the keys' last round, evenly over
-// their locations: the load that sched.PlaceExtras places the next copies
-// against, so that copies spread over the nodes rather than go to the lowest
-// ids of a directory's first keys.
-func copyLoad(entries []Entry, evicted []wire.KeyHash, all uint64) map[wire.NodeID]float64 {
-	load := map[wire.NodeID]float64{}
-	if all == 0 {
-		return load
-	}
-	for _, e := range entries {
-		if slices.Contains(evicted, e.Hash) {
-			continue
-		}
-		for _, n := range e.Locs {
-			load[n] += float64(e.Hits) / float64(all) / float64(len(e.Locs))
-		}
-	}
-	return load
 }

@@ -556,3 +556,28 @@ func (d *Directory) ResetSketch() { d.sketch = [SketchRows][SketchCols]uint32{} 
 
 // Counters returns the counters.
 func (d *Directory) Counters() Counters { return d.counter }
+
+// BucketShares is the split a bucket table realises: buckets per location,
+// for n locations.
+func BucketShares(buckets []uint8, n int) []uint32 {
+	w := make([]uint32, n)
+	for _, b := range buckets {
+		if int(b) < n {
+			w[b]++
+		}
+	}
+	return w
+}
+
+// BucketsMoved reports whether table b moves a member's share from table
+// old by more than one bucket, or to or from none: smaller changes are an
+// epoch's noise, not worth a partition's table writes on a P4 switch.
+func BucketsMoved(old, b []uint8, n int) bool {
+	x, y := BucketShares(old, n), BucketShares(b, n)
+	for i := range x {
+		if x[i] != y[i] && (x[i] == 0 || y[i] == 0 || max(x[i], y[i])-min(x[i], y[i]) > 1) {
+			return true
+		}
+	}
+	return false
+}

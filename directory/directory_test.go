@@ -494,3 +494,19 @@ func TestRunChanges(t *testing.T) {
 		t.Errorf("to nothing: del %v same %v add %v", del, same, add)
 	}
 }
+
+func TestBucketsMovedIgnoresOneBucketOfNoise(t *testing.T) {
+	even := directory.BucketsForWeights([]uint32{1, 1})
+	if directory.BucketsMoved(even, directory.BucketsForWeights([]uint32{17, 15}), 2) {
+		t.Error("a move of one bucket counted as moved")
+	}
+	if !directory.BucketsMoved(even, directory.BucketsForWeights([]uint32{20, 12}), 2) {
+		t.Error("a move of four buckets not counted")
+	}
+	if !directory.BucketsMoved(directory.BucketsForWeights([]uint32{31, 1}), directory.BucketsForWeights([]uint32{1, 0}), 2) {
+		t.Error("a member losing its last bucket not counted")
+	}
+	if got := directory.BucketShares(even, 2); got[0] != 16 || got[1] != 16 {
+		t.Errorf("BucketShares(even) = %v", got)
+	}
+}

@@ -25,6 +25,7 @@ func main() {
 	root.AddCommand(agentCmd())
 	root.AddCommand(demoCmd())
 	root.AddCommand(benchCmd())
+	root.AddCommand(simCmd())
 	root.AddCommand(captureCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "netdir:", err)

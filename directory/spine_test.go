@@ -1,0 +1,159 @@
+package directory_test
+
+import (
+	"testing"
+
+	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/wire"
+)
+
+// spineWith is a spine over 4 racks, 2 partition bits, partition p homed in
+// rack p, and key k spread over racks 0 (its home), 2 and 3 at version 5.
+func spineWith(t *testing.T) (*directory.Spine, wire.KeyHash) {
+	t.Helper()
+	s, err := directory.NewSpine(4, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range 4 {
+		if err := s.SetHome(uint32(p), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var k wire.KeyHash // partition 0: home rack 0
+	k[15] = 1
+	if err := s.Insert(k, []int{0, 2, 3}, 5); err != nil {
+		t.Fatal(err)
+	}
+	return s, k
+}
+
+func spinePkt(op wire.Op, k wire.KeyHash, reqid, stamp uint64, code wire.Code) []byte {
+	b := make([]byte, wire.HeaderLen)
+	_ = (&wire.Header{Op: op, KeyHash: k, ReqID: reqid, Stamp: stamp, Code: code}).EncodeHeader(b)
+	return b
+}
+
+// reads sends n reads of k with request ids 0..n−1 and counts them by rack.
+func reads(s *directory.Spine, k wire.KeyHash, n int) map[int]int {
+	by := map[int]int{}
+	for i := range n {
+		by[s.Request(spinePkt(wire.OpGet, k, uint64(i)*0x9e3779b97f4a7c15, 0, 0))]++
+	}
+	return by
+}
+
+func TestSpineSendsReadsHomeUntilARackAnnouncesTheVersion(t *testing.T) {
+	s, k := spineWith(t)
+	if by := reads(s, k, 50); by[0] != 50 {
+		t.Fatalf("before any VSB reads went to %v, want all home", by)
+	}
+	if s.VSB(spinePkt(wire.OpVSB, k, 0, 4, 0), 2) {
+		t.Fatal("a VSB for an older version made rack 2 fresh")
+	}
+	if s.VSB(spinePkt(wire.OpVSB, k, 0, 5, 0), 1) {
+		t.Fatal("a VSB from a rack not holding the key was accepted")
+	}
+	if !s.VSB(spinePkt(wire.OpVSB, k, 0, 5, 0), 2) {
+		t.Fatal("rack 2's VSB for the completed version was refused")
+	}
+	if by := reads(s, k, 200); by[2] == 0 || by[3] != 0 || by[1] != 0 {
+		t.Fatalf("with rack 2 fresh reads went to %v, want home and rack 2 only", by)
+	}
+}
+
+func TestSpineWriteClearsRemoteRacksUntilItsReplyAndANewVSB(t *testing.T) {
+	s, k := spineWith(t)
+	s.VSB(spinePkt(wire.OpVSB, k, 0, 5, 0), 2)
+	s.VSB(spinePkt(wire.OpVSB, k, 0, 5, 0), 3)
+	if r := s.Request(spinePkt(wire.OpPut, k, 7, 0, 0)); r != 0 {
+		t.Fatalf("a write went to rack %d, want its home", r)
+	}
+	if by := reads(s, k, 50); by[0] != 50 {
+		t.Fatalf("with a write pending reads went to %v, want all home", by)
+	}
+	if s.VSB(spinePkt(wire.OpVSB, k, 0, 5, 0), 2) {
+		t.Fatal("a remote VSB was accepted while a write was pending")
+	}
+	s.Reply(spinePkt(wire.OpPutReply, k, 7, 6, wire.CodeOK), 0)
+	if e, _ := s.Lookup(k); e.Pending != 0 || e.VerDone != 6 {
+		t.Fatalf("after the reply: pending %d, ver_done %d; want 0 and 6", e.Pending, e.VerDone)
+	}
+	if s.VSB(spinePkt(wire.OpVSB, k, 0, 5, 0), 3) {
+		t.Fatal("a remote VSB for the old version was accepted")
+	}
+	if !s.VSB(spinePkt(wire.OpVSB, k, 0, 6, 0), 3) {
+		t.Fatal("rack 3's VSB for the new version was refused")
+	}
+	if by := reads(s, k, 200); by[3] == 0 || by[2] != 0 {
+		t.Fatalf("reads went to %v, want home and rack 3", by)
+	}
+}
+
+func TestSpineWriteErrorsEndPendingAndTheTailAnnouncesCommits(t *testing.T) {
+	s, k := spineWith(t)
+	s.Request(spinePkt(wire.OpPut, k, 1, 0, 0))
+	s.Reply(spinePkt(wire.OpErr, k, 1, 0, wire.CodeNotFound), 0) // not a write's error
+	if e, _ := s.Lookup(k); e.Pending != 1 {
+		t.Fatalf("pending %d after an error no write gets, want 1", e.Pending)
+	}
+	s.Reply(spinePkt(wire.OpErr, k, 1, 0, wire.CodeStaleVersion), 0)
+	if e, _ := s.Lookup(k); e.Pending != 0 {
+		t.Fatalf("pending %d after ERR stale-version, want 0", e.Pending)
+	}
+	if !s.VSB(spinePkt(wire.OpVSB, k, 0, 9, 0), 0) {
+		t.Fatal("the home tail's commit announcement was refused")
+	}
+	if e, _ := s.Lookup(k); e.VerDone != 9 {
+		t.Fatalf("ver_done %d after the tail announced 9", e.VerDone)
+	}
+}
+
+func TestSpineTwoChoicesPreferTheRackWithLessInFlight(t *testing.T) {
+	s, k := spineWith(t)
+	s.VSB(spinePkt(wire.OpVSB, k, 0, 5, 0), 2)
+	s.VSB(spinePkt(wire.OpVSB, k, 0, 5, 0), 3)
+	// Without replies, in-flight counts grow with every choice: two
+	// choices keep the three racks within a few requests of each other.
+	reads(s, k, 300)
+	lo, hi := s.InFlight(0), s.InFlight(0)
+	for r := range 4 {
+		if r == 1 {
+			continue
+		}
+		lo, hi = min(lo, s.InFlight(r)), max(hi, s.InFlight(r))
+	}
+	if hi-lo > 10 {
+		t.Errorf("in flight per rack from %d to %d after 300 reads, want within 10", lo, hi)
+	}
+	if s.InFlight(1) != 0 {
+		t.Errorf("rack 1 holds no copy but has %d in flight", s.InFlight(1))
+	}
+}
+
+func TestSpineRefusesBadInput(t *testing.T) {
+	s, k := spineWith(t)
+	if err := s.Insert(k, []int{0}, 0); err != directory.ErrExists {
+		t.Errorf("second insert: %v", err)
+	}
+	var other wire.KeyHash
+	other[0] = 0x40 // partition 1: home rack 1
+	for _, racks := range [][]int{nil, {0, 1}, {1, 1}, {1, 9}} {
+		if err := s.Insert(other, racks, 0); err == nil {
+			t.Errorf("insert over racks %v accepted", racks)
+		}
+	}
+	if r := s.Request([]byte{1, 2, 3}); r != 0 {
+		t.Errorf("a short packet went to rack %d", r)
+	}
+	s.Reply([]byte{1}, 7) // neither panics nor counts
+	if s.VSB([]byte{1}, 0) {
+		t.Error("a short VSB was accepted")
+	}
+	if _, err := directory.NewSpine(0, 10); err == nil {
+		t.Error("a spine of no racks")
+	}
+	if err := s.Evict(other); err != directory.ErrNotFound {
+		t.Errorf("evicting an absent key: %v", err)
+	}
+}

@@ -1,0 +1,80 @@
+package sched
+
+import (
+	"math"
+	"slices"
+
+	"github.com/netdir/netdir/wire"
+)
+
+// Candidates merges the nodes' hot-key reports into the round's
+// candidates: a key's count is the sum of what the nodes served of it,
+// raised to the miss sketch's estimate (estimate, by hash), which sees
+// every miss through the data plane where the nodes' own top-k undercount.
+// Keys come out in hash order, so that a round is deterministic. hash is
+// wire.HashKey, or a memo of it.
+func Candidates(reports [][]KeyCount, hash func([]byte) wire.KeyHash, estimate func(wire.KeyHash) uint64) []Candidate {
+	byHash := map[wire.KeyHash]*Candidate{}
+	for _, r := range reports {
+		for _, kc := range r {
+			h := hash(kc.Key)
+			if c, ok := byHash[h]; ok {
+				c.Count += kc.Count
+			} else {
+				byHash[h] = &Candidate{Hash: h, Key: kc.Key, Count: kc.Count}
+			}
+		}
+	}
+	out := make([]Candidate, 0, len(byHash))
+	for _, c := range byHash {
+		c.Count = max(c.Count, estimate(c.Hash))
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b Candidate) int { return slices.Compare(a.Hash[:], b.Hash[:]) })
+	return out
+}
+
+// CopyLoad is each node's share of all requests for the directory keys it
+// holds, on its chain or as a copy, by the keys' requests in the last round
+// (HotKeyLoad.Requests), evenly over their locations: the load that
+// PlaceExtras places the next copies against, so that copies spread over
+// the nodes rather than go to the lowest ids of a directory's first keys.
+func CopyLoad(keys []HotKeyLoad, all uint64) map[wire.NodeID]float64 {
+	load := map[wire.NodeID]float64{}
+	if all == 0 {
+		return load
+	}
+	for _, k := range keys {
+		for _, n := range k.Locs {
+			load[n] += float64(k.Requests) / float64(all) / float64(len(k.Locs))
+		}
+	}
+	return load
+}
+
+// Locations is the LocationList of a key promoted with share of all
+// requests: its chain, then CopyCount's extras placed by PlaceExtras
+// (which adds their expected load to load).
+func Locations(chain, nodes []wire.NodeID, share float64, load map[wire.NodeID]float64) []wire.NodeID {
+	k := CopyCount(share, len(nodes), len(chain)) - len(chain)
+	extras := PlaceExtras(chain, nodes, load, k, share/float64(k+len(chain)))
+	return append(slices.Clone(chain), extras...)
+}
+
+// RackHeadroom is how far above its fair share (1/racks of all requests)
+// a rack holding a copy of a key that the spine spreads may be expected to
+// run. It is much smaller than CopyHeadroom: a rack's excess is every one
+// of its nodes' excess, and no weight inside the rack can move it out;
+// the spine's two choices even out what is left.
+const RackHeadroom = 0.005
+
+// RackCount is the racks a key that draws share of all requests is spread
+// over by the spine, CopyCount's rule at rack granularity: every rack
+// carries about (1−share)/racks of the other keys, so one of c racks
+// holding the key stays within (1+RackHeadroom)/racks when c ≥
+// share·racks / (RackHeadroom + share). It is at least 1 (the home rack)
+// and at most the racks there are, and 32.
+func RackCount(share float64, racks int) int {
+	want := int(math.Ceil(share * float64(racks) / (RackHeadroom + share)))
+	return min(max(want, 1), racks, 32)
+}

@@ -1,0 +1,423 @@
+package sim
+
+import (
+	"cmp"
+	"errors"
+	"slices"
+	"strconv"
+
+	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/sched"
+	"github.com/netdir/netdir/wire"
+)
+
+// control is the controller's loops over the simulated planes, deciding
+// with package sched as the controller does: per rack a hot-key round
+// (sched.Candidates, sched.HotKeys, sched.CopyLoad, sched.Locations), a
+// spine round that spreads the hottest keys over racks, and the HATS
+// coarse epoch (sched.Coarse).
+type control struct {
+	s     *Sim
+	hot   []*sched.HotKeys // per rack: the keys homed there
+	spine *sched.HotKeys
+	// Slot hits at the last round, and hits since the last epoch, per
+	// rack and key.
+	lastHits  []map[wire.KeyHash]uint64
+	epochHits []map[wire.KeyHash]uint64
+	// Keys spread over racks: their racks and, per remote rack, its
+	// LocationList (the rack primary first).
+	spread map[int64]*spreadKey
+}
+
+type spreadKey struct {
+	racks  []int
+	remote map[int][]wire.NodeID
+}
+
+func newControl(s *Sim) *control {
+	c := &control{s: s, spread: map[int64]*spreadKey{}}
+	for range s.racks {
+		c.hot = append(c.hot, sched.NewHotKeys(sched.HotKeyConfig{Capacity: s.cfg.DirSize, PromoteMin: s.cfg.PromoteMin,
+			Nodes: s.cfg.RackSize, Chain: s.cfg.Replicas}))
+		c.lastHits = append(c.lastHits, map[wire.KeyHash]uint64{})
+		c.epochHits = append(c.epochHits, map[wire.KeyHash]uint64{})
+	}
+	if s.spine != nil {
+		c.spine = sched.NewHotKeys(sched.HotKeyConfig{Capacity: s.cfg.SpineSize, PromoteMin: s.cfg.PromoteMin,
+			Nodes: len(s.racks), Chain: 1})
+	}
+	return c
+}
+
+// keyIndex is the index of a key named by the workload (prefix and twelve
+// digits).
+func (c *control) keyIndex(name []byte) (int64, bool) {
+	if len(name) < 12 {
+		return 0, false
+	}
+	i, err := strconv.ParseInt(string(name[len(name)-12:]), 10, 64)
+	return i, err == nil && i >= 0
+}
+
+// hashOf is wire.HashKey through the simulator's memo.
+func (c *control) hashOf(name []byte) wire.KeyHash {
+	if i, ok := c.keyIndex(name); ok {
+		return c.s.hash(i)
+	}
+	return wire.HashKey(name)
+}
+
+// announced reports whether key k's commits are announced: it is in its
+// home rack's directory or spread over racks.
+func (c *control) announced(k int64) bool { return c.s.promoted[k] || c.spread[k] != nil }
+
+// copies lists the nodes that get key k's committed versions besides its
+// chain: its extras in its home rack, then per remote rack the primary and
+// its extras.
+func (c *control) copies(k int64) []wire.NodeID {
+	s := c.s
+	h := s.hash(k)
+	home := 0
+	if s.spine != nil {
+		home = s.spine.Home(h)
+	}
+	var out []wire.NodeID
+	if sl, ok := s.racks[home].Lookup(h); ok {
+		out = append(out, sl.Locs[sl.R:sl.N]...)
+	}
+	if sk := c.spread[k]; sk != nil {
+		for _, r := range sk.racks[1:] {
+			out = append(out, sk.remote[r]...)
+		}
+	}
+	return out
+}
+
+// announcesToSpine: node n's VSBs for key k reach the spine if n is k's
+// tail or a remote rack's primary.
+func (c *control) announcesToSpine(k int64, n wire.NodeID) bool {
+	sk := c.spread[k]
+	if sk == nil {
+		return false
+	}
+	ch := c.s.chains[c.s.hash(k).Partition(c.s.cfg.PartitionBits)]
+	if n == ch[len(ch)-1] {
+		return true
+	}
+	for _, locs := range sk.remote {
+		if locs[0] == n {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *control) dirSize() int {
+	n := 0
+	for _, d := range c.s.racks {
+		n += d.Len()
+	}
+	if c.s.spine != nil {
+		n += c.s.spine.Len()
+	}
+	return n
+}
+
+// rackRound is one rack's slot hits since the last round, and all its
+// requests as the controller counts them: the hits and the candidates'
+// counts.
+type rackRound struct {
+	counts map[wire.KeyHash]uint64
+	hits   uint64
+	all    uint64
+}
+
+// round is one hot-key round: every rack's, then the spine's.
+func (c *control) round() error {
+	s := c.s
+	reports := make([][][]sched.KeyCount, len(s.racks))
+	for i := range s.nodes {
+		n := &s.nodes[i]
+		reports[n.rack] = append(reports[n.rack], n.top.Top(64))
+	}
+	rounds := make([]rackRound, len(s.racks))
+	var errs []error
+	for r, d := range s.racks {
+		rr := rackRound{counts: map[wire.KeyHash]uint64{}}
+		d.Each(func(_ uint32, sl *directory.Slot) {
+			last := c.lastHits[r][sl.Hash]
+			delta := sl.Hits - min(last, sl.Hits)
+			c.lastHits[r][sl.Hash] = sl.Hits
+			c.epochHits[r][sl.Hash] += delta
+			rr.counts[sl.Hash] = delta
+			rr.hits += delta
+		})
+		errs = append(errs, c.rackRound(r, reports[r], &rr))
+		rounds[r] = rr
+		d.ResetSketch()
+	}
+	if s.spine != nil {
+		errs = append(errs, c.spineRound(rounds))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *control) home(h wire.KeyHash) int {
+	if c.s.spine == nil {
+		return 0
+	}
+	return c.s.spine.Home(h)
+}
+
+// rackRound decides rack r's promotions and evictions of the keys homed in
+// it, as controller.HotKeyRound does.
+func (c *control) rackRound(r int, reports [][]sched.KeyCount, rr *rackRound) error {
+	s := c.s
+	d := s.racks[r]
+	cached := map[wire.KeyHash]uint64{}
+	for h, n := range rr.counts {
+		if c.home(h) == r {
+			cached[h] = n
+		}
+	}
+	all := rr.hits
+	var cands []sched.Candidate
+	for _, cd := range sched.Candidates(reports, c.hashOf, func(h wire.KeyHash) uint64 { return uint64(d.SketchEstimate(h)) }) {
+		if c.home(cd.Hash) != r {
+			continue
+		}
+		all += cd.Count
+		cands = append(cands, cd)
+	}
+	rr.all = all
+	dec := c.hot[r].Round(cached, cands)
+	slices.SortFunc(dec.Evict, func(a, b wire.KeyHash) int { return slices.Compare(a[:], b[:]) })
+	for _, h := range dec.Evict {
+		if err := d.Evict(h); err != nil {
+			return err
+		}
+		delete(c.lastHits[r], h)
+		s.promoted[s.keyOf[h]] = false
+	}
+	load := sched.CopyLoad(c.slotLoads(r, rr.counts), all)
+	for _, cd := range dec.Promote {
+		k, ok := c.keyIndex(cd.Key)
+		if !ok {
+			c.hot[r].Forget(cd.Hash)
+			continue
+		}
+		s.keyOf[cd.Hash] = k
+		share := float64(cd.Count) / float64(max(all, 1))
+		ch := s.chains[cd.Hash.Partition(s.cfg.PartitionBits)]
+		locs := sched.Locations(ch, s.rackNodes(r), share, load)
+		ones := make([]uint32, len(locs))
+		for i := range ones {
+			ones[i] = 1
+		}
+		if _, err := d.Insert(cd.Hash, locs, len(ch), wire.MakeStamp(0, s.version[k]), directory.BucketsForWeights(ones)); err != nil {
+			c.hot[r].Forget(cd.Hash)
+			if errors.Is(err, directory.ErrFull) {
+				continue
+			}
+			return err
+		}
+		s.promoted[k] = true
+		for _, x := range locs[len(ch):] {
+			s.sendVSB(2*s.link(), k, x, s.committed[k], 0)
+		}
+	}
+	return nil
+}
+
+// slotLoads is rack r's directory keys with their hits in the round.
+func (c *control) slotLoads(r int, counts map[wire.KeyHash]uint64) []sched.HotKeyLoad {
+	var out []sched.HotKeyLoad
+	c.s.racks[r].Each(func(_ uint32, sl *directory.Slot) {
+		out = append(out, sched.HotKeyLoad{Locs: slices.Clone(sl.Locs[:sl.N]), Requests: counts[sl.Hash]})
+	})
+	return out
+}
+
+// spineRound spreads the hottest keys over racks (the spine's HotKeys
+// over the rack directories' keys): a key with share of all requests gets
+// sched.RackCount(share, racks) racks and at least two, so that the
+// spine's two choices can even out the racks' load (DistCache), its
+// home first and the others placed by sched.PlaceExtras against the racks'
+// load of keys already spread; in each other rack, a LocationList of
+// every node of the rack, its least loaded first: the rack primary.
+func (c *control) spineRound(rounds []rackRound) error {
+	s := c.s
+	nracks := len(s.racks)
+	global := map[wire.KeyHash]uint64{}
+	var all uint64
+	for _, rr := range rounds {
+		all += rr.all
+		for h, n := range rr.counts {
+			global[h] += n
+		}
+	}
+	cached := map[wire.KeyHash]uint64{}
+	var cands []sched.Candidate
+	hashes := make([]wire.KeyHash, 0, len(global))
+	for h := range global {
+		hashes = append(hashes, h)
+	}
+	slices.SortFunc(hashes, func(a, b wire.KeyHash) int { return slices.Compare(a[:], b[:]) })
+	for _, h := range hashes {
+		k := s.keyOf[h]
+		if c.spread[k] != nil {
+			cached[h] = global[h]
+			continue
+		}
+		cands = append(cands, sched.Candidate{Hash: h, Count: global[h]})
+	}
+	dec := c.spine.Round(cached, cands)
+	slices.SortFunc(dec.Evict, func(a, b wire.KeyHash) int { return slices.Compare(a[:], b[:]) })
+	for _, h := range dec.Evict {
+		k := s.keyOf[h]
+		sk := c.spread[k]
+		if sk == nil {
+			continue
+		}
+		if err := s.spine.Evict(h); err != nil {
+			return err
+		}
+		for _, r := range sk.racks[1:] {
+			if err := s.racks[r].Evict(h); err != nil && !errors.Is(err, directory.ErrNotFound) {
+				return err
+			}
+			delete(c.lastHits[r], h)
+		}
+		delete(c.spread, k)
+	}
+	// The racks' load of spread keys, for placing the next ones.
+	var spreadLoads []sched.HotKeyLoad
+	for _, k := range c.spreadKeys() {
+		sk := c.spread[k]
+		ids := make([]wire.NodeID, len(sk.racks))
+		for i, r := range sk.racks {
+			ids[i] = wire.NodeID(r)
+		}
+		spreadLoads = append(spreadLoads, sched.HotKeyLoad{Locs: ids, Requests: global[s.hash(k)]})
+	}
+	rackLoad := sched.CopyLoad(spreadLoads, all)
+	rackIDs := make([]wire.NodeID, nracks)
+	for r := range rackIDs {
+		rackIDs[r] = wire.NodeID(r)
+	}
+	for _, cd := range dec.Promote {
+		k := s.keyOf[cd.Hash]
+		home := s.spine.Home(cd.Hash)
+		share := float64(cd.Count) / float64(max(all, 1))
+		kr := max(2, sched.RackCount(share, nracks))
+		others := sched.PlaceExtras([]wire.NodeID{wire.NodeID(home)}, rackIDs, rackLoad, kr-1, share/float64(kr))
+		sk := &spreadKey{racks: []int{home}, remote: map[int][]wire.NodeID{}}
+		local := min(1, share/float64(kr)*float64(nracks)) // its share of a rack's requests
+		for _, id := range others {
+			r := int(id)
+			nodes := s.rackNodes(r)
+			nodeLoad := sched.CopyLoad(c.slotLoads(r, rounds[r].counts), rounds[r].all)
+			// Every node of the rack, least loaded (the primary) first:
+			// the spine's two choices see a rack's requests in flight,
+			// not those of the key's nodes, so its share of a rack must
+			// be spread over the whole rack.
+			locs := sched.PlaceExtras(nil, nodes, nodeLoad, len(nodes), local/float64(len(nodes)))
+			if _, err := s.racks[r].Insert(cd.Hash, locs, 1, wire.MakeStamp(0, s.committed[k]), nil); err != nil {
+				if errors.Is(err, directory.ErrFull) {
+					continue
+				}
+				return err
+			}
+			sk.racks = append(sk.racks, r)
+			sk.remote[r] = locs
+		}
+		if len(sk.racks) < 2 {
+			c.spine.Forget(cd.Hash)
+			continue
+		}
+		if err := s.spine.Insert(cd.Hash, sk.racks, s.committed[k]); err != nil {
+			return err
+		}
+		c.spread[k] = sk
+		for _, r := range sk.racks[1:] {
+			for _, x := range sk.remote[r] {
+				s.sendVSB(4*s.link(), k, x, s.committed[k], 0)
+			}
+		}
+	}
+	return nil
+}
+
+func (c *control) spreadKeys() []int64 {
+	ks := make([]int64, 0, len(c.spread))
+	for k := range c.spread {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// epoch is one HATS coarse epoch over the whole cluster: the nodes' reads
+// per chain position and every directory entry's hits since the last
+// epoch go to sched.Coarse, whose partition weights go to each
+// partition's home rack and whose key weights go to the key's slot.
+func (c *control) epoch() error {
+	s := c.s
+	in := sched.CoarseInput{Epoch: s.cfg.Epoch, Chains: s.chains, Weights: make([][]uint32, len(s.chains)),
+		Settle: sched.DefaultSettle}
+	for i := range s.nodes {
+		n := &s.nodes[i]
+		in.Nodes = append(in.Nodes, sched.NodeStats{Node: n.id, ReadLatency: n.latency,
+			Requests: slices.Clone(n.byPos), Capacity: s.cfg.Capacity})
+		clear(n.byPos)
+	}
+	for p, ch := range s.chains {
+		part, _ := s.racks[s.rackOf(s.chains[p][0])].Partition(uint32(p))
+		in.Weights[p] = directory.BucketShares(part.Buckets[:], len(ch))
+	}
+	type keyAt struct {
+		rack int
+		hash wire.KeyHash
+	}
+	var keys []keyAt
+	for r, d := range s.racks {
+		d.Each(func(_ uint32, sl *directory.Slot) {
+			keys = append(keys, keyAt{r, sl.Hash})
+			in.HotKeys = append(in.HotKeys, sched.HotKeyLoad{Hash: sl.Hash, Locs: slices.Clone(sl.Locs[:sl.N]), R: int(sl.R),
+				Requests: c.epochHits[r][sl.Hash], Weights: directory.BucketShares(sl.Buckets[:], int(sl.N))})
+		})
+		clear(c.epochHits[r])
+	}
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(keys[a].rack, keys[b].rack), slices.Compare(keys[a].hash[:], keys[b].hash[:]))
+	})
+	sorted := make([]sched.HotKeyLoad, len(order))
+	for i, j := range order {
+		sorted[i] = in.HotKeys[j]
+	}
+	in.HotKeys = sorted
+	plan, err := sched.Coarse(in)
+	if err != nil {
+		return err
+	}
+	for p, w := range plan.Partitions {
+		d := s.racks[s.rackOf(s.chains[p][0])]
+		part, _ := d.Partition(uint32(p))
+		b := directory.BucketsForWeights(w)
+		if directory.BucketsMoved(part.Buckets[:], b, len(w)) {
+			if err := d.SetPartitionBuckets(uint32(p), b); err != nil {
+				return err
+			}
+		}
+	}
+	for i, j := range order {
+		if err := s.racks[keys[j].rack].SetSlotBuckets(keys[j].hash, directory.BucketsForWeights(plan.HotKeys[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}

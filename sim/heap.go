@@ -1,0 +1,172 @@
+package sim
+
+// event kinds.
+const (
+	evIssue        uint8 = iota // a client issues its next operation (a = client)
+	evAtPlane                   // a request reaches the data plane (a = request)
+	evAtNode                    // a request reaches its node (a = request)
+	evServed                    // node a finishes the request at its queue's head
+	evCommit                    // a write commits at its tail (a = request)
+	evReplyAtPlane              // a reply reaches the data plane (a = request)
+	evVSB                       // a VSB reaches the data plane (a = Sim.vsbs index, node = sender)
+	evRound                     // the controller's hot-key round
+	evEpoch                     // the controller's coarse epoch (HATS)
+)
+
+// event is one thing that happens at virtual time t (ns). seq orders
+// events of the same time by when they were scheduled, so that a run is a
+// function of its seed alone.
+type event struct {
+	t    uint64
+	seq  uint64
+	a    int32
+	node uint16
+	kind uint8
+}
+
+// events is the queue of future events, ordered by (t, seq). Most events
+// come a fixed delay after the one that schedules them (a link, two, a
+// deterministic service time), and those of one delay are scheduled in
+// time order: each such delay gets a FIFO lane, which needs no ordering
+// at all. The rest go to a 4-ary min-heap (four children per node halve
+// its depth), typed to keep the hot loop free of interface calls.
+type events struct {
+	h     []event
+	seq   uint64
+	lanes []lane
+}
+
+// lane holds the events scheduled d after their scheduling: in (t, seq)
+// order, since time does not go back.
+type lane struct {
+	d uint64
+	queue[event]
+}
+
+// maxLanes bounds the lanes; delays beyond the first maxLanes go to the
+// heap.
+const maxLanes = 8
+
+// after queues e at now+d.
+func (q *events) after(now, d uint64, e event) {
+	e.t = now + d
+	for i := range q.lanes {
+		if l := &q.lanes[i]; l.d == d {
+			q.seq++
+			e.seq = q.seq
+			l.push(e)
+			return
+		}
+	}
+	if len(q.lanes) < maxLanes {
+		q.lanes = append(q.lanes, lane{d: d})
+		q.after(now, d, e)
+		return
+	}
+	q.push(e)
+}
+
+// next returns the earliest event and removes it; false if there is none.
+func (q *events) next() (event, bool) {
+	var best *lane
+	for i := range q.lanes {
+		l := &q.lanes[i]
+		if l.len() > 0 && (best == nil || before(l.first(), best.first())) {
+			best = l
+		}
+	}
+	if best == nil || len(q.h) > 0 && before(&q.h[0], best.first()) {
+		if len(q.h) == 0 {
+			return event{}, false
+		}
+		return q.pop(), true
+	}
+	return best.pop(), true
+}
+
+// peek is the earliest event's time; false if there is none.
+func (q *events) peek() (uint64, bool) {
+	t, ok := uint64(0), false
+	for i := range q.lanes {
+		if l := &q.lanes[i]; l.len() > 0 && (!ok || l.first().t < t) {
+			t, ok = l.first().t, true
+		}
+	}
+	if len(q.h) > 0 && (!ok || q.h[0].t < t) {
+		t, ok = q.h[0].t, true
+	}
+	return t, ok
+}
+
+func (q *events) push(e event) {
+	q.seq++
+	e.seq = q.seq
+	q.h = append(q.h, e)
+	i := len(q.h) - 1
+	for i > 0 {
+		p := (i - 1) / 4
+		if !before(&e, &q.h[p]) {
+			break
+		}
+		q.h[i] = q.h[p]
+		i = p
+	}
+	q.h[i] = e
+}
+
+func before(a, b *event) bool { return a.t < b.t || (a.t == b.t && a.seq < b.seq) }
+
+func (q *events) pop() event {
+	top := q.h[0]
+	n := len(q.h) - 1
+	last := q.h[n]
+	q.h = q.h[:n]
+	if n == 0 {
+		return top
+	}
+	i := 0
+	for {
+		c := 4*i + 1
+		if c >= n {
+			break
+		}
+		m := c
+		for j := c + 1; j < min(c+4, n); j++ {
+			if before(&q.h[j], &q.h[m]) {
+				m = j
+			}
+		}
+		if !before(&q.h[m], &last) {
+			break
+		}
+		q.h[i] = q.h[m]
+		i = m
+	}
+	q.h[i] = last
+	return top
+}
+
+// queue is a FIFO over a slice whose consumed head is dropped now and
+// then.
+type queue[T any] struct {
+	q    []T
+	head int
+}
+
+func (f *queue[T]) len() int { return len(f.q) - f.head }
+
+func (f *queue[T]) push(x T) { f.q = append(f.q, x) }
+
+// first is the head; the queue must not be empty.
+func (f *queue[T]) first() *T { return &f.q[f.head] }
+
+func (f *queue[T]) pop() T {
+	x := f.q[f.head]
+	f.head++
+	if f.head == len(f.q) {
+		f.q, f.head = f.q[:0], 0
+	} else if f.head > 1024 && f.head*2 > len(f.q) {
+		f.q, f.head = append(f.q[:0], f.q[f.head:]...), 0
+	}
+	return x
+}

@@ -1,0 +1,935 @@
+// Package sim is a deterministic discrete-event simulator of netdir at
+// thousands of nodes. Every routing decision, write stamp, reply, VSB and
+// controller decision is made by the same pure packages the real system
+// runs: directory (the data plane's state machine, and its Spine above the
+// rack directories), sched (hot keys, copy placement, HATS coarse weights)
+// and layout (placement). What the simulator adds is only what the real
+// system does with I/O: storage nodes as queues (writes first) with a service-time
+// distribution, links as fixed latencies, clients in a closed or open loop
+// drawing YCSB operations from package bench's generator, chain replication
+// as hops, and the controller's loops at fixed virtual periods.
+//
+// A run is a function of its Config: virtual time, a seeded PCG
+// (math/rand/v2) for the simulator's own draws (request ids, service times,
+// arrivals), the workload's own seeded streams for keys, and events ordered
+// by (time, the order they were scheduled in).
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/netdir/netdir/bench"
+	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/sched"
+	"github.com/netdir/netdir/wire"
+)
+
+// Defaults of Config.
+const (
+	DefaultNodes       = 8
+	DefaultCapacity    = 100 // requests/s per node, as netdir bench's N=8 runs
+	DefaultRackSize    = directory.MaxLocations
+	DefaultLink        = 10 * time.Microsecond
+	DefaultRound       = 500 * time.Millisecond // bench/system.DefaultRound
+	DefaultEpoch       = sched.MinEpoch         // bench/system.CoarseEpoch
+	DefaultWarmup      = 10 * time.Second
+	DefaultRequests    = 200_000
+	DefaultConcurrency = 128
+	// DefaultClientTimeout is bench/system's client timeout.
+	DefaultClientTimeout = time.Second
+	// hotShare is the share of the cluster's capacity per round that makes
+	// a key hot, as in bench/system.
+	hotShare = 0.005
+	// maxRetries bounds a client's retries of an operation answered ERR.
+	maxRetries = 8
+	// maxCopyAttempts bounds an extra's requests for a copy whose VSB was
+	// refused.
+	maxCopyAttempts = 4
+)
+
+// Service distributions.
+const (
+	ServiceDeterministic = "det" // every request takes 1/Capacity: netdir bench's token bucket
+	ServiceExponential   = "exp"
+)
+
+// Config is one simulated run.
+type Config struct {
+	Nodes    int
+	Replicas int // chain length R (default min(3, Nodes))
+	// RackSize is the nodes behind one rack directory (at most 32). More
+	// nodes than one rack layer the directory: a rack directory per rack
+	// and a Spine over them. Flat puts every node behind one directory
+	// instead (its LocationLists still hold at most 32 nodes).
+	RackSize int
+	Flat     bool
+	// Policy is the data plane's routing policy (directory.ParsePolicy).
+	Policy        string
+	PartitionBits uint // default: 10, or enough for 16 partitions per node
+	// DirSize is each rack directory's capacity (default
+	// sched.DirectorySize of its nodes); SpineSize the spine's (default
+	// sched.DirectorySize of the racks). A rack directory has room for
+	// both: its own keys and the spine's copies.
+	DirSize, SpineSize int
+	Workload           bench.Workload
+	Capacity           float64 // each node's requests/s
+	Service            string  // ServiceDeterministic (default) or ServiceExponential
+	Link               time.Duration
+	// Concurrency is the closed loop's operations in flight; with Rate > 0
+	// the open loop's Poisson arrivals per second, at most Concurrency in
+	// flight (more are dropped and counted).
+	Concurrency int
+	Rate        float64
+	// A client resends a request not answered within ClientTimeout (a
+	// new request, the first still queued), doubling it up to
+	// ClientMaxTimeout, and gives the operation up after OpTimeout: as
+	// netdir bench's clients (defaults 1 s, 4 s and 5 s).
+	ClientTimeout, ClientMaxTimeout, OpTimeout time.Duration
+	Round                                      time.Duration // hot-key round
+	Epoch                                      time.Duration // HATS coarse epoch
+	// PromoteMin is the requests per round that make a key hot in a rack
+	// directory and in the spine; default as bench/system, 0.5% of a
+	// rack's capacity per round.
+	PromoteMin uint64
+	Warmup     time.Duration // virtual time before measuring
+	Requests   int64         // operations measured after the warm-up
+	Seed       uint64
+	// Progress, if set, is called about every tenth of the requests.
+	Progress func(done, total int64)
+}
+
+func (c *Config) fill() error {
+	if c.Nodes == 0 {
+		c.Nodes = DefaultNodes
+	}
+	if c.Nodes < 1 || c.Nodes > 4095 {
+		return fmt.Errorf("sim: %d nodes: want 1..4095", c.Nodes)
+	}
+	if c.Replicas == 0 {
+		c.Replicas = min(layout.DefaultReplicas, c.Nodes)
+	}
+	if c.RackSize == 0 {
+		c.RackSize = DefaultRackSize
+	}
+	if c.RackSize < 1 || c.RackSize > directory.MaxLocations {
+		return fmt.Errorf("sim: rack size %d: want 1..%d", c.RackSize, directory.MaxLocations)
+	}
+	if c.Flat || c.Nodes <= c.RackSize {
+		c.RackSize = c.Nodes
+	}
+	if c.Replicas < 1 || c.Replicas > min(c.RackSize, layout.MaxReplicas) {
+		return fmt.Errorf("sim: %d replicas for racks of %d nodes", c.Replicas, c.RackSize)
+	}
+	if c.Policy == "" {
+		c.Policy = "netdir"
+	}
+	if c.PartitionBits == 0 {
+		c.PartitionBits = layout.DefaultPartitionBits
+		for 1<<c.PartitionBits < 16*c.Nodes {
+			c.PartitionBits++
+		}
+	}
+	if c.PartitionBits > 20 {
+		return fmt.Errorf("sim: %d partition bits: at most 20", c.PartitionBits)
+	}
+	if c.DirSize == 0 {
+		c.DirSize = sched.DirectorySize(c.RackSize, 1<<20)
+	}
+	if c.SpineSize == 0 {
+		c.SpineSize = sched.DirectorySize((c.Nodes+c.RackSize-1)/c.RackSize, directory.MaxRacks*64)
+	}
+	if c.DirSize < 1 || c.SpineSize < 1 {
+		return errors.New("sim: directory sizes must be positive")
+	}
+	if c.Capacity == 0 {
+		c.Capacity = DefaultCapacity
+	}
+	if c.Capacity <= 0 || math.IsNaN(c.Capacity) || math.IsInf(c.Capacity, 0) {
+		return fmt.Errorf("sim: capacity %g: want a positive rate", c.Capacity)
+	}
+	switch c.Service {
+	case "":
+		c.Service = ServiceDeterministic
+	case ServiceDeterministic, ServiceExponential:
+	default:
+		return fmt.Errorf("sim: service %q: want %s or %s", c.Service, ServiceDeterministic, ServiceExponential)
+	}
+	if c.Link == 0 {
+		c.Link = DefaultLink
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.Round == 0 {
+		c.Round = DefaultRound
+	}
+	if c.ClientTimeout == 0 {
+		c.ClientTimeout = DefaultClientTimeout
+	}
+	if c.ClientMaxTimeout == 0 {
+		c.ClientMaxTimeout = 4 * c.ClientTimeout
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = 5 * c.ClientTimeout
+	}
+	if c.ClientTimeout < 0 || c.ClientMaxTimeout < c.ClientTimeout || c.OpTimeout < 0 {
+		return errors.New("sim: client timeouts must be positive, the most at least the first")
+	}
+	if c.Epoch == 0 {
+		c.Epoch = DefaultEpoch
+	}
+	if c.Epoch < sched.MinEpoch || c.Epoch > sched.MaxEpoch {
+		return fmt.Errorf("sim: epoch %v: want %v..%v", c.Epoch, sched.MinEpoch, sched.MaxEpoch)
+	}
+	if c.Warmup == 0 {
+		c.Warmup = DefaultWarmup
+	}
+	if c.Requests == 0 {
+		c.Requests = DefaultRequests
+	}
+	if c.Link < 0 || c.Concurrency < 1 || c.Rate < 0 || math.IsNaN(c.Rate) || c.Round <= 0 || c.Warmup < 0 || c.Requests < 1 {
+		return errors.New("sim: link, concurrency, rate, round, warm-up and requests must be positive")
+	}
+	if c.PromoteMin == 0 {
+		c.PromoteMin = uint64(max(2, math.Ceil(hotShare*float64(c.RackSize)*c.Capacity*c.Round.Seconds())))
+	}
+	return nil
+}
+
+// request is one send of an operation, from its client to its reply: an
+// operation resent after a timeout has several.
+type request struct {
+	hdr     [wire.HeaderLen]byte
+	kind    bench.OpKind
+	key     int64
+	keyName []byte
+	issued  uint64 // when the operation was first issued
+	rack    int32  // the rack the spine sent it to
+	client  int32
+	retries uint8
+	version uint64 // a write's version, once the head assigned it
+	op      int32  // its operation: an operation resent after a timeout has several requests
+	gen     uint32 // counts its sends, so that a timeout of an earlier send is stale
+}
+
+// operation is what a client waits for: its live request (the latest it
+// sent; -1 once given up) and its current timeout.
+type operation struct {
+	live    int32
+	timeout uint64
+}
+
+// timeouts holds the deadlines of requests sent with one timeout value:
+// sends come in time order, so a FIFO keeps them in deadline order (to a
+// link's latency, as a reply's next request is sent a link ahead).
+type timeouts struct {
+	d uint64
+	queue[deadline]
+}
+
+type deadline struct {
+	t   uint64
+	req int32
+	gen uint32
+}
+
+// node is a storage node: one server behind two FIFO queues, writes
+// admitted before reads as storagenode's admission does (a write to a hot
+// key waits no longer than it must while its extras cannot serve).
+type node struct {
+	id      wire.NodeID
+	rack    int
+	writes  queue[int32]
+	reads   queue[int32]
+	serving int32 // the request in service, -1 if idle
+	// Counts since the last epoch, per chain position, for HATS's C, and
+	// the run's measured requests.
+	byPos    []uint64
+	measured uint64
+	latency  time.Duration // mean service time, for HATS's T
+	top      *sched.TopK
+}
+
+// backlog is the requests queued or in service: the load a reply reports.
+func (n *node) backlog() int {
+	b := n.writes.len() + n.reads.len()
+	if n.serving >= 0 {
+		b++
+	}
+	return b
+}
+
+// Sim is one run in progress.
+type Sim struct {
+	cfg    Config
+	rng    *rand.Rand
+	now    uint64
+	ev     events
+	stream *bench.Stream
+	src    *bench.Source
+
+	lay    *layout.Map
+	chains [][]wire.NodeID
+	racks  []*directory.Directory
+	spine  *directory.Spine
+	nodes  []node // by id − 1
+	ids    []wire.NodeID
+
+	// What the storage nodes hold, by key index: a chain head's latest
+	// version and its committed one, and whether the key is promoted in
+	// its home rack's directory (the head refuses unstamped writes then).
+	version, committed []uint64
+	promoted           []bool
+	hashes             []wire.KeyHash         // zero until computed
+	keyOf              map[wire.KeyHash]int64 // the keys ever promoted
+	vsbs               []vsbMsg               // VSBs in flight, by event.a
+	freeVSBs           []int32
+
+	reqs     []request
+	free     []int32
+	ops      []operation
+	freeOps  []int32
+	timeouts []timeouts
+	ctl      *control
+	lat      *hdrhistogram.Histogram
+	stats    runStats
+}
+
+type runStats struct {
+	measuring     bool
+	start, end    uint64
+	done, errors  int64
+	dropped       int64
+	issued        int64
+	retried       int64
+	timedOut      int64
+	nextProgress  int64
+	hitsStart     uint64
+	missesStart   uint64
+	switchedStart uint64
+}
+
+// New builds a run: its layout, data planes, nodes and clients.
+func New(cfg Config) (*Sim, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	pol, err := directory.ParsePolicy(cfg.Policy)
+	if err != nil {
+		return nil, err
+	}
+	src, err := cfg.Workload.Build()
+	if err != nil {
+		return nil, err
+	}
+	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x6e65746469720a)), src: src,
+		stream: src.Stream(0), keyOf: map[wire.KeyHash]int64{}, lat: bench.NewHistogram()}
+	if err := s.buildLayout(); err != nil {
+		return nil, err
+	}
+	nracks := (cfg.Nodes + cfg.RackSize - 1) / cfg.RackSize
+	for range nracks {
+		// Room for the rack's own hot keys and the spine's copies.
+		d, err := directory.New(directory.Config{PartitionBits: cfg.PartitionBits, Slots: cfg.DirSize + cfg.SpineSize,
+			MaxNodes: cfg.Nodes + 1, Policy: pol, Window: sched.FineWindow(s.serviceMean())})
+		if err != nil {
+			return nil, err
+		}
+		if err := directory.InstallLayout(d, s.lay); err != nil {
+			return nil, err
+		}
+		for _, id := range s.ids {
+			d.SetPort(port(id), directory.PortStorage)
+		}
+		s.racks = append(s.racks, d)
+	}
+	if nracks > 1 {
+		if s.spine, err = directory.NewSpine(nracks, cfg.PartitionBits); err != nil {
+			return nil, err
+		}
+		for p, ch := range s.chains {
+			if err := s.spine.SetHome(uint32(p), s.rackOf(ch[0])); err != nil {
+				return nil, err
+			}
+		}
+	}
+	s.nodes = make([]node, cfg.Nodes)
+	for i, id := range s.ids {
+		s.nodes[i] = node{id: id, rack: s.rackOf(id), serving: -1, byPos: make([]uint64, cfg.Replicas),
+			latency: s.serviceMean(), top: sched.NewTopK(64)}
+	}
+	keys := src.Workload().Keys
+	s.version = make([]uint64, keys)
+	s.committed = make([]uint64, keys)
+	s.promoted = make([]bool, keys)
+	s.hashes = make([]wire.KeyHash, keys)
+	s.ctl = newControl(s)
+	return s, nil
+}
+
+// buildLayout places partitions on chains: layout's ring over all nodes
+// with one rack, else each partition in one rack (p mod racks), on the
+// ring of that rack's nodes, as explicit chains of the layout.
+func (s *Sim) buildLayout() error {
+	c := layout.Config{Epoch: 1, PartitionBits: s.cfg.PartitionBits, Replicas: s.cfg.Replicas}
+	for i := range s.cfg.Nodes {
+		id := wire.NodeID(i + 1)
+		s.ids = append(s.ids, id)
+		c.Nodes = append(c.Nodes, layout.Node{ID: id, Addr: fmt.Sprintf("10.%d.%d.1:%d", i>>8, i&0xff, wire.ServicePort)})
+	}
+	if nracks := (s.cfg.Nodes + s.cfg.RackSize - 1) / s.cfg.RackSize; nracks > 1 {
+		c.Chains = map[uint32][]wire.NodeID{}
+		for p := range 1 << s.cfg.PartitionBits {
+			members := s.rackNodes(p % nracks)
+			ch := make([]wire.NodeID, s.cfg.Replicas)
+			for i := range ch {
+				ch[i] = members[(p/nracks+i)%len(members)]
+			}
+			c.Chains[uint32(p)] = ch
+		}
+	}
+	m, err := layout.New(c)
+	if err != nil {
+		return err
+	}
+	s.lay, s.chains = m, m.Chains()
+	return nil
+}
+
+func (s *Sim) rackOf(id wire.NodeID) int { return (int(id) - 1) / s.cfg.RackSize }
+
+func (s *Sim) rackNodes(r int) []wire.NodeID {
+	lo := r * s.cfg.RackSize
+	return s.ids[lo:min(lo+s.cfg.RackSize, len(s.ids))]
+}
+
+// port is a node's ingress port on its rack's data plane.
+func port(id wire.NodeID) uint32 { return uint32(id) }
+
+func (s *Sim) serviceMean() time.Duration {
+	return time.Duration(float64(time.Second) / s.cfg.Capacity)
+}
+
+func (s *Sim) node(id wire.NodeID) *node { return &s.nodes[id-1] }
+
+// hash is key i's KeyHash, computed once.
+func (s *Sim) hash(i int64) wire.KeyHash {
+	if i >= int64(len(s.hashes)) {
+		n := max(i+1, int64(len(s.hashes))*5/4)
+		s.hashes = slices.Grow(s.hashes, int(n)-len(s.hashes))[:n]
+		s.version = slices.Grow(s.version, int(n)-len(s.version))[:n]
+		s.committed = slices.Grow(s.committed, int(n)-len(s.committed))[:n]
+		s.promoted = slices.Grow(s.promoted, int(n)-len(s.promoted))[:n]
+	}
+	h := &s.hashes[i]
+	if *h == (wire.KeyHash{}) {
+		*h = wire.HashKey(s.src.Key(i))
+	}
+	return *h
+}
+
+func (s *Sim) at(d uint64, e event) { s.ev.after(s.now, d, e) }
+
+func (s *Sim) link() uint64 { return uint64(s.cfg.Link) }
+
+// Run simulates until the measured requests are done and returns the run's
+// row in netdir bench's shape.
+func (s *Sim) Run() (bench.Run, error) {
+	if s.cfg.Rate > 0 {
+		s.at(0, event{kind: evIssue, a: -1})
+	} else {
+		for c := range s.cfg.Concurrency {
+			s.at(0, event{kind: evIssue, a: int32(c)})
+		}
+	}
+	s.at(uint64(s.cfg.Round), event{kind: evRound})
+	s.at(uint64(s.cfg.Epoch), event{kind: evEpoch})
+	warm := uint64(s.cfg.Warmup)
+	for {
+		t, ok := s.ev.peek()
+		if !ok {
+			break
+		}
+		if tq := s.nextTimeout(); tq != nil && tq.first().t <= t {
+			d := tq.pop()
+			s.now = max(s.now, d.t)
+			s.timeout(d)
+			continue
+		}
+		e, _ := s.ev.next()
+		s.now = e.t
+		if !s.stats.measuring && s.now >= warm {
+			s.startMeasuring()
+		}
+		switch e.kind {
+		case evIssue:
+			s.issue(e.a, s.now)
+		case evAtPlane:
+			s.atPlane(e.a)
+		case evAtNode:
+			s.atNode(e.a)
+		case evServed:
+			s.served(wire.NodeID(e.node))
+		case evCommit:
+			s.commit(e.a)
+		case evReplyAtPlane:
+			s.replyAtPlane(e.a)
+		case evVSB:
+			s.vsb(e)
+		case evRound:
+			if err := s.ctl.round(); err != nil {
+				return bench.Run{}, err
+			}
+			s.at(uint64(s.cfg.Round), event{kind: evRound})
+		case evEpoch:
+			if err := s.ctl.epoch(); err != nil {
+				return bench.Run{}, err
+			}
+			s.at(uint64(s.cfg.Epoch), event{kind: evEpoch})
+		}
+		if s.stats.measuring && s.stats.done >= s.cfg.Requests {
+			s.stats.end = s.now
+			return s.result(), nil
+		}
+	}
+	return bench.Run{}, errors.New("sim: no events left before the requests were done")
+}
+
+func (s *Sim) startMeasuring() {
+	s.stats.measuring = true
+	s.stats.start = s.now
+	s.stats.nextProgress = s.cfg.Requests / 10
+	for i := range s.nodes {
+		s.nodes[i].measured = 0
+	}
+	c := s.dirCounters()
+	s.stats.hitsStart, s.stats.missesStart, s.stats.switchedStart = c.Hits, c.Misses, c.Switched
+}
+
+func (s *Sim) dirCounters() directory.Counters {
+	var c directory.Counters
+	for _, d := range s.racks {
+		x := d.Counters()
+		c.Hits += x.Hits
+		c.Misses += x.Misses
+		c.Switched += x.Switched
+	}
+	return c
+}
+
+// newRequest takes a free request slot.
+func (s *Sim) newRequest() int32 {
+	if n := len(s.free); n > 0 {
+		i := s.free[n-1]
+		s.free = s.free[:n-1]
+		return i
+	}
+	s.reqs = append(s.reqs, request{})
+	return int32(len(s.reqs) - 1)
+}
+
+// issue draws client c's next operation at client time t (c < 0: an
+// open-loop arrival, which also schedules the next one) and sends it to
+// the data plane.
+func (s *Sim) issue(c int32, t uint64) {
+	if c < 0 {
+		s.at(uint64(s.rng.ExpFloat64()/s.cfg.Rate*1e9), event{kind: evIssue, a: -1})
+		if len(s.ops)-len(s.freeOps) >= s.cfg.Concurrency {
+			if s.stats.measuring {
+				s.stats.dropped++
+			}
+			return
+		}
+	}
+	op := s.stream.Next()
+	i := s.newRequest()
+	r := &s.reqs[i]
+	r.kind, r.key, r.issued, r.client, r.retries = op.Kind, op.Index, t, c, 0
+	r.keyName = append(r.keyName[:0], op.Key...)
+	r.op = s.newOp(i)
+	s.send(i, t)
+}
+
+func (s *Sim) newOp(live int32) int32 {
+	o := operation{live: live, timeout: uint64(s.cfg.ClientTimeout)}
+	if n := len(s.freeOps); n > 0 {
+		i := s.freeOps[n-1]
+		s.freeOps = s.freeOps[:n-1]
+		s.ops[i] = o
+		return i
+	}
+	s.ops = append(s.ops, o)
+	return int32(len(s.ops) - 1)
+}
+
+// nextTimeout is the timeout list whose first deadline is the earliest.
+func (s *Sim) nextTimeout() *timeouts {
+	var best *timeouts
+	for i := range s.timeouts {
+		tq := &s.timeouts[i]
+		if tq.len() > 0 && (best == nil || tq.first().t < best.first().t) {
+			best = tq
+		}
+	}
+	return best
+}
+
+// armTimeout notes request i's deadline for the send at time t.
+func (s *Sim) armTimeout(i int32, t uint64) {
+	r := &s.reqs[i]
+	d := s.ops[r.op].timeout
+	for j := range s.timeouts {
+		if s.timeouts[j].d == d {
+			s.timeouts[j].push(deadline{t + d, i, r.gen})
+			return
+		}
+	}
+	s.timeouts = append(s.timeouts, timeouts{d: d})
+	s.timeouts[len(s.timeouts)-1].push(deadline{t + d, i, r.gen})
+}
+
+// timeout: a request's deadline passed. If it is still its operation's
+// live request, the client gives the operation up (past OpTimeout) or
+// sends it again as a new request with twice the timeout; the first stays
+// queued where it is, and its reply will be dropped.
+func (s *Sim) timeout(d deadline) {
+	r := &s.reqs[d.req]
+	if r.gen != d.gen || s.ops[r.op].live != d.req {
+		return // answered, resent or given up since
+	}
+	o := &s.ops[r.op]
+	if s.now-r.issued >= uint64(s.cfg.OpTimeout) {
+		o.live = -1
+		s.endOp(r, false, s.now)
+		return
+	}
+	if s.stats.measuring {
+		s.stats.timedOut++
+	}
+	o.timeout = min(2*o.timeout, uint64(s.cfg.ClientMaxTimeout))
+	j := s.newRequest()
+	r = &s.reqs[d.req] // newRequest may have moved the slab
+	n := &s.reqs[j]
+	n.kind, n.key, n.issued, n.client, n.retries, n.op = r.kind, r.key, r.issued, r.client, r.retries, r.op
+	n.keyName = append(n.keyName[:0], r.keyName...)
+	o.live = j
+	s.send(j, s.now)
+}
+
+// send encodes request i's header afresh (a retry is a new request id)
+// and sends it from its client at time t (now or a link ahead) to the data
+// plane.
+func (s *Sim) send(i int32, t uint64) {
+	r := &s.reqs[i]
+	h := wire.Header{Op: wire.OpGet, ReqID: s.rng.Uint64(), KeyHash: s.hash(r.key)}
+	switch r.kind {
+	case bench.OpUpdate, bench.OpInsert, bench.OpReadModifyWrite:
+		h.Op = wire.OpPut
+	}
+	_ = h.EncodeHeader(r.hdr[:]) // the buffer is HeaderLen long
+	r.version = 0
+	r.gen++
+	s.stats.issued++
+	s.armTimeout(i, t)
+	s.at(t-s.now+s.link(), event{kind: evAtPlane, a: i})
+}
+
+// atPlane routes a request: the spine picks a rack, the rack's directory a
+// node.
+func (s *Sim) atPlane(i int32) {
+	r := &s.reqs[i]
+	r.rack = 0
+	if s.spine != nil {
+		r.rack = int32(s.spine.Request(r.hdr[:]))
+	}
+	v := s.racks[r.rack].Process(r.hdr[:], 0, s.now)
+	if v.Action != directory.Forward {
+		if s.ops[r.op].live == i {
+			s.finish(i, false, s.now)
+		} else {
+			s.free = append(s.free, i)
+		}
+		return
+	}
+	s.at(s.link(), event{kind: evAtNode, a: i})
+}
+
+func (s *Sim) atNode(i int32) {
+	f := wire.Frame(s.reqs[i].hdr[:])
+	n := s.node(f.Node())
+	if f.Op() == wire.OpGet {
+		n.reads.push(i)
+	} else {
+		n.writes.push(i)
+	}
+	if n.serving < 0 {
+		s.startService(n)
+	}
+}
+
+// startService takes the next request, a write before any read.
+func (s *Sim) startService(n *node) {
+	if n.writes.len() > 0 {
+		n.serving = n.writes.pop()
+	} else {
+		n.serving = n.reads.pop()
+	}
+	d := float64(s.serviceMean())
+	if s.cfg.Service == ServiceExponential {
+		d *= s.rng.ExpFloat64()
+	}
+	s.at(uint64(max(d, 1)), event{kind: evServed, node: n.id})
+}
+
+// served completes the request in service at node id: a read is
+// answered; a write is applied at the head by the head's rules and sent
+// down the chain.
+func (s *Sim) served(id wire.NodeID) {
+	n := s.node(id)
+	i := n.serving
+	n.serving = -1
+	if n.writes.len()+n.reads.len() > 0 {
+		s.startService(n)
+	}
+	r := &s.reqs[i]
+	f := wire.Frame(r.hdr[:])
+	h := f.KeyHash()
+	p := h.Partition(s.cfg.PartitionBits)
+	if pos := slices.Index(s.chains[p], id); pos >= 0 {
+		n.byPos[pos]++
+	}
+	if f.Flags()&wire.FlagHit == 0 {
+		// A node's top-k names the keys the directory does not hold: the
+		// controller counts the others by their slots' hits and skips
+		// cached keys among the candidates, so counting only misses
+		// changes no decision except that hits no longer take top-k
+		// counters from misses (and it halves the simulator's top-k time).
+		n.top.Add(r.keyName)
+	}
+	if s.stats.measuring {
+		n.measured++
+	}
+	f.SetLoad(uint16(min(n.backlog(), math.MaxUint16)))
+	if f.Op() == wire.OpGet {
+		f.SetOp(wire.OpGetReply)
+		f.SetStamp(s.committed[r.key])
+		s.at(s.link(), event{kind: evReplyAtPlane, a: i})
+		return
+	}
+	k := r.key
+	if f.Flags()&wire.FlagStamped != 0 {
+		v := wire.StampVersion(f.Stamp())
+		if v <= s.version[k] {
+			s.replyErr(i, wire.CodeStaleVersion)
+			return
+		}
+		s.version[k] = v
+	} else {
+		if s.promoted[k] {
+			s.replyErr(i, wire.CodeRetry)
+			return
+		}
+		s.version[k]++
+	}
+	r.version = s.version[k]
+	s.at(uint64(len(s.chains[p])-1)*s.link(), event{kind: evCommit, a: i})
+}
+
+func (s *Sim) replyErr(i int32, code wire.Code) {
+	f := wire.Frame(s.reqs[i].hdr[:])
+	f.SetOp(wire.OpErr)
+	f.SetCode(code)
+	s.at(s.link(), event{kind: evReplyAtPlane, a: i})
+}
+
+// commit: the write is at its tail, which answers through the data plane
+// and, for a promoted key, announces the commit by VSB and has the head
+// copy the version to the key's extras.
+func (s *Sim) commit(i int32) {
+	r := &s.reqs[i]
+	f := wire.Frame(r.hdr[:])
+	p := f.KeyHash().Partition(s.cfg.PartitionBits)
+	tail := s.chains[p][len(s.chains[p])-1]
+	k := r.key
+	s.committed[k] = max(s.committed[k], r.version)
+	f.SetOp(wire.OpPutReply)
+	f.SetCode(wire.CodeOK)
+	f.SetStamp(r.version)
+	f.SetNode(tail)
+	s.at(s.link(), event{kind: evReplyAtPlane, a: i})
+	if s.ctl.announced(k) {
+		s.announce(k, tail, r.version)
+	}
+}
+
+// announce is a promoted key's commit of version v: the tail's VSB, and
+// copies to every extra (and, through a spine, every remote rack), each
+// answered by a VSB.
+func (s *Sim) announce(k int64, tail wire.NodeID, v uint64) {
+	s.sendVSB(s.link(), k, tail, v, 0)
+	for _, x := range s.ctl.copies(k) {
+		d := 2 * s.link()
+		if s.rackOf(x) != s.rackOf(tail) {
+			d += 2 * s.link() // through the spine
+		}
+		s.sendVSB(d, k, x, v, 0)
+	}
+}
+
+// vsbMsg is a VSB in flight: node n announces key's version v, its
+// attempt'th for that copy.
+type vsbMsg struct {
+	key     int64
+	v       uint64
+	attempt int
+}
+
+// sendVSB has node n's VSB for key k at version v reach the data plane
+// after d.
+func (s *Sim) sendVSB(d uint64, k int64, n wire.NodeID, v uint64, attempt int) {
+	var i int32
+	if m := len(s.freeVSBs); m > 0 {
+		i = s.freeVSBs[m-1]
+		s.freeVSBs = s.freeVSBs[:m-1]
+	} else {
+		s.vsbs = append(s.vsbs, vsbMsg{})
+		i = int32(len(s.vsbs) - 1)
+	}
+	s.vsbs[i] = vsbMsg{key: k, v: v, attempt: attempt}
+	s.at(d, event{kind: evVSB, a: i, node: n})
+}
+
+// vsb delivers a VSB to its rack's data plane (and the spine, from a tail
+// or a rack primary). An extra whose VSB is refused asks again for the
+// committed version.
+func (s *Sim) vsb(e event) {
+	m := s.vsbs[e.a]
+	s.freeVSBs = append(s.freeVSBs, e.a)
+	n := wire.NodeID(e.node)
+	var hdr [wire.HeaderLen]byte
+	_ = (&wire.Header{Op: wire.OpVSB, KeyHash: s.hash(m.key), Stamp: m.v, Node: n}).EncodeHeader(hdr[:])
+	rack := s.rackOf(n)
+	if s.spine != nil && s.ctl.announcesToSpine(m.key, n) && !s.spine.VSB(hdr[:], rack) {
+		s.retryCopy(m, n)
+	}
+	v := s.racks[rack].Process(hdr[:], port(n), s.now)
+	if v.Action == directory.Drop && (v.Reason == directory.ReasonVSBPending || v.Reason == directory.ReasonVSBVersion) {
+		s.retryCopy(m, n)
+	}
+}
+
+// retryCopy: node n asks the head again for key's committed version.
+func (s *Sim) retryCopy(m vsbMsg, n wire.NodeID) {
+	if m.attempt < maxCopyAttempts {
+		s.sendVSB(4*s.link(), m.key, n, s.committed[m.key], m.attempt+1)
+	}
+}
+
+// replyAtPlane passes a reply through the data plane that learns from it.
+func (s *Sim) replyAtPlane(i int32) {
+	r := &s.reqs[i]
+	id := wire.Frame(r.hdr[:]).Node()
+	rack := s.rackOf(id)
+	s.racks[rack].Process(r.hdr[:], port(id), s.now)
+	if s.spine != nil {
+		s.spine.Reply(r.hdr[:], int(r.rack))
+	}
+	s.replyAtClient(i, s.now+s.link())
+}
+
+// replyAtClient is what request i's client does with its reply at time t,
+// a link after the data plane: without an event of its own, since nothing
+// else can happen at the client in between.
+func (s *Sim) replyAtClient(i int32, t uint64) {
+	r := &s.reqs[i]
+	if s.ops[r.op].live != i {
+		s.free = append(s.free, i) // a request its client resent or gave up
+		return
+	}
+	f := wire.Frame(r.hdr[:])
+	if f.Op() == wire.OpErr {
+		if r.retries < maxRetries {
+			r.retries++
+			s.stats.retried++
+			s.send(i, t)
+			return
+		}
+		s.finish(i, false, t)
+		return
+	}
+	s.finish(i, true, t)
+}
+
+// finish ends request i's operation at client time t with its reply (or
+// its drop).
+func (s *Sim) finish(i int32, ok bool, t uint64) {
+	r := &s.reqs[i]
+	s.ops[r.op].live = -1
+	s.free = append(s.free, i)
+	s.endOp(r, ok, t)
+}
+
+// endOp records the operation of request r as done or failed at client
+// time t, frees it, and lets its closed-loop client issue the next.
+func (s *Sim) endOp(r *request, ok bool, t uint64) {
+	op, issued, kind, key, c := r.op, r.issued, r.kind, r.key, r.client // r's slot may be reused below
+	if s.stats.measuring && issued >= s.stats.start {
+		if ok {
+			s.stats.done++
+			_ = s.lat.RecordValue(int64(max(t-issued, 1)))
+		} else {
+			s.stats.errors++
+		}
+		if s.cfg.Progress != nil && s.stats.done >= s.stats.nextProgress && s.stats.done < s.cfg.Requests {
+			s.cfg.Progress(s.stats.done, s.cfg.Requests)
+			s.stats.nextProgress += s.cfg.Requests / 10
+		}
+	}
+	if kind == bench.OpInsert {
+		s.stream.Done(bench.Op{Kind: kind, Index: key}) // read-latest (D) may read it now
+	}
+	s.freeOps = append(s.freeOps, op)
+	if c >= 0 {
+		s.issue(c, t)
+	}
+}
+
+// result is the run as a row of netdir bench's results.
+func (s *Sim) result() bench.Run {
+	elapsed := time.Duration(s.stats.end - s.stats.start)
+	info := bench.RunInfo{Policy: s.cfg.Policy, Workload: s.src.Workload(), DirSize: s.ctl.dirSize()}
+	for i := range s.nodes {
+		info.Nodes = append(info.Nodes, bench.NodeStat{Requests: float64(s.nodes[i].measured), MeanLatency: s.nodes[i].latency})
+	}
+	c := s.dirCounters()
+	if routed := c.Hits + c.Misses - s.stats.hitsStart - s.stats.missesStart; routed > 0 {
+		info.DirHitRate = float64(c.Hits-s.stats.hitsStart) / float64(routed)
+		info.SwitchedFraction = float64(c.Switched-s.stats.switchedStart) / float64(routed)
+	}
+	run := bench.Summarize(info, &bench.Result{Ops: s.stats.done, Errors: s.stats.errors, Dropped: s.stats.dropped,
+		Elapsed: elapsed, Latency: s.lat})
+	run.CapacityOps = s.cfg.Capacity
+	run.Device = "sim-" + s.cfg.Service
+	run.Control = "sim"
+	run.OfferedOps = s.cfg.Rate
+	run.Note = fmt.Sprintf("simulated: %d racks of ≤%d, %d partitions, link %v, seed %d, %d retries, %d resent after a timeout",
+		len(s.racks), s.cfg.RackSize, 1<<s.cfg.PartitionBits, s.cfg.Link, s.cfg.Seed, s.stats.retried, s.stats.timedOut)
+	return run
+}
+
+// Run builds and runs one simulation.
+func Run(cfg Config) (bench.Run, error) {
+	s, err := New(cfg)
+	if err != nil {
+		return bench.Run{}, err
+	}
+	return s.Run()
+}

@@ -1,0 +1,134 @@
+package sim
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/netdir/netdir/bench"
+)
+
+func smallConfig(seed uint64) Config {
+	return Config{Nodes: 8, Capacity: 1000, Workload: bench.Workload{Name: "B", Keys: 5000, Zipf: 1.2, Seed: 1},
+		Warmup: 6 * time.Second, Requests: 40_000, Seed: seed}
+}
+
+func runJSON(t *testing.T, cfg Config) []byte {
+	t.Helper()
+	run, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := bench.WriteJSON(&b, bench.Results{Runs: []bench.Run{run}}); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestSameSeedSameJSON: a run is a function of its configuration, seed
+// included, down to the byte; another seed gives another run. Both with
+// one directory and layered (three racks of four under a spine).
+func TestSameSeedSameJSON(t *testing.T) {
+	layered := smallConfig(7)
+	layered.Nodes, layered.RackSize, layered.Concurrency = 12, 4, 192
+	for name, cfg := range map[string]Config{"flat": smallConfig(7), "layered": layered} {
+		cfg.Service = ServiceExponential // draws service times from the PCG too
+		a, b := runJSON(t, cfg), runJSON(t, cfg)
+		if !bytes.Equal(a, b) {
+			t.Fatalf("%s: two runs of the same seed wrote different JSON", name)
+		}
+		cfg.Seed = 8
+		if bytes.Equal(a, runJSON(t, cfg)) {
+			t.Fatalf("%s: runs of seeds 7 and 8 wrote the same JSON", name)
+		}
+	}
+}
+
+// TestNetdirBalancesWhereStaticDoesNot: at zipf 1.2 on 8 nodes the chain
+// head of the hottest key limits static hashing; netdir's directory and
+// weights spread it, so throughput reaches the ideal N×C.
+func TestNetdirBalancesWhereStaticDoesNot(t *testing.T) {
+	runs := map[string]bench.Run{}
+	for _, pol := range []string{"static", "netdir"} {
+		cfg := smallConfig(1)
+		cfg.Policy = pol
+		run, err := Run(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs[pol] = run
+	}
+	ideal := 8 * 1000.0
+	if n := runs["netdir"]; n.ThroughputOps < 0.95*ideal || n.LoadMaxOverMean > 1.05 || n.DirHitRate < 0.3 {
+		t.Errorf("netdir: %.0f ops/s of %.0f, max/mean %.3f, hit rate %.2f; want ≥ 0.95 of ideal, ≤ 1.05, hits", n.ThroughputOps, ideal,
+			n.LoadMaxOverMean, n.DirHitRate)
+	}
+	if s := runs["static"]; s.LoadMaxOverMean < 1.5 || s.ThroughputOps > 0.7*ideal {
+		t.Errorf("static: %.0f ops/s, max/mean %.3f; want the hot chain head to limit it", s.ThroughputOps, s.LoadMaxOverMean)
+	}
+}
+
+// TestOpenLoopServesTheOfferedRate: under half the capacity every arrival
+// is served and none is dropped.
+func TestOpenLoopServesTheOfferedRate(t *testing.T) {
+	cfg := smallConfig(3)
+	cfg.Rate, cfg.Concurrency, cfg.Requests = 4000, 512, 20_000
+	run, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Dropped != 0 || run.Errors != 0 || run.ThroughputOps < 3800 || run.ThroughputOps > 4200 {
+		t.Errorf("open loop at 4000/s: %.0f ops/s, %d dropped, %d errors", run.ThroughputOps, run.Dropped, run.Errors)
+	}
+}
+
+// TestBadConfigIsAnError: bad input is refused, not a panic.
+func TestBadConfigIsAnError(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"nodes":    {Nodes: 5000},
+		"rack":     {RackSize: 33},
+		"policy":   {Policy: "best"},
+		"service":  {Service: "gamma"},
+		"capacity": {Capacity: -1},
+		"replicas": {Nodes: 2, Replicas: 3},
+		"workload": {Workload: bench.Workload{Name: "Z"}},
+		"epoch":    {Epoch: time.Second},
+	} {
+		if _, err := Run(cfg); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+// TestEventsComeInTimeThenSchedulingOrder: the queue returns events by
+// time, and events of one time in the order they were scheduled, whether
+// they wait in a lane of one delay or in the heap (more delays than
+// lanes).
+func TestEventsComeInTimeThenSchedulingOrder(t *testing.T) {
+	var q events
+	now := uint64(0)
+	n := 0
+	for step := range 40 {
+		for j := range 3 {
+			d := uint64((step*7+j*5)%13) * 10 // 13 delays: lanes and heap
+			q.after(now, d, event{a: int32(n)})
+			n++
+		}
+		now += 3
+	}
+	var prev event
+	for got := 0; ; got++ {
+		e, ok := q.next()
+		if !ok {
+			if got != n {
+				t.Fatalf("%d events out of %d", got, n)
+			}
+			return
+		}
+		if got > 0 && (e.t < prev.t || e.t == prev.t && e.seq < prev.seq) {
+			t.Fatalf("event (t=%d, seq %d) after (t=%d, seq %d)", e.t, e.seq, prev.t, prev.seq)
+		}
+		prev = e
+	}
+}
