@@ -21,6 +21,7 @@ import (
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/gossip"
 	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/nodeauth"
 	"github.com/netdir/netdir/sched/dmclock"
 	"github.com/netdir/netdir/storagenode"
 )
@@ -58,6 +59,10 @@ type NodeConfig struct {
 	// Log receives the telemetry's logs, and the node's unless
 	// Storage.Logger is set (default: discarded, the node's to stderr).
 	Log *slog.Logger
+	// ClusterKeyFile is the cluster key (nodeauth) the node seals and
+	// authenticates node ops with, reloaded on SIGHUP or when it changes,
+	// unless Storage.Auth is set. Empty: neither.
+	ClusterKeyFile string
 }
 
 // Node is a running storage node with its telemetry: reports to the
@@ -80,11 +85,20 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	watchKey := cfg.Storage.Auth == nil && cfg.ClusterKeyFile != ""
+	if watchKey {
+		if cfg.Storage.Auth, err = nodeauth.Load(cfg.ClusterKeyFile); err != nil {
+			return nil, err
+		}
+	}
 	sn, err := storagenode.Start(cfg.Storage)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	if watchKey {
+		go nodeauth.Watch(ctx, cfg.ClusterKeyFile, cfg.Storage.Auth, cfg.Log)
+	}
 	n := &Node{Node: sn, cancel: cancel}
 	defer func() {
 		if err != nil {

@@ -26,6 +26,7 @@ func main() {
 	root.AddCommand(demoCmd())
 	root.AddCommand(benchCmd())
 	root.AddCommand(captureCmd())
+	root.AddCommand(keygenCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "netdir:", err)
 		os.Exit(1)
