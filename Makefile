@@ -29,6 +29,7 @@ fuzz:
 	$(GO) test ./wire -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wire -run '^$$' -fuzz '^FuzzDecodeHeader$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./directory -run '^$$' -fuzz '^FuzzProcess$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./nodeauth -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME)
 
 # generate: bpf2go and protobuf outputs (committed).
 generate:

@@ -226,6 +226,7 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 			return nil, err
 		}
 		go nodeauth.Watch(rctx, cfg.ClusterKeyFile, auth, log)
+		cfg.Auth = auth
 	}
 	var qosStore controller.QoSStore
 	if cfg.DataDir != "" && !replicated {
@@ -449,8 +450,8 @@ func (c *Controller) joinGossip(cfg ControllerConfig, learned chan<- struct{}, l
 		name += "-" + cfg.Raft.ID
 	}
 	g, err := gossip.Start(gossip.Config{Name: name, Bind: cfg.GossipBind, Seeds: cfg.GossipSeeds, Log: log,
-		FailureTimeout: cfg.FailureTimeout,
-		OnStats:        func(s gossip.NodeStats) { c.ObserveNodeStats(s) },
+		FailureTimeout: cfg.FailureTimeout, Keys: gossipKeys(cfg.Auth),
+		OnStats: func(s gossip.NodeStats) { c.ObserveNodeStats(s) },
 		OnLayout: func([]byte) {
 			select {
 			case learned <- struct{}{}:
@@ -462,6 +463,7 @@ func (c *Controller) joinGossip(cfg ControllerConfig, learned chan<- struct{}, l
 		return err
 	}
 	c.gossip = g
+	followKeys(cfg.Auth, g, log)
 	c.AttachGossip(g)
 	return nil
 }

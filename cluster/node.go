@@ -149,7 +149,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 			bind = gossip.DefaultNodeBind
 		}
 		n.gossip, err = gossip.Start(gossip.Config{Name: fmt.Sprintf("node-%d", sn.ID()), Bind: bind, Seeds: cfg.GossipSeeds,
-			FailureTimeout: cfg.FailureTimeout, Log: cfg.Log,
+			FailureTimeout: cfg.FailureTimeout, Log: cfg.Log, Keys: gossipKeys(cfg.Storage.Auth),
 			OnLayout: func(y []byte) {
 				if m, err := layout.Parse(y); err != nil {
 					cfg.Log.Warn("gossiped layout", "err", err)
@@ -160,6 +160,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		if err != nil {
 			return nil, err
 		}
+		followKeys(cfg.Storage.Auth, n.gossip, cfg.Log)
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
@@ -167,6 +168,27 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		}()
 	}
 	return n, nil
+}
+
+// gossipKeys are the gossip keys derived from the cluster key a (none
+// without one).
+func gossipKeys(a *nodeauth.Auth) [][]byte {
+	if a == nil {
+		return nil
+	}
+	return a.GossipKeys()
+}
+
+// followKeys makes g take a's keys again whenever they are reloaded.
+func followKeys(a *nodeauth.Auth, g *gossip.Gossip, log *slog.Logger) {
+	if a == nil {
+		return
+	}
+	a.OnSetKeys(func() {
+		if err := g.SetKeys(a.GossipKeys()); err != nil {
+			log.Error("gossip keys not rotated", "err", err)
+		}
+	})
 }
 
 // GossipAddr is where the node gossips ("" without gossip).

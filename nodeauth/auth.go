@@ -95,6 +95,9 @@ type Auth struct {
 	wins map[windowKey]*window
 
 	drops [numVerdicts]atomic.Uint64
+
+	watchMu  sync.Mutex
+	watchers []func()
 }
 
 // New returns an Auth holding keys. now is the clock (nil: time.Now); a
@@ -125,6 +128,34 @@ func (a *Auth) SetKeys(keys Keys) {
 		}
 	}
 	a.ring.Store(r)
+	a.watchMu.Lock()
+	defer a.watchMu.Unlock()
+	for _, f := range a.watchers {
+		f()
+	}
+}
+
+// OnSetKeys calls f after every later SetKeys (a reload): for holders of
+// keys derived from the cluster key (GossipKeys).
+func (a *Auth) OnSetKeys(f func()) {
+	a.watchMu.Lock()
+	defer a.watchMu.Unlock()
+	a.watchers = append(a.watchers, f)
+}
+
+// GossipKeys are the AES-256 keys of the gossip (memberlist's keyring),
+// derived from the cluster keys: the sealing key's first, then the other
+// accepted one. Gossip carries layouts and stats, so it is held to the
+// same keys as node ops, and rotates with them.
+func (a *Auth) GossipKeys() [][]byte {
+	r := a.ring.Load()
+	keys := make([][]byte, 0, len(r.accept))
+	for _, k := range r.accept {
+		m := hmac.New(sha256.New, k.secret)
+		m.Write([]byte("netdir gossip key"))
+		keys = append(keys, m.Sum(nil))
+	}
+	return keys
 }
 
 // SealID is the id of the key ops are sealed with now.

@@ -239,3 +239,21 @@ func BenchmarkOpen(b *testing.B) {
 		i++
 	}
 }
+
+// FuzzOpen: any datagram is refused or opened without a panic, and only a
+// sealed one opens.
+func FuzzOpen(f *testing.F) {
+	clk := newClock(time.Unix(1000, 0))
+	k := mustKey(f, 1)
+	sealed := New(Keys{Seal: k}, func() time.Time { return time.Unix(1001, 0) }).Seal(chainAck(2))
+	f.Add(sealed)
+	f.Add(chainAck(2))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		recv := New(Keys{Seal: k}, clk.now)
+		body, v := recv.Open(b, 2, from)
+		if v == OK && (string(b) != string(sealed) || len(body) != len(b)-TrailerLen) {
+			t.Fatalf("opened a datagram that was not sealed: %x", b)
+		}
+	})
+}
