@@ -163,6 +163,15 @@ func FormatKeys(seal, next []byte) []byte {
 	return b
 }
 
+// File is the key file holding ks.
+func (ks Keys) File() []byte {
+	var next []byte
+	if ks.Next != nil {
+		next = ks.Next.secret
+	}
+	return FormatKeys(ks.Seal.secret, next)
+}
+
 // ErrNoKeyFile is KeyFilePath's error when neither the flag nor the
 // environment names a key file.
 var ErrNoKeyFile = errors.New("nodeauth: no cluster key file (--cluster-key-file or " + EnvKeyFile + ")")
