@@ -1,7 +1,9 @@
 package nodeauth
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -256,4 +258,42 @@ func FuzzOpen(f *testing.F) {
 			t.Fatalf("opened a datagram that was not sealed: %x", b)
 		}
 	})
+}
+
+// TestWatchReloads: a changed key file is taken within a poll; one that
+// does not parse leaves the keys in force.
+func TestWatchReloads(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "key")
+	s1, s2 := GenerateSecret(), GenerateSecret()
+	if err := os.WriteFile(p, FormatKeys(s1, nil), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reloaded := make(chan struct{}, 4)
+	a.OnSetKeys(func() { reloaded <- struct{}{} })
+	go Watch(ctx, p, a, slog.New(slog.DiscardHandler))
+	time.Sleep(50 * time.Millisecond) // Watch has read the file as it stands
+	if err := os.WriteFile(p, FormatKeys(s2, s1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-reloaded:
+	case <-time.After(5 * PollEvery):
+		t.Fatal("the changed key file was not reloaded")
+	}
+	if a.SealID() != KeyID(s2) {
+		t.Fatalf("sealing with %x, want the new key %x", a.SealID(), KeyID(s2))
+	}
+	if err := os.WriteFile(p, []byte("key: not hex\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * PollEvery)
+	if a.SealID() != KeyID(s2) {
+		t.Fatalf("a broken key file replaced the keys: sealing with %x", a.SealID())
+	}
 }
