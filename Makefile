@@ -33,6 +33,7 @@ fuzz:
 	$(GO) test ./layout -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cluster -run '^$$' -fuzz '^FuzzParseControllerConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./controller -run '^$$' -fuzz '^FuzzAPI$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./nodeauth -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME)
 
 # generate: bpf2go and protobuf outputs (committed).
 generate:

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/nodeauth"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -75,6 +76,10 @@ type Options struct {
 	Refresh func(context.Context) (*layout.Map, error)
 	// StaleOK asks for bounded-staleness reads (FlagStaleOK).
 	StaleOK bool
+	// Auth is the cluster key, for the control ops (Promote, Demote,
+	// NodeStats): nodes that hold a key refuse them unsealed. GET, PUT
+	// and DEL need none.
+	Auth *nodeauth.Auth
 }
 
 // Client is safe for concurrent use.
@@ -124,6 +129,7 @@ func New(o Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	conn.SetAuth(o.Auth)
 	c.conn = conn
 	return c, nil
 }

@@ -6,10 +6,13 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/netdir/netdir/internal/udpbatch"
+	"github.com/netdir/netdir/nodeauth"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -58,9 +61,17 @@ type Conn struct {
 	spare    *sendQueue // the queue being sent, or idle
 	flushing bool       // a call is sending queued requests
 
+	// auth seals the node ops sent (a controller's promote, demote and
+	// stats) and opens their replies; nil: neither (SetAuth).
+	auth atomic.Pointer[nodeauth.Auth]
+
 	closed chan struct{}
 	wg     sync.WaitGroup
 }
+
+// SetAuth makes c seal the node ops it sends with the cluster key, and
+// accept only node-op replies that a holder of the key sealed.
+func (c *Conn) SetAuth(a *nodeauth.Auth) { c.auth.Store(a) }
 
 // sendQueue is one batch of requests: copies of their bytes (so that a call
 // may return before its request is sent) and the writer that sends them.
@@ -147,8 +158,8 @@ func (c *Conn) readLoop() {
 		}
 		c.mu.Lock()
 		for i := range n {
-			b, _ := c.rx.Msg(i)
-			c.deliver(b)
+			b, from := c.rx.Msg(i)
+			c.deliver(b, from.AddrPort(c.v4))
 		}
 		c.mu.Unlock()
 	}
@@ -156,7 +167,7 @@ func (c *Conn) readLoop() {
 
 // deliver hands datagram b to the call waiting for it, if any, and if it is
 // that call's reply op or an ERR; c.mu is held.
-func (c *Conn) deliver(b []byte) {
+func (c *Conn) deliver(b []byte, from netip.AddrPort) {
 	f := wire.Frame(b)
 	if f.Check() != nil {
 		return
@@ -164,6 +175,12 @@ func (c *Conn) deliver(b []byte) {
 	w := c.waits[f.ReqID()]
 	if w == nil {
 		return
+	}
+	if a := c.auth.Load(); a != nil && f.Op().IsNodeOp() {
+		var v nodeauth.Verdict
+		if b, v = a.Open(b, f.Node(), from); v != nodeauth.OK {
+			return
+		}
 	}
 	var p wire.Packet
 	if !decodeReply(&p, b, w.want) {
@@ -216,7 +233,7 @@ func (c *Conn) Exchange(ctx context.Context, addr netip.AddrPort, req *wire.Pack
 		if try > 0 {
 			timeout = min(2*timeout, max(r.MaxTimeout, r.Timeout))
 		}
-		if err := c.send(out, to); err != nil {
+		if err := c.send(c.seal(out), to); err != nil {
 			c.cancel(w)
 			return buf, err
 		}
@@ -233,6 +250,16 @@ func (c *Conn) Exchange(ctx context.Context, addr netip.AddrPort, req *wire.Pack
 	}
 	c.cancel(w)
 	return buf, ErrTimeout
+}
+
+// seal is req with its trailer if it is a node op and c has a key: a
+// fresh one for each try, since a receiver accepts each counter once.
+func (c *Conn) seal(req []byte) []byte {
+	a := c.auth.Load()
+	if a == nil || !wire.Frame(req).Op().IsNodeOp() {
+		return req
+	}
+	return a.Seal(slices.Clip(req))
 }
 
 // await waits up to timeout for w's reply.

@@ -37,6 +37,7 @@ import (
 	"github.com/netdir/netdir/gossip"
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/model"
+	"github.com/netdir/netdir/nodeauth"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/wire"
 )
@@ -75,6 +76,10 @@ type Options struct {
 	// failure timeout (0: gossip.DefaultFailureTimeout), after which the
 	// controller splices a silent node out of its chains.
 	FailureTimeout time.Duration
+	// Keys is the cluster key sealing node ops (nodeauth); nil: a random
+	// one, so every cluster authenticates its node ops as a deployment
+	// does.
+	Keys *nodeauth.Keys
 }
 
 // Cluster is a running in-process cluster.
@@ -83,6 +88,8 @@ type Cluster struct {
 	opts    Options
 	mu      sync.Mutex
 	nodes   []*Node
+	keys    nodeauth.Keys
+	auths   []*nodeauth.Auth // each node's, by index (replaced by a restart)
 	listen  []netip.AddrPort
 	proxies []*Proxy
 	sw      *Switch
@@ -106,7 +113,16 @@ func Start(o Options) (*Cluster, error) {
 	if o.Dir == "" {
 		return nil, errors.New("cluster: no data directory")
 	}
-	c := &Cluster{opts: o, nodes: make([]*Node, o.N), listen: make([]netip.AddrPort, o.N)}
+	c := &Cluster{opts: o, nodes: make([]*Node, o.N), auths: make([]*nodeauth.Auth, o.N), listen: make([]netip.AddrPort, o.N)}
+	if o.Keys != nil {
+		c.keys = *o.Keys
+	} else {
+		k, err := nodeauth.NewKey(nodeauth.GenerateSecret())
+		if err != nil {
+			return nil, err
+		}
+		c.keys = nodeauth.Keys{Seal: k}
+	}
 	for i := range o.N {
 		a, err := freePort()
 		if err != nil {
@@ -210,6 +226,7 @@ func (c *Cluster) start(i int) error {
 		Layout: c.Layout, Listen: c.listen[i].String(),
 		Workers: 4, CacheBytes: 8 << 20, MemTableBytes: 4 << 20,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		Auth:   c.NewAuth(),
 	}
 	if c.opts.Node != nil {
 		c.opts.Node(&so)
@@ -233,6 +250,7 @@ func (c *Cluster) start(i int) error {
 	}
 	c.mu.Lock()
 	c.nodes[i] = n
+	c.auths[i] = so.Auth
 	c.mu.Unlock()
 	return nil
 }
@@ -300,10 +318,53 @@ func (c *Cluster) Restart(i int) error {
 // CurrentLayout.
 func (c *Cluster) Client(o client.Options) (*client.Client, error) {
 	o.Layout = c.Layout
+	if o.Auth == nil {
+		o.Auth = c.NewAuth()
+	}
 	if o.Refresh == nil {
 		o.Refresh = func(context.Context) (*layout.Map, error) { return c.CurrentLayout(), nil }
 	}
 	return client.New(o)
+}
+
+// NewAuth is a new holder of the cluster's keys: for a controller, a
+// client's control ops, or a test's forger of node ops.
+func (c *Cluster) NewAuth() *nodeauth.Auth {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return nodeauth.New(c.keys, nil)
+}
+
+// Keys are the cluster keys in force.
+func (c *Cluster) Keys() nodeauth.Keys {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.keys
+}
+
+// Auth is node i's key holder (nil while crashed): a test rotates the
+// nodes' keys one at a time, as their key files change.
+func (c *Cluster) Auth(i int) *nodeauth.Auth {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nodes[i] == nil {
+		return nil
+	}
+	return c.auths[i]
+}
+
+// SetKeys installs new cluster keys in every running node, as each
+// reloading its key file does (a rotation's step), and in the nodes
+// started later.
+func (c *Cluster) SetKeys(ks nodeauth.Keys) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.keys = ks
+	for i, a := range c.auths {
+		if a != nil && c.nodes[i] != nil {
+			a.SetKeys(ks)
+		}
+	}
 }
 
 // CurrentLayout is the newest layout a running node holds (the nodes take

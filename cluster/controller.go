@@ -26,6 +26,7 @@ import (
 	"github.com/netdir/netdir/internal/grpcsec"
 	"github.com/netdir/netdir/internal/yamlconf"
 	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/nodeauth"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -49,10 +50,17 @@ type ControllerConfig struct {
 	Capacity     int           `yaml:"capacity"` // directory entries; 0: O(n log n)
 	// NodeCapacity bounds each node's rate for the coarse loop (requests/s;
 	// the nodes' --max-ops emulation); 0: read latency alone.
-	NodeCapacity float64          `yaml:"node_capacity"`
-	P4Info       string           `yaml:"p4info"`
-	Switches     []SwitchEndpoint `yaml:"switches"`
-	VSBPorts     []uint32         `yaml:"vsb_ports"`
+	NodeCapacity float64 `yaml:"node_capacity"`
+	P4Info       string  `yaml:"p4info"`
+	// ClusterKeyFile is the cluster key (nodeauth) that seals the
+	// controller's promote and demote node ops; relative to the config
+	// file. Empty: none (nodes holding a key then refuse them).
+	ClusterKeyFile string `yaml:"cluster_key_file"`
+	// Auth is the cluster key itself, for an in-process controller;
+	// it takes precedence over ClusterKeyFile.
+	Auth     *nodeauth.Auth   `yaml:"-"`
+	Switches []SwitchEndpoint `yaml:"switches"`
+	VSBPorts []uint32         `yaml:"vsb_ports"`
 	// DataDir keeps a lone controller's state across restarts: the
 	// tenants and QoS policies (qos.json). Empty: memory only. A
 	// replicated controller keeps them in its raft state.
@@ -163,6 +171,7 @@ func ParseControllerConfig(b []byte, dir string) (*ControllerConfig, error) {
 		c.P4Info = yamlconf.Resolve(dir, c.P4Info)
 	}
 	c.DataDir = yamlconf.Resolve(dir, c.DataDir)
+	c.ClusterKeyFile = yamlconf.Resolve(dir, c.ClusterKeyFile)
 	c.TLS.Resolve(dir)
 	if err := c.TLS.Check("tls", true); err != nil {
 		return nil, err
@@ -334,6 +343,14 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 			log.Info("switch programmed", "switch", s.Name, "addr", s.Addr, "device_id", s.DeviceID)
 		}
 	}
+	auth := cfg.Auth
+	if auth == nil && cfg.ClusterKeyFile != "" {
+		if auth, err = nodeauth.Load(cfg.ClusterKeyFile); err != nil {
+			return nil, err
+		}
+		go nodeauth.Watch(rctx, cfg.ClusterKeyFile, auth, log)
+		cfg.Auth = auth
+	}
 	var qosStore controller.QoSStore
 	if cfg.DataDir != "" && !replicated {
 		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
@@ -345,7 +362,7 @@ func StartController(ctx context.Context, cfg ControllerConfig) (_ *Controller, 
 		Layout: lay, Capacity: cfg.Capacity, Round: cfg.Round, Epoch: cfg.CoarseEpoch, PromoteMin: cfg.PromoteMin,
 		VSBGroup: cfg.VSBPorts, NodeCapacity: cfg.NodeCapacity, QoSStore: qosStore, Raft: cfg.Raft, Log: log,
 		SpareAfter: cfg.SpareAfter, RejoinAfter: cfg.FailureTimeout,
-	}, planes, &controller.UDPStorage{NoStamp: len(planes) == 0})
+	}, planes, &controller.UDPStorage{NoStamp: len(planes) == 0, Auth: auth})
 	if err != nil {
 		return nil, err
 	}
@@ -622,8 +639,8 @@ func (c *Controller) joinGossip(cfg ControllerConfig, learned chan<- struct{}, l
 		name += "-" + cfg.Raft.ID
 	}
 	g, err := gossip.Start(gossip.Config{Name: name, Bind: cfg.GossipBind, Seeds: cfg.GossipSeeds, Log: log,
-		FailureTimeout: cfg.FailureTimeout,
-		OnStats:        func(s gossip.NodeStats) { c.ObserveNodeStats(s) },
+		FailureTimeout: cfg.FailureTimeout, Keys: gossipKeys(cfg.Auth),
+		OnStats: func(s gossip.NodeStats) { c.ObserveNodeStats(s) },
 		OnLayout: func([]byte) {
 			select {
 			case learned <- struct{}{}:
@@ -635,6 +652,7 @@ func (c *Controller) joinGossip(cfg ControllerConfig, learned chan<- struct{}, l
 		return err
 	}
 	c.gossip = g
+	followKeys(cfg.Auth, g, log)
 	c.AttachGossip(g)
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/netdir/netdir/gossip"
 	"github.com/netdir/netdir/internal/grpcsec"
 	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/nodeauth"
 	"github.com/netdir/netdir/sched/dmclock"
 	"github.com/netdir/netdir/storagenode"
 )
@@ -61,6 +62,10 @@ type NodeConfig struct {
 	// Log receives the telemetry's logs, and the node's unless
 	// Storage.Logger is set (default: discarded, the node's to stderr).
 	Log *slog.Logger
+	// ClusterKeyFile is the cluster key (nodeauth) the node seals and
+	// authenticates node ops with, reloaded on SIGHUP or when it changes,
+	// unless Storage.Auth is set. Empty: neither.
+	ClusterKeyFile string
 }
 
 // Node is a running storage node with its telemetry: reports to the
@@ -83,11 +88,20 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	watchKey := cfg.Storage.Auth == nil && cfg.ClusterKeyFile != ""
+	if watchKey {
+		if cfg.Storage.Auth, err = nodeauth.Load(cfg.ClusterKeyFile); err != nil {
+			return nil, err
+		}
+	}
 	sn, err := storagenode.Start(cfg.Storage)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	if watchKey {
+		go nodeauth.Watch(ctx, cfg.ClusterKeyFile, cfg.Storage.Auth, cfg.Log)
+	}
 	n := &Node{Node: sn, cancel: cancel}
 	defer func() {
 		if err != nil {
@@ -142,7 +156,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 			bind = gossip.DefaultNodeBind
 		}
 		n.gossip, err = gossip.Start(gossip.Config{Name: fmt.Sprintf("node-%d", sn.ID()), Bind: bind, Seeds: cfg.GossipSeeds,
-			FailureTimeout: cfg.FailureTimeout, Log: cfg.Log,
+			FailureTimeout: cfg.FailureTimeout, Log: cfg.Log, Keys: gossipKeys(cfg.Storage.Auth),
 			OnLayout: func(y []byte) {
 				if m, err := layout.Parse(y); err != nil {
 					cfg.Log.Warn("gossiped layout", "err", err)
@@ -153,6 +167,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		if err != nil {
 			return nil, err
 		}
+		followKeys(cfg.Storage.Auth, n.gossip, cfg.Log)
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
@@ -160,6 +175,27 @@ func StartNode(ctx context.Context, cfg NodeConfig) (_ *Node, err error) {
 		}()
 	}
 	return n, nil
+}
+
+// gossipKeys are the gossip keys derived from the cluster key a (none
+// without one).
+func gossipKeys(a *nodeauth.Auth) [][]byte {
+	if a == nil {
+		return nil
+	}
+	return a.GossipKeys()
+}
+
+// followKeys makes g take a's keys again whenever they are reloaded.
+func followKeys(a *nodeauth.Auth, g *gossip.Gossip, log *slog.Logger) {
+	if a == nil {
+		return
+	}
+	a.OnSetKeys(func() {
+		if err := g.SetKeys(a.GossipKeys()); err != nil {
+			log.Error("gossip keys not rotated", "err", err)
+		}
+	})
 }
 
 // GossipAddr is where the node gossips ("" without gossip).

@@ -87,6 +87,9 @@ func (c *Cluster) StartPlane(ctx context.Context, cfg PlaneConfig) (_ *Plane, er
 		p.sc.P4Runtime = p.Switch.P4RuntimeAddr()
 	}
 	cc := cfg.Controller
+	if cc.Auth == nil {
+		cc.Auth = c.NewAuth()
+	}
 	cc.API, cc.GossipBind, cc.GossipSeeds = c.apis[0], c.gossips[0], nil
 	if cc.FailureTimeout == 0 {
 		cc.FailureTimeout = c.opts.FailureTimeout

@@ -71,6 +71,7 @@ func startHA(t testing.TB, ctx context.Context) *haCluster {
 			API: p.API, Schema: schema, Layout: c.Layout.Config(), Round: 100 * time.Millisecond, PromoteMin: 1 << 30,
 			Switches: []cluster.SwitchEndpoint{{Name: "model", Addr: sw.P4RuntimeAddr(), DeviceID: 1, ElectionID: 1}},
 			Raft:     &ctrl.RaftConfig{ID: p.ID, Bind: p.Raft, Dir: t.TempDir(), Peers: peers},
+			Auth:     c.NewAuth(),
 		})
 		h.start(t, ctx, i)
 	}

@@ -57,7 +57,7 @@ func BenchmarkSwitchRestart(b *testing.B) {
 	}
 	ctl, err := StartController(ctx, ControllerConfig{API: api, Schema: schema, Layout: c.Layout.Config(),
 		Capacity: restartEntries, Round: time.Hour, CoarseEpoch: 120 * time.Second, PromoteMin: 1 << 30,
-		Switches: []SwitchEndpoint{{Name: "model", Addr: p4addr, DeviceID: 1, ElectionID: 1}}})
+		Switches: []SwitchEndpoint{{Name: "model", Addr: p4addr, DeviceID: 1, ElectionID: 1}}, Auth: c.NewAuth()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func TestStampAcrossSwitchRestart(t *testing.T) {
 	}
 	ctl, err := StartController(ctx, ControllerConfig{API: api, Schema: schema, Layout: lay,
 		Round: time.Hour, CoarseEpoch: 120 * time.Second, PromoteMin: 1,
-		Switches: []SwitchEndpoint{{Name: "model", Addr: p4addr, DeviceID: 1, ElectionID: 1}}})
+		Switches: []SwitchEndpoint{{Name: "model", Addr: p4addr, DeviceID: 1, ElectionID: 1}}, Auth: c.NewAuth()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -294,7 +294,7 @@ func TestEndToEndPromotion(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctl, err := controller.New(controller.Config{Layout: cl.Layout, PromoteMin: 20, Capacity: 1},
-		[]controller.DataPlane{controller.NewP4Plane("model", pc, schema)}, &controller.UDPStorage{})
+		[]controller.DataPlane{controller.NewP4Plane("model", pc, schema)}, &controller.UDPStorage{Auth: cl.NewAuth()})
 	if err != nil {
 		t.Fatal(err)
 	}

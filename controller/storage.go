@@ -11,6 +11,7 @@ import (
 
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/nodeauth"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -24,6 +25,8 @@ type UDPStorage struct {
 	// agents only: no data plane stamps writes, so the head must keep
 	// accepting unstamped ones (storagenode's promoteNoStamp).
 	NoStamp bool
+	// Auth seals promote and demote with the cluster key (nil: unsealed).
+	Auth *nodeauth.Auth
 
 	// conn is opened by the first call and shared by every later one,
 	// concurrent calls included (client.Conn matches replies by request
@@ -42,6 +45,7 @@ func (u *UDPStorage) connection() (*client.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
+		c.SetAuth(u.Auth)
 		u.conn = c
 	}
 	return u.conn, nil

@@ -8,6 +8,7 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -61,6 +62,10 @@ type Config struct {
 	OnLayout   func(yaml []byte)
 	OnMember   func(name string, alive bool)
 	Log        *slog.Logger
+	// Keys, if any, encrypt and authenticate every gossip message
+	// (memberlist's keyring, AES-GCM): the first is used to send, all are
+	// accepted. Members without one of them cannot join or be heard.
+	Keys [][]byte
 }
 
 // Gossip is a running member.
@@ -68,8 +73,11 @@ type Gossip struct {
 	cfg Config
 	ml  *memberlist.Memberlist
 	q   *memberlist.TransmitLimitedQueue
-	tab table
-	log *slog.Logger
+	// keyring is memberlist's (Config.Keys; nil without), which
+	// memberlist offers no accessor for.
+	keyring *memberlist.Keyring
+	tab     table
+	log     *slog.Logger
 
 	// live holds the addresses of live members, kept by memberlist's join
 	// and leave events: the *Node values that Members returns are written
@@ -124,7 +132,12 @@ func Start(cfg Config) (*Gossip, error) {
 		}
 		mc.AdvertiseAddr, mc.AdvertisePort = ah, ap
 	}
-	g := &Gossip{cfg: cfg, log: cfg.Log.With("component", "gossip", "member", cfg.Name), live: map[string]bool{}, stop: make(chan struct{})}
+	if len(cfg.Keys) > 0 {
+		if mc.Keyring, err = memberlist.NewKeyring(cfg.Keys[1:], cfg.Keys[0]); err != nil {
+			return nil, fmt.Errorf("gossip: keys: %w", err)
+		}
+	}
+	g := &Gossip{cfg: cfg, keyring: mc.Keyring, log: cfg.Log.With("component", "gossip", "member", cfg.Name), live: map[string]bool{}, stop: make(chan struct{})}
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
 	mc.Logger = log.New(slogWriter{g.log}, "", 0)
@@ -198,6 +211,33 @@ func (g *Gossip) rejoin() {
 			g.join()
 		}
 	}
+}
+
+// SetKeys replaces the gossip's keys (a cluster key rotation's step): the
+// first is used to send from now on, the others are still accepted, and
+// keys not listed are dropped. A member started without keys has none to
+// replace.
+func (g *Gossip) SetKeys(keys [][]byte) error {
+	kr := g.keyring
+	if kr == nil || len(keys) == 0 {
+		return nil
+	}
+	for _, k := range keys {
+		if err := kr.AddKey(k); err != nil {
+			return fmt.Errorf("gossip: keys: %w", err)
+		}
+	}
+	if err := kr.UseKey(keys[0]); err != nil {
+		return fmt.Errorf("gossip: keys: %w", err)
+	}
+	for _, old := range kr.GetKeys() {
+		if !slices.ContainsFunc(keys, func(k []byte) bool { return bytes.Equal(k, old) }) {
+			if err := kr.RemoveKey(old); err != nil {
+				return fmt.Errorf("gossip: keys: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 // Addr is the host:port others reach this member at.

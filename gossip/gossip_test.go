@@ -224,3 +224,64 @@ func TestGossipLargeEntry(t *testing.T) {
 		t.Fatal("the large entry never arrived")
 	}
 }
+
+// TestGossipKeys: with keys, a member holding none of them is never heard
+// (it cannot join, and its layouts do not arrive), and members keep
+// talking through a rotation (add the next key, send with it, drop the
+// old one).
+func TestGossipKeys(t *testing.T) {
+	k1, k2 := bytesOf(1), bytesOf(2)
+	layouts := make(chan []byte, 16)
+	ctl, err := Start(Config{Name: "controller", Bind: "127.0.0.1:0", Keys: [][]byte{k1},
+		OnLayout: func(y []byte) { layouts <- y }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	intruder, err := Start(Config{Name: "intruder", Bind: "127.0.0.1:0", Seeds: []string{ctl.Addr()}, Keys: [][]byte{bytesOf(9)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer intruder.Close()
+	if err := intruder.PublishLayout(1<<30, []byte("epoch: 1073741824\n")); err != nil {
+		t.Fatal(err)
+	}
+	n, err := Start(Config{Name: "node-1", Bind: "127.0.0.1:0", Seeds: []string{ctl.Addr()}, Keys: [][]byte{k1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if !waitFor(10*time.Second, func() bool { return n.Members() == 2 && ctl.Members() == 2 }) {
+		t.Fatalf("members: node sees %d, controller %d; want 2 each (the intruder never)", n.Members(), ctl.Members())
+	}
+	for step, keys := range [][][]byte{{k1, k2}, {k2, k1}, {k2}} {
+		for _, g := range []*Gossip{ctl, n} {
+			if err := g.SetKeys(keys); err != nil {
+				t.Fatal(err)
+			}
+		}
+		epoch := uint32(step + 1)
+		if err := n.PublishLayout(epoch, []byte(fmt.Sprintf("epoch: %d\n", epoch))); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case y := <-layouts:
+			if want := fmt.Sprintf("epoch: %d\n", epoch); string(y) != want {
+				t.Fatalf("step %d: layout %q, want %q (the intruder's?)", step, y, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("step %d: the node's layout never arrived", step)
+		}
+	}
+	if ctl.Members() != 2 {
+		t.Fatalf("controller sees %d members after the rotation, want 2", ctl.Members())
+	}
+}
+
+func bytesOf(b byte) []byte {
+	k := make([]byte, 32)
+	for i := range k {
+		k[i] = b
+	}
+	return k
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/cluster"
 	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/nodeauth"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/wire"
 )
@@ -332,7 +333,7 @@ func procRSS(pid int) float64 {
 }
 
 // BenchmarkNodeGetProcess: the same GET load against a `netdir node`
-// process (R=1, default options), so that the node's own CPU is measured
+// process (R=1, default options, a cluster key as in a deployment), so that the node's own CPU is measured
 // apart from the load generator's: ops/node-cpu-s is GETs per CPU-second of
 // the node alone. The keys are loaded by 64 concurrent writers first.
 func BenchmarkNodeGetProcess(b *testing.B) {
@@ -349,7 +350,9 @@ func BenchmarkNodeGetProcess(b *testing.B) {
 	l.Close()
 	cfg := filepath.Join(dir, "c.yaml")
 	os.WriteFile(cfg, []byte("replicas: 1\npartition_bits: 6\nnodes:\n  - {id: 1, addr: "+addr+"}\n"), 0o644)
-	args := []string{"node", "--id", "1", "--data", filepath.Join(dir, "data"), "--config", cfg}
+	keyFile := filepath.Join(dir, "cluster.key")
+	os.WriteFile(keyFile, nodeauth.FormatKeys(nodeauth.GenerateSecret(), nil), 0o600)
+	args := []string{"node", "--id", "1", "--data", filepath.Join(dir, "data"), "--config", cfg, "--cluster-key-file", keyFile}
 	if w := os.Getenv("NETDIR_BENCH_WORKERS"); w != "" {
 		args = append(args, "--workers", w)
 	}

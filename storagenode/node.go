@@ -71,6 +71,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/nodeauth"
 	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/storagenode/device"
 	"github.com/netdir/netdir/wire"
@@ -146,6 +147,11 @@ type Options struct {
 
 	Logger *slog.Logger
 
+	// Auth seals the node ops the node sends and authenticates those it
+	// receives (nodeauth): the cluster key. Nil: node ops carry no MAC and
+	// are admitted by their source address alone.
+	Auth *nodeauth.Auth
+
 	// Current says the node's trees are already current with their
 	// chains, so it serves at once instead of catching up from its
 	// neighbours first, and holds no uncommitted writes, so it skips the
@@ -215,6 +221,7 @@ func (o *Options) fill() error {
 type Node struct {
 	opts  Options
 	id    wire.NodeID
+	auth  *nodeauth.Auth
 	lay   atomic.Pointer[layout.Map] // the newest layout heard of (SetLayout)
 	log   *slog.Logger
 	cache *pebble.Cache
@@ -257,7 +264,7 @@ func Start(o Options) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		opts: o, id: o.ID, log: o.Logger.With("node", o.ID),
+		opts: o, id: o.ID, auth: o.Auth, log: o.Logger.With("node", o.ID),
 		peers: make(map[wire.NodeID]netip.AddrPort),
 		stop:  make(chan struct{}),
 		ctr:   counters{hot: sched.NewTopK(hotKeyCounters)},
@@ -355,7 +362,9 @@ func (n *Node) serves(part uint32) bool {
 // epoch than this node's layout.
 func (n *Node) layoutBehindPeer() bool { return n.peerEpoch.Load() > n.layout().Epoch() }
 
-// heardEpoch notes the epoch a chain neighbour's packet carried.
+// heardEpoch notes the epoch a chain neighbour's packet carried: a node op
+// that openNodeOp admitted (with a cluster key, authenticated), never a
+// forgery's.
 func (n *Node) heardEpoch(e uint32) {
 	for {
 		cur := n.peerEpoch.Load()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/cluster"
+	"github.com/netdir/netdir/nodeauth"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/wire"
 )
@@ -28,6 +29,13 @@ func raw(h wire.Header, key, val []byte) []byte { return wire.AppendNodeOp(nil, 
 type peer struct {
 	t    *testing.T
 	conn *net.UDPConn
+	auth *nodeauth.Auth // seals the node ops sent and opens those received (sealing)
+}
+
+// sealing makes p hold the cluster's key, as a controller or a node does.
+func (p *peer) sealing(c *cluster.Cluster) *peer {
+	p.auth = c.NewAuth()
+	return p
 }
 
 func newPeer(t *testing.T) *peer {
@@ -36,12 +44,15 @@ func newPeer(t *testing.T) *peer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &peer{t, c}
+	return &peer{t: t, conn: c}
 }
 
 func (p *peer) addr() netip.AddrPort { return p.conn.LocalAddr().(*net.UDPAddr).AddrPort() }
 
 func (p *peer) send(to netip.AddrPort, b []byte) {
+	if p.auth != nil && len(b) >= wire.HeaderLen && wire.Frame(b).Op().IsNodeOp() {
+		b = p.auth.Seal(slices.Clip(b))
+	}
 	if _, err := p.conn.WriteToUDPAddrPort(b, to); err != nil {
 		p.t.Fatal(err)
 	}
@@ -70,6 +81,12 @@ func (p *peer) recvWithin(reqid uint64, d time.Duration) (wire.Packet, bool) {
 			continue
 		}
 		b := append([]byte(nil), buf[:n]...)
+		if p.auth != nil && pk.Op.IsNodeOp() {
+			var v nodeauth.Verdict
+			if b, v = p.auth.Open(b, pk.Node, netip.AddrPort{}); v != nodeauth.OK {
+				continue
+			}
+		}
 		_ = pk.Decode(b)
 		return pk, true
 	}
@@ -116,7 +133,7 @@ func keyNotOn(c *cluster.Cluster, id wire.NodeID) []byte {
 
 func TestErrCodes(t *testing.T) {
 	c := startCluster(t, cluster.Options{N: 4, R: 3, Epoch: 1})
-	p := newPeer(t)
+	p := newPeer(t).sealing(c)
 	key := []byte("some-key")
 	h := wire.HashKey(key)
 	ch := c.Layout.ChainOf(h)
@@ -165,7 +182,7 @@ func TestQueueFull(t *testing.T) {
 	c := startCluster(t, cluster.Options{N: 1, R: 1, Node: func(o *storagenode.Options) {
 		o.Workers, o.QueueLen, o.MaxOps = 1, 2, 20
 	}})
-	p := newPeer(t)
+	p := newPeer(t).sealing(c)
 	key := []byte("k")
 	to := addrOf(c, 1)
 	for i := range 40 {
@@ -198,7 +215,7 @@ func TestAdmissionLimitsClientsOnly(t *testing.T) {
 	c := startCluster(t, cluster.Options{N: 1, R: 1, Node: func(o *storagenode.Options) {
 		o.Workers, o.MaxOps = 1, 2
 	}})
-	p := newPeer(t)
+	p := newPeer(t).sealing(c)
 	key := []byte("k")
 	h := wire.HashKey(key)
 	to := addrOf(c, 1)
@@ -228,7 +245,7 @@ func TestAdmissionLimitsClientsOnly(t *testing.T) {
 func TestStampsAndDedup(t *testing.T) {
 	dir := t.TempDir()
 	c := startCluster(t, cluster.Options{N: 3, Dir: dir})
-	p := newPeer(t)
+	p := newPeer(t).sealing(c)
 	key := []byte("stamped")
 	h := wire.HashKey(key)
 	ch := c.Layout.ChainOf(h)
@@ -329,7 +346,7 @@ func TestStampedDuplicateNoop(t *testing.T) {
 	}
 	waitVSB := vsbWatcher(t, dp, h)
 	waitVSB(extra, 1)
-	p := newPeer(t)
+	p := newPeer(t).sealing(c)
 	put := func(reqid, stamp uint64, val string) wire.Packet {
 		return p.call(head, raw(wire.Header{Op: wire.OpPut, Flags: wire.FlagStamped, Stamp: stamp, ReqID: reqid, KeyHash: h, Timestamp: 777}, key, []byte(val)))
 	}
@@ -435,7 +452,7 @@ func TestStampedDuplicateSwitch(t *testing.T) {
 		}
 	}
 	waitSlot("after promotion", 1, 1)
-	p := newPeer(t)
+	p := newPeer(t).sealing(c)
 	svc := sw.Addr()
 	put := func(val string) wire.Packet {
 		return p.call(svc, raw(wire.Header{Op: wire.OpPut, ReqID: 20, KeyHash: h}, key, []byte(val)))
@@ -504,7 +521,7 @@ func TestHotKeyCopies(t *testing.T) {
 	if _, err := cl.Put(ctx, key, []byte("v1")); err != nil {
 		t.Fatal(err)
 	}
-	p := newPeer(t)
+	p := newPeer(t).sealing(c)
 	get := func(id wire.NodeID, reqid uint64) wire.Packet {
 		return p.call(addrOf(c, id), raw(wire.Header{Op: wire.OpGet, ReqID: reqid, KeyHash: h}, key, nil))
 	}
@@ -611,7 +628,7 @@ func TestRecoveryAfterDiskLoss(t *testing.T) {
 	if got := c.Node(1).Stats().SyncedKeys; got < keys {
 		t.Fatalf("synced %d keys, want every one of %d", got, keys)
 	}
-	p := newPeer(t)
+	p := newPeer(t).sealing(c)
 	for i := range keys {
 		k := []byte(fmt.Sprintf("k%d", i))
 		r := p.call(addrOf(c, 2), raw(wire.Header{Op: wire.OpGet, ReqID: uint64(i + 1), KeyHash: wire.HashKey(k)}, k, nil))
@@ -656,7 +673,7 @@ func TestStatsAndMetrics(t *testing.T) {
 	for _, mf := range mfs {
 		names = append(names, mf.GetName())
 	}
-	for _, want := range []string{"netdir_node_tree_reads_total", "netdir_node_tree_read_latency_seconds", "netdir_node_tree_l0_files", "netdir_node_tree_compaction_bytes_total"} {
+	for _, want := range []string{"netdir_node_tree_reads_total", "netdir_node_tree_read_latency_seconds", "netdir_node_tree_l0_files", "netdir_node_tree_compaction_bytes_total", "netdir_node_op_drops_total"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("metric %s missing from %s", want, strings.Join(names, ","))
 		}
@@ -673,7 +690,7 @@ func TestPromoteWithoutStamping(t *testing.T) {
 	key := keyNotOn(c, extra)
 	h := wire.HashKey(key)
 	ch := c.Layout.ChainOf(h)
-	p := newPeer(t)
+	p := newPeer(t).sealing(c)
 	head := addrOf(c, ch[0])
 	promote := func(reqid uint64, flags uint8) wire.Packet {
 		ids := wire.AppendNodeIDs(nil, []wire.NodeID{extra})
@@ -736,7 +753,7 @@ func TestStaleIncarnation(t *testing.T) {
 	key := keyNotOn(c, extra)
 	h := wire.HashKey(key)
 	ch := c.Layout.ChainOf(h)
-	p := newPeer(t)
+	p := newPeer(t).sealing(c)
 	head := addrOf(c, ch[0])
 	ids := wire.AppendNodeIDs(nil, []wire.NodeID{extra})
 	if r := p.call(head, raw(wire.Header{Op: wire.OpPromote, ReqID: 1, KeyHash: h, Stamp: wire.MakeStamp(2, 0)}, key, ids)); r.Code != wire.CodeOK || r.Stamp != 0 {
@@ -791,7 +808,7 @@ func TestHashMismatchStoredKey(t *testing.T) {
 	for i := 0; c.Layout.Partition(other) == c.Layout.Partition(h); i++ {
 		other = wire.HashKey(fmt.Appendf(nil, "other-%d", i))
 	}
-	p := newPeer(t)
+	p := newPeer(t).sealing(c)
 	to := addrOf(c, 1)
 	if r := p.call(to, raw(wire.Header{Op: wire.OpGet, ReqID: 1, KeyHash: other}, key, nil)); r.Op != wire.OpErr || r.Code != wire.CodeHashMismatch {
 		t.Fatalf("wrong hash: got %s code %s, want err %s", r.Op, r.Code, wire.CodeHashMismatch)

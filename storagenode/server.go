@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/internal/udpbatch"
+	"github.com/netdir/netdir/nodeauth"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -40,6 +41,7 @@ type shard struct {
 	tx      *udpbatch.Writer // the packets to send, after commit
 	bufs    [][]byte         // tx's packets, one buffer each, reused
 	scratch []byte           // see pkt
+	sealer  *nodeauth.Sealer // seals the node ops sent (nil: no cluster key)
 	kb      []byte           // a record's Pebble key, for reads
 	commit  groupCommit      // the synced writes that tx waits for
 	held    heldRecords
@@ -47,9 +49,13 @@ type shard struct {
 }
 
 func newShard(n *Node, i int) *shard {
-	return &shard{n: n, idx: i, ch: make(chan item, n.opts.QueueLen), chainShard: newChainShard(),
+	s := &shard{n: n, idx: i, ch: make(chan item, n.opts.QueueLen), chainShard: newChainShard(),
 		tx: udpbatch.NewWriter(n.conn, n.v4, writeBatch), bufs: make([][]byte, writeBatch), scratch: make([]byte, 0, smallBuf),
 		kb: make([]byte, 0, 5+wire.MaxKey), held: newHeldRecords(max(1, n.opts.MaxPending/max(1, n.opts.Workers)))}
+	if n.auth != nil {
+		s.sealer = n.auth.NewSealer()
+	}
+	return s
 }
 
 func (s *shard) run() {
@@ -108,6 +114,9 @@ func (s *shard) send(to netip.AddrPort, b []byte) {
 	}
 	i := s.tx.Len()
 	s.bufs[i] = append(s.bufs[i][:0], b...)
+	if s.sealer != nil && len(b) >= wire.HeaderLen && wire.Frame(b).Op().IsNodeOp() {
+		s.bufs[i] = s.sealer.Seal(s.bufs[i])
+	}
 	s.tx.AddPeer(s.bufs[i], udpbatch.PeerOf(to, s.n.v4))
 }
 
@@ -137,7 +146,7 @@ func (n *Node) sendNow(to netip.AddrPort, b []byte) {
 	if !to.IsValid() {
 		return
 	}
-	n.conn.WriteToUDPAddrPort(b, to)
+	n.conn.WriteToUDPAddrPort(n.sealNodeOp(b), to)
 	n.ctr.txPackets.Add(1)
 }
 
@@ -185,6 +194,12 @@ func (n *Node) dispatch(b []byte, from netip.AddrPort) {
 		return // not netdir traffic: nothing to answer
 	}
 	op := wire.Frame(b).Op()
+	if op.IsNodeOp() {
+		var ok bool
+		if b, ok = n.openNodeOp(b, from); !ok {
+			return
+		}
+	}
 	switch op {
 	case wire.OpGet, wire.OpPut, wire.OpDel,
 		wire.OpChainWrite, wire.OpChainAck, wire.OpVerQuery, wire.OpVerAnswer,

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/netdir/netdir/gossip"
+	"github.com/netdir/netdir/nodeauth"
 	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/storagenode/device"
 )
@@ -93,6 +94,10 @@ type Stats struct {
 	// given a policy (qos.go); QoSOn says whether requests go through it.
 	QoSOn bool        `json:"qos_on"`
 	QoS   []TenantQoS `json:"qos,omitempty"`
+	// NodeOpDrops counts the node ops refused (storagenode/auth.go): a
+	// bad or missing MAC, a replay, a retired key, a sender not in the
+	// layout at the packet's source.
+	NodeOpDrops nodeauth.Drops `json:"node_op_drops"`
 }
 
 // counters is the stats role: the node's request and packet counters, and
@@ -106,6 +111,7 @@ type counters struct {
 	staleLayoutGets                    atomic.Uint64 // reads refused while a neighbour's epoch is newer
 	noops                              atomic.Uint64 // no-op versions made for stamped duplicates
 	staleIncarnation                   atomic.Uint64 // stamped writes of an older incarnation, refused
+	unknownSender                      atomic.Uint64 // node ops from no node of the layout at that address
 
 	mu  sync.Mutex
 	hot *sched.TopK
@@ -149,7 +155,8 @@ func (n *Node) Stats() Stats {
 		RxPackets:       n.ctr.rxPackets.Load(), TxPackets: n.ctr.txPackets.Load(), SyncedKeys: n.ctr.syncKeys.Load(),
 		SyncedBytes: n.ctr.syncBytes.Load(), Behind: int(n.recov.partsBehind.Load()),
 		CacheBytes: n.opts.CacheBytes, DeviceProfile: n.opts.Device.Name,
-		Device: deviceClasses(n.dev.Stats(), device.Stats{}),
+		Device:      deviceClasses(n.dev.Stats(), device.Stats{}),
+		NodeOpDrops: n.NodeOpDrops(),
 	}
 	if n.admit.cpu != nil {
 		s.CPU = n.admit.cpu.Stats()
@@ -237,6 +244,7 @@ var (
 	descSyncBytes   = prometheus.NewDesc("netdir_node_sync_bytes_total", "Bytes taken from chain neighbours by catch-ups (restart, rejoin, spare fill), paced.", []string{"node"}, nil)
 	descSyncKeys    = prometheus.NewDesc("netdir_node_sync_keys_total", "Keys updated by catch-ups.", []string{"node"}, nil)
 	descBehind      = prometheus.NewDesc("netdir_node_chains_behind", "Partitions this node joined as tail and is still filling.", []string{"node"}, nil)
+	descOpDrops     = prometheus.NewDesc("netdir_node_op_drops_total", "Node ops refused, by reason: bad-mac, replay, old-key, unknown-sender.", []string{"node", "reason"}, nil)
 
 	descDevSlots = prometheus.NewDesc("netdir_node_device_slots", "I/Os the node's device serves at once (its queue depth): utilisation is rate(busy_seconds) over it.", []string{"node"}, nil)
 	descDevIOs   = prometheus.NewDesc("netdir_node_device_ios_total", "I/Os on the node's device by class.", []string{"node", "class"}, nil)
@@ -255,7 +263,7 @@ var (
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descRetransmits, descSyncBytes, descSyncKeys, descBehind,
+	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descRetransmits, descSyncBytes, descSyncKeys, descBehind, descOpDrops,
 		descDevSlots, descDevIOs, descDevBytes, descDevBusy, descDevWait, descTreeBusy, descCPUBusy, descCPUWait,
 		descQoSQueued, descQoSInflight, descQoSServed, descQoSThrottled, descQoSDelay} {
 		ch <- d
@@ -296,6 +304,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descSyncBytes, prometheus.CounterValue, float64(s.SyncedBytes), id)
 	ch <- prometheus.MustNewConstMetric(descSyncKeys, prometheus.CounterValue, float64(s.SyncedKeys), id)
 	ch <- prometheus.MustNewConstMetric(descBehind, prometheus.GaugeValue, float64(s.Behind), id)
+	for _, d := range []struct {
+		reason nodeauth.Verdict
+		n      uint64
+	}{{nodeauth.BadMAC, s.NodeOpDrops.BadMAC}, {nodeauth.Replay, s.NodeOpDrops.Replay}, {nodeauth.OldKey, s.NodeOpDrops.OldKey}, {nodeauth.UnknownSender, s.NodeOpDrops.UnknownSender}} {
+		ch <- prometheus.MustNewConstMetric(descOpDrops, prometheus.CounterValue, float64(d.n), id, d.reason.String())
+	}
 	for _, q := range s.QoS {
 		tn := fmt.Sprint(q.Tenant)
 		ch <- prometheus.MustNewConstMetric(descQoSQueued, prometheus.GaugeValue, float64(q.Queued), id, tn)

@@ -45,6 +45,12 @@ import (
 // carry the sending node's id: a control op with a non-zero node is never
 // answered, so replies cannot ping-pong between nodes.
 //
+// In a cluster with a key, every node op ends in a 28-byte trailer after the
+// extension: key id, counter and an HMAC-SHA256 MAC over everything before
+// it (package nodeauth). Receivers check and strip it before they decode
+// the op, so NodePacket.Decode never sees it; data planes, which parse
+// only the fixed header, pass it untouched.
+//
 // A promote with header flag FlagPromoteNoStamp comes from a controller
 // whose data planes are host agents only: none stamps writes, so the head
 // keeps assigning versions to the key and does not refuse unstamped writes

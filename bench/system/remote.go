@@ -17,6 +17,7 @@ import (
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/nodeauth"
 	"github.com/netdir/netdir/storagenode"
 )
 
@@ -46,6 +47,9 @@ type RemoteConfig struct {
 	// report only; 0: unknown or unlimited.
 	Capacity float64
 	Clients  int // client sockets shared by the workers (default 4)
+	// Auth is the deployment's cluster key, which the nodes' stats op
+	// needs (nil: none; nodes holding a key then do not answer).
+	Auth *nodeauth.Auth
 	// Progress, if set, receives one human-readable line per setup step.
 	Progress func(string)
 }
@@ -100,7 +104,7 @@ func Dial(ctx context.Context, cfg RemoteConfig) (_ *Remote, err error) {
 		}
 	}
 	o := clientOptions("")
-	o.Layout = r.lay
+	o.Layout, o.Auth = r.lay, cfg.Auth
 	if r.direct, err = client.New(o); err != nil {
 		return nil, err
 	}

@@ -40,7 +40,7 @@ func TestRemoteSetUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone.Close()
-	r, err := Dial(ctx, RemoteConfig{Service: cl.DataPlane(), Controller: gone.Addr().String() + "," + ctl.APIAddr()})
+	r, err := Dial(ctx, RemoteConfig{Service: cl.DataPlane(), Controller: gone.Addr().String() + "," + ctl.APIAddr(), Auth: cl.NewAuth()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/netdir/netdir/bench"
 	"github.com/netdir/netdir/bench/system"
+	"github.com/netdir/netdir/nodeauth"
 )
 
 // benchSystem is what netdir bench measures: the in-process system
@@ -26,6 +27,7 @@ type benchSystem interface {
 type remoteFlags struct {
 	service    string
 	controller string
+	keyFile    string
 }
 
 func (r *remoteFlags) register(cmd *cobra.Command) {
@@ -33,6 +35,7 @@ func (r *remoteFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&r.service, "service", "", "measure a running deployment instead of the in-process system: its data plane's "+
 		"service address (host:port); needs --controller, runs the policies "+strings.Join(system.RemotePolicies, " and ")+
 		", and --capacity then only labels the report with the nodes' --max-ops")
+	fl.StringVar(&r.keyFile, "cluster-key-file", "", "with --service: the deployment's cluster key file, for the nodes' stats (default $"+nodeauth.EnvKeyFile+")")
 	fl.StringVar(&r.controller, "controller", "", "with --service: the deployment's controller API (host:port), or every controller, comma-separated (the raft leader is followed)")
 }
 
@@ -95,9 +98,15 @@ func (r *remoteFlags) start(ctx context.Context, cmd *cobra.Command, f *benchFla
 	if cmd.Flags().Changed("capacity") {
 		capacity = f.capacity
 	}
+	var auth *nodeauth.Auth
+	if path, err := nodeauth.KeyFilePath(r.keyFile); err == nil {
+		if auth, err = nodeauth.Load(path); err != nil {
+			return nil, err
+		}
+	}
 	out := cmd.OutOrStdout()
 	sys, err := system.Dial(ctx, system.RemoteConfig{
-		Service: r.service, Controller: r.controller, Capacity: capacity,
+		Service: r.service, Controller: r.controller, Capacity: capacity, Auth: auth,
 		Progress: func(s string) { fmt.Fprintln(out, "==>", s) },
 	})
 	if err != nil {

@@ -31,7 +31,11 @@ func TestBenchService(t *testing.T) {
 	defer p.Close()
 	dir := t.TempDir()
 	jsonPath, htmlPath := filepath.Join(dir, "b.json"), filepath.Join(dir, "b.html")
-	runCmd(t, "bench", "--service", cl.DataPlane(), "--controller", p.Controller.APIAddr(),
+	keyFile := filepath.Join(dir, "cluster.key")
+	if err := os.WriteFile(keyFile, cl.Keys().File(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runCmd(t, "bench", "--service", cl.DataPlane(), "--controller", p.Controller.APIAddr(), "--cluster-key-file", keyFile,
 		"--keys", "200", "--duration", "500ms", "--warmup", "0s", "--concurrency", "4", "--zipf", "1.2",
 		"--json", jsonPath, "--html", htmlPath, "--live", "off")
 	checkJSON(t, jsonPath, []string{"static", "netdir"}, 3)

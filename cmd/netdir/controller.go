@@ -15,11 +15,12 @@ import (
 	"github.com/netdir/netdir/cluster"
 	"github.com/netdir/netdir/controller"
 	"github.com/netdir/netdir/gossip"
+	"github.com/netdir/netdir/nodeauth"
 )
 
 func controllerCmd() *cobra.Command {
 	var cfgPath, gBind, gSeeds, apiAddr, metrics string
-	var raftID, raftBind, raftPeers, dataDir string
+	var raftID, raftBind, raftPeers, dataDir, keyFile string
 	var spareAfter time.Duration
 	cmd := &cobra.Command{
 		Use:   "controller --config FILE",
@@ -113,6 +114,11 @@ restarted with the same --data, it rejoins as a follower:
 			if cmd.Flags().Changed("spare-after") {
 				cfg.SpareAfter = spareAfter
 			}
+			if keyFile != "" || cfg.ClusterKeyFile == "" {
+				if cfg.ClusterKeyFile, err = nodeauth.KeyFilePath(keyFile); err != nil {
+					cfg.Log.Warn("promote and demote go unsealed: nodes holding a cluster key refuse them", "err", err)
+				}
+			}
 			if raftID != "" {
 				peers, err := parsePeers(raftPeers)
 				if err != nil {
@@ -140,6 +146,7 @@ restarted with the same --data, it rejoins as a follower:
 	cmd.Flags().StringVar(&raftPeers, "raft-peers", "", "every controller as ID=RAFT_ADDR/API_ADDR, comma-separated")
 	cmd.Flags().DurationVar(&spareAfter, "spare-after", cluster.DefaultSpareAfter,
 		"after a node has been down this long, spares take its place in each of its chains, filled at the nodes' --sync-mib (0: never; default the config's spare_after)")
+	cmd.Flags().StringVar(&keyFile, "cluster-key-file", "", "cluster key file (netdir keygen) sealing promote and demote (default: the config's cluster_key_file, else $"+nodeauth.EnvKeyFile+")")
 	cmd.Flags().StringVar(&dataDir, "data", "", "directory of the raft log and snapshots (empty: in memory, lost on exit)")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd

@@ -27,6 +27,7 @@ func main() {
 	root.AddCommand(benchCmd())
 	root.AddCommand(simCmd())
 	root.AddCommand(captureCmd())
+	root.AddCommand(keygenCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "netdir:", err)
 		os.Exit(1)

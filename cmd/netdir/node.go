@@ -14,6 +14,7 @@ import (
 
 	"github.com/netdir/netdir/cluster"
 	"github.com/netdir/netdir/gossip"
+	"github.com/netdir/netdir/nodeauth"
 	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/storagenode/device"
 	"github.com/netdir/netdir/wire"
@@ -41,6 +42,7 @@ func nodeCmd() *cobra.Command {
 		gSeeds   string
 		gEvery   time.Duration
 		sec      apiFlags
+		keyFile  string
 	)
 	cmd := &cobra.Command{
 		Use:   "node --id N --data DIR (--config FILE | --controller ADDR)",
@@ -76,7 +78,12 @@ With --gossip-seeds (the controller's --gossip address, e.g. 127.0.0.1:7946)
 the node gossips its stats with hashicorp/memberlist every --gossip-every: per
 tree (chain position) the reads, writes and mean read latency (HATS T and C)
 and Pebble's compaction debt, versioned; and it paces its compactions by the
-expected load per tree that the controller gossips back.`,
+expected load per tree that the controller gossips back.
+
+--cluster-key-file (or $NETDIR_CLUSTER_KEY_FILE) is the cluster key (netdir
+keygen): node ops (chain writes, acks, copies, promote, demote, sync, stats)
+are sealed with an HMAC and accepted only from a node of the layout at its
+address, or from a controller, with a valid MAC and a fresh counter.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if data == "" || id == 0 {
@@ -106,6 +113,10 @@ expected load per tree that the controller gossips back.`,
 				level = slog.LevelInfo
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			keyFile, err := nodeauth.KeyFilePath(keyFile)
+			if err != nil {
+				log.Warn("node ops are not authenticated: any host that can reach the node can send them", "err", err)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			n, err := cluster.StartNode(ctx, cluster.NodeConfig{
@@ -117,6 +128,7 @@ expected load per tree that the controller gossips back.`,
 				},
 				Metrics: metrics, Controller: ctlAddr, ControllerTLS: &sec.tls, ReportEvery: every,
 				GossipBind: gBind, GossipSeeds: parseList(gSeeds), GossipEvery: gEvery, Log: log,
+				ClusterKeyFile: keyFile,
 			})
 			if err != nil {
 				return err
@@ -146,6 +158,7 @@ expected load per tree that the controller gossips back.`,
 	f.Float64Var(&syncMiB, "sync-mib", float64(storagenode.DefaultSyncRate)/(1<<20),
 		"catch-up copy rate (MiB/s): a restart's recovery, a rejoin, a spare's fill (0: unpaced)")
 	f.BoolVar(&verbose, "v", false, "log at info level")
+	f.StringVar(&keyFile, "cluster-key-file", "", "cluster key file (netdir keygen) sealing node ops; reloaded on SIGHUP or change (default $"+nodeauth.EnvKeyFile+")")
 	f.StringVar(&ctlAddr, "controller", "", "controller API address to report hot keys and tree stats to, and to fetch the layout from without --config (empty: don't)")
 	f.DurationVar(&every, "report-every", cluster.DefaultReportEvery, "hot-key report interval (match the controller's round)")
 	f.StringVar(&gBind, "gossip", gossip.DefaultNodeBind, "gossip (memberlist) bind address; port 0 picks a free one")

@@ -419,7 +419,8 @@ func packet(p Plane, a args, input string) (string, error) {
 // buildPacket reads "hex=..." (raw bytes) or header fields as key=value:
 // op, flags (stale-ok,stamped,hit,reservation), code, tenant, reqid, key,
 // hash, stamp, inc (the stamp's incarnation, wire.MakeStamp), node, load,
-// epoch, ts, delta, rho, value.
+// epoch, ts, delta, rho, value, and trailer: hex bytes after the value (a
+// node op's extension and MAC trailer, package nodeauth).
 func buildPacket(input string) ([]byte, error) {
 	input = strings.TrimSpace(input)
 	if x, ok := strings.CutPrefix(input, "hex="); ok {
@@ -429,6 +430,7 @@ func buildPacket(input string) ([]byte, error) {
 	pk.Op = wire.OpGet
 	hashSet := false
 	var inc uint64
+	var trailer []byte
 	for _, f := range strings.Fields(input) {
 		k, v, ok := strings.Cut(f, "=")
 		if !ok {
@@ -458,6 +460,8 @@ func buildPacket(input string) ([]byte, error) {
 			hashSet = true
 		case "value":
 			pk.Value = []byte(v)
+		case "trailer":
+			trailer, err = hex.DecodeString(v)
 		default:
 			x, err = strconv.ParseUint(v, 0, 64)
 			switch k {
@@ -494,7 +498,8 @@ func buildPacket(input string) ([]byte, error) {
 	if inc != 0 {
 		pk.Stamp = wire.MakeStamp(uint16(inc), pk.Stamp)
 	}
-	return pk.AppendEncode(nil)
+	b, err := pk.AppendEncode(nil)
+	return append(b, trailer...), err
 }
 
 var flagNames = []struct {
