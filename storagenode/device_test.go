@@ -73,7 +73,7 @@ func startOnDevice(t *testing.T, p device.Profile, c device.Clock) (*Node, *clie
 	if !n.WaitReady(10 * time.Second) {
 		t.Fatal("node not ready")
 	}
-	cl, err := client.New(client.Options{Layout: m})
+	cl, err := client.New(client.Options{Layout: m, Timeout: 2 * time.Second}) // no resends: the tests count reads
 	if err != nil {
 		t.Fatal(err)
 	}
