@@ -75,7 +75,7 @@ func BenchmarkClosedLoopMem(b *testing.B) {
 		b.Fatal(err)
 	}
 	mem := NewMemTarget()
-	if _, err := Load(context.Background(), mem, s, 2, 0); err != nil {
+	if _, _, err := Load(context.Background(), mem, s, 2, 0); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()

@@ -243,14 +243,15 @@ func OpenLoop(ctx context.Context, t Target, src *Source, o Options) (*Result, e
 }
 
 // Load preloads the workload's Keys keys with values of the workload's
-// sizes, using workers goroutines. It returns the number of puts that failed
-// and ctx's error if ctx ended it.
-func Load(ctx context.Context, t Target, src *Source, workers int, opTimeout time.Duration) (failed int64, err error) {
+// sizes, using workers goroutines. It returns the number of puts that
+// failed, the first failure's error, and ctx's error if ctx ended it.
+func Load(ctx context.Context, t Target, src *Source, workers int, opTimeout time.Duration) (failed int64, first, err error) {
 	if workers <= 0 {
 		workers = 16
 	}
 	n := src.Workload().Keys
 	var next, fails atomic.Int64
+	var firstOnce sync.Once
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
 		st := src.Stream(-1 - w) // streams apart from the run's
@@ -265,14 +266,15 @@ func Load(ctx context.Context, t Target, src *Source, workers int, opTimeout tim
 				}
 				key = appendKey(key[:0], src.w.KeyPrefix, i)
 				op := Op{Kind: OpInsert, Index: i, Key: key, Value: st.value(st.ValueSize())}
-				if execute(ctx, t, op, opTimeout) != nil {
+				if err := execute(ctx, t, op, opTimeout); err != nil {
 					fails.Add(1)
+					firstOnce.Do(func() { first = fmt.Errorf("key %s: %w", key, err) })
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	return fails.Load(), ctx.Err()
+	return fails.Load(), first, ctx.Err()
 }
 
 // ErrNotFound is returned by MemTarget.Get for a missing key.

@@ -199,8 +199,8 @@ func TestClosedLoopOpsBound(t *testing.T) {
 	for _, name := range []string{"A", "F"} {
 		src := build(t, Workload{Name: name, Keys: 200, Seed: 1})
 		mem := NewMemTarget()
-		if failed, err := Load(context.Background(), mem, src, 3, 0); failed != 0 || err != nil {
-			t.Fatalf("load: %d failed, %v", failed, err)
+		if failed, first, err := Load(context.Background(), mem, src, 3, 0); failed != 0 || first != nil || err != nil {
+			t.Fatalf("load: %d failed (first: %v), %v", failed, first, err)
 		}
 		if mem.Len() != 200 {
 			t.Fatalf("loaded %d keys", mem.Len())

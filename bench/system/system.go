@@ -527,7 +527,7 @@ func preload(ctx context.Context, t bench.Target, src *bench.Source, workers int
 			}
 		}()
 	}
-	failed, err := bench.Load(ctx, ct, src, workers, 10*time.Second)
+	failed, first, err := bench.Load(ctx, ct, src, workers, 10*time.Second)
 	close(done)
 	wg.Wait()
 	if progress != nil {
@@ -537,7 +537,7 @@ func preload(ctx context.Context, t bench.Target, src *bench.Source, workers int
 		return err
 	}
 	if failed > 0 {
-		return fmt.Errorf("system: preload: %d of %d puts failed", failed, total)
+		return fmt.Errorf("system: preload: %d of %d puts failed; the first: %w", failed, total, first)
 	}
 	return nil
 }
