@@ -67,8 +67,9 @@ func (c *Controller) NodeReplace(ctx context.Context, id wire.NodeID) error {
 	return c.SetLayout(ctx, m)
 }
 
-// markFilled serves the reads of every spare that gossip says has caught
-// up with its chain (CaughtUp), with a new epoch, if this controller leads.
+// markFilled serves the reads of every filling member (a spare, a node
+// back as tail) that gossip says has caught up with its chain (CaughtUp),
+// with a new epoch, if this controller leads.
 func (c *Controller) markFilled(ctx context.Context) error {
 	if c.Leading() != nil || len(c.Layout().FillingParts()) == 0 {
 		return nil
@@ -77,32 +78,30 @@ func (c *Controller) markFilled(ctx context.Context) error {
 	defer c.reconfMu.Unlock()
 	cur := c.Layout()
 	c.gossip.mu.Lock()
-	parts := CaughtUp(cur, c.gossip.stats)
+	done := CaughtUp(cur, c.gossip.stats)
 	c.gossip.mu.Unlock()
-	if len(parts) == 0 {
+	if len(done) == 0 {
 		return nil
 	}
-	m, err := cur.Filled(parts)
+	m, err := cur.Filled(done)
 	if err != nil {
 		return err
 	}
-	c.log.Info("spares caught up: serving their reads", "chains", len(parts), "still filling", len(m.FillingParts()), "epoch", m.Epoch())
+	c.log.Info("filling members caught up: serving their reads", "caught_up", done, "still filling", len(m.FillingParts()), "epoch", m.Epoch())
 	return c.SetLayout(ctx, m)
 }
 
-// CaughtUp is the partitions of m whose filling spare has reported, at m's
-// epoch or a later one, that it no longer catches up with them. A node
+// CaughtUp is, per node, the partitions of m it fills and has reported, at
+// m's epoch or a later one, that it no longer catches up with. A node
 // marks the chains it joins as filling before it takes their epoch, so a
 // report at that epoch without the partition means the fill is done.
-func CaughtUp(m *layout.Map, stats map[wire.NodeID]gossip.NodeStats) []uint32 {
-	var out []uint32
+func CaughtUp(m *layout.Map, stats map[wire.NodeID]gossip.NodeStats) map[wire.NodeID][]uint32 {
+	out := map[wire.NodeID][]uint32{}
 	for _, p := range m.FillingParts() {
-		spare, ok := m.Filling(p)
-		if !ok {
-			continue
-		}
-		if s, ok := stats[spare]; ok && s.Epoch >= m.Epoch() && !slices.Contains(s.Filling, p) {
-			out = append(out, p)
+		for _, id := range m.FillingIn(p) {
+			if s, ok := stats[id]; ok && s.Epoch >= m.Epoch() && !slices.Contains(s.Filling, p) {
+				out[id] = append(out[id], p)
+			}
 		}
 	}
 	return out
@@ -181,12 +180,10 @@ func relocate(e Entry, m *layout.Map, gen *uint32) Entry {
 	return e
 }
 
-// fillingChanged reports whether partition p's filling spare differs
+// fillingChanged reports whether partition p's filling members differ
 // between layouts a and b.
 func fillingChanged(a, b *layout.Map, p uint32) bool {
-	fa, oka := a.Filling(p)
-	fb, okb := b.Filling(p)
-	return oka != okb || fa != fb
+	return !slices.Equal(a.FillingIn(p), b.FillingIn(p))
 }
 
 // resendLayout is a new leader's first step towards the nodes: its
