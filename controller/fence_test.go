@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/netdir/netdir/gossip"
@@ -122,5 +123,34 @@ func TestSpliceFencesReadsFirst(t *testing.T) {
 	}
 	if f := ReadFence(c.Layout(), back, c.Entries()); len(f.Parts) != 0 || len(f.Entries) != 0 {
 		t.Errorf("adding node %d back fences partitions %v and %d keys", p.out, f.Parts, len(f.Entries))
+	}
+}
+
+// TestExtrasSkipDownNodes: a key promoted while a node is spliced out gets
+// no extra copy there (it would never be made, and its slot would name a
+// node that serves nothing).
+func TestExtrasSkipDownNodes(t *testing.T) {
+	ctx := context.Background()
+	c, _, _ := testController(t)
+	key := []byte("hot-while-down")
+	chain := c.Layout().ChainOf(wire.HashKey(key))
+	var down wire.NodeID
+	for _, id := range c.Layout().Nodes() {
+		if !slices.Contains(chain, id) {
+			down = id
+			break
+		}
+	}
+	if err := c.NodeDown(ctx, down); err != nil {
+		t.Fatal(err)
+	}
+	c.keysMu.Lock()
+	e, err := c.promote(ctx, key, 1, map[wire.NodeID]float64{}, false)
+	c.keysMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Locs) <= e.R || slices.Contains(e.Locs, down) {
+		t.Fatalf("locations %v (chain %d) with node %d down: want extras, none of them node %d", e.Locs, e.R, down, down)
 	}
 }
