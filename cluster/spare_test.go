@@ -19,10 +19,13 @@ import (
 
 // startSpares starts o with 4 nodes (R=3) and a controller, and a plane
 // whose controller brings spares in for a node down a second; both close
-// with t.
+// with t. Gossip takes 3 s to declare a node dead: with the default 1 s, a
+// live node under -race on a loaded machine was taken for dead and back,
+// and refilled every chain it is in.
 func startSpares(t *testing.T, o cluster.Options) (*cluster.Cluster, *cluster.Plane) {
 	t.Helper()
 	o.N, o.R, o.Dir, o.Controller, o.Round = 4, 3, t.TempDir(), true, 100*time.Millisecond
+	o.FailureTimeout = 3 * time.Second
 	c, err := cluster.Start(o)
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +193,7 @@ func TestSpareFill(t *testing.T) {
 // with the value written, and once each spare has caught up the layout
 // serves its reads again.
 func TestSpareReadSet(t *testing.T) {
-	const syncRate = 32 << 10 // bytes/s: the fill lasts seconds
+	const syncRate = 128 << 10 // bytes/s: the fill lasts seconds, and under -race at its pace's floor (1/32) not a minute
 	c, pl := startSpares(t, cluster.Options{PartitionBits: 6, Node: func(o *storagenode.Options) { o.SyncRate = syncRate }})
 	load := startReadLoad(t, c, "readset", 320)
 	const victim = 1 // node 2
