@@ -108,10 +108,10 @@ func CaughtUp(m *layout.Map, stats map[wire.NodeID]gossip.NodeStats) map[wire.No
 }
 
 // SetLayout makes m the layout; its epoch must be above the current one.
-// Hot keys whose chain changed are re-promoted at their new heads (which
-// then refuse unstamped writes) and their slots re-seeded, before any data
-// plane sees the new location lists; then every plane is programmed with
-// the new partitions and entries, and the layout is gossiped to the nodes.
+// Every plane first stops reading from the members m takes out of their
+// chains (ReadFence); then the layout is gossiped to the nodes; then every
+// plane is re-synced with the new partitions and entries, each hot key's
+// slot re-seeded from its head.
 func (c *Controller) SetLayout(ctx context.Context, m *layout.Map) error {
 	old, entries := c.Layout(), c.Entries()
 	cfg := m.Config()
