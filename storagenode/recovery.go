@@ -277,8 +277,7 @@ func (rc *recovery) catchUp(want func(part uint32) bool) {
 					if d {
 						continue
 					}
-					var from []byte
-					if rc.syncPartition(j.part, c, false, nil, &from) {
+					if rc.syncPartition(j.part, c, false, nil) {
 						break
 					}
 					select {
@@ -347,24 +346,12 @@ func (rc *recovery) catchUpAsTail(parts map[uint32]bool) {
 		slots <- struct{}{}
 		go func(part uint32) {
 			defer func() { <-slots; rc.endPart(part); done.Add(1); wg.Done() }()
-			// A try that fails (the predecessor answered at another
-			// epoch: a fill's Filled epochs come every second or so)
-			// resumes at its cursor while the chain is the one it pulled
-			// from (the same members, layout.Map.Since): the keys before
-			// it are stored, and every write to them since came down the
-			// chain to this node, its tail.
-			var from []byte
-			var pulled []wire.NodeID
-			var since uint32
 			for wait := syncTryTimeout; ; wait = min(2*wait, time.Second) {
 				lay := n.layout()
 				ch, pos := lay.Chain(part), lay.Position(part, n.id)
-				if !slices.Equal(ch, pulled) || lay.Since(part) != since {
-					from, pulled, since = nil, slices.Clone(ch), lay.Since(part)
-				}
 				// A node that a later layout put behind a newer tail is a
 				// middle: its clean versions are what it needs from here.
-				if pos <= 0 || rc.syncPartition(part, ch[pos-1], pos == len(ch)-1, fill, &from) {
+				if pos <= 0 || rc.syncPartition(part, ch[pos-1], pos == len(ch)-1, fill) {
 					return
 				}
 				select {
@@ -379,14 +366,13 @@ func (rc *recovery) catchUpAsTail(parts map[uint32]bool) {
 	progress("caught up as tail")
 }
 
-// syncPartition pulls partition part from peer, from the key after
-// *cursor (nil: the first), which it advances past each chunk it stores;
-// false if the peer did not answer, or, with asTail, did not answer with
-// its latest versions. A fill paces it and learns each chunk's delay: its
-// round trip and the time its records took to store, both spent in queues
-// the clients share.
-func (rc *recovery) syncPartition(part uint32, peer wire.NodeID, asTail bool, fill *fillPace, cursor *[]byte) bool {
+// syncPartition pulls partition part from peer; false if the peer did not
+// answer, or, with asTail, did not answer with its latest versions. A fill
+// paces it and learns each chunk's delay: its round trip and the time its
+// records took to store, both spent in queues the clients share.
+func (rc *recovery) syncPartition(part uint32, peer wire.NodeID, asTail bool, fill *fillPace) bool {
 	n := rc.n
+	var cursor []byte
 	for {
 		id := rc.ids.Add(1)
 		ch := make(chan *wire.NodePacket, 1)
@@ -394,7 +380,7 @@ func (rc *recovery) syncPartition(part uint32, peer wire.NodeID, asTail bool, fi
 		rc.wait[id] = ch
 		rc.mu.Unlock()
 		req := wire.Header{Op: wire.OpSync, ReqID: id, Stamp: uint64(part), Node: n.id, Epoch: n.layout().Epoch()}
-		pkt := wire.AppendNodeOp(nil, &req, *cursor, nil, nil)
+		pkt := wire.AppendNodeOp(nil, &req, cursor, nil, nil)
 		var got *wire.NodePacket
 		sent := time.Now()
 		for try := 0; try < syncTries && got == nil; try++ {
@@ -463,7 +449,7 @@ func (rc *recovery) syncPartition(part uint32, peer wire.NodeID, asTail bool, fi
 		if !more || len(recs) == 0 {
 			return true
 		}
-		*cursor = recs[len(recs)-1].Key
+		cursor = recs[len(recs)-1].Key
 	}
 }
 
