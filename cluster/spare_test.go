@@ -19,10 +19,13 @@ import (
 
 // startSpares starts o with 4 nodes (R=3) and a controller, and a plane
 // whose controller brings spares in for a node down a second; both close
-// with t.
+// with t. Gossip takes 3 s to declare a node dead: with the default 1 s, a
+// live node under -race on a loaded machine was taken for dead and back,
+// and refilled every chain it is in.
 func startSpares(t *testing.T, o cluster.Options) (*cluster.Cluster, *cluster.Plane) {
 	t.Helper()
 	o.N, o.R, o.Dir, o.Controller, o.Round = 4, 3, t.TempDir(), true, 100*time.Millisecond
+	o.FailureTimeout = 3 * time.Second
 	c, err := cluster.Start(o)
 	if err != nil {
 		t.Fatal(err)
@@ -190,31 +193,9 @@ func TestSpareFill(t *testing.T) {
 // with the value written, and once each spare has caught up the layout
 // serves its reads again.
 func TestSpareReadSet(t *testing.T) {
-	const syncRate = 32 << 10 // bytes/s: the fill lasts seconds
+	const syncRate = 128 << 10 // bytes/s: the fill lasts seconds, and under -race at its pace's floor (1/32) not a minute
 	c, pl := startSpares(t, cluster.Options{PartitionBits: 6, Node: func(o *storagenode.Options) { o.SyncRate = syncRate }})
-	ctx := context.Background()
-	direct, err := c.Client(chainClient)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer direct.Close()
-	viaPlane := chainClient
-	viaPlane.Service = c.Service()
-	plane, err := c.Client(viaPlane)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plane.Close()
-	const keys = 320
-	val := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, 1024) }
-	for i := range keys {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := direct.Put(pctx, []byte(fmt.Sprintf("readset-%d", i)), val(i))
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	load := startReadLoad(t, c, "readset", 320)
 	const victim = 1 // node 2
 	if err := c.Crash(victim); err != nil {
 		t.Fatal(err)
@@ -226,52 +207,28 @@ func TestSpareReadSet(t *testing.T) {
 	filling := pl.Controller.Layout()
 	// Reads refused between two epochs' gossip (StaleLayoutGets) are
 	// retried and are no read set's fault; they are logged, not counted.
-	unavailable := func() (sum, stale uint64) {
-		for i := range c.N() {
-			if n := c.Node(i); n != nil {
-				st := n.Stats()
-				sum += st.UnavailableGets
-				stale += st.StaleLayoutGets
-			}
-		}
-		return sum, stale
-	}
-	before, staleBefore := unavailable()
-	reads, writes := 0, 0
+	before, staleBefore := unavailableGets(c)
 	deadline := time.Now().Add(60 * time.Second)
-	for i := 0; len(pl.Controller.Layout().FillingParts()) > 0; i++ {
+	// final is the first layout with no chain filling: a node that
+	// gossip later takes for dead and back (under -race on a loaded
+	// machine) fills its chains again.
+	var final *layout.Map
+	for i := 0; ; i++ {
+		if final = pl.Controller.Layout(); len(final.FillingParts()) == 0 {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("spares still filling %v after 60 s", pl.Controller.Layout().FillingParts())
+			t.Fatalf("spares still filling %v after 60 s", final.FillingParts())
 		}
-		k := i % keys
-		key := []byte(fmt.Sprintf("readset-%d", k))
-		cl := direct
-		if i%2 == 1 {
-			cl = plane
-		}
-		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if i%8 == 7 {
-			// Writes go through the filling spare, its chain's tail.
-			_, err = cl.Put(octx, key, val(k))
-			writes++
-		} else {
-			var got []byte
-			got, _, err = cl.Get(octx, key)
-			if err == nil && !bytes.Equal(got, val(k)) {
-				err = fmt.Errorf("value %.8q…, want %.8q…", got, val(k))
-			}
-			reads++
-		}
-		cancel()
-		if err != nil {
-			t.Fatalf("%s during the fill: %v", key, err)
+		// Writes go through the filling spare, its chain's tail.
+		if err := load.step(i); err != nil {
+			t.Fatalf("during the fill: %v", err)
 		}
 	}
-	after, staleAfter := unavailable()
+	after, staleAfter := unavailableGets(c)
 	if n := after - before; n > 0 {
-		t.Errorf("%d of %d reads during the fill answered unavailable: a filling spare was in a read set", n, reads)
+		t.Errorf("%d of %d reads during the fill answered unavailable: a filling spare was in a read set", n, load.reads)
 	}
-	final := pl.Controller.Layout()
 	for _, p := range filling.FillingParts() {
 		spare, _ := final.Spare(p)
 		if !slices.Contains(final.ReadSet(p), spare) {
@@ -279,5 +236,5 @@ func TestSpareReadSet(t *testing.T) {
 		}
 	}
 	t.Logf("%d chains filling at epoch %d, served by epoch %d; %d reads and %d writes during the fill, half through the data plane; %d reads refused between epochs",
-		len(filling.FillingParts()), filling.Epoch(), final.Epoch(), reads, writes, staleAfter-staleBefore)
+		len(filling.FillingParts()), filling.Epoch(), final.Epoch(), load.reads, load.writes, staleAfter-staleBefore)
 }

@@ -515,7 +515,9 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 	// The decision, from the state as it is: keysMu keeps every other
 	// decision out until its commands are applied.
 	chain := c.st.lay.ChainOf(h)
-	ids := c.st.lay.Nodes()
+	// Extras only on live nodes: a node spliced out serves nothing.
+	down := c.st.lay.Down()
+	ids := slices.DeleteFunc(c.st.lay.Nodes(), func(id wire.NodeID) bool { return slices.Contains(down, id) })
 	locs := sched.Locations(chain, ids, share, load)
 	extras := locs[len(chain):]
 	weights := make([]uint32, len(locs))

@@ -168,8 +168,8 @@ func (s *state) apply(c command) error {
 		old := s.lay
 		s.lay = m
 		s.dateDownLocked(old, c.At)
-		// Weights over a chain that changed, or whose spare started or
-		// ended filling, no longer fit it; a filling spare gets none.
+		// Weights over a chain that changed, or in which a member started
+		// or ended filling, no longer fit it; a filling member gets none.
 		for p := range s.partBuckets {
 			if !slices.Equal(old.Chain(p), m.Chain(p)) || fillingChanged(old, m, p) {
 				delete(s.partBuckets, p)
@@ -180,7 +180,7 @@ func (s *state) apply(c command) error {
 				s.partBuckets[p] = directory.BucketsForWeights(m.ReadWeights(p))
 			}
 		}
-		// Entries whose chain or filling spare changed, or that name a
+		// Entries whose chain or filling members changed, or that name a
 		// node now down, move to the new chain with a new generation, in
 		// slot order so that every replica numbers the generations alike.
 		down := m.Down()

@@ -67,8 +67,9 @@ func (c *Controller) NodeReplace(ctx context.Context, id wire.NodeID) error {
 	return c.SetLayout(ctx, m)
 }
 
-// markFilled serves the reads of every spare that gossip says has caught
-// up with its chain (CaughtUp), with a new epoch, if this controller leads.
+// markFilled serves the reads of every filling member (a spare, a node
+// back as tail) that gossip says has caught up with its chain (CaughtUp),
+// with a new epoch, if this controller leads.
 func (c *Controller) markFilled(ctx context.Context) error {
 	if c.Leading() != nil || len(c.Layout().FillingParts()) == 0 {
 		return nil
@@ -77,55 +78,63 @@ func (c *Controller) markFilled(ctx context.Context) error {
 	defer c.reconfMu.Unlock()
 	cur := c.Layout()
 	c.gossip.mu.Lock()
-	parts := CaughtUp(cur, c.gossip.stats)
+	done := CaughtUp(cur, c.gossip.stats)
 	c.gossip.mu.Unlock()
-	if len(parts) == 0 {
+	if len(done) == 0 {
 		return nil
 	}
-	m, err := cur.Filled(parts)
+	m, err := cur.Filled(done)
 	if err != nil {
 		return err
 	}
-	c.log.Info("spares caught up: serving their reads", "chains", len(parts), "still filling", len(m.FillingParts()), "epoch", m.Epoch())
+	c.log.Info("filling members caught up: serving their reads", "caught_up", done, "still filling", len(m.FillingParts()), "epoch", m.Epoch())
 	return c.SetLayout(ctx, m)
 }
 
-// CaughtUp is the partitions of m whose filling spare has reported, at m's
-// epoch or a later one, that it no longer catches up with them. A node
+// CaughtUp is, per node, the partitions of m it fills and has reported, at
+// m's epoch or a later one, that it no longer catches up with. A node
 // marks the chains it joins as filling before it takes their epoch, so a
 // report at that epoch without the partition means the fill is done.
-func CaughtUp(m *layout.Map, stats map[wire.NodeID]gossip.NodeStats) []uint32 {
-	var out []uint32
+func CaughtUp(m *layout.Map, stats map[wire.NodeID]gossip.NodeStats) map[wire.NodeID][]uint32 {
+	out := map[wire.NodeID][]uint32{}
 	for _, p := range m.FillingParts() {
-		spare, ok := m.Filling(p)
-		if !ok {
-			continue
-		}
-		if s, ok := stats[spare]; ok && s.Epoch >= m.Epoch() && !slices.Contains(s.Filling, p) {
-			out = append(out, p)
+		for _, id := range m.FillingIn(p) {
+			if s, ok := stats[id]; ok && s.Epoch >= m.Epoch() && !slices.Contains(s.Filling, p) {
+				out[id] = append(out[id], p)
+			}
 		}
 	}
 	return out
 }
 
 // SetLayout makes m the layout; its epoch must be above the current one.
-// Hot keys whose chain changed are re-promoted at their new heads (which
-// then refuse unstamped writes) and their slots re-seeded, before any data
-// plane sees the new location lists; then every plane is programmed with
-// the new partitions and entries, and the layout is gossiped to the nodes.
+// Every plane first stops reading from the members m takes out of their
+// chains (ReadFence); then the layout is gossiped to the nodes; then every
+// plane is re-synced with the new partitions and entries, each hot key's
+// slot re-seeded from its head.
 func (c *Controller) SetLayout(ctx context.Context, m *layout.Map) error {
+	old, entries := c.Layout(), c.Entries()
 	cfg := m.Config()
 	if err := c.repl.apply(command{Op: opLayout, Layout: &cfg, At: time.Now()}); err != nil {
 		return err
 	}
-	return c.distributeLayout(ctx, m)
+	return c.distributeLayout(ctx, m, ReadFence(old, m, entries))
 }
 
 // distributeLayout hands m, the state's layout, to the nodes and then to
-// every data plane. reconfMu is held.
-func (c *Controller) distributeLayout(ctx context.Context, m *layout.Map) error {
-	// The nodes first: a new head takes a promotion only once it knows it
-	// heads the chain.
+// every data plane; first, every plane stops reading from the members that
+// m takes out of their chains (fence). reconfMu is held.
+func (c *Controller) distributeLayout(ctx context.Context, m *layout.Map, fence Fence) error {
+	// A member spliced out while alive may hear of m from no one (a
+	// partition cut it off): it serves reads at the old epoch, while from
+	// the moment its neighbours hold m the chain commits writes without it.
+	// So no plane may route it a read by then.
+	if err := c.fenceReads(ctx, fence); err != nil {
+		return fmt.Errorf("controller: layout %d: fence reads: %w", m.Epoch(), err)
+	}
+	// Then the nodes, before the planes' new tables: a new head takes a
+	// promotion only once it knows it heads the chain, and a member added
+	// back is sent reads only once it holds the layout.
 	if err := c.publishLayout(m); err != nil {
 		return err
 	}
@@ -152,6 +161,98 @@ func (c *Controller) distributeLayout(ctx context.Context, m *layout.Map) error 
 	c.st.publishLocked(directoryUpdate{kind: updateSnapshot, entries: c.st.sortedLocked(), partitions: c.st.partitionsLocked()})
 	c.st.mu.Unlock()
 	return nil
+}
+
+// fenceReads installs f on every plane.
+func (c *Controller) fenceReads(ctx context.Context, f Fence) error {
+	if len(f.Parts) == 0 && len(f.Entries) == 0 {
+		return nil
+	}
+	c.partsMu.Lock()
+	defer c.partsMu.Unlock()
+	c.keysMu.Lock()
+	defer c.keysMu.Unlock()
+	for _, pl := range c.planes {
+		for _, p := range slices.Sorted(maps.Keys(f.Parts)) {
+			if err := pl.SetPartitionBuckets(ctx, p, f.Layout.Chain(p), f.Parts[p]); err != nil {
+				return err
+			}
+		}
+		for i := range f.Entries {
+			if err := pl.SetSlotBuckets(ctx, &f.Entries[i]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Fence is what the data planes stop reading from before the nodes hear
+// of a layout (ReadFence).
+type Fence struct {
+	Layout  *layout.Map        // the layout the planes hold: the fenced partitions' chains
+	Parts   map[uint32][]uint8 // partition buckets
+	Entries []Entry            // hot keys, with their buckets
+}
+
+// ReadFence is what the data planes must stop reading from before the
+// nodes hear of layout m, coming from old: for each partition whose chain
+// m takes a member out of, buckets over old's chain that give those
+// members no read (old's even read weights less theirs), and each entry
+// whose LocationList holds such a member of its chain, with its buckets
+// likewise less theirs. A partition or entry with no other member to read
+// from is left as it is. A layout that takes no member out of a chain (a
+// node added back, a spare, a fill done) fences nothing: the nodes hear of
+// it first.
+func ReadFence(old, m *layout.Map, entries []Entry) Fence {
+	if old == nil || old.Partitions() != m.Partitions() {
+		return Fence{}
+	}
+	gone := func(p uint32) []wire.NodeID {
+		return slices.DeleteFunc(slices.Clone(old.Chain(p)), func(id wire.NodeID) bool { return slices.Contains(m.Chain(p), id) })
+	}
+	parts := map[uint32][]uint8{}
+	for p := range uint32(old.Partitions()) {
+		out := gone(p)
+		if len(out) == 0 {
+			continue
+		}
+		if w, ok := withoutReads(old.ReadWeights(p), old.Chain(p), out); ok {
+			parts[p] = directory.BucketsForWeights(w)
+		}
+	}
+	var fenced []Entry
+	for _, e := range entries {
+		out := gone(old.Partition(e.Hash))
+		if len(out) == 0 || !slices.ContainsFunc(e.Locs[:e.R], func(id wire.NodeID) bool { return slices.Contains(out, id) }) {
+			continue
+		}
+		w := make([]uint32, len(e.Locs))
+		for _, b := range e.Buckets {
+			if int(b) < len(w) {
+				w[b]++
+			}
+		}
+		if w, ok := withoutReads(w, e.Locs, out); ok {
+			e.Buckets = directory.BucketsForWeights(w)
+			fenced = append(fenced, e)
+		}
+	}
+	return Fence{Layout: old, Parts: parts, Entries: fenced}
+}
+
+// withoutReads is w, weights over locs, with no weight for the members of
+// out; false if no weight is left.
+func withoutReads(w []uint32, locs, out []wire.NodeID) ([]uint32, bool) {
+	w = slices.Clone(w)
+	left := false
+	for i, id := range locs {
+		if slices.Contains(out, id) {
+			w[i] = 0
+		}
+		left = left || w[i] > 0
+	}
+	return w, left
 }
 
 // SetLayout retries a plane's resync every layoutRetry, layoutTries times.
@@ -181,12 +282,10 @@ func relocate(e Entry, m *layout.Map, gen *uint32) Entry {
 	return e
 }
 
-// fillingChanged reports whether partition p's filling spare differs
+// fillingChanged reports whether partition p's filling members differ
 // between layouts a and b.
 func fillingChanged(a, b *layout.Map, p uint32) bool {
-	fa, oka := a.Filling(p)
-	fb, okb := b.Filling(p)
-	return oka != okb || fa != fb
+	return !slices.Equal(a.FillingIn(p), b.FillingIn(p))
 }
 
 // resendLayout is a new leader's first step towards the nodes: its
@@ -227,7 +326,8 @@ func (c *Controller) catchUpLayout(ctx context.Context) error {
 		return nil
 	}
 	c.log.Warn("the layout never reached the nodes: distributing it", "epoch", m.Epoch())
-	return c.distributeLayout(ctx, m)
+	old, _ := c.GossipedLayout()
+	return c.distributeLayout(ctx, m, ReadFence(old, m, nil)) // the state's entries are m's already
 }
 
 // publishLayout gossips m to the nodes, if gossip is attached.

@@ -177,9 +177,13 @@ func (d *Directory) get(f wire.Frame, h *wire.KeyHash, now uint64) Verdict {
 	return d.forward(f, p.Chain[d.pickChain(p, reqid)], now)
 }
 
-// pickSlot chooses a LocationList index among eligible members.
+// pickSlot chooses a LocationList index among eligible members. Pegasus
+// takes the least-loaded one that holds a bucket: a member the controller
+// gives no weight (a chain member still filling, one being spliced out)
+// serves none of the key's reads.
 func (d *Directory) pickSlot(s *Slot, eligible uint32, reqid uint64) (int, bool) {
 	if d.cfg.Policy == PolicyPegasus {
+		eligible &= bucketMask(&s.Buckets)
 		best := -1
 		for i := 0; i < int(s.N); i++ {
 			if eligible&(1<<i) != 0 && (best < 0 || d.nodes[s.Locs[i]].Load < d.nodes[s.Locs[best]].Load) {
@@ -204,6 +208,15 @@ func (d *Directory) pickSlot(s *Slot, eligible uint32, reqid uint64) (int, bool)
 		return b, true
 	}
 	return 0, false
+}
+
+// bucketMask has bit i set when a bucket holds index i.
+func bucketMask(b *[Buckets]uint8) uint32 {
+	var m uint32
+	for _, x := range b {
+		m |= 1 << (x & (MaxLocations - 1))
+	}
+	return m
 }
 
 // pickChain chooses a chain index by the partition's buckets.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -79,11 +80,14 @@ type Gossip struct {
 	tab     table
 	log     *slog.Logger
 
-	// live holds the addresses of live members, kept by memberlist's join
-	// and leave events: the *Node values that Members returns are written
-	// by memberlist's own goroutines, so reading them races.
-	liveMu sync.Mutex
-	live   map[string]bool
+	// live holds the addresses of live members, and members copies of
+	// them by name (the ones sendAll sends to), kept by memberlist's join,
+	// update and leave events: the *Node values that Members returns are
+	// written by memberlist's own goroutines (a member back at a new
+	// address), so reading them races.
+	liveMu  sync.Mutex
+	live    map[string]bool
+	members map[string]memberlist.Node
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -137,7 +141,7 @@ func Start(cfg Config) (*Gossip, error) {
 			return nil, fmt.Errorf("gossip: keys: %w", err)
 		}
 	}
-	g := &Gossip{cfg: cfg, keyring: mc.Keyring, log: cfg.Log.With("component", "gossip", "member", cfg.Name), live: map[string]bool{}, stop: make(chan struct{})}
+	g := &Gossip{cfg: cfg, keyring: mc.Keyring, log: cfg.Log.With("component", "gossip", "member", cfg.Name), live: map[string]bool{}, members: map[string]memberlist.Node{}, stop: make(chan struct{})}
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
 	mc.Logger = log.New(slogWriter{g.log}, "", 0)
@@ -352,11 +356,13 @@ func (g *Gossip) queue(e entry, own bool) error {
 
 // sendAll sends an encoded entry reliably to every other live member.
 func (g *Gossip) sendAll(b []byte) {
-	self := g.ml.LocalNode().Name
-	for _, m := range g.ml.Members() {
-		if m.Name != self {
+	g.liveMu.Lock()
+	to := slices.Collect(maps.Values(g.members))
+	g.liveMu.Unlock()
+	for _, m := range to {
+		if m.Name != g.cfg.Name {
 			go func() {
-				if err := g.ml.SendReliable(m, b); err != nil {
+				if err := g.ml.SendReliable(&m, b); err != nil {
 					g.log.Debug("send", "to", m.Name, "err", err)
 				}
 			}()
@@ -492,6 +498,7 @@ type events Gossip
 func (e *events) NotifyJoin(n *memberlist.Node) {
 	e.liveMu.Lock()
 	e.live[n.Address()] = true
+	e.members[n.Name] = memberlist.Node{Name: n.Name, Addr: slices.Clone(n.Addr), Port: n.Port}
 	e.liveMu.Unlock()
 	if e.cfg.OnMember != nil {
 		e.cfg.OnMember(n.Name, true)
@@ -501,10 +508,22 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	e.liveMu.Lock()
 	delete(e.live, n.Address())
+	if m, ok := e.members[n.Name]; ok && m.Address() == n.Address() {
+		delete(e.members, n.Name)
+	}
 	e.liveMu.Unlock()
 	if e.cfg.OnMember != nil {
 		e.cfg.OnMember(n.Name, false)
 	}
 }
 
-func (e *events) NotifyUpdate(*memberlist.Node) {}
+// NotifyUpdate takes a member's new address (a restart on another port).
+func (e *events) NotifyUpdate(n *memberlist.Node) {
+	e.liveMu.Lock()
+	defer e.liveMu.Unlock()
+	if old, ok := e.members[n.Name]; ok {
+		delete(e.live, old.Address())
+	}
+	e.live[n.Address()] = true
+	e.members[n.Name] = memberlist.Node{Name: n.Name, Addr: slices.Clone(n.Addr), Port: n.Port}
+}

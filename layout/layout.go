@@ -81,7 +81,7 @@ func (m MAC) String() string { return net.HardwareAddr(m).String() }
 //	down: [2]                    # spliced out of every chain (Without)
 //	tails: [1]                   # rejoined: at the tail of their chains (WithTail)
 //	spares: {7: 4}               # partition -> the spare at its tail (Replace)
-//	filling: [7]                 # partitions whose spare still fills (Filled ends it)
+//	filling: {1: [0, 2], 4: [7]} # node -> the chains it still fills (Filled ends them)
 //	since: {7: 3}                # partition -> epoch its chain last changed (0 if never)
 //
 // The placement (ring and overrides) fixes each node's slot in each chain,
@@ -89,10 +89,11 @@ func (m MAC) String() string { return net.HardwareAddr(m).String() }
 // the chains without moving data between a node's trees. Replace writes a
 // spare into the slot of a down member (an override) and names it in
 // Spares, which puts it at the tail of that chain: it joined last and
-// catches up from its predecessor. Filling lists the partitions whose spare
-// has not reported caught up yet: it takes every write (it must, to take
-// over), but it is no fresh replica, so it is left out of the read set
-// (ReadSet) until Filled. Since dates each chain's last change of
+// catches up from its predecessor. Filling lists, per node, the chains it
+// joined as tail (a spare, or a node back: WithTail) and has not reported
+// caught up with yet: it takes their writes (it must, to take over), but
+// it is no fresh replica, so it is left out of their read sets (ReadSet,
+// ReadWeightsOver) until Filled. Since dates each chain's last change of
 // membership or order: a node that skipped epochs learns from it which
 // chains may have committed writes without it (Map.Since).
 type Config struct {
@@ -105,7 +106,7 @@ type Config struct {
 	Down          []wire.NodeID            `yaml:"down,omitempty,flow"`
 	Tails         []wire.NodeID            `yaml:"tails,omitempty,flow"`
 	Spares        map[uint32]wire.NodeID   `yaml:"spares,omitempty"`
-	Filling       []uint32                 `yaml:"filling,omitempty,flow"`
+	Filling       map[wire.NodeID][]uint32 `yaml:"filling,omitempty"`
 	Since         map[uint32]uint32        `yaml:"since,omitempty,flow"`
 }
 
@@ -143,13 +144,14 @@ func Parse(b []byte) (*Map, error) {
 
 // Map is a validated layout: every partition's chain resolved.
 type Map struct {
-	cfg    Config
-	nodes  map[wire.NodeID]Node
-	addrs  map[wire.NodeID]netip.AddrPort
-	ids    []wire.NodeID   // sorted
-	placed [][]wire.NodeID // placement: ring and overrides, R members each
-	chains [][]wire.NodeID // placement less Down, Tails moved last
-	dp     netip.AddrPort
+	cfg     Config
+	nodes   map[wire.NodeID]Node
+	addrs   map[wire.NodeID]netip.AddrPort
+	ids     []wire.NodeID   // sorted
+	placed  [][]wire.NodeID // placement: ring and overrides, R members each
+	chains  [][]wire.NodeID // placement less Down, Tails moved last
+	filling [][]wire.NodeID // per partition, the members of Filling, in chain order
+	dp      netip.AddrPort
 }
 
 // New validates c and resolves the chains. Zero fields take the defaults.
@@ -241,18 +243,27 @@ func New(c Config) (*Map, error) {
 			return nil, fmt.Errorf("spares.%d: %d is not in the partition's placement", p, id)
 		}
 	}
-	for _, p := range c.Filling {
-		if _, ok := c.Spares[p]; !ok {
-			return nil, fmt.Errorf("filling: %d: the partition has no spare", p)
-		}
-	}
 	for p, e := range c.Since {
 		if int(p) >= np || e > c.Epoch {
-			return nil, fmt.Errorf("layout: partition %d changed at epoch %d, of %d partitions at epoch %d", p, e, np, c.Epoch)
+			return nil, fmt.Errorf("since.%d: %d: want a partition below %d and an epoch up to %d", p, e, np, c.Epoch)
 		}
 	}
 	if err := m.reconfigure(); err != nil {
 		return nil, err
+	}
+	m.filling = make([][]wire.NodeID, np)
+	for id, parts := range c.Filling {
+		for _, p := range parts {
+			if int(p) >= np || !slices.Contains(m.chains[p], id) {
+				return nil, fmt.Errorf("filling.%d: %d: the node is not in the partition's chain", id, p)
+			}
+			if !slices.Contains(m.filling[p], id) {
+				m.filling[p] = append(m.filling[p], id)
+			}
+		}
+	}
+	for p, ids := range m.filling {
+		slices.SortFunc(ids, func(a, b wire.NodeID) int { return m.Position(uint32(p), a) - m.Position(uint32(p), b) })
 	}
 	return m, nil
 }
@@ -340,13 +351,15 @@ func (m *Map) Without(id wire.NodeID) (*Map, error) {
 	c := m.Config()
 	c.Tails = slices.DeleteFunc(c.Tails, func(x wire.NodeID) bool { return x == id })
 	c.Down = append(c.Down, id)
+	delete(c.Filling, id) // WithTail fills its chains again
 	return m.next(c)
 }
 
 // WithTail returns the next layout (epoch+1) with a node that was spliced
 // out back in every chain of its placement, as the tail: it holds the
 // committed versions only once it has caught up, and a tail commits what
-// it receives.
+// it receives. Like a spare, it fills each chain it shares with another
+// member (Filling) until Filled: it serves none of their reads before.
 func (m *Map) WithTail(id wire.NodeID) (*Map, error) {
 	if !slices.Contains(m.cfg.Down, id) {
 		return nil, fmt.Errorf("layout: node %d is not down", id)
@@ -354,7 +367,35 @@ func (m *Map) WithTail(id wire.NodeID) (*Map, error) {
 	c := m.Config()
 	c.Down = slices.DeleteFunc(c.Down, func(x wire.NodeID) bool { return x == id })
 	c.Tails = append(c.Tails, id)
+	back, err := New(c)
+	if err != nil {
+		return nil, err
+	}
+	var parts []uint32
+	for p, ch := range back.chains {
+		if len(ch) > 1 && slices.Contains(ch, id) {
+			parts = append(parts, uint32(p))
+		}
+	}
+	c = back.Config()
+	c.Filling = withFilling(c.Filling, id, parts...)
 	return m.next(c)
+}
+
+// withFilling is f with node id filling parts too.
+func withFilling(f map[wire.NodeID][]uint32, id wire.NodeID, parts ...uint32) map[wire.NodeID][]uint32 {
+	if len(parts) == 0 {
+		return f
+	}
+	if f == nil {
+		f = map[wire.NodeID][]uint32{}
+	}
+	for _, p := range parts {
+		if !slices.Contains(f[id], p) {
+			f[id] = append(f[id], p)
+		}
+	}
+	return f
 }
 
 // ErrNoSpare is Replace's error when no chain of the node can take a spare.
@@ -417,9 +458,7 @@ func (m *Map) Replace(id wire.NodeID) (*Map, int, error) {
 		ch[j] = best
 		c.Chains[uint32(p)] = ch
 		c.Spares[uint32(p)] = best
-		if !slices.Contains(c.Filling, uint32(p)) {
-			c.Filling = append(c.Filling, uint32(p))
-		}
+		c.Filling = withFilling(c.Filling, best, uint32(p))
 		load[best]++
 		replaced++
 	}
@@ -430,55 +469,68 @@ func (m *Map) Replace(id wire.NodeID) (*Map, int, error) {
 	return nm, replaced, err
 }
 
-// Filled returns the next layout (epoch+1) in which the spares of parts
-// have caught up: each is a fresh replica of its chain and back in its read
-// set. Partitions not filling are ignored; if none of parts is, Filled
-// returns m itself.
-func (m *Map) Filled(parts []uint32) (*Map, error) {
+// Filled returns the next layout (epoch+1) in which each node of done has
+// caught up with the chains listed for it: it is a fresh replica of each
+// and back in its read set. Chains a node is not filling are ignored; if
+// none of done is, Filled returns m itself.
+func (m *Map) Filled(done map[wire.NodeID][]uint32) (*Map, error) {
 	c := m.Config()
-	n := len(c.Filling)
-	c.Filling = slices.DeleteFunc(c.Filling, func(p uint32) bool { return slices.Contains(parts, p) })
-	if len(c.Filling) == n {
+	changed := false
+	for id, parts := range done {
+		left := slices.DeleteFunc(c.Filling[id], func(p uint32) bool { return slices.Contains(parts, p) })
+		if len(left) == len(m.cfg.Filling[id]) {
+			continue
+		}
+		changed = true
+		if c.Filling[id] = left; len(left) == 0 {
+			delete(c.Filling, id)
+		}
+	}
+	if !changed {
 		return m, nil
 	}
 	return m.next(c)
 }
 
-// Filling is the spare of partition p that is still filling, if its chain
-// holds one: it takes writes but serves no reads.
-func (m *Map) Filling(p uint32) (wire.NodeID, bool) {
-	if !slices.Contains(m.cfg.Filling, p) {
-		return 0, false
+// FillingIn is the members of partition p's chain still filling it, in
+// chain order: they take its writes but serve none of its reads.
+func (m *Map) FillingIn(p uint32) []wire.NodeID {
+	if int(p) >= len(m.filling) {
+		return nil
 	}
-	id, ok := m.Spare(p)
-	return id, ok
+	return slices.Clone(m.filling[p])
 }
 
-// FillingParts lists the partitions whose spare is still filling.
-func (m *Map) FillingParts() []uint32 { return slices.Clone(m.cfg.Filling) }
+// FillingParts lists the partitions with a member still filling, in order.
+func (m *Map) FillingParts() []uint32 {
+	var out []uint32
+	for p, ids := range m.filling {
+		if len(ids) > 0 {
+			out = append(out, uint32(p))
+		}
+	}
+	return out
+}
 
 // Readable reports whether node id may serve reads of partition p: a chain
-// member that is not a filling spare.
+// member that is not filling it.
 func (m *Map) Readable(p uint32, id wire.NodeID) bool {
-	if f, ok := m.Filling(p); ok && f == id {
-		return false
-	}
-	return m.Position(p, id) >= 0
+	return m.Position(p, id) >= 0 && !slices.Contains(m.filling[p], id)
 }
 
 // ReadSet is the members of partition p's chain that serve its reads, in
-// chain order: the chain less a spare still filling.
+// chain order: the chain less the members filling it (the whole chain if
+// every member is).
 func (m *Map) ReadSet(p uint32) []wire.NodeID {
 	ch := m.Chain(p)
-	f, ok := m.Filling(p)
-	if !ok || len(ch) < 2 {
+	if int(p) >= len(m.filling) || len(m.filling[p]) == 0 || len(m.filling[p]) == len(ch) {
 		return ch
 	}
-	return slices.DeleteFunc(slices.Clone(ch), func(id wire.NodeID) bool { return id == f })
+	return slices.DeleteFunc(slices.Clone(ch), func(id wire.NodeID) bool { return slices.Contains(m.filling[p], id) })
 }
 
 // ReadWeights is an even split of partition p's reads over its chain, in
-// chain order, with no share for a spare still filling (ReadSet).
+// chain order, with no share for a member filling it (ReadSet).
 func (m *Map) ReadWeights(p uint32) []uint32 {
 	ch := m.Chain(p)
 	w := make([]uint32, len(ch))
@@ -489,25 +541,34 @@ func (m *Map) ReadWeights(p uint32) []uint32 {
 }
 
 // ReadWeightsOver is w, weights over locs (partition p's chain, or a
-// LocationList that starts with it), less the share of a spare still
-// filling p's chain: it takes the writes but is no fresh replica
-// (ReadSet). If that leaves no weight, the others split evenly.
+// LocationList that starts with it), less the shares of the members
+// filling p's chain: they take the writes but are no fresh replicas
+// (ReadSet). If that leaves no weight, the other locations split evenly;
+// if every location fills, w is left as it is.
 func (m *Map) ReadWeightsOver(p uint32, locs []wire.NodeID, w []uint32) []uint32 {
-	f, ok := m.Filling(p)
-	i := slices.Index(locs, f)
-	if !ok || i < 0 || len(locs) < 2 || len(w) != len(locs) {
+	if int(p) >= len(m.filling) || len(m.filling[p]) == 0 || len(w) != len(locs) {
 		return w
 	}
-	w = slices.Clone(w)
-	w[i] = 0
-	if !slices.ContainsFunc(w, func(x uint32) bool { return x > 0 }) {
-		for j := range w {
-			if j != i {
-				w[j] = 1
+	filling := func(i int) bool { return slices.Contains(m.filling[p], locs[i]) }
+	if !slices.ContainsFunc(locs, func(id wire.NodeID) bool { return !slices.Contains(m.filling[p], id) }) {
+		return w
+	}
+	out := slices.Clone(w)
+	left := false
+	for i := range out {
+		if filling(i) {
+			out[i] = 0
+		}
+		left = left || out[i] > 0
+	}
+	if !left {
+		for i := range out {
+			if !filling(i) {
+				out[i] = 1
 			}
 		}
 	}
-	return w
+	return out
 }
 
 // Placed is the number of partitions whose placement holds node id (down
@@ -544,7 +605,7 @@ func (m *Map) Slot(p uint32, id wire.NodeID) int {
 // clone copies c deeply, so that a Map shares nothing with its caller.
 func (c Config) clone() Config {
 	c.Nodes = slices.Clone(c.Nodes)
-	c.Down, c.Tails, c.Filling = slices.Clone(c.Down), slices.Clone(c.Tails), slices.Clone(c.Filling)
+	c.Down, c.Tails = slices.Clone(c.Down), slices.Clone(c.Tails)
 	for i := range c.Nodes {
 		c.Nodes[i].MAC = slices.Clone(c.Nodes[i].MAC)
 	}
@@ -557,6 +618,13 @@ func (c Config) clone() Config {
 	}
 	c.Spares = maps.Clone(c.Spares)
 	c.Since = maps.Clone(c.Since)
+	if c.Filling != nil {
+		filling := make(map[wire.NodeID][]uint32, len(c.Filling))
+		for id, parts := range c.Filling {
+			filling[id] = slices.Clone(parts)
+		}
+		c.Filling = filling
+	}
 	return c
 }
 
@@ -577,7 +645,7 @@ func (m *Map) Marshal() ([]byte, error) {
 			for _, n := range v.Content {
 				n.Style = yaml.FlowStyle
 			}
-		case "chains":
+		case "chains", "filling":
 			for j := 1; j < len(v.Content); j += 2 {
 				v.Content[j].Style = yaml.FlowStyle
 			}

@@ -147,7 +147,7 @@ func TestValidation(t *testing.T) {
 		{two + "down: [1]\ntails: [1]", "layout: tails[0]: 1 is down too"},
 		{two + "down: [1, 2]", "layout: down: every member of partition 0's chain is down"},
 		{two + "spares: {0: 2}", "layout: spares.0: 2 is not in the partition's placement"},
-		{two + "filling: [3]", "layout: filling: 3: the partition has no spare"},
+		{two + "filling: {1: [3]}", "layout: filling.1: 3: the node is not in the partition's chain"},
 		{"replica: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}]", "layout: replica: unknown field"},
 		{"replicas: 1\nnode:\n  - {id: 1, addr: 127.0.0.1:1}", "layout: node: unknown field"},
 		{"replicas: 1\nnodes:\n  - {id: 1, adr: 127.0.0.1:1}", "layout: nodes[0].adr: unknown field"},
@@ -411,10 +411,10 @@ func TestFilling(t *testing.T) {
 	}
 	var first uint32
 	for i, p := range r.FillingParts() {
-		spare, ok := r.Filling(p)
+		spare, ok := r.Spare(p)
 		ch, rs := r.Chain(p), r.ReadSet(p)
-		if !ok || ch[len(ch)-1] != spare || r.Readable(p, spare) || slices.Contains(rs, spare) || len(rs) != len(ch)-1 {
-			t.Errorf("partition %d: chain %v, read set %v, filling spare %d (%v)", p, ch, rs, spare, ok)
+		if !ok || !slices.Equal(r.FillingIn(p), []wire.NodeID{spare}) || ch[len(ch)-1] != spare || r.Readable(p, spare) || slices.Contains(rs, spare) || len(rs) != len(ch)-1 {
+			t.Errorf("partition %d: chain %v, read set %v, filling %v, spare %d (%v)", p, ch, rs, r.FillingIn(p), spare, ok)
 		}
 		if i == 0 {
 			first = p
@@ -428,21 +428,70 @@ func TestFilling(t *testing.T) {
 	if err != nil || !slices.Equal(back.FillingParts(), r.FillingParts()) {
 		t.Fatalf("round trip: %v, filling %v want %v", err, back.FillingParts(), r.FillingParts())
 	}
-	f, err := r.Filled([]uint32{first, 1 << 20})
+	spare, _ := r.Spare(first)
+	f, err := r.Filled(map[wire.NodeID][]uint32{spare: {first, 1 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	spare, _ := r.Spare(first)
 	if f.Epoch() != r.Epoch()+1 || len(f.FillingParts()) != n-1 || !f.Readable(first, spare) ||
 		!slices.Equal(f.ReadSet(first), f.Chain(first)) || !slices.Equal(f.Chain(first), r.Chain(first)) {
 		t.Errorf("filled %d: epoch %d after %d, filling %v, read set %v of chain %v", first, f.Epoch(), r.Epoch(), f.FillingParts(), f.ReadSet(first), f.Chain(first))
 	}
-	if same, err := f.Filled([]uint32{first}); err != nil || same != f {
+	if same, err := f.Filled(map[wire.NodeID][]uint32{spare: {first}, 1: {first}}); err != nil || same != f {
 		t.Errorf("filling nothing: %v, a new layout %v", err, same != f)
 	}
-	// A filling partition needs its spare.
-	if _, err := Parse([]byte("partition_bits: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}, {id: 3, addr: 127.0.0.1:3}]\nfilling: [0]")); err == nil {
-		t.Error("filling without a spare: no error")
+	// A node fills only chains it is in.
+	if _, err := Parse([]byte("partition_bits: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}, {id: 3, addr: 127.0.0.1:3}]\nreplicas: 2\nfilling: {3: [0]}")); err == nil {
+		t.Error("filling a chain it is not in: no error")
+	}
+}
+
+// TestRejoinFills: a node back as tail (WithTail) fills every chain it
+// shares, as a spare does: out of the read sets and of the read weights
+// until Filled; the chains it does not share it is left out of; spliced
+// out again, it fills nothing.
+func TestRejoinFills(t *testing.T) {
+	m := fiveNodes(t)
+	down, err := m.Without(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := down.WithTail(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parts []uint32
+	for p := range uint32(back.Partitions()) {
+		ch := back.Chain(p)
+		if !slices.Contains(ch, 2) {
+			if len(back.FillingIn(p)) != 0 {
+				t.Errorf("partition %d without node 2: filling %v", p, back.FillingIn(p))
+			}
+			continue
+		}
+		parts = append(parts, p)
+		w := back.ReadWeights(p)
+		if ch[len(ch)-1] != 2 || !slices.Equal(back.FillingIn(p), []wire.NodeID{2}) || back.Readable(p, 2) ||
+			slices.Contains(back.ReadSet(p), 2) || w[len(w)-1] != 0 || w[0] == 0 {
+			t.Errorf("partition %d: chain %v, filling %v, read set %v, weights %v", p, ch, back.FillingIn(p), back.ReadSet(p), w)
+		}
+	}
+	if !slices.Equal(back.FillingParts(), parts) {
+		t.Errorf("filling %v, want node 2's chains %v", back.FillingParts(), parts)
+	}
+	half, err := back.Filled(map[wire.NodeID][]uint32{2: parts[:1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !half.Readable(parts[0], 2) || half.Readable(parts[1], 2) || !slices.Equal(half.Chain(parts[0]), back.Chain(parts[0])) {
+		t.Errorf("after filling partition %d: readable %v, %d readable %v", parts[0], half.Readable(parts[0], 2), parts[1], half.Readable(parts[1], 2))
+	}
+	again, err := half.Without(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again.FillingParts()) != 0 {
+		t.Errorf("node 2 down again: filling %v", again.FillingParts())
 	}
 }
 
@@ -459,7 +508,8 @@ func TestSince(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := r.Filled(r.FillingParts()[:1])
+	first := r.FillingParts()[0]
+	f, err := r.Filled(map[wire.NodeID][]uint32{r.FillingIn(first)[0]: {first}})
 	if err != nil {
 		t.Fatal(err)
 	}

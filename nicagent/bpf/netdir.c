@@ -467,18 +467,24 @@ static long peg_step(__u32 i, void *arg)
 }
 
 // pick_slot chooses a LocationList index among the eligible members; it
-// returns MAX_LOCS when neither candidate may serve.
+// returns MAX_LOCS when neither candidate may serve. Pegasus takes the
+// least-loaded eligible member that holds a bucket: one the controller
+// gives no weight (still filling its chain) serves none of the key's reads.
 static __always_inline __u32 pick_slot(struct nd_pkt *p, struct nd_slot *s, __u32 eligible, __u64 reqid)
 {
-	if (cfg.policy == POLICY_PEGASUS) {
-		struct peg_ctx pc = {.s = s, .eligible = eligible, .best = MAX_LOCS};
-		bpf_loop(MAX_LOCS, peg_step, &pc, 0);
-		return pc.best;
-	}
 	__u32 idx = s->idx;
 	struct nd_buckets *bk = bpf_map_lookup_elem(&slot_buckets, &idx);
 	if (!bk)
 		return MAX_LOCS;
+	if (cfg.policy == POLICY_PEGASUS) {
+		__u32 weighted = 0;
+#pragma unroll
+		for (int i = 0; i < BUCKETS; i++)
+			weighted |= bit(bk->b[i] & (MAX_LOCS - 1));
+		struct peg_ctx pc = {.s = s, .eligible = eligible & weighted, .best = MAX_LOCS};
+		bpf_loop(MAX_LOCS, peg_step, &pc, 0);
+		return pc.best;
+	}
 	__u32 a = bk->b[reqid & (BUCKETS - 1)];
 	__u32 b = bk->b[(reqid >> 8) & (BUCKETS - 1)];
 	int a_ok = a < s->n && (eligible & bit(a));
