@@ -264,6 +264,13 @@ func New(c Config) (*Map, error) {
 	}
 	for p, ids := range m.filling {
 		slices.SortFunc(ids, func(a, b wire.NodeID) int { return m.Position(uint32(p), a) - m.Position(uint32(p), b) })
+		// A member still filling holds only part of the chain's data: a
+		// chain of filling members alone would serve what it never copied.
+		// Its last caught-up member stays in it, down or not (CRAQ: the
+		// chain waits for it rather than lose what only it holds).
+		if len(ids) > 0 && len(ids) == len(m.chains[p]) {
+			return nil, fmt.Errorf("down: partition %d would keep only members still filling (%v), which hold part of its data", p, ids)
+		}
 	}
 	return m, nil
 }

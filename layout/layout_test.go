@@ -440,6 +440,18 @@ func TestFilling(t *testing.T) {
 	if same, err := f.Filled(map[wire.NodeID][]uint32{spare: {first}, 1: {first}}); err != nil || same != f {
 		t.Errorf("filling nothing: %v, a new layout %v", err, same != f)
 	}
+	// The last caught-up member of a chain is not spliced out: the filling
+	// members alone would serve what they never copied.
+	ch := r.Chain(first)
+	m := r
+	for _, id := range ch[:len(ch)-2] {
+		if m, err = m.Without(id); err != nil {
+			t.Fatalf("splice out %d of %v: %v", id, ch, err)
+		}
+	}
+	if _, err := m.Without(ch[len(ch)-2]); err == nil {
+		t.Errorf("partition %d: the last caught-up member %d of %v spliced out, leaving its filling spare alone", first, ch[len(ch)-2], ch)
+	}
 	// A node fills only chains it is in.
 	if _, err := Parse([]byte("partition_bits: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}, {id: 2, addr: 127.0.0.1:2}, {id: 3, addr: 127.0.0.1:3}]\nreplicas: 2\nfilling: {3: [0]}")); err == nil {
 		t.Error("filling a chain it is not in: no error")
