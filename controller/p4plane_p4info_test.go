@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -84,8 +85,134 @@ func TestP4PlaneOnEachP4Info(t *testing.T) {
 			if d := schema.Info.GetDigests(); len(d) != 0 {
 				t.Errorf("%d digests, want none", len(d))
 			}
+			resolveEveryEntity(t, schema)
 			programEveryTable(t, schema)
 		})
+	}
+}
+
+// TestP4InfosAgree: the controller programs BMv2 and Tofino with the same
+// names, so the two committed P4Infos must have the same tables (keys by
+// name, match kind and width), actions (parameters by name and width) and
+// registers, by alias, but for each architecture's own: v1model's clock
+// table and its actions, TNA's sample action, and TNA's register copies
+// and scratch cells (p4/tna: a register is read once per packet).
+func TestP4InfosAgree(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	build := filepath.Join(filepath.Dir(file), "..", "p4", "build")
+	bmv2, err := p4rt.LoadSchema(filepath.Join(build, "netdir.p4info.txtpb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tofino, err := p4rt.LoadSchema(filepath.Join(build, "tofino", "netdir.p4info.txtpb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	compare := func(kind string, b, f map[string]string, bmv2Only, tofinoOnly []string) {
+		t.Helper()
+		for _, n := range bmv2Only {
+			delete(b, n)
+		}
+		for _, n := range tofinoOnly {
+			delete(f, n)
+		}
+		for n, sig := range b {
+			if fsig, ok := f[n]; !ok {
+				t.Errorf("%s %s: in BMv2's P4Info only", kind, n)
+			} else if fsig != sig {
+				t.Errorf("%s %s: BMv2 %s, Tofino %s", kind, n, sig, fsig)
+			}
+		}
+		for n := range f {
+			if _, ok := b[n]; !ok {
+				t.Errorf("%s %s: in Tofino's P4Info only", kind, n)
+			}
+		}
+	}
+	compare("table", tableSigs(bmv2), tableSigs(tofino), []string{"clock"}, nil)
+	compare("action", actionSigs(bmv2), actionSigs(tofino), []string{"switch_clock", "fixed_clock"}, []string{"take_sample"})
+	compare("register", registerSigs(bmv2), registerSigs(tofino), []string{"latency", "load"},
+		[]string{"latency_a", "latency_b", "load_a", "load_b", "seed_cmp", "floor_cmp"})
+}
+
+// tableSigs: each table by alias, with its keys (name, kind, width).
+func tableSigs(s *p4rt.Schema) map[string]string {
+	out := map[string]string{}
+	for _, tb := range s.Info.GetTables() {
+		sig := ""
+		for _, f := range tb.GetMatchFields() {
+			sig += fmt.Sprintf("%s:%v:%d ", f.GetName(), f.GetMatchType(), f.GetBitwidth())
+		}
+		out[tb.GetPreamble().GetAlias()] = sig
+	}
+	return out
+}
+
+// actionSigs: each action by alias, with its parameters (name, width).
+func actionSigs(s *p4rt.Schema) map[string]string {
+	out := map[string]string{}
+	for _, a := range s.Info.GetActions() {
+		sig := ""
+		for _, p := range a.GetParams() {
+			sig += fmt.Sprintf("%s:%d ", p.GetName(), p.GetBitwidth())
+		}
+		out[a.GetPreamble().GetAlias()] = sig
+	}
+	return out
+}
+
+// registerSigs: each register by alias (standard or Tofino extern).
+func registerSigs(s *p4rt.Schema) map[string]string {
+	out := map[string]string{}
+	for _, r := range append(s.Info.GetRegisters(), p4rt.TofinoRegisters(s.Info)...) {
+		out[r.GetPreamble().GetAlias()] = ""
+	}
+	return out
+}
+
+// resolveEveryEntity: the schema finds every table, action, counter,
+// register and digest of its P4Info by full name and by alias, and finds
+// that entity (same id): no two of a kind share an alias.
+func resolveEveryEntity(t *testing.T, s *p4rt.Schema) {
+	t.Helper()
+	type preambled interface{ GetPreamble() *p4config.Preamble }
+	type lookup func(string) (preambled, error)
+	var entities []preambled
+	var lookups []lookup
+	add := func(l lookup, es ...preambled) {
+		for _, e := range es {
+			entities = append(entities, e)
+			lookups = append(lookups, l)
+		}
+	}
+	for _, e := range s.Info.GetTables() {
+		add(func(n string) (preambled, error) { return s.Table(n) }, e)
+	}
+	for _, e := range s.Info.GetActions() {
+		add(func(n string) (preambled, error) { return s.Action(n) }, e)
+	}
+	for _, e := range append(s.Info.GetCounters(), p4rt.TofinoCounters(s.Info)...) {
+		add(func(n string) (preambled, error) { return s.Counter(n) }, e)
+	}
+	for _, e := range append(s.Info.GetRegisters(), p4rt.TofinoRegisters(s.Info)...) {
+		add(func(n string) (preambled, error) { return s.Register(n) }, e)
+	}
+	for _, e := range s.Info.GetDigests() {
+		add(func(n string) (preambled, error) { return s.Digest(n) }, e)
+	}
+	if len(entities) == 0 {
+		t.Fatal("an empty P4Info")
+	}
+	for i, e := range entities {
+		p := e.GetPreamble()
+		for _, n := range []string{p.GetName(), p.GetAlias()} {
+			got, err := lookups[i](n)
+			if err != nil {
+				t.Error(err)
+			} else if id := got.GetPreamble().GetId(); id != p.GetId() {
+				t.Errorf("%q resolves to %s (id %d), want %s (id %d)", n, got.GetPreamble().GetName(), id, p.GetName(), p.GetId())
+			}
+		}
 	}
 }
 
