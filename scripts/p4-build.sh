@@ -27,7 +27,8 @@ cd "$(dirname "$0")/.."
 
 P4C=${P4C:-p4c-bm2-ss}
 P4C_TOFINO=${P4C_TOFINO:-p4c-barefoot}
-# The directory sizes that fit Tofino 1 (p4/README.md, "Tofino").
+# The directory sizes of the Tofino 1 build (p4/README.md, "Tofino": no
+# size is known to fit yet).
 TOFINO_DEFINES=(-DNETDIR_SLOTS=1024 -DNETDIR_RUNS=4 -DNETDIR_PART_RUNS=3 -DNETDIR_SCORE_ENTRIES=2048)
 mode=build tofino=""
 for arg in "$@"; do
