@@ -166,6 +166,9 @@ func (p *P4Plane) entry(table string, m []p4rt.Match, action string, params ...p
 // on a device it set up before (a layout change) it modifies them, and
 // inserts only the addresses of nodes new to it.
 func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) error {
+	if err := p.checkWindow(); err != nil {
+		return err
+	}
 	p.bits = m.Bits()
 	t := p4.Update_INSERT
 	if p.installed != nil {
@@ -675,6 +678,31 @@ func (p *P4Plane) ReadSketch(ctx context.Context) (out [directory.SketchRows][di
 		}
 	}
 	return out, nil
+}
+
+// checkWindow: the score tables' latency key must reach past the Window. A
+// latency beyond the key's range reaches the table clamped to the key's
+// largest value (Tofino keys 20 bits: p4/tna/arch.p4), which scores
+// Window/t = 0 only if no entry covers it, that is if Window is below it.
+func (p *P4Plane) checkWindow() error {
+	if p.Window == 0 {
+		return nil
+	}
+	t, err := p.s.Table("score_a")
+	if err != nil {
+		return err
+	}
+	for _, f := range t.GetMatchFields() {
+		if f.GetName() != "latency" {
+			continue
+		}
+		if top := uint64(1)<<f.GetBitwidth() - 1; p.Window >= top {
+			return fmt.Errorf("controller: fine-score window %d ns: the score tables' %d-bit latency key needs it below %d",
+				p.Window, f.GetBitwidth(), top)
+		}
+		return nil
+	}
+	return fmt.Errorf("controller: table score_a has no latency key")
 }
 
 // scoreRanges realises floor(Window/t) for t in 1..Window as one range entry

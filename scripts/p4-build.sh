@@ -2,33 +2,42 @@
 # p4-build.sh: compile netdir's BMv2 program (`make p4`) into p4/build/, whose
 # outputs are committed: netdir.json (BMv2 config) and netdir.p4info.txtpb
 # (the P4Info the controller and the model's P4Runtime server are built on);
-# and, with --tofino, the TNA program into p4/build/tofino/:
+# and, for Tofino, the TNA program's control-plane API into p4/build/tofino/:
 # netdir.p4info.txtpb and bfrt.json (BF-RT schema).
 #
-#   scripts/p4-build.sh [--tofino]          compile; fail on any compiler warning
-#   scripts/p4-build.sh --check [--tofino]  compile into a temp dir and fail if
-#                                           p4/build differs (CI runs --check
-#                                           only where p4c exists)
+#   scripts/p4-build.sh [--tofino|--tofino-api]          compile; fail on any
+#                                                        compiler warning
+#   scripts/p4-build.sh --check [--tofino|--tofino-api]  compile into a temp dir
+#                                                        and fail if p4/build
+#                                                        differs
+#
+# --tofino-api runs p4c-barefoot's front and mid end only (seconds): they
+# write the P4Info and BF-RT schema, which do not depend on the fit, and
+# check the program against the TNA rules they know. --tofino is the whole
+# compile, PHV allocation and table placement included: about 40 minutes on
+# 2 cores, so CI runs --check --tofino-api and the fit is opt-in
+# (p4/README.md, "Tofino"). P4_TOFINO_OUT=DIR keeps --tofino's compiler
+# output, with its resource logs (-g), in DIR.
 #
 # Needs p4c's BMv2 back end, p4c-bm2-ss, on PATH (or P4C=/path/to/p4c-bm2-ss);
-# p4/README.md says how it was built. --tofino needs p4c-barefoot (or
-# P4C_TOFINO=...; ../shared/p4tools installs it) and takes about 40 minutes
-# on 2 cores; it does not yet get through table placement (p4/README.md,
-# "Tofino"), so it is not part of --check by default.
+# p4/README.md says how it was built. The Tofino modes need p4c-barefoot (or
+# P4C_TOFINO=...; ../shared/p4tools installs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 P4C=${P4C:-p4c-bm2-ss}
 P4C_TOFINO=${P4C_TOFINO:-p4c-barefoot}
-# The directory sizes that fit Tofino 1 (p4/README.md, "Tofino").
+# The directory sizes of the Tofino 1 build (p4/README.md, "Tofino": no
+# size is known to fit yet).
 TOFINO_DEFINES=(-DNETDIR_SLOTS=1024 -DNETDIR_RUNS=4 -DNETDIR_PART_RUNS=3 -DNETDIR_SCORE_ENTRIES=2048)
 mode=build tofino=""
 for arg in "$@"; do
 	case "$arg" in
 	--check) mode=check ;;
-	--tofino) tofino=1 ;;
+	--tofino) tofino=fit ;;
+	--tofino-api) tofino=api ;;
 	*)
-		echo "usage: $0 [--check] [--tofino]" >&2
+		echo "usage: $0 [--check] [--tofino|--tofino-api]" >&2
 		exit 2
 		;;
 	esac
@@ -44,6 +53,87 @@ p4-build: $P4C is not on PATH, so the P4 program cannot be compiled here.
 MSG
 	exit 1
 fi
+
+# Tofino 1, TNA; the egress parser's minimum depth is Tofino 1's rule
+# for egress traffic, which netdir does not parse (egress is bypassed).
+tofino_args=(--target tofino --arch tna --std p4-16 -D__TARGET_TOFINO__=1 "${TOFINO_DEFINES[@]}"
+	--disable-parse-min-depth-limit)
+
+# tofino_fit: the whole compile, with the resource logs (-g).
+tofino_fit() {
+	if ! nice -n 10 "$P4C_TOFINO" "${tofino_args[@]}" -g \
+		--p4runtime-files "$tmp/tofino/out/netdir.p4info.txtpb" --bf-rt-schema "$tmp/tofino/out/bfrt.json" \
+		-o "$tmp/tofino/out" p4/tna/netdir.p4 >"$tmp/tofino-stdout" 2>"$tmp/tofino-stderr"; then
+		cat "$tmp/tofino-stderr" >&2
+		echo "p4-build: p4c-barefoot failed" >&2
+		exit 1
+	fi
+	if [ -n "${P4_TOFINO_OUT:-}" ]; then
+		mkdir -p "$P4_TOFINO_OUT"
+		cp -r "$tmp/tofino/out/." "$P4_TOFINO_OUT/"
+	fi
+}
+
+# tofino_api: the front and mid end only. p4c-barefoot writes the P4Info
+# and BF-RT schema before its mid end and has no option to stop after it,
+# so the mid end's last pass is dumped (--top4 MidEndLast) and the compile
+# is stopped as soon as that dump appears.
+tofino_api() {
+	local dump=$tmp/tofino/dump pid reached="" rc=0
+	mkdir -p "$dump"
+	nice -n 10 "$P4C_TOFINO" "${tofino_args[@]}" --top4 MidEndLast --dump "$dump" \
+		--p4runtime-files "$tmp/tofino/out/netdir.p4info.txtpb" --bf-rt-schema "$tmp/tofino/out/bfrt.json" \
+		-o "$tmp/tofino/out" p4/tna/netdir.p4 >/dev/null 2>"$tmp/tofino-stderr" &
+	pid=$!
+	while kill -0 "$pid" 2>/dev/null; do
+		if compgen -G "$dump/*MidEndLast*" >/dev/null; then
+			reached=1
+			kill "$pid" 2>/dev/null || true
+			break
+		fi
+		sleep 0.2
+	done
+	wait "$pid" || rc=$?
+	if [ -z "$reached" ] && [ "$rc" != 0 ]; then
+		cat "$tmp/tofino-stderr" >&2
+		echo "p4-build: p4c-barefoot's front or mid end failed" >&2
+		exit 1
+	fi
+}
+
+# sort_p4info_instances: p4c-barefoot lists the Snapshot extern's two
+# instances (ingress, egress) in either order from run to run, so every
+# extern's instances are written sorted by id. mawk has no sort: an
+# insertion sort of each extern's instance blocks.
+sort_p4info_instances() {
+	awk '
+	function flush(i, j, b, k) {
+		for (i = 2; i <= n; i++) {
+			b = blk[i]
+			k = key[i]
+			for (j = i - 1; j >= 1 && key[j] > k; j--) {
+				blk[j + 1] = blk[j]
+				key[j + 1] = key[j]
+			}
+			blk[j + 1] = b
+			key[j + 1] = k
+		}
+		for (i = 1; i <= n; i++)
+			printf "%s", blk[i]
+		n = 0
+	}
+	$0 == "  instances {" { blk[++n] = $0 "\n"; key[n] = -1; inside = 1; next }
+	inside {
+		blk[n] = blk[n] $0 "\n"
+		if (key[n] < 0 && $1 == "id:") key[n] = $2 + 0
+		if ($0 == "  }") inside = 0
+		next
+	}
+	n > 0 { flush() }
+	{ print }
+	END { if (n > 0) flush() }
+	'
+}
 
 out=p4/build
 tmp=$(mktemp -d)
@@ -71,22 +161,19 @@ if [ -n "$tofino" ]; then
 		echo "p4-build: --tofino: $P4C_TOFINO is not on PATH (../shared/p4tools/install.sh installs it)" >&2
 		exit 1
 	fi
-	# Tofino 1, TNA; the egress parser's minimum depth is Tofino 1's rule
-	# for egress traffic, which netdir does not parse (egress is bypassed).
-	mkdir -p "$tmp/tofino"
-	if ! nice -n 10 "$P4C_TOFINO" --target tofino --arch tna --std p4-16 -D__TARGET_TOFINO__=1 \
-		"${TOFINO_DEFINES[@]}" --disable-parse-min-depth-limit \
-		--p4runtime-files "$tmp/tofino/netdir.p4info.txtpb" --bf-rt-schema "$tmp/tofino/bfrt.json" \
-		-o "$tmp/tofino/out" p4/tna/netdir.p4 2>"$tmp/tofino-stderr"; then
-		cat "$tmp/tofino-stderr" >&2
-		echo "p4-build: p4c-barefoot failed" >&2
-		exit 1
+	mkdir -p "$tmp/tofino/out"
+	if [ "$tofino" = fit ]; then
+		tofino_fit
+	else
+		tofino_api
 	fi
 	if [ -s "$tmp/tofino-stderr" ]; then
 		cat "$tmp/tofino-stderr" >&2
 		echo "p4-build: p4c-barefoot printed warnings; the program must compile without any" >&2
 		exit 1
 	fi
+	sort_p4info_instances <"$tmp/tofino/out/netdir.p4info.txtpb" >"$tmp/tofino/netdir.p4info.txtpb"
+	cp "$tmp/tofino/out/bfrt.json" "$tmp/tofino/bfrt.json"
 	outputs+=(tofino/netdir.p4info.txtpb tofino/bfrt.json)
 fi
 

@@ -28,7 +28,7 @@ control FineScore(inout local_meta_t meta) {
 
     table score_a {
         key = {
-            meta.lat_a_key: range @name("latency");
+            NETDIR_SCORE_KEY(meta.lat_a_key): range @name("latency");
         }
         actions = {
             set_quota_a;
@@ -43,7 +43,7 @@ control FineScore(inout local_meta_t meta) {
 
     table score_b {
         key = {
-            meta.lat_b_key: range @name("latency");
+            NETDIR_SCORE_KEY(meta.lat_b_key): range @name("latency");
         }
         actions = {
             set_quota_b;

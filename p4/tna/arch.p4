@@ -6,6 +6,14 @@
 #define NETDIR_COUNTER(name, size) Counter<bit<32>, bit<32>>(size, CounterType_t.PACKETS) name
 #define NETDIR_COUNT(name, index) name.count((bit<32>)(index))
 
+// The fine score's range key. p4c-barefoot matches a range on at most 5
+// PHV nibbles, so the latency keys by its low 20 bits, and NodeStats clamps
+// the latency it reads to NETDIR_SCORE_KEY_MAX (2^20 - 1 ns, about 1.05 ms).
+// The controller keeps the Window below that, so no entry covers a clamped
+// latency, which scores Window / t = 0 as any t > Window does: exact.
+#define NETDIR_SCORE_KEY(lat) lat[19:0]
+#define NETDIR_SCORE_KEY_MAX 0xfffff
+
 // The pipeline may rewrite: IPv4 destination, UDP destination port, netdir
 // flags (with code, one 16-bit word), stamp, node, timestamp, delta and rho. Subtract
 // them and the old checksum; what is left (pseudo-header, unchanged fields,

@@ -9,7 +9,9 @@
 // and stored in both copies. This approximates v1model's exact
 // (old + sample) >> 1 (p4/include/node_stats.p4); the vector suite holds the
 // exact form on BMv2 only. Times are the low 32 bits of ns timestamps: a
-// sample is taken when ts != 0 and 0 <= now - ts < 2^31 (about 2.1 s).
+// sample is taken when ts != 0 and 0 <= now - ts < 2^31 (about 2.1 s). A
+// GET reads a candidate's latency clamped to NETDIR_SCORE_KEY_MAX, the
+// fine score's key range (p4/tna/arch.p4).
 #ifndef NETDIR_TNA_NODE_STATS_P4
 #define NETDIR_TNA_NODE_STATS_P4
 
@@ -33,7 +35,11 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
     };
     RegisterAction<bit<32>, bit<16>, bit<32>>(latency_a) lat_a_read = {
         void apply(inout bit<32> value, out bit<32> rv) {
-            rv = value;
+            if (value > NETDIR_SCORE_KEY_MAX) {
+                rv = NETDIR_SCORE_KEY_MAX;
+            } else {
+                rv = value;
+            }
         }
     };
     RegisterAction<bit<32>, bit<16>, bit<32>>(latency_b) lat_b_write = {
@@ -47,7 +53,11 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
     };
     RegisterAction<bit<32>, bit<16>, bit<32>>(latency_b) lat_b_read = {
         void apply(inout bit<32> value, out bit<32> rv) {
-            rv = value;
+            if (value > NETDIR_SCORE_KEY_MAX) {
+                rv = NETDIR_SCORE_KEY_MAX;
+            } else {
+                rv = value;
+            }
         }
     };
     RegisterAction<bit<16>, bit<16>, bit<16>>(load_a) load_a_write = {
