@@ -35,10 +35,11 @@ VERIFY=(
   "progress-1x|-DNE=1 -DLOSS_REPLY -DTMO=0 -DRETX=0"
   "progress-resend-1x|-DNE=1 -DTMO=1 -DRETX=0 -DWMAX=1 -DPROG3=PR_R"
   "fail-tail-1x|-DNE=1 -DFAIL_TAIL -DWMAX=1 -DPROG3=PR_R"
+  "fail-tail-skip-1x|-DNE=1 -DFAIL_TAIL -DTAIL_SKIP -DWMAX=1 -DPROG3=PR_R -DTMO=0"
   "switch-loss-1x|-DNE=1 -DSWLOSS -DWMAX=1 -DPROG3=PR_R"
   "failover-1x|-DNE=1 -DFAILOVER -DWMAX=1 -DPROG3=PR_R"
   "fail-mid-1x|-DNE=1 -DFAIL_MID -DWMAX=1 -DPROG3=PR_R"
-  "fail-head-1x|-DNE=1 -DFAIL_HEAD -DWMAX=1 -DPROG3=PR_R -DFAULTS=0"
+  "fail-head-1x|-DNE=1 -DFAIL_HEAD -DWMAX=1 -DPROG3=PR_R"
 )
 
 # Mutants of the fixed protocol: name | flags. Each must be caught.
@@ -55,6 +56,8 @@ MUTANTS=(
   "no-stamp-floor|-DMUT_NO_FLOOR -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W"
   "no-noop-version|-DMUT_NO_NOOP_VERSION -DNE=1 -DTMO=1 -DRETX=0 -DWMAX=1 -DPROG3=PR_R"
   "no-resend|-DMUT_NO_RESEND -DFAIL_TAIL -DNE=1 -DWMAX=1 -DPROG3=PR_R -DFAULTS=0"
+  "joins-by-membership|-DMUT_JOINS_BY_MEMBERSHIP -DFAIL_TAIL -DTAIL_SKIP -DNE=1 -DWMAX=1 -DPROG3=PR_R"
+  "serve-older-epoch|-DMUT_SERVE_OLD_EPOCH -DFAIL_TAIL -DTAIL_SKIP -DNE=1 -DWMAX=1 -DPROG3=PR_R"
   "serve-before-catchup|-DMUT_SERVE_BEFORE_CATCHUP -DFAIL_TAIL -DNE=1 -DWMAX=1 -DPROG3=PR_R"
   "resync-old-seed|-DMUT_RESYNC_OLD_SEED -DSWLOSS -DNE=1 -DWMAX=1 -DPROG3=PR_R"
   "no-takeover|-DMUT_NO_TAKEOVER -DFAILOVER -DNE=1 -DWMAX=1 -DPROG3=PR_R"
@@ -81,6 +84,7 @@ FLAWS=(
   "C-copy-resurrected|-DBEFORE_FIX -DFIX_SEED -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W"
   "G-stamp-across-switch-restart|-DBEFORE_FIX -DFIX_SEED -DFIX_MONO -DFIX_REJOIN -DSWLOSS -DNE=1 -DWMAX=1 -DPROG3=PR_R"
   "H-rejoin-behind-dirty|-DBEFORE_FIX -DFIX_SEED -DFIX_MONO -DFAIL_TAIL -DNE=1 -DWMAX=1 -DPROG3=PR_R"
+  "I-rejoin-missed-splice|-DBEFORE_FIX -DFIX_SEED -DFIX_MONO -DFIX_REJOIN -DFIX_INC -DFAIL_TAIL -DTAIL_SKIP -DNE=1 -DWMAX=1 -DPROG3=PR_R"
 )
 
 work=${SPEC_TMP:-$(mktemp -d /tmp/netdir-spec.XXXXXX)}

@@ -49,13 +49,16 @@
  * floor (FIX_SEED), an extra never goes back to an older copy (FIX_MONO),
  * and a tail rejoining catches up with its predecessor's latest version,
  * dirty included (FIX_REJOIN), and a stamp carries the switch's
- * incarnation, which the head checks (FIX_INC). -DBEFORE_FIX models the
+ * incarnation, which the head checks (FIX_INC), and a node that missed a
+ * layout catches up with its chains below the head and serves none while
+ * a neighbour is at a newer epoch (FIX_MISSED). -DBEFORE_FIX models the
  * code before them (make spec-flaws). */
 #ifndef BEFORE_FIX
 #define FIX_SEED
 #define FIX_MONO
 #define FIX_REJOIN
 #define FIX_INC
+#define FIX_MISSED
 #endif
 
 /* ---------------------------------------------------------------- sizes */
@@ -182,9 +185,11 @@ byte mclean, mdirty;            /* middle */
 byte tclean;                    /* tail (setClean only, never dirty) */
 /* -DFAIL_TAIL: the tail T dies and is spliced out (layout epoch+1, M is the
  * tail), then restarts, catches up (OpSync) and rejoins as tail. tst: 0 T in
- * the chain, 1 T dead and spliced out, 2 T back (once per run). */
+ * the chain, 1 T dead and spliced out, 2 T back (once per run), 3 (with
+ * -DTAIL_SKIP) T restarted with the layout it was started with, where it
+ * is still the tail, not having heard the splice (flaw I). */
 byte tst;
-#define TUP (tst != 1)
+#define TUP (tst == 0 || tst == 2)
 /* -DFAIL_MID, -DFAIL_HEAD: the middle M, or the head H, dies and is spliced
  * out (layout epoch+1, chain H T or M T), once per run, at any time; the
  * node does not come back (a rejoin is as a tail: -DFAIL_TAIL). mst: 0 all
@@ -352,7 +357,15 @@ inline dp_write(c) {
 /* directory.(*Directory).get: the DP may send a read to node n. A hit goes
  * to a fresh LocationList member (the chain is always fresh); a miss to a
  * chain member (CRAQ). */
-#define CANREAD(n) (((n) < X && ((n) != T || TUP) && ((n) != M || MREAD)) || ((n) >= X && cached && (fresh & BIT((n)-X))))
+#define CANREAD(n) (((n) < X && ((n) != T || TREAD) && ((n) != M || MREAD)) || ((n) >= X && cached && (fresh & BIT((n)-X))))
+/* reads routed to T: with -DTAIL_SKIP once it has restarted (by a data
+ * plane or a client whose table lags the splice, and as the rejoined tail);
+ * before its death only through M's ver-queries, to keep the state space */
+#ifdef TAIL_SKIP
+#define TREAD (tst >= 2)
+#else
+#define TREAD TUP
+#endif
 
 /* directory.(*Directory).vsb, extra case: set e's fresh bit only if the key
  * is cached, no write is pending and v == ver_done. */
@@ -508,7 +521,7 @@ inline chain_write(msg) {
 		if :: F4(msg) != NORID -> send(MK(PR, F4(msg), v0, 0, 0)) :: else fi;
 		if :: F3(msg) -> announce(mclean) :: else fi;
 		send(MK(ACK, H, v0, 0, 0))
-	:: F1(msg) == T && tst == 1 -> skip     /* to a dead node: lost */
+	:: F1(msg) == T && !TUP -> skip         /* to a dead node, or sent before it died: lost */
 	:: else ->                      /* tail: commit, reply, announce, ack */
 		max2(tclean, v0);
 		if :: F4(msg) != NORID -> send(MK(PR, F4(msg), v0, 0, 0)) :: else fi;   /* a no-op: no requester */
@@ -533,6 +546,7 @@ inline chain_ack(msg) {
 		:: else
 		fi;
 		hpend = hpend & ~BIT(v0);
+		prid[v0] = 0;           /* dead once not pending: states merge */
 #ifdef FIX_FORWARD
 		pprom = pprom & ~BIT(v0);
 #endif
@@ -558,6 +572,9 @@ inline node_get(msg) {
 		:: else -> send(MK(GR, F2(msg), ex[F1(msg)-X]-1, 1, 0))
 		fi
 	:: F1(msg) == T && tst == 1 -> skip         /* to a dead node: lost */
+#if defined(FIX_MISSED) && !defined(MUT_SERVE_OLD_EPOCH)
+	:: F1(msg) == T && tst == 3 -> skip         /* (*Node).serves: unavailable (its answer, and the client's retry elsewhere, are not modelled) */
+#endif
 	:: F1(msg) == M && MGONE -> skip            /* to a dead M: lost */
 	:: F1(msg) == T -> send(MK(GR, F2(msg), tclean, 1, 0))
 	:: F1(msg) == M && !TUP -> latest(mdirty, mclean); send(MK(GR, F2(msg), lt, 1, 0))  /* a tail serves its latest */
@@ -627,7 +644,8 @@ inline finish(c) {
 		:: else -> k2++
 		fi
 	:: else -> break
-	od
+	od;
+	cop[c] = 0; catt[c] = 0; cfloor[c] = 0     /* dead while idle: states merge */
 }
 
 /* a reply reaches client c: the checks of P1 and P3 */
@@ -757,7 +775,37 @@ inline dp_only(msg) {
 #else
 #define DEADCP(x) 0
 #endif
+/* a PUT with request id r can still reach the head: one is in flight, or
+ * its client still waits on it and may time out and resend it */
+#define RESENDABLE(r) (cpc[(RIDOP(r)-1)/OPS] == 2 && cop[(RIDOP(r)-1)/OPS] == RIDOP(r) && catt[(RIDOP(r)-1)/OPS] == (r) % MAXATT && FAULT(tmo, TMO))
 inline gc() {
+	/* the dedup entry of a request that can never reach the head again is
+	 * never read again: states merge */
+	k2 = 0;
+	do
+	:: k2 < NC*OPS*MAXATT ->
+		if
+		:: dd[k2] != 0 && !RESENDABLE(k2) ->
+			found = 0; j = 0;
+			do
+			:: j < NET -> if :: TY(net[j]) == PUT && RID(F1(net[j]), F2(net[j])) == k2 -> found = 1 :: else fi; j++
+			:: else -> break
+			od;
+			if :: !found -> dd[k2] = 0 :: else fi
+		:: else
+		fi;
+		k2++
+	:: else -> break
+	od;
+#ifdef FAIL_HEAD
+	/* M's request id of a version neither dirty nor its clean one is
+	 * never read again (the splice adopts only those): states merge */
+	k2 = 1;
+	do
+	:: k2 <= MAXV -> if :: !(mdirty & BIT(k2)) && k2 != mclean -> mrid[k2] = 0 :: else fi; k2++
+	:: else -> break
+	od;
+#endif
 	k2 = 0;
 	do
 	:: k2 < NET ->
@@ -851,6 +899,7 @@ inline dp_insert() {
 	max2(vnext, sfloor);
 #endif
 	vdone = vnext;
+	seed = 0;               /* dead until the next promotion: states merge */
 #else
 	vnext = 0; vdone = 0;
 #endif
@@ -946,7 +995,7 @@ end:
 #endif
 	READ(0, M) READ(0, X)
 	READ(1, M) READ(1, X)
-#ifdef READ_TAIL
+#if defined(READ_TAIL) || defined(TAIL_SKIP)
 	READ(0, T) READ(1, T)
 #endif
 #ifdef READ_HEAD
@@ -979,6 +1028,31 @@ end:
 	 * tail commits what its predecessor holds), and only then serves, as
 	 * tail. Before the fix (flaw H) OpSync pulled M's clean version only:
 	 * a version the dead tail had acknowledged, dirty at M, was behind T. */
+#ifdef TAIL_SKIP
+	/* flaw I: T restarts with the layout it was started with (epoch 1,
+	 * where it is the tail), its data directory replaced (it keeps nothing,
+	 * as above); recovery's catchUp pulls M's clean version, and M's
+	 * answer carries epoch 2 (heardEpoch). Messages sent to T before it
+	 * died are lost (a restart takes longer than a rack's delay). */
+	:: d_step { LIVE && tst == 1 ->
+		tclean = mclean; tst = 3;
+		printf("T restarts with its first layout, caught up at v%d: chain H M at epoch 2\n", tclean); CLEAN }
+	/* layout.WithTail: T is added back as tail (epoch 3) and takes it
+	 * without having heard epoch 2: its chain is the same as in epoch 1.
+	 * storagenode joins: a layout more than one epoch after the node's own
+	 * makes it catch up with every chain it is in below the head (dropDirty
+	 * + catchUpAsTail, as for a join). The mutant computes the joins from
+	 * membership alone: T took itself for a member throughout. */
+	:: d_step { LIVE && tst == 3 ->
+#if defined(FIX_MISSED) && !defined(MUT_JOINS_BY_MEMBERSHIP)
+#ifdef FIX_REJOIN
+		latest(mdirty, mclean); tclean = lt;
+#else
+		tclean = mclean;
+#endif
+#endif
+		printf("T takes epoch 3 (missed 2) as tail at v%d: chain H M T\n", tclean); tst = 2; resend(); CLEAN }
+#else
 	:: d_step { LIVE && tst == 1 ->
 #ifndef MUT_SERVE_BEFORE_CATCHUP
 #ifdef FIX_REJOIN
@@ -988,6 +1062,7 @@ end:
 #endif
 #endif
 		printf("T rejoins as tail at v%d: chain H M T\n", tclean); tst = 2; resend(); CLEAN }
+#endif
 #endif
 #ifdef FAIL_MID
 	/* controller reconfig.go NodeDown (layout.Without): M dies and is
@@ -1027,12 +1102,11 @@ end:
 			prid[j] = 0;
 			if
 			:: (mdirty & BIT(j)) || (j == mclean && j > 0) ->
-				prid[j] = mrid[j];
 #ifndef MUT_NO_ADOPT_DEDUP
 				if :: mrid[j] != NORID -> dd[mrid[j]] = 1 << 4 | j :: else fi;
 #endif
 #ifndef MUT_NO_ADOPT_PENDING
-				if :: mdirty & BIT(j) -> hpend = hpend | BIT(j) :: else fi
+				if :: mdirty & BIT(j) -> hpend = hpend | BIT(j); prid[j] = mrid[j] :: else fi
 #else
 				skip
 #endif
@@ -1051,6 +1125,18 @@ end:
 		:: else -> break
 		od;
 		mclean = 0; mdirty = 0; mst = 1;
+		/* what was on its way to the dead H (M's acks) or to M as a
+		 * middle (H's chain writes) is lost with them; an ack addressed
+		 * "H" from now on is T's to the new head */
+		k2 = 0;
+		do
+		:: k2 < NET ->
+			if
+			:: (TY(net[k2]) == ACK && F1(net[k2]) == H) || (TY(net[k2]) == CW && F1(net[k2]) == M) -> rm(k2)
+			:: else -> k2++
+			fi
+		:: else -> break
+		od;
 		if :: ctl == 2 -> ctl = 7 :: else fi;
 		resend(); CLEAN }
 	:: d_step { LIVE && ctl == 7 -> head_promote(); ctl = 8; CLEAN }
