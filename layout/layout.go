@@ -82,7 +82,7 @@ func (m MAC) String() string { return net.HardwareAddr(m).String() }
 //	tails: [1]                   # rejoined: at the tail of their chains (WithTail)
 //	spares: {7: 4}               # partition -> the spare at its tail (Replace)
 //	filling: {1: [0, 2], 4: [7]} # node -> the chains it still fills (Filled ends them)
-//	since: {7: 3}                # partition -> epoch its chain last changed (0 if never)
+//	joined: {7: {4: 3}}          # partition -> node -> epoch it last joined the chain (none: as placed)
 //
 // The placement (ring and overrides) fixes each node's slot in each chain,
 // which is the tree it keeps the partition in; Down and Tails reconfigure
@@ -93,21 +93,22 @@ func (m MAC) String() string { return net.HardwareAddr(m).String() }
 // joined as tail (a spare, or a node back: WithTail) and has not reported
 // caught up with yet: it takes their writes (it must, to take over), but
 // it is no fresh replica, so it is left out of their read sets (ReadSet,
-// ReadWeightsOver) until Filled. Since dates each chain's last change of
-// membership or order: a node that skipped epochs learns from it which
-// chains may have committed writes without it (Map.Since).
+// ReadWeightsOver) until Filled. Joined dates each member's last joining
+// of a chain: a node that skipped epochs learns from it which chains it
+// was out of meanwhile, which may have committed writes without it
+// (Map.Joined).
 type Config struct {
-	Epoch         uint32                   `yaml:"epoch"`
-	PartitionBits uint                     `yaml:"partition_bits"`
-	Replicas      int                      `yaml:"replicas"`
-	DataPlane     string                   `yaml:"dataplane,omitempty"`
-	Nodes         []Node                   `yaml:"nodes"`
-	Chains        map[uint32][]wire.NodeID `yaml:"chains,omitempty"`
-	Down          []wire.NodeID            `yaml:"down,omitempty,flow"`
-	Tails         []wire.NodeID            `yaml:"tails,omitempty,flow"`
-	Spares        map[uint32]wire.NodeID   `yaml:"spares,omitempty"`
-	Filling       map[wire.NodeID][]uint32 `yaml:"filling,omitempty"`
-	Since         map[uint32]uint32        `yaml:"since,omitempty,flow"`
+	Epoch         uint32                            `yaml:"epoch"`
+	PartitionBits uint                              `yaml:"partition_bits"`
+	Replicas      int                               `yaml:"replicas"`
+	DataPlane     string                            `yaml:"dataplane,omitempty"`
+	Nodes         []Node                            `yaml:"nodes"`
+	Chains        map[uint32][]wire.NodeID          `yaml:"chains,omitempty"`
+	Down          []wire.NodeID                     `yaml:"down,omitempty,flow"`
+	Tails         []wire.NodeID                     `yaml:"tails,omitempty,flow"`
+	Spares        map[uint32]wire.NodeID            `yaml:"spares,omitempty"`
+	Filling       map[wire.NodeID][]uint32          `yaml:"filling,omitempty"`
+	Joined        map[uint32]map[wire.NodeID]uint32 `yaml:"joined,omitempty"`
 }
 
 // Load reads a YAML layout file. Its errors are one line naming the file,
@@ -243,9 +244,11 @@ func New(c Config) (*Map, error) {
 			return nil, fmt.Errorf("spares.%d: %d is not in the partition's placement", p, id)
 		}
 	}
-	for p, e := range c.Since {
-		if int(p) >= np || e > c.Epoch {
-			return nil, fmt.Errorf("since.%d: %d: want a partition below %d and an epoch up to %d", p, e, np, c.Epoch)
+	for p, members := range c.Joined {
+		for id, e := range members {
+			if int(p) >= np || e > c.Epoch {
+				return nil, fmt.Errorf("joined.%d.%d: %d: want a partition below %d and an epoch up to %d", p, id, e, np, c.Epoch)
+			}
 		}
 	}
 	if err := m.reconfigure(); err != nil {
@@ -276,7 +279,8 @@ func New(c Config) (*Map, error) {
 }
 
 // next is the layout c (m's configuration, changed) at the epoch after m's,
-// with every chain that differs from m's dated to that epoch (Since).
+// with every member that joins a chain dated to that epoch (Joined), and
+// the dates of members that leave one dropped.
 func (m *Map) next(c Config) (*Map, error) {
 	c.Epoch = m.cfg.Epoch + 1
 	nm, err := New(c)
@@ -284,21 +288,39 @@ func (m *Map) next(c Config) (*Map, error) {
 		return nil, err
 	}
 	for p, ch := range nm.chains {
-		if !slices.Equal(ch, m.Chain(uint32(p))) {
-			if nm.cfg.Since == nil {
-				nm.cfg.Since = map[uint32]uint32{}
+		old := m.Chain(uint32(p))
+		members := nm.cfg.Joined[uint32(p)]
+		for id := range members {
+			if !slices.Contains(ch, id) {
+				delete(members, id)
 			}
-			nm.cfg.Since[uint32(p)] = c.Epoch
 		}
+		for _, id := range ch {
+			if slices.Contains(old, id) {
+				continue
+			}
+			if members == nil {
+				members = map[wire.NodeID]uint32{}
+			}
+			members[id] = c.Epoch
+		}
+		if len(members) == 0 {
+			delete(nm.cfg.Joined, uint32(p))
+			continue
+		}
+		if nm.cfg.Joined == nil {
+			nm.cfg.Joined = map[uint32]map[wire.NodeID]uint32{}
+		}
+		nm.cfg.Joined[uint32(p)] = members
 	}
 	return nm, nil
 }
 
-// Since is the epoch at which partition p's chain last changed its members
-// or their order (0: never, as placed). A node that held the chain at an
-// epoch at or after it, and holds it in m, was in it throughout: no write
-// committed on it without the node.
-func (m *Map) Since(p uint32) uint32 { return m.cfg.Since[p] }
+// Joined is the epoch at which node id last joined partition p's chain (0:
+// it is in the chain as placed, or not in it). A node that held the chain
+// at an epoch at or after it, and holds it in m, was in it throughout: no
+// write committed on it without the node.
+func (m *Map) Joined(p uint32, id wire.NodeID) uint32 { return m.cfg.Joined[p][id] }
 
 // reconfigure derives the chains from the placement: members in Down are
 // spliced out, members in Tails move to the end, in Tails' order, and a
@@ -624,7 +646,13 @@ func (c Config) clone() Config {
 		c.Chains = chains
 	}
 	c.Spares = maps.Clone(c.Spares)
-	c.Since = maps.Clone(c.Since)
+	if c.Joined != nil {
+		joined := make(map[uint32]map[wire.NodeID]uint32, len(c.Joined))
+		for p, members := range c.Joined {
+			joined[p] = maps.Clone(members)
+		}
+		c.Joined = joined
+	}
 	if c.Filling != nil {
 		filling := make(map[wire.NodeID][]uint32, len(c.Filling))
 		for id, parts := range c.Filling {

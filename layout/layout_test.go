@@ -507,10 +507,10 @@ func TestRejoinFills(t *testing.T) {
 	}
 }
 
-// TestSince: every derivation dates the chains it changes to its epoch and
-// keeps the others' dates, Filled (no chain changes) included, through the
-// YAML round trip; a date after the epoch is an error.
-func TestSince(t *testing.T) {
+// TestJoined: every derivation dates the members that join a chain to its
+// epoch and keeps the others' dates, Filled (no chain changes) included,
+// through the YAML round trip; a date after the epoch is an error.
+func TestJoined(t *testing.T) {
 	m := fiveNodes(t)
 	down, err := m.Without(2)
 	if err != nil {
@@ -533,19 +533,28 @@ func TestSince(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	joinedAt := 0
 	for p := range uint32(m.Partitions()) {
-		want := uint32(0)
-		switch {
-		case !slices.Equal(r.Chain(p), down.Chain(p)):
-			want = r.Epoch()
-		case !slices.Equal(down.Chain(p), m.Chain(p)):
-			want = down.Epoch()
-		}
-		if got := back.Since(p); got != want || f.Since(p) != want {
-			t.Errorf("partition %d (chains %v %v %v): since %d (%d before YAML), want %d", p, m.Chain(p), down.Chain(p), r.Chain(p), got, f.Since(p), want)
+		for _, id := range f.Chain(p) {
+			want := uint32(0)
+			switch {
+			case !slices.Contains(down.Chain(p), id):
+				want = r.Epoch()
+			case !slices.Contains(m.Chain(p), id):
+				want = down.Epoch()
+			}
+			if want != 0 {
+				joinedAt++
+			}
+			if got := back.Joined(p, id); got != want || f.Joined(p, id) != want {
+				t.Errorf("partition %d (chains %v %v %v): node %d joined at %d (%d before YAML), want %d", p, m.Chain(p), down.Chain(p), r.Chain(p), id, got, f.Joined(p, id), want)
+			}
 		}
 	}
-	if _, err := Parse([]byte("epoch: 2\npartition_bits: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}]\nreplicas: 1\nsince: {0: 3}")); err == nil {
+	if joinedAt == 0 {
+		t.Error("no member joined a chain: the test tests nothing")
+	}
+	if _, err := Parse([]byte("epoch: 2\npartition_bits: 1\nnodes: [{id: 1, addr: 127.0.0.1:1}]\nreplicas: 1\njoined: {0: {1: 3}}")); err == nil {
 		t.Error("a chain changed after the epoch: no error")
 	}
 }

@@ -43,8 +43,8 @@ func TestJoinsSkipsUnchangedChains(t *testing.T) {
 	e1 := joinsLayout(t)
 	e3 := must(must(e1.Without(5)).WithTail(5))
 	for _, p := range []uint32{0, 3} {
-		if e3.Since(p) != 0 {
-			t.Errorf("partition %d: since %d, want 0 (its chain never changed)", p, e3.Since(p))
+		if e3.Joined(p, 1) != 0 {
+			t.Errorf("partition %d: node 1 joined at %d, want 0 (as placed)", p, e3.Joined(p, 1))
 		}
 	}
 	if got := joins(e1, e3, 1); len(got) != 0 {
@@ -58,17 +58,17 @@ func TestJoinsSkipsUnchangedChains(t *testing.T) {
 	// both chains are the same at epochs 1 and 3.
 	f2 := must(e1.Without(3))
 	f3 := must(f2.WithTail(3))
-	if !slices.Equal(f3.Chain(0), e1.Chain(0)) || f3.Since(0) != 3 {
-		t.Fatalf("partition 0: chain %v since %d at epoch 3, want %v since 3", f3.Chain(0), f3.Since(0), e1.Chain(0))
+	if !slices.Equal(f3.Chain(0), e1.Chain(0)) || f3.Joined(0, 3) != 3 {
+		t.Fatalf("partition 0: chain %v, node 3 joined at %d at epoch 3, want %v, joined at 3", f3.Chain(0), f3.Joined(0, 3), e1.Chain(0))
 	}
 	if got := joins(e1, f3, 3); !slices.Equal(slices.Sorted(maps.Keys(got)), []uint32{0, 1, 2, 3}) {
 		t.Errorf("node 3 from epoch 1 to 3 (itself out and back): catches up with %v, want [0 1 2 3]", slices.Sorted(maps.Keys(got)))
 	}
 	// Node 1 skipped the same epochs: partition 3's chain changed (node 3
-	// left and came back), so it catches up there, below the head, and not
-	// with partition 0, which it heads.
-	if got := joins(e1, f3, 1); !slices.Equal(slices.Sorted(maps.Keys(got)), []uint32{3}) {
-		t.Errorf("node 1 from epoch 1 to 3 (node 3 out and back): catches up with %v, want [3]", slices.Sorted(maps.Keys(got)))
+	// left and came back), but node 1 was in it throughout, so every write
+	// the chain committed passed through it: it catches up with nothing.
+	if got := joins(e1, f3, 1); len(got) != 0 {
+		t.Errorf("node 1 from epoch 1 to 3 (node 3 out and back): catches up with %v, want none", slices.Sorted(maps.Keys(got)))
 	}
 	// One epoch at a time, a node catches up only with the chains it joins.
 	if got := joins(f2, f3, 1); len(got) != 0 {

@@ -92,14 +92,14 @@ func (n *Node) SetLayout(m *layout.Map) bool {
 // serves them, coming from layout cur: those whose chains it joins, and,
 // if it missed a layout between cur and m (a restarted node starts from
 // the layout it was given, which may be long gone; gossip may skip one
-// while a fill moves epochs fast), every one it is in below the head whose
-// chain changed after cur (layout.Map.Since). In a missed layout it may
-// have been spliced out of such a chain and added back as its tail, with
-// the same chain in cur and m: the chain committed writes without it
+// while a fill moves epochs fast), every one it is in below the head that
+// it joined after cur (layout.Map.Joined). In a missed layout it may have
+// been spliced out of such a chain and added back as its tail, with the
+// same chain in cur and m: the chain committed writes without it
 // meanwhile, and a tail that took its membership as unbroken served reads
-// older than an acknowledged write (spec/README.md, flaw I). A chain that
-// has not changed since cur had the node throughout; catching up with it
-// would refuse the reads its read set sends. A head needs no catch-up: a
+// older than an acknowledged write (spec/README.md, flaw I). A chain it
+// has not joined since cur had it throughout, whatever other members came
+// and went; catching up with it would refuse the reads its read set sends. A head needs no catch-up: a
 // chain that lost its head takes a new one from among its members.
 func joins(cur, m *layout.Map, id wire.NodeID) map[uint32]bool {
 	missed := m.Epoch() > cur.Epoch()+1
@@ -107,7 +107,7 @@ func joins(cur, m *layout.Map, id wire.NodeID) map[uint32]bool {
 	for p := range m.Partitions() {
 		pos := m.Position(uint32(p), id)
 		joined := pos >= 0 && cur.Position(uint32(p), id) < 0
-		if joined || missed && pos > 0 && m.Since(uint32(p)) > cur.Epoch() {
+		if joined || missed && pos > 0 && m.Joined(uint32(p), id) > cur.Epoch() {
 			out[uint32(p)] = true
 		}
 	}
