@@ -43,11 +43,15 @@ func knownSender(addrOf func(wire.NodeID) (netip.AddrPort, bool), sender wire.No
 // sealNodeOp appends the trailer to b if it is a node op and the node has
 // a cluster key, without touching b's spare capacity (b may be resent).
 func (n *Node) sealNodeOp(b []byte) []byte {
-	if n.auth == nil || len(b) < wire.HeaderLen || !wire.Frame(b).Op().IsNodeOp() {
+	if n.auth == nil || !isNodeOp(b) {
 		return b
 	}
 	return n.auth.Seal(slices.Clip(b))
 }
+
+// isNodeOp reports whether b, a packet to send, is a node op, which a
+// cluster key seals.
+func isNodeOp(b []byte) bool { return len(b) >= wire.HeaderLen && wire.Frame(b).Op().IsNodeOp() }
 
 // NodeOpDrops counts the node ops this node refused, by reason.
 func (n *Node) NodeOpDrops() nodeauth.Drops {

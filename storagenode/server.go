@@ -114,7 +114,7 @@ func (s *shard) send(to netip.AddrPort, b []byte) {
 	}
 	i := s.tx.Len()
 	s.bufs[i] = append(s.bufs[i][:0], b...)
-	if s.sealer != nil && len(b) >= wire.HeaderLen && wire.Frame(b).Op().IsNodeOp() {
+	if s.sealer != nil && isNodeOp(b) {
 		s.bufs[i] = s.sealer.Seal(s.bufs[i])
 	}
 	s.tx.AddPeer(s.bufs[i], udpbatch.PeerOf(to, s.n.v4))
