@@ -24,6 +24,7 @@ import (
 
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/directory/vectors"
+	"github.com/netdir/netdir/nodeauth"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -48,13 +49,21 @@ var fields = []string{
 	"netdir.op", "netdir.flags", "netdir.code", "netdir.tenant", "netdir.reqid", "netdir.keyhash",
 	"netdir.stamp", "netdir.stamp.incarnation", "netdir.stamp.version", "netdir.node", "netdir.load",
 	"netdir.epoch", "netdir.timestamp", "netdir.delta", "netdir.rho", "netdir.keylen", "netdir.vallen",
-	"netdir.key", "netdir.value", "netdir.extra", "netdir.ext.op", "netdir.ext.addr", "netdir.malformed",
+	"netdir.key", "netdir.value", "netdir.extra", "netdir.ext.op", "netdir.ext.addr", "netdir.auth.key_id",
+	"netdir.auth.counter", "netdir.auth.mac", "netdir.malformed",
 }
 
 // goFields is what the Go decoder makes of pkt, as the dissector's fields.
 // Numbers are decimal and bytes are hex, as normalize prints tshark's.
 func goFields(pkt []byte) map[string]string {
 	m := map[string]string{}
+	if n := trailer(pkt); n > 0 {
+		tr := pkt[len(pkt)-n:]
+		m["netdir.auth.key_id"] = strconv.FormatUint(uint64(binary.BigEndian.Uint32(tr)), 10)
+		m["netdir.auth.counter"] = strconv.FormatUint(binary.BigEndian.Uint64(tr[4:]), 10)
+		m["netdir.auth.mac"] = hex.EncodeToString(tr[12:])
+		pkt = pkt[:len(pkt)-n]
+	}
 	var h wire.Header
 	if err := h.DecodeHeader(pkt); err != nil {
 		m["netdir.malformed"] = "yes"
@@ -136,7 +145,7 @@ func normalize(name, v string) string {
 	switch name {
 	case "netdir.malformed":
 		return "yes"
-	case "netdir.keyhash", "netdir.key", "netdir.value":
+	case "netdir.keyhash", "netdir.key", "netdir.value", "netdir.auth.mac":
 		return strings.ReplaceAll(v, ":", "")
 	case "netdir.ext.addr", "netdir.extra":
 		return v
@@ -173,6 +182,7 @@ func extraPackets(t *testing.T) [][]byte {
 		h.Op = op
 		pkts = append(pkts, wire.AppendNodeOp(nil, &h, key, []byte("x"), []byte{1, 2}))
 	}
+	pkts = append(pkts, sealedPackets(t, key)...)
 	get := wire.Packet{Header: wire.Header{Op: wire.OpGet, KeyHash: wire.HashKey(key), ReqID: 1}, Key: key}
 	good, err := get.AppendEncode(nil)
 	if err != nil {
@@ -193,6 +203,50 @@ func extraPackets(t *testing.T) [][]byte {
 	bad = bytes.Clone(good)
 	wire.Frame(bad).SetOp(0x77) // unknown op: decoded, with a warning
 	pkts = append(pkts, bad)
+	return pkts
+}
+
+// trailer is the length of pkt's MAC trailer as the dissector (with its
+// default, a keyed cluster) reads it: a node op with room for one after its
+// value has one, unless it is a chain-write whose extension is well formed
+// only with the trailer's bytes counted in.
+func trailer(pkt []byte) int {
+	var np wire.NodePacket
+	if np.Decode(pkt) != nil || !np.Op.IsNodeOp() || len(np.Ext) < nodeauth.TrailerLen {
+		return 0
+	}
+	valid := func(b []byte) bool { var c wire.ChainExt; return c.Decode(b) == nil }
+	if np.Op == wire.OpChainWrite && !valid(np.Ext[:len(np.Ext)-nodeauth.TrailerLen]) && valid(np.Ext) {
+		return 0
+	}
+	return nodeauth.TrailerLen
+}
+
+// sealedPackets are node ops as a cluster with a key sends them: a
+// chain-write with its extension, one with an extension only as long as
+// the trailer, a ver-query with none, and a sync-data whose records are
+// longer than the trailer.
+func sealedPackets(t *testing.T, key []byte) [][]byte {
+	k, err := nodeauth.NewKey(bytes.Repeat([]byte{7}, nodeauth.MinKeyLen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := nodeauth.New(nodeauth.Keys{Seal: k}, nil).NewSealer()
+	h := wire.Header{Op: wire.OpChainWrite, KeyHash: wire.HashKey(key), ReqID: 0x99, Stamp: 8, Node: 3, Epoch: 4}
+	ext := (&wire.ChainExt{Op: wire.OpPut, Addr: netip.MustParseAddrPort("127.0.0.1:40002"), Extras: []wire.NodeID{6}}).Append(nil)
+	long := (&wire.ChainExt{Op: wire.OpPut, Extras: make([]wire.NodeID, 12)}).Append(nil)
+	bodies := [][]byte{
+		wire.AppendNodeOp(nil, &h, key, []byte("v2"), ext),
+		wire.AppendNodeOp(nil, &h, key, []byte("v2"), long),
+	}
+	h.Op = wire.OpVerQuery
+	bodies = append(bodies, wire.AppendNodeOp(nil, &h, key, nil, nil))
+	h.Op = wire.OpSyncData
+	bodies = append(bodies, wire.AppendNodeOp(nil, &h, nil, nil, bytes.Repeat([]byte{0xab}, 40)))
+	var pkts [][]byte
+	for _, b := range bodies {
+		pkts = append(pkts, s.Seal(b))
+	}
 	return pkts
 }
 
@@ -229,6 +283,10 @@ func writePcap(t *testing.T, path string, payloads [][]byte) {
 func tshark(t *testing.T, args ...string) string {
 	script, err := filepath.Abs("netdir.lua")
 	if err != nil {
+		t.Fatal(err)
+	}
+	// Read it here so that go test's cache keys on the script tshark runs.
+	if _, err := os.ReadFile(script); err != nil {
 		t.Fatal(err)
 	}
 	args = append([]string{"-n", "-o", "gui.max_tree_depth:40", "-X", "lua_script:" + script}, args...)
@@ -277,7 +335,7 @@ func TestDissectorMatchesDecoder(t *testing.T) {
 	if len(lines) != len(pkts) {
 		t.Fatalf("tshark printed %d lines for %d packets", len(lines), len(pkts))
 	}
-	malformed := 0
+	malformed, sealed := 0, 0
 	for i, line := range lines {
 		cols := strings.Split(line, "\t")
 		if len(cols) != len(fields)+1 {
@@ -286,6 +344,9 @@ func TestDissectorMatchesDecoder(t *testing.T) {
 		want := goFields(pkts[i])
 		if want["netdir.malformed"] != "" {
 			malformed++
+		}
+		if want["netdir.auth.mac"] != "" {
+			sealed++
 		}
 		for j, name := range fields {
 			got := cols[j+1]
@@ -300,7 +361,10 @@ func TestDissectorMatchesDecoder(t *testing.T) {
 	if malformed < 8 {
 		t.Errorf("only %d malformed packets in the capture; the test means to cover each kind", malformed)
 	}
-	t.Logf("%d packets (%d from the vector suite, %d malformed) decoded as the Go decoder does", len(pkts), len(rec.packets), malformed)
+	if sealed < 4 {
+		t.Errorf("only %d node ops with a MAC trailer in the capture; want at least sealedPackets' 4", sealed)
+	}
+	t.Logf("%d packets (%d from the vector suite, %d malformed, %d sealed) decoded as the Go decoder does", len(pkts), len(rec.packets), malformed, sealed)
 
 	// A malformed packet is an expert item of the malformed group, and
 	// nothing fails in the dissector (tshark prints Lua errors into the tree).

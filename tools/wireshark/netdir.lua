@@ -4,7 +4,8 @@
 --   tshark -X lua_script:tools/wireshark/netdir.lua -r capture.pcap -Y netdir
 -- or copy it to ~/.local/lib/wireshark/plugins/. It decodes UDP port 7420
 -- (Decode As... for another port) and flags what the Go decoder refuses as a
--- malformed-packet expert item instead of failing.
+-- malformed-packet expert item instead of failing. Node ops' MAC trailers are
+-- shown, not checked (that needs the cluster key); see the "trailer" preference.
 
 local netdir = Proto("netdir", "netdir coherence directory")
 
@@ -61,7 +62,19 @@ f.ext_op = ProtoField.uint8("netdir.ext.op", "Client op", base.HEX, ops)
 f.ext_promoted = ProtoField.bool("netdir.ext.promoted", "Promoted", 8, nil, 0x01)
 f.ext_reservation = ProtoField.bool("netdir.ext.reservation", "Reservation phase", 8, nil, 0x02)
 f.ext_addr = ProtoField.string("netdir.ext.addr", "Client address")
+f.auth = ProtoField.bytes("netdir.auth", "Authentication trailer")
+f.auth_key = ProtoField.uint32("netdir.auth.key_id", "Cluster key id")
+f.auth_counter = ProtoField.uint64("netdir.auth.counter", "Counter")
+f.auth_mac = ProtoField.bytes("netdir.auth.mac", "HMAC-SHA256/128")
 f.malformed = ProtoField.string("netdir.malformed", "Malformed")
+
+-- A cluster with a key (netdir keygen) ends every node op in a 28-byte
+-- trailer (nodeauth: key id, counter, MAC); a keyless cluster sends none.
+-- The dissector cannot check a MAC without the key, so it assumes the
+-- trailer where a node op has room for it; untick for a keyless capture.
+local TRAILER_LEN = 28
+netdir.prefs.trailer = Pref.bool("Node ops end in a MAC trailer", true,
+	"Clusters with a cluster key (netdir keygen) seal every node op with a 28-byte trailer")
 
 local ef = netdir.experts
 ef.malformed = ProtoExpert.new("netdir.malformed.expert", "Malformed netdir packet",
@@ -92,20 +105,24 @@ end
 -- the client's address (netip.AddrPort binary: the address, then the port
 -- little-endian) and the extras. It checks the whole extension first, as
 -- the Go decoder does, and adds nothing of a malformed one.
-local function chain_ext(tree, range)
+local function chain_ext_ok(range)
 	local n = range:len()
 	local alen = n >= 3 and range(2, 1):uint() or 0
-	local ok = n >= 3 and n >= 3 + alen + 1 and (alen == 0 or alen == 2 or alen == 6 or alen >= 18)
-	local count, rest
-	if ok then
-		local cop = range(0, 1):uint()
-		count, rest = range(3 + alen, 1):uint(), n - (3 + alen + 1)
-		ok = rest == 2 * count and (cop == 0x02 or cop == 0x03)
+	if n < 3 or n < 3 + alen + 1 or not (alen == 0 or alen == 2 or alen == 6 or alen >= 18) then
+		return false
 	end
-	if not ok then
+	local cop, count = range(0, 1):uint(), range(3 + alen, 1):uint()
+	return n - (3 + alen + 1) == 2 * count and (cop == 0x02 or cop == 0x03)
+end
+
+local function chain_ext(tree, range)
+	if not chain_ext_ok(range) then
 		flag(tree, range, "malformed chain-write extension")
 		return
 	end
+	local n = range:len()
+	local alen = range(2, 1):uint()
+	local count, rest = range(3 + alen, 1):uint(), n - (3 + alen + 1)
 	tree:add(f.ext_op, range(0, 1))
 	tree:add(f.ext_promoted, range(1, 1))
 	tree:add(f.ext_reservation, range(1, 1))
@@ -198,7 +215,18 @@ function netdir.dissector(tvb, pinfo, tree)
 	end
 	local rest = len - finish
 	if is_node_op(op) then
-		-- Node ops may carry an extension after the value.
+		-- Node ops may carry an extension after the value, then the trailer.
+		-- A chain-write's extension checks its own length, which tells a
+		-- keyless capture's apart.
+		if netdir.prefs.trailer and rest >= TRAILER_LEN and
+			(op ~= 0x20 or (rest > TRAILER_LEN and chain_ext_ok(tvb(finish, rest - TRAILER_LEN))) or not chain_ext_ok(tvb(finish, rest))) then
+			rest = rest - TRAILER_LEN
+			local tr = tvb(finish + rest, TRAILER_LEN)
+			local a = t:add(f.auth, tr)
+			a:add(f.auth_key, tr(0, 4))
+			a:add(f.auth_counter, tr(4, 8))
+			a:add(f.auth_mac, tr(12, 16))
+		end
 		if op == 0x20 then
 			if rest == 0 then
 				flag(t, tvb(finish - 1, 1), "malformed chain-write extension")
