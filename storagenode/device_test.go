@@ -95,11 +95,14 @@ func incompressible(rng *rand.Rand, n int) []byte {
 
 // loadCold writes keys 0..n-1 with 1000-byte values through the node, then
 // flushes and compacts its tree, so that the records are in tables whose
-// blocks are not in the cache yet.
+// blocks are in neither the block cache nor the page cache yet.
 func loadCold(t *testing.T, n *Node, cl *client.Client, keys int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	// as if written long before: nothing of it in the page cache
+	n.dev.SetFree(true)
+	defer n.dev.SetFree(false)
 	rng := rand.New(rand.NewPCG(5, 6))
 	for i := range keys {
 		if _, err := cl.Put(ctx, deviceKey(i), incompressible(rng, 1000)); err != nil {
