@@ -306,3 +306,45 @@ func TestSetFree(t *testing.T) {
 		t.Fatalf("device back on served a read in %v, want at least %v", b.Done.Sub(t0), p.ReadService)
 	}
 }
+
+// TestCompactionSlots: with compaction capped at one slot of two, a second
+// compaction I/O waits outside the queue, and a read that arrives after
+// both takes the free slot at once; without the cap the two compaction
+// I/Os hold both slots and the read waits for one.
+func TestCompactionSlots(t *testing.T) {
+	const service = 10 * time.Millisecond
+	p := Profile{Name: "qd2", ReadService: service, WriteService: service, QueueDepth: 2}
+	for _, slots := range []int{0, 1} {
+		clock := NewFakeClock(t0)
+		d := New(p, clock)
+		d.SetCompactionSlots(slots)
+		done := make([]chan time.Time, 3)
+		reqs := []Request{
+			{Class: Compaction, Write: true, Bytes: 1},
+			{Class: Compaction, Write: true, Bytes: 1},
+			{Class: Read, Bytes: 1},
+		}
+		for i, r := range reqs {
+			done[i] = make(chan time.Time, 1)
+			go func() {
+				d.Do(r)
+				done[i] <- clock.Now()
+				clock.Sleep(time.Hour) // park: sleepers count every goroutine
+			}()
+			clock.WaitSleepers(i + 1)
+		}
+		for len(done[0]) == 0 || len(done[1]) == 0 || len(done[2]) == 0 {
+			clock.AdvanceToNext()
+			clock.WaitSleepers(3)
+		}
+		got := []time.Duration{(<-done[0]).Sub(t0), (<-done[1]).Sub(t0), (<-done[2]).Sub(t0)}
+		clock.Advance(2 * time.Hour)
+		want := []time.Duration{service, 2 * service, service} // capped: the read beside the first
+		if slots == 0 {
+			want = []time.Duration{service, service, 2 * service} // the read behind both
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("compaction slots %d: done at %v (compaction, compaction, read), want %v", slots, got, want)
+		}
+	}
+}
