@@ -226,17 +226,3 @@ func DeepL0Rate(rate float64, l0, urgent int64) float64 {
 	steps := float64(l0-urgent) / DeepL0DoublingFiles
 	return rate * math.Exp2(1+min(steps, 32))
 }
-
-// CompactionSlots is how many of a device's queueDepth slots paced
-// compaction may hold at once: the budget's share of the device's write
-// bandwidth, in slots, rounded up, at least one. Reads then find the other
-// slots free and wait behind at most that many compaction chunks, where
-// pacing bytes alone lets several compactions' chunks arrive in a burst and
-// take every slot. 0 (no cap) when compaction is unthrottled (budget ≤ 0)
-// or the device moves bytes for free (bandwidth ≤ 0).
-func CompactionSlots(queueDepth int, budget, bandwidth float64) int {
-	if !(budget > 0) || !(bandwidth > 0) || queueDepth < 1 {
-		return 0
-	}
-	return min(queueDepth, max(1, int(math.Ceil(float64(queueDepth)*budget/bandwidth))))
-}

@@ -180,26 +180,3 @@ func TestDeepL0Rate(t *testing.T) {
 		prev = r
 	}
 }
-
-func TestCompactionSlots(t *testing.T) {
-	const mib = 1 << 20
-	for _, c := range []struct {
-		qd                int
-		budget, bandwidth float64
-		want              int
-	}{
-		{4, 0.46 * mib, 12.3 * mib, 1}, // the ssd: the budget is 4 % of the bandwidth
-		{4, 6 * mib, 12 * mib, 2},      // half the bandwidth: half the slots
-		{4, 7 * mib, 12 * mib, 3},      // rounded up
-		{4, 64 * mib, 12 * mib, 4},     // never more than the device has
-		{1, 192 * mib, 500 * mib, 1},   // the hdd's one slot
-		{4, 0, 12 * mib, 0},            // unthrottled
-		{4, -1, 12 * mib, 0},
-		{4, 0.46 * mib, 0, 0}, // a free device
-		{0, 0.46 * mib, 12 * mib, 0},
-	} {
-		if got := CompactionSlots(c.qd, c.budget, c.bandwidth); got != c.want {
-			t.Errorf("CompactionSlots(%d, %g, %g) = %d, want %d", c.qd, c.budget, c.bandwidth, got, c.want)
-		}
-	}
-}

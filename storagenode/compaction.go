@@ -11,7 +11,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/netdir/netdir/sched"
-	"github.com/netdir/netdir/storagenode/device"
 )
 
 // Compaction scheduling (HATS §4.4): the R trees of a node run under one
@@ -43,12 +42,6 @@ import (
 // started waiting, and one bucket paces them all), so write-heavy trees that
 // few read still progress. The budget bounds the paced bytes: the trees'
 // rates and the pool's sum to it.
-//
-// Paced, the budget also caps the compaction I/Os the node's device serves
-// at once (sched.CompactionSlots: its share of the write bandwidth in
-// queue slots, at least one; one of the ssd's four): pacing bytes lets
-// several compactions' chunks arrive together, and a read behind them
-// waited for all. Unthrottled, there is no cap.
 
 // Defaults of the compaction scheduler.
 const (
@@ -166,7 +159,6 @@ type Scheduler struct {
 	waitSeq    uint64          // orders the trees' waits
 	expected   map[int]float64 // E per chain position, from the controller
 	pool       bucket          // shared by the pooled trees
-	dev        *device.Device  // whose compaction slots the budget caps (useDevice); nil: none
 
 	poke chan struct{}
 	stop chan struct{}
@@ -241,27 +233,9 @@ func (s *Scheduler) SetBudget(budget int64) {
 	default:
 		s.budget, s.maxRunning = budget, DefaultMaxCompactions
 	}
-	s.capSlotsLocked()
 	s.mu.Unlock()
 	s.sample()
 	s.kick()
-}
-
-// useDevice makes the budget cap the compaction I/Os that d serves at once
-// (sched.CompactionSlots), from now on and at every SetBudget.
-func (s *Scheduler) useDevice(d *device.Device) {
-	s.mu.Lock()
-	s.dev = d
-	s.capSlotsLocked()
-	s.mu.Unlock()
-}
-
-func (s *Scheduler) capSlotsLocked() {
-	if s.dev == nil {
-		return
-	}
-	p := s.dev.Profile()
-	s.dev.SetCompactionSlots(sched.CompactionSlots(p.QueueDepth, float64(s.budget), p.WriteBandwidth))
 }
 
 // Budget is the node's compaction budget in bytes/s (0: unthrottled).

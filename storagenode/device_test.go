@@ -465,22 +465,3 @@ func TestUncachedGetReadsTheDeviceOnce(t *testing.T) {
 		t.Fatalf("%.2f device reads per uncached GET over %d L0 files, want about 1", perGet, tr.db.Metrics().Levels[0].TablesCount)
 	}
 }
-
-// TestBudgetCapsCompactionSlots: a paced node holds its device's compaction
-// I/Os to the budget's share of its slots (one of the ssd's four); an
-// unthrottled one does not cap them, and pacing again restores the cap.
-func TestBudgetCapsCompactionSlots(t *testing.T) {
-	ssd, _ := device.Parse("ssd")
-	n, _ := startOnDevice(t, ssd, device.RealClock{})
-	if got := n.dev.CompactionSlots(); got != 1 {
-		t.Errorf("paced at the ssd's budget: %d compaction slots, want 1", got)
-	}
-	n.sched.SetBudget(Unthrottled)
-	if got := n.dev.CompactionSlots(); got != 0 {
-		t.Errorf("unthrottled: %d compaction slots, want 0 (no cap)", got)
-	}
-	n.sched.SetBudget(0)
-	if got := n.dev.CompactionSlots(); got != 1 {
-		t.Errorf("paced again: %d compaction slots, want 1", got)
-	}
-}

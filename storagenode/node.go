@@ -280,7 +280,6 @@ func Start(o Options) (*Node, error) {
 	n.cache = pebble.NewCache(o.CacheBytes)
 	n.dev = device.New(o.Device, o.clock)
 	n.sched = NewScheduler(o.CompactionBudget, o.CompactionFloor, o.Allocator)
-	n.sched.useDevice(n.dev)
 	fail := func(err error) (*Node, error) {
 		n.sched.Close()
 		for _, t := range n.trees {

@@ -63,11 +63,6 @@ type Device struct {
 	posEnd    int64
 	stats     [NumClasses]ClassStats
 
-	// compactionSlots caps the compaction I/Os in service at once (0: no
-	// cap); compactionDone holds when those booked end.
-	compactionSlots int
-	compactionDone  []time.Time
-
 	pages *pageCache  // what the node just wrote; nil: none
 	free  atomic.Bool // SetFree: I/Os are counted and cost no time
 
@@ -98,20 +93,13 @@ func (d *Device) NewStream() uint64 { return d.streams.Add(1) }
 
 // Do serves r, chunk by chunk, and returns when the last chunk is done.
 // Each chunk arrives when the previous one is done, so an I/O that arrives
-// meanwhile is served between two chunks, as on a disk. A compaction
-// chunk first waits, outside the device's queue, while compaction holds
-// its slots (SetCompactionSlots).
+// meanwhile is served between two chunks, as on a disk.
 func (d *Device) Do(r Request) {
 	for {
 		chunk := r
 		chunk.Bytes = min(r.Bytes, d.p.ChunkBytes)
 		now := d.clock.Now()
-		b, ok := d.tryBook(now, chunk)
-		for !ok {
-			d.clock.Sleep(b.Done.Sub(now))
-			now = d.clock.Now()
-			b, ok = d.tryBook(now, chunk)
-		}
+		b := d.Book(now, chunk)
 		if wait := b.Done.Sub(now); wait > 0 {
 			d.clock.Sleep(wait)
 		}
@@ -131,45 +119,6 @@ func (d *Device) Do(r Request) {
 func (d *Device) Book(now time.Time, r Request) Booking {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.bookLocked(now, r)
-}
-
-// tryBook books r unless it is a compaction I/O and compaction holds its
-// slots at now; then it returns false and, as the Booking's Done, when
-// the first of them frees.
-func (d *Device) tryBook(now time.Time, r Request) (Booking, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if r.Class != Compaction || d.compactionSlots <= 0 || d.free.Load() {
-		return d.bookLocked(now, r), true
-	}
-	d.compactionDone = slices.DeleteFunc(d.compactionDone, func(t time.Time) bool { return !t.After(now) })
-	if len(d.compactionDone) >= d.compactionSlots {
-		return Booking{Done: slices.MinFunc(d.compactionDone, time.Time.Compare)}, false
-	}
-	b := d.bookLocked(now, r)
-	d.compactionDone = append(d.compactionDone, b.Done)
-	return b, true
-}
-
-// SetCompactionSlots caps how many compaction I/Os the device serves at
-// once (0: no cap, as many as its QueueDepth): the others wait outside its
-// queue, so that reads find the remaining slots free and queue behind at
-// most that many compaction chunks.
-func (d *Device) SetCompactionSlots(n int) {
-	d.mu.Lock()
-	d.compactionSlots = max(0, n)
-	d.mu.Unlock()
-}
-
-// CompactionSlots is the cap SetCompactionSlots set (0: none).
-func (d *Device) CompactionSlots() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.compactionSlots
-}
-
-func (d *Device) bookLocked(now time.Time, r Request) Booking {
 	if d.free.Load() {
 		d.stats[r.Class].add(r.Bytes, 0, 0)
 		if r.fs != nil {
