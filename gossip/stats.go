@@ -47,6 +47,9 @@ type DeviceClass struct {
 	Bytes uint64        `json:"b"`
 	Busy  time.Duration `json:"busy"` // device time the class's I/Os took
 	Wait  time.Duration `json:"wait"` // time they queued, on top of Busy
+	// PageHits are the class's reads that the node's page cache of what it
+	// just wrote served whole: no I/O, no device time.
+	PageHits uint64 `json:"ph,omitempty"`
 	// Utilisation is the class's part of the device's capacity (its queue
 	// depth times the window) over the window.
 	Utilisation float64       `json:"util"`

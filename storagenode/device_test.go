@@ -95,11 +95,14 @@ func incompressible(rng *rand.Rand, n int) []byte {
 
 // loadCold writes keys 0..n-1 with 1000-byte values through the node, then
 // flushes and compacts its tree, so that the records are in tables whose
-// blocks are not in the cache yet.
+// blocks are in neither the block cache nor the page cache yet.
 func loadCold(t *testing.T, n *Node, cl *client.Client, keys int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	// as if written long before: nothing of it in the page cache
+	n.dev.SetFree(true)
+	defer n.dev.SetFree(false)
 	rng := rand.New(rand.NewPCG(5, 6))
 	for i := range keys {
 		if _, err := cl.Put(ctx, deviceKey(i), incompressible(rng, 1000)); err != nil {
@@ -151,16 +154,22 @@ func TestGetCacheHitCostsNoDeviceTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	busy := map[string]float64{}
+	busy, hits := map[string]float64{}, map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() == "netdir_node_device_busy_seconds_total" {
-			for _, m := range mf.GetMetric() {
-				busy[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+		into := map[string]map[string]float64{"netdir_node_device_busy_seconds_total": busy, "netdir_node_device_page_hits_total": hits}[mf.GetName()]
+		for _, m := range mf.GetMetric() {
+			if into != nil {
+				into[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
 			}
 		}
 	}
 	if busy["read"] != st.Device[device.Read].Busy.Seconds() {
 		t.Fatalf("netdir_node_device_busy_seconds_total by class: %v", busy)
+	}
+	// The first GET opened the table: its later reads of the tail pages
+	// its first read brought in were page hits.
+	if len(hits) != int(device.NumClasses) || st.Device[device.Read].PageHits == 0 || hits["read"] != float64(st.Device[device.Read].PageHits) {
+		t.Fatalf("netdir_node_device_page_hits_total by class %v, stats %+v: want the read class's page hits", hits, st.Device[device.Read])
 	}
 }
 

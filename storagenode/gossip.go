@@ -64,7 +64,7 @@ func devicePrev(cur device.Stats, prev []gossip.DeviceClass, window time.Duratio
 		if p.Class != device.Class(c).String() || p.IOs > cur.Class[c].IOs || p.Busy > cur.Class[c].Busy || out.Elapsed < 0 {
 			return device.Stats{}
 		}
-		out.Class[c] = device.ClassStats{IOs: p.IOs, Bytes: p.Bytes, Busy: p.Busy, Wait: p.Wait}
+		out.Class[c] = device.ClassStats{IOs: p.IOs, Bytes: p.Bytes, Busy: p.Busy, Wait: p.Wait, PageHits: p.PageHits}
 	}
 	return out
 }

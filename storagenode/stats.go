@@ -216,7 +216,7 @@ func deviceClasses(cur, prev device.Stats) []gossip.DeviceClass {
 	for c := range device.NumClasses {
 		cs := cur.Class[c]
 		out[c] = gossip.DeviceClass{
-			Class: c.String(), IOs: cs.IOs, Bytes: cs.Bytes, Busy: cs.Busy, Wait: cs.Wait,
+			Class: c.String(), IOs: cs.IOs, Bytes: cs.Bytes, Busy: cs.Busy, Wait: cs.Wait, PageHits: cs.PageHits,
 			Utilisation: win.Utilisation(c), MeanWait: win.MeanWait(c),
 		}
 	}
@@ -251,6 +251,7 @@ var (
 	descDevBytes = prometheus.NewDesc("netdir_node_device_bytes_total", "Bytes moved by the node's device by class.", []string{"node", "class"}, nil)
 	descDevBusy  = prometheus.NewDesc("netdir_node_device_busy_seconds_total", "Device time (service plus transfer) by class.", []string{"node", "class"}, nil)
 	descDevWait  = prometheus.NewDesc("netdir_node_device_wait_seconds_total", "Time I/Os queued for the device by class.", []string{"node", "class"}, nil)
+	descDevHits  = prometheus.NewDesc("netdir_node_device_page_hits_total", "Reads served whole by the node's page cache of what it just wrote (no device time), by class.", []string{"node", "class"}, nil)
 	descTreeBusy = prometheus.NewDesc("netdir_node_tree_device_busy_seconds_total", "Device time per tree by class.", []string{"node", "tree", "class"}, nil)
 	descCPUBusy  = prometheus.NewDesc("netdir_node_cpu_busy_seconds_total", "Emulated processor time of client requests (the device profile's per-request time).", []string{"node"}, nil)
 	descCPUWait  = prometheus.NewDesc("netdir_node_cpu_wait_seconds_total", "Time client requests queued for the emulated processor.", []string{"node"}, nil)
@@ -264,7 +265,7 @@ var (
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descRetransmits, descSyncBytes, descSyncKeys, descBehind, descOpDrops,
-		descDevSlots, descDevIOs, descDevBytes, descDevBusy, descDevWait, descTreeBusy, descCPUBusy, descCPUWait,
+		descDevSlots, descDevIOs, descDevBytes, descDevBusy, descDevWait, descDevHits, descTreeBusy, descCPUBusy, descCPUWait,
 		descQoSQueued, descQoSInflight, descQoSServed, descQoSThrottled, descQoSDelay} {
 		ch <- d
 	}
@@ -292,6 +293,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDevBytes, prometheus.CounterValue, float64(d.Bytes), id, d.Class)
 		ch <- prometheus.MustNewConstMetric(descDevBusy, prometheus.CounterValue, d.Busy.Seconds(), id, d.Class)
 		ch <- prometheus.MustNewConstMetric(descDevWait, prometheus.CounterValue, d.Wait.Seconds(), id, d.Class)
+		ch <- prometheus.MustNewConstMetric(descDevHits, prometheus.CounterValue, float64(d.PageHits), id, d.Class)
 	}
 	ch <- prometheus.MustNewConstMetric(descCPUBusy, prometheus.CounterValue, s.CPU.Busy.Seconds(), id)
 	ch <- prometheus.MustNewConstMetric(descCPUWait, prometheus.CounterValue, s.CPU.Wait.Seconds(), id)

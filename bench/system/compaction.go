@@ -82,6 +82,9 @@ type PhaseResult struct {
 	NodeCacheMiB    []float64 `json:"node_cache_mib"`
 	NodeCacheMiss   []float64 `json:"node_cache_miss_ratio"`
 	NodeReadsPerGet []float64 `json:"node_device_reads_per_get"`
+	// NodePageHitsPerGet are the Read-class reads the page cache served
+	// (no device time) over the node's GETs.
+	NodePageHitsPerGet []float64 `json:"node_page_hits_per_get"`
 	// Per node over the phase: the shares of its device's busy time that
 	// compaction and user reads took (device.Stats.Share).
 	NodeCompactionShare []float64 `json:"node_compaction_device_share"`
@@ -278,6 +281,7 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 		dev := deviceStats(a.Device).Sub(deviceStats(bn.Device))
 		gets := a.Gets - min(bn.Gets, a.Gets)
 		res.NodeReadsPerGet = append(res.NodeReadsPerGet, ratio(float64(dev.Class[device.Read].IOs), float64(gets)))
+		res.NodePageHitsPerGet = append(res.NodePageHitsPerGet, ratio(float64(dev.Class[device.Read].PageHits), float64(gets)))
 		res.NodeCompactionShare = append(res.NodeCompactionShare, dev.Share(device.Compaction))
 		res.NodeReadShare = append(res.NodeReadShare, dev.Share(device.Read))
 	}
@@ -310,7 +314,7 @@ func deviceStats(cs []gossip.DeviceClass) device.Stats {
 	var s device.Stats
 	for i, c := range cs {
 		if i < int(device.NumClasses) {
-			s.Class[i] = device.ClassStats{IOs: c.IOs, Bytes: c.Bytes, Busy: c.Busy, Wait: c.Wait}
+			s.Class[i] = device.ClassStats{IOs: c.IOs, Bytes: c.Bytes, Busy: c.Busy, Wait: c.Wait, PageHits: c.PageHits}
 		}
 	}
 	return s

@@ -286,6 +286,7 @@ func writePhase(w io.Writer, p system.PhaseResult) {
 	row("node cache (MiB)", p.NodeCacheMiB, "%8.2f")
 	row("cache miss ratio", p.NodeCacheMiss, "%8.2f")
 	row("device reads per GET", p.NodeReadsPerGet, "%8.2f")
+	row("page cache hits per GET", p.NodePageHitsPerGet, "%8.2f")
 	row("compaction dev share", p.NodeCompactionShare, "%8.2f")
 	row("read device share", p.NodeReadShare, "%8.2f")
 	row("node writes", p.NodeWrites, "%8.0f")

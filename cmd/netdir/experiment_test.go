@@ -19,7 +19,7 @@ func TestExperimentShort(t *testing.T) {
 	var order []string
 	for _, p := range doc.Phases {
 		order = append(order, p.Phase)
-		if len(p.NodeRequests) != 3 || len(p.NodePebbleReadUs) != 3 || len(p.NodeCompactionMiB) != 3 {
+		if len(p.NodeRequests) != 3 || len(p.NodePebbleReadUs) != 3 || len(p.NodeCompactionMiB) != 3 || len(p.NodePageHitsPerGet) != 3 {
 			t.Fatalf("phase %s: per-node figures %+v", p.Phase, p)
 		}
 		if (p.Phase == "idle") != (p.FillMiB == 0) {

@@ -62,7 +62,9 @@ type Device struct {
 	posStream uint64      // where the last streamed I/O left the device
 	posEnd    int64
 	stats     [NumClasses]ClassStats
-	free      bool // SetFree: I/Os are counted and cost no time
+
+	pages *pageCache  // what the node just wrote; nil: none
+	free  atomic.Bool // SetFree: I/Os are counted and cost no time
 
 	streams atomic.Uint64
 }
@@ -80,7 +82,7 @@ func New(p Profile, c Clock) *Device {
 	if p.ChunkBytes <= 0 {
 		p.ChunkBytes = defaultChunk
 	}
-	return &Device{p: p, clock: c, born: c.Now(), slots: make([]time.Time, p.QueueDepth)}
+	return &Device{p: p, clock: c, born: c.Now(), slots: make([]time.Time, p.QueueDepth), pages: newPageCache(p.PageCacheBytes)}
 }
 
 // Profile is the device's profile.
@@ -117,7 +119,7 @@ func (d *Device) Do(r Request) {
 func (d *Device) Book(now time.Time, r Request) Booking {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.free {
+	if d.free.Load() {
 		d.stats[r.Class].add(r.Bytes, 0, 0)
 		if r.fs != nil {
 			r.fs.stats[r.Class].add(r.Bytes, 0, 0)
@@ -156,15 +158,23 @@ func (d *Device) Book(now time.Time, r Request) Booking {
 	return Booking{Start: start, Done: done, Cost: cost}
 }
 
+// pageHit counts a read of class c that the page cache served whole: it
+// took no device time.
+func (d *Device) pageHit(c Class, fs *FS, bytes int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stats[c].hit(bytes)
+	if fs != nil {
+		fs.stats[c].hit(bytes)
+	}
+}
+
 // SetFree turns the device's time off (true) or back on. While off, I/Os
 // are counted but cost no time and take no slot: for setup that is not
 // measured, such as a bench's preload, as if the data had been written
-// long before. I/Os booked before keep their bookings.
-func (d *Device) SetFree(free bool) {
-	d.mu.Lock()
-	d.free = free
-	d.mu.Unlock()
-}
+// long before: what is written meanwhile does not enter the page cache.
+// I/Os booked before keep their bookings.
+func (d *Device) SetFree(free bool) { d.free.Store(free) }
 
 // bookTransfer puts a transfer of length n in the channel's first gap at
 // or after ready, and returns its end. Transfers never overlap, so the
@@ -216,6 +226,9 @@ type ClassStats struct {
 	// Wait is the time they spent queued: from arrival to completion, less
 	// Busy.
 	Wait time.Duration
+	// PageHits are reads the page cache served whole (Profile.PageCacheBytes):
+	// not I/Os, no device time; PageHitBytes their bytes.
+	PageHits, PageHitBytes uint64
 }
 
 func (s *ClassStats) add(bytes int64, busy, wait time.Duration) {
@@ -223,6 +236,11 @@ func (s *ClassStats) add(bytes int64, busy, wait time.Duration) {
 	s.Bytes += uint64(bytes)
 	s.Busy += busy
 	s.Wait += wait
+}
+
+func (s *ClassStats) hit(bytes int64) {
+	s.PageHits++
+	s.PageHitBytes += uint64(bytes)
 }
 
 // Stats is a snapshot of a device's figures. I/Os count when they are
@@ -247,7 +265,8 @@ func (s Stats) Sub(prev Stats) Stats {
 	out := Stats{Elapsed: s.Elapsed - prev.Elapsed, QueueDepth: s.QueueDepth}
 	for c := range out.Class {
 		a, b := s.Class[c], prev.Class[c]
-		out.Class[c] = ClassStats{IOs: a.IOs - b.IOs, Bytes: a.Bytes - b.Bytes, Busy: a.Busy - b.Busy, Wait: a.Wait - b.Wait}
+		out.Class[c] = ClassStats{IOs: a.IOs - b.IOs, Bytes: a.Bytes - b.Bytes, Busy: a.Busy - b.Busy, Wait: a.Wait - b.Wait,
+			PageHits: a.PageHits - b.PageHits, PageHitBytes: a.PageHitBytes - b.PageHitBytes}
 	}
 	return out
 }

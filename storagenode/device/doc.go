@@ -52,6 +52,19 @@
 // block whenever a user read cut in, so compaction crawled at 4 KiB per
 // service time in one slot and never took the device from reads.
 //
+// The pages themselves (pagecache.go): each device keeps an LRU of 4 KiB
+// pages, Profile.PageCacheBytes in all (256 KiB for ssd and hdd), filled
+// by every write and by every read that went to the device, and freed
+// with the file (Remove; Rename keeps them). A read, or a readahead, pays
+// only for the bytes of the pages it misses and costs nothing when it
+// misses none: counted as a page hit (ClassStats.PageHits), not an I/O.
+// This is what serves the burst of small reads with which Pebble opens a
+// table (footer, metaindex, properties: a few pages at the table's tail)
+// after the first of them, and a just-written table read soon after. It
+// is small (issue 14: memory at most a tenth of the data), so GETs of
+// data written long ago still miss it. A free device (SetFree) fills
+// nothing: its writes are as if made long before.
+//
 // Time is virtual: Book places an I/O in the device's future under a
 // mutex, and Do sleeps on the Clock until the booking ends. Waiting costs
 // no CPU, and a goroutine that wakes late does not delay the device's

@@ -70,21 +70,25 @@ func readClass(name string, opts []vfs.OpenOption) Class {
 	return WAL
 }
 
-func (f *FS) wrap(inner vfs.File, err error, c Class) (vfs.File, error) {
+func (f *FS) wrap(inner vfs.File, err error, name string, c Class) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &file{File: inner, fs: f, class: c, stream: f.dev.NewStream(), size: -1}, nil
+	return &file{File: inner, fs: f, name: name, class: c, stream: f.dev.NewStream(), size: -1}, nil
 }
 
+// Create truncates: the name's cached pages go.
 func (f *FS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	inner, err := f.FS.Create(name, category)
-	return f.wrap(inner, err, writeClass(category))
+	if err == nil {
+		f.dev.pages.drop(name)
+	}
+	return f.wrap(inner, err, name, writeClass(category))
 }
 
 func (f *FS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
 	inner, err := f.FS.Open(name, opts...)
-	h, err := f.wrap(inner, err, readClass(name, opts))
+	h, err := f.wrap(inner, err, name, readClass(name, opts))
 	if err == nil && slices.Contains(opts, vfs.SequentialReadsOption) {
 		fl := h.(*file)
 		fl.ahead = true
@@ -97,18 +101,48 @@ func (f *FS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
 
 func (f *FS) OpenReadWrite(name string, category vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
 	inner, err := f.FS.OpenReadWrite(name, category, opts...)
-	return f.wrap(inner, err, writeClass(category))
+	return f.wrap(inner, err, name, writeClass(category))
 }
 
 // OpenDir's files are only synced: metadata, counted with the WAL.
 func (f *FS) OpenDir(name string) (vfs.File, error) {
 	inner, err := f.FS.OpenDir(name)
-	return f.wrap(inner, err, WAL)
+	return f.wrap(inner, err, name, WAL)
 }
 
 func (f *FS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	inner, err := f.FS.ReuseForWrite(oldname, newname, category)
-	return f.wrap(inner, err, writeClass(category))
+	if err == nil {
+		f.dev.pages.rename(oldname, newname)
+	}
+	return f.wrap(inner, err, newname, writeClass(category))
+}
+
+// Remove frees the file's cached pages, as the kernel does with its inode.
+func (f *FS) Remove(name string) error {
+	err := f.FS.Remove(name)
+	if err == nil {
+		f.dev.pages.drop(name)
+	}
+	return err
+}
+
+// RemoveAll frees the cached pages of the files under dir.
+func (f *FS) RemoveAll(dir string) error {
+	err := f.FS.RemoveAll(dir)
+	if err == nil {
+		f.dev.pages.dropUnder(dir)
+	}
+	return err
+}
+
+// Rename keeps the file's cached pages under its new name.
+func (f *FS) Rename(oldname, newname string) error {
+	err := f.FS.Rename(oldname, newname)
+	if err == nil {
+		f.dev.pages.rename(oldname, newname)
+	}
+	return err
 }
 
 func (f *FS) Unwrap() vfs.FS { return f.FS }
@@ -121,6 +155,10 @@ func (f *FS) Unwrap() vfs.FS { return f.FS }
 //     ahead: a read outside the readahead window costs one device read of
 //     ChunkBytes (or to the end of the file) from its offset, and reads
 //     inside the window are page-cache hits that cost nothing.
+//   - What the node just wrote is in the device's page cache
+//     (Profile.PageCacheBytes): a read, or a readahead, pays only for the
+//     bytes of its pages that the cache does not hold, and nothing when it
+//     holds them all (a page hit, counted in ClassStats.PageHits).
 //   - Writes are written back: they collect in the file's dirty bytes and
 //     cost a device write each time ChunkBytes have collected (the writer
 //     waits, as the kernel throttles a writer that dirties pages faster
@@ -132,6 +170,7 @@ func (f *FS) Unwrap() vfs.FS { return f.FS }
 type file struct {
 	vfs.File
 	fs     *FS
+	name   string // the page cache's key
 	class  Class
 	stream uint64
 	ahead  bool  // reads ahead (opened for sequential reads)
@@ -152,6 +191,20 @@ func (f *file) pay(write bool, n, off int64) {
 	}
 }
 
+// fetch pays for reading bytes [off, off+n) from the device, less what
+// the page cache holds.
+func (f *file) fetch(n, off int64) {
+	miss := f.fs.dev.pages.missing(f.name, off, n)
+	if miss == 0 {
+		f.fs.dev.pageHit(f.class, f.fs, n)
+		return
+	}
+	f.pay(false, miss, off)
+	if !f.fs.dev.free.Load() {
+		f.fs.dev.pages.add(f.name, off, n)
+	}
+}
+
 // read pays for n bytes read at off: directly, or through the readahead
 // window.
 func (f *file) read(n int, off int64) {
@@ -159,7 +212,7 @@ func (f *file) read(n int, off int64) {
 		return
 	}
 	if !f.ahead {
-		f.pay(false, int64(n), off)
+		f.fetch(int64(n), off)
 		return
 	}
 	f.mu.Lock()
@@ -176,7 +229,7 @@ func (f *file) read(n int, off int64) {
 	if f.size >= 0 {
 		to = max(end, min(to, f.size))
 	}
-	f.pay(false, to-from, from)
+	f.fetch(to-from, from)
 	f.raFrom, f.raTo = off, to
 }
 
@@ -189,6 +242,9 @@ func (f *file) write(n int) {
 	defer f.mu.Unlock()
 	if f.dirty == 0 {
 		f.dirtyAt = f.wOff
+	}
+	if !f.fs.dev.free.Load() {
+		f.fs.dev.pages.add(f.name, f.wOff, int64(n))
 	}
 	f.wOff += int64(n)
 	f.dirty += int64(n)
@@ -241,6 +297,9 @@ func (f *file) Write(p []byte) (int, error) {
 // offsets only in tests and tools.
 func (f *file) WriteAt(p []byte, off int64) (int, error) {
 	n, err := f.File.WriteAt(p, off)
+	if !f.fs.dev.free.Load() {
+		f.fs.dev.pages.add(f.name, off, int64(n))
+	}
 	f.pay(true, int64(n), off)
 	return n, err
 }
