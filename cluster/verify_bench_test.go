@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/netdir/netdir/client"
-	"github.com/netdir/netdir/cluster"
-	"github.com/netdir/netdir/storagenode"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -24,17 +21,12 @@ import (
 // the tail's version answers per read of the key (tail-answers/read: to
 // the extra and to dirty chain members).
 func BenchmarkWrittenHotKeyExtraShare(b *testing.B) {
-	c, err := cluster.Start(cluster.Options{N: 4, R: 3, Dir: b.TempDir(), Switch: true, Seed: 18,
-		Node: func(o *storagenode.Options) { o.RetransmitAfter = 30 * time.Millisecond }})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	opts := client.Options{Service: c.Service(), Timeout: 20 * time.Millisecond, MaxTimeout: 200 * time.Millisecond}
+	c, opts := extraCluster(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cls := make([]*client.Client, 12)
 	for i := range cls {
+		var err error
 		if cls[i], err = c.Client(opts); err != nil {
 			b.Fatal(err)
 		}
@@ -44,11 +36,8 @@ func BenchmarkWrittenHotKeyExtraShare(b *testing.B) {
 	if _, err := cls[0].Put(ctx, key, []byte("v0")); err != nil {
 		b.Fatal(err)
 	}
+	extra := promoteWithExtra(b, ctx, c, cls[0], key)
 	ch := c.Layout.ChainOf(wire.HashKey(key))
-	extra := c.Layout.Nodes()[slices.IndexFunc(c.Layout.Nodes(), func(id wire.NodeID) bool { return !slices.Contains(ch, id) })]
-	if err := c.Promote(ctx, cls[0], key, []wire.NodeID{extra}); err != nil {
-		b.Fatal(err)
-	}
 	before := nodeGets(c)
 	b.ResetTimer()
 	var next atomic.Int64

@@ -19,13 +19,7 @@ import (
 // old rule a written key's extra was dirty nearly always and took under 1%
 // of its reads; the slot's even buckets give it about a quarter now.
 func TestLinearizableVerifiedExtras(t *testing.T) {
-	c, err := cluster.Start(cluster.Options{N: 4, R: 3, Dir: t.TempDir(), Switch: true, Seed: 18,
-		Node: func(o *storagenode.Options) { o.RetransmitAfter = 30 * time.Millisecond }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	opts := client.Options{Service: c.Service(), Timeout: 20 * time.Millisecond, MaxTimeout: 200 * time.Millisecond}
+	c, opts := extraCluster(t)
 	cl, err := c.Client(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -37,12 +31,7 @@ func TestLinearizableVerifiedExtras(t *testing.T) {
 		hc := cluster.HistoryConfig{Clients: 6, OpsPer: 150, Keys: 1, Prefix: fmt.Sprintf("hot%d", writes),
 			Seed: uint64(writes), Gets: 100 - writes, Puts: writes, OpTimeout: 3 * time.Second, Client: opts}
 		key := []byte(hc.Key(0))
-		ch := c.Layout.ChainOf(wire.HashKey(key))
-		extra := slices.IndexFunc(c.Layout.Nodes(), func(id wire.NodeID) bool { return !slices.Contains(ch, id) })
-		extraID := c.Layout.Nodes()[extra]
-		if err := c.Promote(ctx, cl, key, []wire.NodeID{extraID}); err != nil {
-			t.Fatal(err)
-		}
+		extraID := promoteWithExtra(t, ctx, c, cl, key)
 		before := nodeGets(c)
 		h, err := c.RunHistory(hc)
 		if err != nil {
@@ -70,6 +59,30 @@ func TestLinearizableVerifiedExtras(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// extraCluster starts four nodes (R=3, so every key has one node outside
+// its chain) behind the software data plane, and returns it with the
+// options of clients that send through it.
+func extraCluster(tb testing.TB) (*cluster.Cluster, client.Options) {
+	c, err := cluster.Start(cluster.Options{N: 4, R: 3, Dir: tb.TempDir(), Switch: true, Seed: 18,
+		Node: func(o *storagenode.Options) { o.RetransmitAfter = 30 * time.Millisecond }})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	return c, client.Options{Service: c.Service(), Timeout: 20 * time.Millisecond, MaxTimeout: 200 * time.Millisecond}
+}
+
+// promoteWithExtra promotes key with the node outside its chain as its
+// extra, and returns that node.
+func promoteWithExtra(tb testing.TB, ctx context.Context, c *cluster.Cluster, cl *client.Client, key []byte) wire.NodeID {
+	ch := c.Layout.ChainOf(wire.HashKey(key))
+	extra := c.Layout.Nodes()[slices.IndexFunc(c.Layout.Nodes(), func(id wire.NodeID) bool { return !slices.Contains(ch, id) })]
+	if err := c.Promote(ctx, cl, key, []wire.NodeID{extra}); err != nil {
+		tb.Fatal(err)
+	}
+	return extra
 }
 
 // nodeGets is every node's counters, by node index.
