@@ -76,12 +76,15 @@ const bit<8> OP_NODE_MAX  = 0x3f;       // node ops, including the reserved ones
 
 // wire flags: 0x01 stale-ok (the client's; no data plane reads it), 0x02
 // stamped, 0x04 hit, 0x08 reservation (on a reply: served in dmClock's
-// reservation phase). The data plane reads and writes them as the bit slice
-// flags[3:1] = (reservation, hit, stamped), which Tofino tests and sets
-// without computed masks; a request leaves with reservation cleared.
-const bit<3> MARKS_NONE        = 0b000;
-const bit<3> MARKS_HIT         = 0b010;
-const bit<3> MARKS_STAMPED_HIT = 0b011;
+// reservation phase), 0x10 verify (a GET to an extra whose fresh bit is
+// clear: the extra asks the tail for the committed version). The data plane
+// writes them as the bit slice flags[4:1] = (verify, reservation, hit,
+// stamped), which Tofino sets without computed masks; a request leaves with
+// reservation cleared, and verify only where the pipeline sets it.
+const bit<4> MARKS_NONE        = 0b0000;
+const bit<4> MARKS_HIT         = 0b0010;
+const bit<4> MARKS_STAMPED_HIT = 0b0011;
+const bit<4> MARKS_VERIFY_HIT  = 0b1010;
 
 const bit<8> CODE_OK        = 0;
 const bit<8> CODE_NOT_FOUND = 1;

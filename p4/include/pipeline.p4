@@ -10,7 +10,7 @@
 //
 // Counters (indexed, packets; read over P4Runtime):
 //   events    index EVENT_HIT, EVENT_MISS, EVENT_REPLY, EVENT_VSB, EVENT_PASS
-//   switched  index 0: the fine score (or freshness) picked candidate b
+//   switched  index 0: the fine score picked candidate b
 //   drops     index directory.Reason (1..10), plus REASON_NO_NODE_ADDR (11)
 //             and, on TNA, REASON_RESEED_RACE (12)
 #ifndef NETDIR_PIPELINE_P4
@@ -30,7 +30,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
     Directory() directory;
     Partition() partition;
     SlotSplit() split;
-    CandidatesFresh() candidates_fresh;
+    CandidateStale() candidate_stale;
     FinePick() pick_hit;
     FinePick() pick_miss;
     ChainFallback() fallback;
@@ -101,9 +101,8 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         // 2b. What a GET may need, read before the coherence state decides
         // (no side effects; on Tofino beside the coherence stages, not
         // after them): the candidates' stats and fine score, and for a hit
-        // the chain member that serves if neither candidate is fresh
-        // (meta.target, which a fresh candidate overrides). A reply's stats
-        // are learnt here too.
+        // the target itself (freshness decides only how it is served, in
+        // 4). A reply's stats are learnt here too.
         if (meta.op_class == CLASS_GET) {
             if (meta.slot_hit) {
                 split.apply(hdr, meta);
@@ -132,6 +131,20 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         }
         if (meta.op_class == CLASS_GET) {
             fine_score.apply(meta);
+        }
+        // A hit's target (rule of issue 18): the fine score's pick between
+        // the two bucket-holding candidates, fresh or not.
+        if (meta.op_class == CLASS_GET && meta.slot_hit) {
+            if (meta.sa_idx == meta.sb_idx) {
+                meta.target = meta.sa_node;
+            } else {
+                pick_hit.apply(meta, count_switched);
+            }
+            if (count_switched) {
+                meta.pick_bit = meta.sb_bit;
+            } else {
+                meta.pick_bit = meta.sa_bit;
+            }
         }
 
         // 3. What the coherence state must do, and the drops decided so far.
@@ -190,22 +203,14 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             if (meta.slot_hit) {
                 event = EVENT_HIT;
                 slot_counted = true;
-                candidates_fresh.apply(meta);
-                if (meta.sa_fresh != 0 && meta.sb_fresh != 0) {
-                    if (meta.sa_idx == meta.sb_idx) {
-                        meta.target = meta.sa_node;
-                    } else {
-                        pick_hit.apply(meta, count_switched); // the fine score (2b)
-                    }
-                } else if (meta.sa_fresh != 0) {
-                    meta.target = meta.sa_node;
-                } else if (meta.sb_fresh != 0) {
-                    meta.target = meta.sb_node;
-                    count_switched = true;
+                // The target is the fine score's (2b). An extra whose
+                // fresh bit is clear serves only what the tail confirms.
+                candidate_stale.apply(meta);
+                if (meta.pick_stale != 0) {
+                    hdr.netdir.flags[4:1] = MARKS_VERIFY_HIT;
+                } else {
+                    hdr.netdir.flags[4:1] = MARKS_HIT;
                 }
-                // else neither candidate may serve: the chain always may
-                // (CRAQ), meta.target from fallback (2b).
-                hdr.netdir.flags[3:1] = MARKS_HIT;
             } else {
                 event = EVENT_MISS;
                 sketch_counted = true;
@@ -214,7 +219,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 } else {
                     pick_miss.apply(meta, count_switched);
                 }
-                hdr.netdir.flags[3:1] = MARKS_NONE;
+                hdr.netdir.flags[4:1] = MARKS_NONE;
             }
         } else if (meta.op_class == CLASS_WRITE) {
             meta.verdict = OUT_FORWARD;
@@ -224,13 +229,13 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 slot_counted = true;
                 meta.target = meta.slot_head;
                 hdr.netdir.stamp = meta.coh_version;
-                hdr.netdir.flags[3:1] = MARKS_STAMPED_HIT;
+                hdr.netdir.flags[4:1] = MARKS_STAMPED_HIT;
             } else {
                 event = EVENT_MISS;
                 sketch_counted = true;
                 meta.target = meta.part_head;
                 hdr.netdir.stamp = 0; // only a data plane stamps; the head assigns the version
-                hdr.netdir.flags[3:1] = MARKS_NONE;
+                hdr.netdir.flags[4:1] = MARKS_NONE;
             }
         } else if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY) {
             meta.verdict = OUT_TO_CLIENT;
