@@ -15,7 +15,6 @@
 #define NETDIR_MAX_NODES 4096       // node ids below this are learnt (directory.Config.MaxNodes)
 #define NETDIR_BUCKETS 32           // directory.Buckets
 #define NETDIR_MAX_LOCS 32          // directory.MaxLocations
-#define NETDIR_MAX_CHAIN 8          // directory.MaxChain
 #define NETDIR_SKETCH_COLS 1024     // directory.SketchCols (4 rows, directory.SketchRows)
 #ifndef NETDIR_SCORE_ENTRIES
 #define NETDIR_SCORE_ENTRIES 4096   // fine-score ranges: 2*sqrt(Window) entries, Window <= ~4 ms
@@ -43,7 +42,6 @@
 // Table sizes derived from the capacities.
 #define NETDIR_PART_BUCKETS (NETDIR_PARTITIONS * NETDIR_PART_RUNS)
 #define NETDIR_SLOT_BUCKETS (NETDIR_SLOTS * NETDIR_RUNS)
-#define NETDIR_SLOT_CHAIN   (NETDIR_SLOTS * NETDIR_MAX_CHAIN)
 #define NETDIR_SLOT_MEMBERS (NETDIR_SLOTS * NETDIR_MAX_LOCS)
 
 // ---- Types ----

@@ -126,7 +126,6 @@ struct local_meta_t {
     bit<3>      verdict;
     bit<8>      reason;
     node_t      target;
-    chain_idx_t fallback_idx;   // partition bucket index mod the slot's R
     port_t      egress_port;
     bit<16>     mcast_grp;
     bool        drop;           // no L2 entry; a packet with a reason is dropped too

@@ -33,7 +33,6 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
     CandidateStale() candidate_stale;
     FinePick() pick_hit;
     FinePick() pick_miss;
-    ChainFallback() fallback;
     Coherence() coherence;
     VsbFilter() vsb_filter;
     NodeStats() node_stats;
@@ -106,7 +105,6 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         if (meta.op_class == CLASS_GET) {
             if (meta.slot_hit) {
                 split.apply(hdr, meta);
-                fallback.apply(hdr, meta);
                 meta.cand_a = meta.sa_node;
                 meta.cand_b = meta.sb_node;
             } else {
