@@ -96,8 +96,8 @@ struct local_meta_t {
     loc_t       sb_idx;         // slot bucket (reqid >> 8) & 31
     node_t      sb_node;
     bit<32>     sb_bit;
-    bit<32>     pick_bit;       // sa_bit or sb_bit: the candidate the fine score took
-    bit<32>     pick_stale;     // pick_bit & ~fresh: it must verify (FlagVerify)
+    bit<32>     sa_fresh;       // fresh & sa_bit: zero if candidate a must verify
+    bit<32>     sb_fresh;       // fresh & sb_bit
     // coherence
     bit<3>      coh_cmd;
     bit<32>     fresh;          // COH_READ result

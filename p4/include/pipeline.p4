@@ -30,7 +30,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
     Directory() directory;
     Partition() partition;
     SlotSplit() split;
-    CandidateStale() candidate_stale;
+    CandidatesFresh() candidates_fresh;
     FinePick() pick_hit;
     FinePick() pick_miss;
     Coherence() coherence;
@@ -99,9 +99,8 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
 
         // 2b. What a GET may need, read before the coherence state decides
         // (no side effects; on Tofino beside the coherence stages, not
-        // after them): the candidates' stats and fine score, and for a hit
-        // the target itself (freshness decides only how it is served, in
-        // 4). A reply's stats are learnt here too.
+        // after them): the candidates' stats and fine score. A reply's
+        // stats are learnt here too.
         if (meta.op_class == CLASS_GET) {
             if (meta.slot_hit) {
                 split.apply(hdr, meta);
@@ -129,20 +128,6 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         }
         if (meta.op_class == CLASS_GET) {
             fine_score.apply(meta);
-        }
-        // A hit's target (rule of issue 18): the fine score's pick between
-        // the two bucket-holding candidates, fresh or not.
-        if (meta.op_class == CLASS_GET && meta.slot_hit) {
-            if (meta.sa_idx == meta.sb_idx) {
-                meta.target = meta.sa_node;
-            } else {
-                pick_hit.apply(meta, count_switched);
-            }
-            if (count_switched) {
-                meta.pick_bit = meta.sb_bit;
-            } else {
-                meta.pick_bit = meta.sa_bit;
-            }
         }
 
         // 3. What the coherence state must do, and the drops decided so far.
@@ -201,13 +186,20 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             if (meta.slot_hit) {
                 event = EVENT_HIT;
                 slot_counted = true;
-                // The target is the fine score's (2b). An extra whose
-                // fresh bit is clear serves only what the tail confirms.
-                candidate_stale.apply(meta);
-                if (meta.pick_stale != 0) {
-                    hdr.netdir.flags[4:1] = MARKS_VERIFY_HIT;
+                // Either candidate may serve, fresh or not (issue 18): the
+                // fine score (2b) picks, and the pick's fresh bit sets the
+                // marks, in the pick's own branch (on Tofino the marks
+                // then wait for nothing the target does not).
+                candidates_fresh.apply(meta);
+                if (meta.sa_idx == meta.sb_idx) {
+                    meta.target = meta.sa_node;
+                    if (meta.sa_fresh != 0) {
+                        hdr.netdir.flags[4:1] = MARKS_HIT;
+                    } else {
+                        hdr.netdir.flags[4:1] = MARKS_VERIFY_HIT;
+                    }
                 } else {
-                    hdr.netdir.flags[4:1] = MARKS_HIT;
+                    pick_hit.apply(hdr, meta, count_switched, 1);
                 }
             } else {
                 event = EVENT_MISS;
@@ -215,7 +207,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 if (meta.pa_idx == meta.pb_idx) {
                     meta.target = meta.pa_node;
                 } else {
-                    pick_miss.apply(meta, count_switched);
+                    pick_miss.apply(hdr, meta, count_switched, 0);
                 }
                 hdr.netdir.flags[4:1] = MARKS_NONE;
             }

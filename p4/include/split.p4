@@ -171,29 +171,29 @@ control SlotSplit(in headers_t hdr, inout local_meta_t meta) {
     }
 }
 
-// CandidateStale: whether the candidate the fine score took is an extra
-// whose fresh bit is clear (rule of issue 18: it serves the read only after
-// asking the tail, FlagVerify). The chain's bits are always set in fresh
-// (a promotion, a stamp and a completion all set fresh = the chain), so the
-// clear bit alone names a non-fresh extra. Masked in a table's action so
-// that the condition that follows tests a plain field (a Tofino gateway
-// cannot AND two run-time values, and the compiler would fold a plain
-// assignment back into the condition).
-control CandidateStale(inout local_meta_t meta) {
-    action mask_stale() {
-        meta.pick_stale = meta.pick_bit & ~meta.fresh;
+// CandidatesFresh: each candidate's fresh bit, masked in a table's action so
+// that the conditions that follow test plain fields (a Tofino gateway cannot
+// AND two run-time values, and the compiler would fold a plain assignment
+// back into the condition). A clear bit names a non-fresh extra: the chain's
+// bits are always set (a promotion, a stamp and a completion all set fresh =
+// the chain), so the candidate serves only what the tail confirms (issue 18,
+// FlagVerify).
+control CandidatesFresh(inout local_meta_t meta) {
+    action mask_fresh() {
+        meta.sa_fresh = meta.fresh & meta.sa_bit;
+        meta.sb_fresh = meta.fresh & meta.sb_bit;
     }
 
     @hidden
-    table candidate_stale {
+    table candidates_fresh {
         actions = {
-            mask_stale;
+            mask_fresh;
         }
-        const default_action = mask_stale();
+        const default_action = mask_fresh();
     }
 
     apply {
-        candidate_stale.apply();
+        candidates_fresh.apply();
     }
 }
 

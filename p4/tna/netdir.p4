@@ -61,7 +61,7 @@ parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out ingress_meta_t 
             pa_idx = 0, pa_node = 0, pb_idx = 0, pb_node = 0,
             slot_hit = false, slot = 0, slot_n = 0, slot_r = 0, slot_head = 0, slot_gen = 0, slot_ver = 0,
             chain_mask = 0, sa_idx = 0, sa_node = 0, sa_bit = 0,
-            sb_idx = 0, sb_node = 0, sb_bit = 0, pick_bit = 0, pick_stale = 0,
+            sb_idx = 0, sb_node = 0, sb_bit = 0, sa_fresh = 0, sb_fresh = 0,
             coh_cmd = 0, fresh = 0, coh_version = 0, coh_reason = 0,
             vsb_idx = 0, vsb_bit = 0, vsb_member = false, vsb_role = 0, from_storage = false,
             cand_a = 0, cand_b = 0, lat_a = 0, lat_b = 0, load_a = 0, load_b = 0,
