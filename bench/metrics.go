@@ -357,6 +357,18 @@ type Run struct {
 	// requests that left the first weighted choice.
 	SwitchedFraction float64 `json:"switched_fraction"`
 
+	// The workload's hottest key (index 0), as the clients saw its reads
+	// served (issue 18): its locations (its LocationList at the end of the
+	// run, or its chain when not in the directory, and any other node that
+	// served it), max/mean of the reads each served, and the share the
+	// locations beyond the chain (extras) served.
+	HotKeyLocations       int     `json:"hot_key_locations,omitempty"`
+	HotKeyReadMaxOverMean float64 `json:"hot_key_read_max_over_mean,omitempty"`
+	HotKeyExtraShare      float64 `json:"hot_key_extra_share,omitempty"`
+	// WriteP99us is the p99 latency of the writes (update, insert, rmw)
+	// alone.
+	WriteP99us float64 `json:"write_p99_us,omitempty"`
+
 	// OfferedOps is the open-loop rate the run was offered (ops/s; 0:
 	// closed loop), so runs of different policies compare at equal load.
 	OfferedOps float64 `json:"offered_ops,omitempty"`
@@ -436,6 +448,9 @@ func Summarize(info RunInfo, res *Result) Run {
 			run.TailIndex = HillHistogram(h)
 			run.Latency = CDFPoints(h)
 		}
+		if w := writeLatency(res.Kinds); w != nil && w.TotalCount() > 0 {
+			run.WriteP99us = us(Quantile(w, 99))
+		}
 	}
 	if w.ParetoAlpha > 0 {
 		run.ParetoAlpha = w.ParetoAlpha
@@ -456,6 +471,22 @@ func Summarize(info RunInfo, res *Result) Run {
 	return run
 }
 
+// writeLatency merges the latencies of the write kinds (nil if none ran).
+func writeLatency(kinds map[string]KindResult) *hdrhistogram.Histogram {
+	var w *hdrhistogram.Histogram
+	for _, k := range []OpKind{OpUpdate, OpInsert, OpReadModifyWrite} {
+		kr, ok := kinds[k.String()]
+		if !ok || kr.Latency == nil {
+			continue
+		}
+		if w == nil {
+			w = NewHistogram()
+		}
+		w.Merge(kr.Latency)
+	}
+	return w
+}
+
 func us(d time.Duration) float64 { return float64(d) / 1e3 }
 
 func finite(x float64) float64 {
@@ -468,7 +499,8 @@ func finite(x float64) float64 {
 func (r *Run) sanitize() {
 	for _, p := range []*float64{&r.Zipf, &r.ThroughputOps, &r.P50us, &r.P99us, &r.P999us,
 		&r.LoadMaxOverMean, &r.LoadCoV, &r.NodeLatencyCoV, &r.DirHitRate, &r.TailIndex,
-		&r.ParetoAlpha, &r.TailIndexExpected, &r.DurationS, &r.CPUSeconds, &r.MeanUs, &r.MaxUs} {
+		&r.ParetoAlpha, &r.TailIndexExpected, &r.DurationS, &r.CPUSeconds, &r.MeanUs, &r.MaxUs,
+		&r.HotKeyReadMaxOverMean, &r.HotKeyExtraShare, &r.WriteP99us} {
 		*p = finite(*p)
 	}
 	for _, s := range [][]float64{r.NodeLoads, r.NodeLatencyUs} {

@@ -169,6 +169,12 @@ func TestSummarize(t *testing.T) {
 		r.Record(OpRead, time.Duration(i)*time.Microsecond, nil)
 	}
 	res := r.Snapshot()
+	// The writes' p99 alone: 100 updates of 5 ms, beside the reads.
+	w := NewRecorder(time.Unix(0, 0))
+	for range 100 {
+		w.Record(OpUpdate, 5*time.Millisecond, nil)
+	}
+	res.Kinds["update"] = w.Snapshot().Kinds["update"]
 	res.Elapsed = 2 * time.Second
 	src := build(t, Workload{Name: "B", Keys: 10, Zipf: 1.2, ParetoAlpha: 1.5})
 	run := Summarize(RunInfo{
@@ -195,6 +201,9 @@ func TestSummarize(t *testing.T) {
 	}
 	if run.DirHitRate != 0.75 || run.CPUSeconds != 1.5 || run.RSSBytes != 1<<20 {
 		t.Errorf("inputs not carried: %+v", run)
+	}
+	if math.Abs(run.WriteP99us-5000) > 10 {
+		t.Errorf("write p99 %g µs, want 5000", run.WriteP99us)
 	}
 	if run.ParetoAlpha != 1.5 || run.TailIndexExpected != 0.5 {
 		t.Errorf("Pareto fields %g %g", run.ParetoAlpha, run.TailIndexExpected)

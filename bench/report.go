@@ -530,7 +530,7 @@ func ms(us float64) string {
 // the run) and resident memory.
 func WriteSummary(w io.Writer, runs []Run) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tworkload\tzipf\tnodes\tops/s\tp50 ms\tp99 ms\tp999 ms\tmax/mean\tload CoV\tlat CoV\thit rate\ttail\tα−1\terrors\tcores\tRSS MiB\t")
+	fmt.Fprintln(tw, "policy\tworkload\tzipf\tnodes\tops/s\tp50 ms\tp99 ms\tp999 ms\twrite p99\tmax/mean\tload CoV\tlat CoV\thot locs\thot max/mean\thot extras\thit rate\ttail\tα−1\terrors\tcores\tRSS MiB\t")
 	for _, r := range runs {
 		exp := "-"
 		if r.TailIndexExpected > 0 {
@@ -548,9 +548,10 @@ func WriteSummary(w io.Writer, runs []Run) error {
 		if r.OfferedOps > 0 {
 			pol += fmt.Sprintf(" @%.0f/s", r.OfferedOps)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%s\t%d\t%.2f\t%.0f\t\n",
-			pol, r.Workload, zipf, r.Nodes, r.ThroughputOps, ms(r.P50us), ms(r.P99us), ms(r.P999us),
-			r.LoadMaxOverMean, r.LoadCoV, r.NodeLatencyCoV, r.DirHitRate, r.TailIndex, exp, r.Errors,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%.3f\t%.3f\t%.3f\t%d\t%.3f\t%.1f%%\t%.3f\t%.2f\t%s\t%d\t%.2f\t%.0f\t\n",
+			pol, r.Workload, zipf, r.Nodes, r.ThroughputOps, ms(r.P50us), ms(r.P99us), ms(r.P999us), ms(r.WriteP99us),
+			r.LoadMaxOverMean, r.LoadCoV, r.NodeLatencyCoV, r.HotKeyLocations, r.HotKeyReadMaxOverMean, 100*r.HotKeyExtraShare,
+			r.DirHitRate, r.TailIndex, exp, r.Errors,
 			cores, mib(r.RSSBytes))
 	}
 	return tw.Flush()

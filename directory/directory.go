@@ -11,11 +11,14 @@
 // a Verdict.
 //
 // Why the coherence rules are as they are: an extra copy (a LocationList
-// member outside the CRAQ chain) may serve a linearizable read only when no
-// newer version can have been observed anywhere. Chain members may commit a
-// newer version before its reply passes the data plane, so extras lose their
-// fresh bits the moment a write is stamped, and regain them only by a VSB for
-// the version the data plane saw complete (ver_done, with no write pending).
+// member outside the CRAQ chain) may serve a linearizable read from its copy
+// unasked only when no newer version can have been observed anywhere. Chain
+// members may commit a newer version before its reply passes the data plane,
+// so extras lose their fresh bits the moment a write is stamped, and regain
+// them only by a VSB for the version the data plane saw complete (ver_done,
+// with no write pending). A read at an extra whose bit is clear still goes
+// there, flagged wire.FlagVerify: the extra asks the tail which version is
+// committed, as a dirty CRAQ chain member does (issue 18).
 package directory
 
 import (
@@ -40,11 +43,13 @@ type Mode uint8
 
 const (
 	// ModeToR sees every request and reply of a key (a ToR switch, the model),
-	// so extras may serve linearizable reads while fresh, and it stamps writes.
+	// so extras may serve linearizable reads unverified while fresh, and it
+	// stamps writes.
 	ModeToR Mode = iota
 	// ModeHost is a host agent that sees only its own host's traffic: it
-	// routes linearizable reads to chain members only, lets bounded-staleness
-	// reads use fresh extras, and leaves version assignment to the chain head.
+	// verifies every linearizable read it sends to an extra, lets
+	// bounded-staleness reads use fresh extras unverified, and leaves version
+	// assignment to the chain head.
 	ModeHost
 )
 
@@ -54,7 +59,7 @@ type Policy uint8
 
 const (
 	PolicyNetdir   Policy = iota // directory, weighted buckets, fine score
-	PolicyPegasus                // directory, least-loaded fresh member
+	PolicyPegasus                // directory, least-loaded member holding a bucket
 	PolicyReplicas               // no directory routing: partition buckets only
 	PolicyStatic                 // no directory routing: chain head only
 	// PolicyCoarse is netdir without the fine score: directory, weighted
@@ -139,7 +144,7 @@ type Slot struct {
 	Locs    [MaxLocations]wire.NodeID // the chain first, then extras
 	N       uint8                     // LocationList length
 	R       uint8                     // chain length: Locs[:R] is the chain, Locs[R-1] the tail
-	Fresh   uint32                    // bit i: Locs[i] may serve reads of VerDone
+	Fresh   uint32                    // bit i: Locs[i] may serve reads of VerDone unverified
 	VerNext uint64
 	VerDone uint64
 	// Inc is the incarnation the controller installed the slot in (the

@@ -58,13 +58,18 @@ type getWaiter struct {
 
 // verWait is the read of a dirty key waiting for the tail: waiters covered
 // by the query in flight, and those that arrived after it was sent (which
-// need a new query, since the answer may predate their invocation).
+// need a new query, since the answer may predate their invocation). At an
+// extra (verified reads, issue 18) it is the read of a copy that the data
+// plane could not vouch for, and asked is the copy the query named: the
+// tail leaves the value out when asked is the committed version.
 type verWait struct {
 	key     []byte
 	qid     uint64
 	sent    time.Time
 	covered []getWaiter
 	next    []getWaiter
+	extra   bool
+	asked   version // at an extra: the copy named by the query (Ver 0: none)
 }
 
 // loadPending rebuilds the uncommitted writes held in the trees, so that
@@ -339,11 +344,16 @@ func (s *shard) get(p *wire.NodePacket, from netip.AddrPort) {
 	part, ch, pos := n.where(p.KeyHash)
 	if pos < 0 {
 		v, ok := n.copies.held(p.KeyHash, p.Key)
+		if p.Flags&wire.FlagVerify != 0 {
+			s.verifyAtExtra(p, from, ch, v)
+			return
+		}
 		if !ok {
 			n.ctr.errs.Add(1)
 			s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeWrongNode, 0, nil))
 			return
 		}
+		n.ctr.extraGets.Add(1)
 		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpGetReply, readCode(&v), v.Ver, v.Val))
 		return
 	}
@@ -375,28 +385,55 @@ func (s *shard) get(p *wire.NodePacket, from netip.AddrPort) {
 		return
 	}
 	// Dirty: ask the tail which version is committed.
-	w := s.waits[p.KeyHash]
-	gw := getWaiter{from: from, h: p.Header, at: time.Now()}
-	if w == nil {
-		w = &verWait{key: slices.Clone(p.Key)}
-		s.waits[p.KeyHash] = w
-		w.covered = append(w.covered, gw)
-		s.query(w, p.KeyHash, ch[len(ch)-1], rec.Latest().Ver)
-		return
-	}
-	w.next = append(w.next, gw)
+	s.askTail(p, from, ch, version{Ver: rec.Latest().Ver}, false)
 }
 
-func (s *shard) query(w *verWait, h wire.KeyHash, tail wire.NodeID, latest uint64) {
+// verifyAtExtra serves a read flagged wire.FlagVerify at an extra (copy: its
+// copy, Ver 0 if it holds none): the data plane could not vouch for the
+// copy, so the tail's committed version answers, as for a dirty chain
+// member. The copy is never newer than committed (extras receive only
+// committed versions), and the query leaves after the read passed the data
+// plane, so the answer is linearizable.
+func (s *shard) verifyAtExtra(p *wire.NodePacket, from netip.AddrPort, ch []wire.NodeID, copy version) {
+	if len(ch) == 0 {
+		s.n.ctr.errs.Add(1)
+		s.send(from, s.n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
+		return
+	}
+	copy.Val = slices.Clone(copy.Val)
+	s.askTail(p, from, ch, copy, true)
+}
+
+// askTail makes p's read wait for the tail's version answer: it joins the
+// query in flight for the key, or sends one naming asked.
+func (s *shard) askTail(p *wire.NodePacket, from netip.AddrPort, ch []wire.NodeID, asked version, extra bool) {
+	gw := getWaiter{from: from, h: p.Header, at: time.Now()}
+	if w := s.waits[p.KeyHash]; w != nil {
+		w.next = append(w.next, gw)
+		return
+	}
+	w := &verWait{key: slices.Clone(p.Key), covered: []getWaiter{gw}, extra: extra, asked: asked}
+	s.waits[p.KeyHash] = w
+	s.query(w, p.KeyHash, ch[len(ch)-1])
+}
+
+// query asks the tail which version of w's key is committed, naming the
+// version w.asked; an extra's query carries wire.FlagVerify, which lets
+// the tail leave out a value the extra holds.
+func (s *shard) query(w *verWait, h wire.KeyHash, tail wire.NodeID) {
 	n := s.n
 	w.qid = n.chain.queryIDs.Add(1)
 	w.sent = time.Now()
 	n.ctr.verQueries.Add(1)
-	q := wire.Header{Op: wire.OpVerQuery, ReqID: w.qid, KeyHash: h, Stamp: latest, Node: n.id, Epoch: n.layout().Epoch()}
+	q := wire.Header{Op: wire.OpVerQuery, ReqID: w.qid, KeyHash: h, Stamp: w.asked.Ver, Node: n.id, Epoch: n.layout().Epoch()}
+	if w.extra {
+		q.Flags = wire.FlagVerify
+	}
 	s.send(n.peers[tail], wire.AppendNodeOp(s.pkt(), &q, w.key, nil, nil))
 }
 
-// verQuery: the tail answers with its committed version and value.
+// verQuery: the tail answers with its committed version and value, without
+// the value when an extra's query names the committed version.
 func (s *shard) verQuery(p *wire.NodePacket, from netip.AddrPort) {
 	n := s.n
 	part, ch, pos := n.where(p.KeyHash)
@@ -409,13 +446,24 @@ func (s *shard) verQuery(p *wire.NodePacket, from netip.AddrPort) {
 	}
 	v := rec.Latest()
 	a := wire.Header{Op: wire.OpVerAnswer, Code: readCode(v), ReqID: p.ReqID, KeyHash: p.KeyHash, Stamp: v.Ver, Node: n.id, Load: n.load(), Epoch: n.layout().Epoch()}
-	s.send(from, wire.AppendNodeOp(s.pkt(), &a, p.Key, v.Val, nil))
+	val := v.Val
+	if p.Flags&wire.FlagVerify != 0 && p.Stamp == v.Ver { // an extra's query naming its copy
+		val = nil
+		n.ctr.verAnswersSame.Add(1)
+	} else {
+		n.ctr.verAnswersValue.Add(1)
+	}
+	s.send(from, wire.AppendNodeOp(s.pkt(), &a, p.Key, val, nil))
 }
 
 func (s *shard) verAnswer(p *wire.NodePacket) {
 	n := s.n
 	w := s.waits[p.KeyHash]
 	if w == nil || w.qid != p.ReqID {
+		return
+	}
+	if w.extra {
+		s.extraAnswer(w, p)
 		return
 	}
 	for _, g := range w.covered {
@@ -448,7 +496,32 @@ func (s *shard) verAnswer(p *wire.NodePacket) {
 		return
 	}
 	w.covered, w.next = w.next, nil
-	s.query(w, p.KeyHash, ch[len(ch)-1], p.Stamp)
+	w.asked = version{Ver: p.Stamp}
+	s.query(w, p.KeyHash, ch[len(ch)-1])
+}
+
+// extraAnswer answers an extra's verified reads with the tail's committed
+// version: the copy the query named if the tail left the value out, else
+// the tail's. Reads that arrived after the query ask again, naming it.
+func (s *shard) extraAnswer(w *verWait, p *wire.NodePacket) {
+	n := s.n
+	v := version{Ver: p.Stamp, Del: p.Code == wire.CodeNotFound, Val: p.Value}
+	if p.Stamp == w.asked.Ver { // the tail left the value out
+		v = w.asked
+		n.ctr.verifiedOwnCopy.Add(1)
+	}
+	for _, g := range w.covered {
+		n.ctr.verifiedGets.Add(1)
+		s.send(g.from, n.appendReply(s.pkt(), &g.h, wire.OpGetReply, readCode(&v), v.Ver, v.Val))
+	}
+	_, ch, _ := n.where(p.KeyHash)
+	if len(w.next) == 0 || len(ch) == 0 {
+		delete(s.waits, p.KeyHash)
+		return
+	}
+	v.Val = slices.Clone(v.Val)
+	w.covered, w.next, w.asked = w.next, nil, v
+	s.query(w, p.KeyHash, ch[len(ch)-1])
 }
 
 // write is a PUT or DEL arriving at the head.
@@ -755,7 +828,14 @@ func (s *shard) housekeep() {
 			continue
 		}
 		_, ch, _ := n.where(h)
-		s.query(w, h, ch[len(ch)-1], 0)
+		if len(ch) == 0 {
+			delete(s.waits, h)
+			continue
+		}
+		if !w.extra {
+			w.asked = version{}
+		}
+		s.query(w, h, ch[len(ch)-1])
 	}
 }
 

@@ -11,9 +11,10 @@ import (
 // and leaves with the rest of the batch's in one sendmmsg.
 //
 // It serves what needs no per-key state: a clean record (or, at the tail,
-// the latest) and an extra copy. Reading beside the key's shard is safe:
-// Pebble's Get sees a whole record, and the shard stores a version before
-// anything about it is acknowledged, so the read linearizes at the Get.
+// the latest) and an extra copy the data plane vouched for (no
+// wire.FlagVerify). Reading beside the key's shard is safe: Pebble's Get
+// sees a whole record, and the shard stores a version before anything
+// about it is acknowledged, so the read linearizes at the Get.
 // Everything else goes to the shard: a dirty record (the tail must be
 // asked), a node under MaxOps (the token bucket), an emulated processor (device.CPU) or QoS (its queues), one not yet recovered,
 // and any request that is answered with an error.
@@ -55,9 +56,10 @@ func (g *fastGet) serve(b []byte, from udpbatch.Peer) bool {
 	var v version
 	if pos < 0 {
 		var ok bool
-		if v, ok = n.copies.held(p.KeyHash, p.Key); !ok {
-			return false
+		if v, ok = n.copies.held(p.KeyHash, p.Key); !ok || p.Flags&wire.FlagVerify != 0 {
+			return false // a verified read asks the tail, on the shard
 		}
+		n.ctr.extraGets.Add(1)
 		g.reply(&p, &v, from)
 		return true
 	}

@@ -66,6 +66,19 @@ type Stats struct {
 	// layout: for the moment between two epochs' gossip, not a read set's
 	// fault.
 	StaleLayoutGets uint64 `json:"stale_layout_gets"`
+	// ExtraGets counts reads served from an extra copy as it is (the data
+	// plane vouched for it: fresh); VerifiedGets reads at an extra flagged
+	// wire.FlagVerify, answered with the tail's committed version, and
+	// VerifiedOwnCopy the tail's answers that confirmed the copy, so that
+	// no value came (issue 18).
+	ExtraGets       uint64 `json:"extra_gets"`
+	VerifiedGets    uint64 `json:"verified_gets"`
+	VerifiedOwnCopy uint64 `json:"verified_own_copy"`
+	// VerAnswersValue and VerAnswersSame count this node's version answers
+	// as a tail: with the committed value, and without it (an extra's query
+	// named the committed version).
+	VerAnswersValue uint64 `json:"ver_answers_value"`
+	VerAnswersSame  uint64 `json:"ver_answers_same"`
 	RxPackets       uint64 `json:"rx_packets"`
 	TxPackets       uint64 `json:"tx_packets"`
 	SyncedKeys      uint64 `json:"synced_keys"`
@@ -112,6 +125,10 @@ type counters struct {
 	noops                              atomic.Uint64 // no-op versions made for stamped duplicates
 	staleIncarnation                   atomic.Uint64 // stamped writes of an older incarnation, refused
 	unknownSender                      atomic.Uint64 // node ops from no node of the layout at that address
+	extraGets                          atomic.Uint64 // reads served from an extra copy unverified
+	verifiedGets                       atomic.Uint64 // reads at an extra answered after the tail's version answer
+	verifiedOwnCopy                    atomic.Uint64 // tail answers that confirmed the extra's copy
+	verAnswersValue, verAnswersSame    atomic.Uint64 // this tail's version answers with, without the value
 
 	mu  sync.Mutex
 	hot *sched.TopK
@@ -152,7 +169,10 @@ func (n *Node) Stats() Stats {
 		Retransmits:      n.ctr.retransmits.Load(), VerQueries: n.ctr.verQueries.Load(),
 		UnavailableGets: n.ctr.unavailableGets.Load(),
 		StaleLayoutGets: n.ctr.staleLayoutGets.Load(),
-		RxPackets:       n.ctr.rxPackets.Load(), TxPackets: n.ctr.txPackets.Load(), SyncedKeys: n.ctr.syncKeys.Load(),
+		ExtraGets:       n.ctr.extraGets.Load(), VerifiedGets: n.ctr.verifiedGets.Load(),
+		VerifiedOwnCopy: n.ctr.verifiedOwnCopy.Load(),
+		VerAnswersValue: n.ctr.verAnswersValue.Load(), VerAnswersSame: n.ctr.verAnswersSame.Load(),
+		RxPackets: n.ctr.rxPackets.Load(), TxPackets: n.ctr.txPackets.Load(), SyncedKeys: n.ctr.syncKeys.Load(),
 		SyncedBytes: n.ctr.syncBytes.Load(), Behind: int(n.recov.partsBehind.Load()),
 		CacheBytes: n.opts.CacheBytes, DeviceProfile: n.opts.Device.Name,
 		Device:      deviceClasses(n.dev.Stats(), device.Stats{}),
@@ -244,6 +264,8 @@ var (
 	descSyncBytes   = prometheus.NewDesc("netdir_node_sync_bytes_total", "Bytes taken from chain neighbours by catch-ups (restart, rejoin, spare fill), paced.", []string{"node"}, nil)
 	descSyncKeys    = prometheus.NewDesc("netdir_node_sync_keys_total", "Keys updated by catch-ups.", []string{"node"}, nil)
 	descBehind      = prometheus.NewDesc("netdir_node_chains_behind", "Partitions this node joined as tail and is still filling.", []string{"node"}, nil)
+	descExtraGets   = prometheus.NewDesc("netdir_node_extra_reads_total", "Reads served at this node as an extra copy: unverified (fresh) or verified (the tail's committed version, issue 18).", []string{"node", "kind"}, nil)
+	descVerAnswers  = prometheus.NewDesc("netdir_node_ver_answers_total", "Version answers this node sent as a tail, with or without the value.", []string{"node", "value"}, nil)
 	descOpDrops     = prometheus.NewDesc("netdir_node_op_drops_total", "Node ops refused, by reason: bad-mac, replay, old-key, unknown-sender.", []string{"node", "reason"}, nil)
 
 	descDevSlots = prometheus.NewDesc("netdir_node_device_slots", "I/Os the node's device serves at once (its queue depth): utilisation is rate(busy_seconds) over it.", []string{"node"}, nil)
@@ -263,7 +285,7 @@ var (
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descRetransmits, descSyncBytes, descSyncKeys, descBehind, descOpDrops,
+	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descRetransmits, descSyncBytes, descSyncKeys, descBehind, descExtraGets, descVerAnswers, descOpDrops,
 		descDevSlots, descDevIOs, descDevBytes, descDevBusy, descDevWait, descTreeBusy, descCPUBusy, descCPUWait,
 		descQoSQueued, descQoSInflight, descQoSServed, descQoSThrottled, descQoSDelay} {
 		ch <- d
@@ -304,6 +326,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descSyncBytes, prometheus.CounterValue, float64(s.SyncedBytes), id)
 	ch <- prometheus.MustNewConstMetric(descSyncKeys, prometheus.CounterValue, float64(s.SyncedKeys), id)
 	ch <- prometheus.MustNewConstMetric(descBehind, prometheus.GaugeValue, float64(s.Behind), id)
+	ch <- prometheus.MustNewConstMetric(descExtraGets, prometheus.CounterValue, float64(s.ExtraGets), id, "unverified")
+	ch <- prometheus.MustNewConstMetric(descExtraGets, prometheus.CounterValue, float64(s.VerifiedGets), id, "verified")
+	ch <- prometheus.MustNewConstMetric(descVerAnswers, prometheus.CounterValue, float64(s.VerAnswersValue), id, "with")
+	ch <- prometheus.MustNewConstMetric(descVerAnswers, prometheus.CounterValue, float64(s.VerAnswersSame), id, "without")
 	for _, d := range []struct {
 		reason nodeauth.Verdict
 		n      uint64

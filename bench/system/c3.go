@@ -146,7 +146,7 @@ func (t *c3Target) Get(ctx context.Context, key []byte) ([]byte, uint64, error) 
 			sv.outstanding.Add(-1)
 			if err == nil && p.Op == wire.OpGetReply {
 				sv.learn(rt, p.Load)
-				t.acct.read(p.Node, rt)
+				t.acct.read(key, p.Node, rt)
 				if p.Code == wire.CodeNotFound {
 					return nil, p.Stamp, client.ErrNotFound
 				}
@@ -166,7 +166,7 @@ func (t *c3Target) Get(ctx context.Context, key []byte) ([]byte, uint64, error) 
 	if err != nil {
 		return nil, 0, err
 	}
-	t.acct.read(r.Node, time.Since(t0))
+	t.acct.read(key, r.Node, time.Since(t0))
 	if r.Code == wire.CodeNotFound {
 		return nil, r.Version, client.ErrNotFound
 	}

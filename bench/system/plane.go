@@ -14,6 +14,7 @@ import (
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/model"
 	"github.com/netdir/netdir/sched"
+	"github.com/netdir/netdir/wire"
 )
 
 // PolicyC3 is the client-side policy: C3 replica ranking over the chain.
@@ -119,6 +120,9 @@ func (s *System) meanReadTime() time.Duration {
 // second, 2 × CoarseEpoch after the start.
 const CoarseEpoch = sched.MinEpoch
 
+// trackHot counts the reads of key per node (Sample.HotReads).
+func (p *Plane) trackHot(key []byte) { p.acct.trackHot(key) }
+
 // Target is the policy's bench.Target.
 func (p *Plane) Target() bench.Target { return p.target }
 
@@ -154,6 +158,13 @@ type Sample struct {
 	DirSize     int      // keys in the directory
 	VSBs        uint64   // switch: VSBs accepted
 	VSBDrops    map[string]uint64
+	// HotReads per node: reads of the workload's hottest key it served, as
+	// the clients saw them; HotLocs that key's locations (its LocationList
+	// if it is in the directory, else its chain), of which the first HotR
+	// are its chain.
+	HotReads []uint64
+	HotLocs  []wire.NodeID
+	HotR     int
 }
 
 // Sample reads the counters.
@@ -161,6 +172,16 @@ func (p *Plane) Sample() Sample {
 	s := Sample{At: time.Now()}
 	s.Requests, s.Gets, s.DeviceReads = p.sys.nodeCounts()
 	s.Reads, s.LatSum = p.acct.latency()
+	if key, reads := p.acct.hot(); key != nil {
+		h := wire.HashKey(key)
+		s.HotReads, s.HotLocs = reads, p.sys.cl.Layout.ChainOf(h)
+		s.HotR = len(s.HotLocs)
+		if sw := p.Switch(); sw != nil {
+			if sl, ok := sw.Lookup(h); ok {
+				s.HotLocs, s.HotR = slices.Clone(sl.Locs[:sl.N]), int(sl.R)
+			}
+		}
+	}
 	if sw := p.Switch(); sw != nil {
 		c, _ := sw.Counters()
 		s.Hits, s.Misses, s.Switched, s.VSBs = c.Hits, c.Misses, c.Switched, c.VSBs

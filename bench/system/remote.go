@@ -19,6 +19,7 @@ import (
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/nodeauth"
 	"github.com/netdir/netdir/storagenode"
+	"github.com/netdir/netdir/wire"
 )
 
 // The policies a running deployment can be measured under
@@ -238,6 +239,9 @@ func (r *Remote) setUp(ctx context.Context, policy string) error {
 // Target is the clients through the service address.
 func (r *Remote) Target() bench.Target { return r.target }
 
+// trackHot counts the reads of key per node (Sample.HotReads).
+func (r *Remote) trackHot(key []byte) { r.target.acct.trackHot(key) }
+
 // Sample reads the nodes' request counters (their stats op), the clients'
 // latencies and the directory's size; the switch's counters are not read,
 // so hits, misses and VSBs stay zero. A failed read is kept for Run.
@@ -248,6 +252,10 @@ func (r *Remote) Sample() Sample {
 	var err error
 	s.Requests, err = r.requests(ctx)
 	s.Reads, s.LatSum = r.target.acct.latency()
+	if key, reads := r.target.acct.hot(); key != nil {
+		s.HotReads, s.HotLocs = reads, r.lay.ChainOf(wire.HashKey(key))
+		s.HotR = len(s.HotLocs)
+	}
 	if st, serr := controller.Ask(ctx, r.ctl, api.ControllerClient.Status, &api.StatusRequest{}); serr == nil {
 		s.DirSize = int(st.GetDirectorySize())
 	} else {

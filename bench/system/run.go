@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/netdir/netdir/bench"
+	"github.com/netdir/netdir/wire"
 )
 
 // WarmupSuffix ends the policy label of live frames during the warm-up.
@@ -78,6 +80,7 @@ func (o *RunOptions) prepare() (*bench.Source, error) {
 type sampledTarget interface {
 	Target() bench.Target
 	Sample() Sample
+	trackHot(key []byte)
 }
 
 // measure runs the warm-up and then the measured run of o on p, and
@@ -140,6 +143,7 @@ func measure(ctx context.Context, p sampledTarget, policy string, src *bench.Sou
 		}
 		return bench.ClosedLoop(ctx, p.Target(), src, bo)
 	}
+	p.trackHot(src.Key(0))
 	if o.Warmup > 0 {
 		if _, err := drive(policy+WarmupSuffix, o.Warmup); err != nil {
 			return bench.Run{}, err
@@ -181,6 +185,7 @@ func measure(ctx context.Context, p sampledTarget, policy string, src *bench.Sou
 		info.Note += d
 	}
 	run := bench.Summarize(info, res)
+	hotKeyFigures(&run, before, after)
 	var gets, reads uint64
 	for i := range min(len(after.Gets), len(before.Gets), len(after.DeviceReads), len(before.DeviceReads)) {
 		gets += after.Gets[i] - before.Gets[i]
@@ -190,6 +195,43 @@ func measure(ctx context.Context, p sampledTarget, policy string, src *bench.Sou
 		run.DeviceReadsPerGet = float64(reads) / float64(gets)
 	}
 	return run, nil
+}
+
+// hotKeyFigures sets run's figures of the hottest key's reads over its
+// locations, from the measured run's samples: the locations are the key's
+// at the end (after.HotLocs) and any other node that served it meanwhile
+// (an extra since dropped), counted as an extra.
+func hotKeyFigures(run *bench.Run, before, after Sample) {
+	if len(after.HotLocs) == 0 || len(before.HotReads) != len(after.HotReads) {
+		return
+	}
+	delta := func(id wire.NodeID) float64 {
+		i := int(id) - 1
+		if i < 0 || i >= len(after.HotReads) {
+			return 0
+		}
+		return float64(after.HotReads[i] - before.HotReads[i])
+	}
+	locs := slices.Clone(after.HotLocs)
+	for i := range after.HotReads {
+		if id := wire.NodeID(i + 1); !slices.Contains(locs, id) && delta(id) > 0 {
+			locs = append(locs, id)
+		}
+	}
+	reads := make([]float64, len(locs))
+	var total, extras float64
+	for j, id := range locs {
+		reads[j] = delta(id)
+		total += reads[j]
+		if j >= after.HotR {
+			extras += reads[j]
+		}
+	}
+	run.HotKeyLocations = len(locs)
+	run.HotKeyReadMaxOverMean = bench.MaxOverMean(reads)
+	if total > 0 {
+		run.HotKeyExtraShare = extras / total
+	}
 }
 
 type liveState struct {

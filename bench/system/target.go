@@ -28,7 +28,7 @@ func (t *switchTarget) Get(ctx context.Context, key []byte) ([]byte, uint64, err
 	if err != nil {
 		return nil, 0, err
 	}
-	t.acct.read(r.Node, time.Since(t0))
+	t.acct.read(key, r.Node, time.Since(t0))
 	if r.Code == wire.CodeNotFound {
 		return nil, r.Version, client.ErrNotFound
 	}

@@ -294,7 +294,7 @@ the same cluster and the same seeds:
   static    the chain head only (the directory off)
   replicas  uniform over the chain
   c3        C3 replica ranking on the client, over the chain
-  pegasus   the directory, least-loaded fresh copy
+  pegasus   the directory, least-loaded copy (verified at a non-fresh extra)
   netdir    the directory, weighted split and fine score
 
 For every node count (a fresh cluster each, preloaded with --keys keys), every
