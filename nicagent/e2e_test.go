@@ -581,9 +581,22 @@ func TestNetnsExtras(t *testing.T) {
 		}
 		return by
 	}
+	// The extra's node counts how it served each read: verified (the tail
+	// asked, wire.FlagVerify) or from its copy as it is; a resent read
+	// counts again, hence at least.
+	en := e.nodes[extra-1]
+	before := en.Stats()
 	lin := count(e.client)
+	mid := en.Stats()
 	stale := count(e.openClient(t, true))
+	after := en.Stats()
 	t.Logf("extra %d; linearizable reads by node %v; stale-ok reads by node %v", extra, lin, stale)
+	if v, c := mid.VerifiedGets-before.VerifiedGets, mid.ExtraGets-before.ExtraGets; v < uint64(lin[extra]) || c != 0 {
+		t.Errorf("the extra's %d linearizable reads: %d verified, %d from its copy; want all verified", lin[extra], v, c)
+	}
+	if v, c := after.VerifiedGets-mid.VerifiedGets, after.ExtraGets-mid.ExtraGets; v != 0 || c < uint64(stale[extra]) {
+		t.Errorf("the extra's %d stale-ok reads (fresh): %d verified, %d from its copy; want none verified", stale[extra], v, c)
+	}
 	// Each of the four locations is taken at least when both candidates
 	// are it: 1/16 of the reads, 12.5 of 200 (none: p < 3e-6).
 	if lin[extra] == 0 {
