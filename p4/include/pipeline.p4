@@ -187,9 +187,10 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 event = EVENT_HIT;
                 slot_counted = true;
                 // Either candidate may serve, fresh or not (issue 18): the
-                // fine score (2b) picks, and the pick's fresh bit sets the
-                // marks, in the pick's own branch (on Tofino the marks
-                // then wait for nothing the target does not).
+                // fine score (its quotas from 2b) picks, and the pick's
+                // fresh bit sets the marks, in the pick's own branch (on
+                // Tofino the marks then wait for nothing the target does
+                // not).
                 candidates_fresh.apply(meta);
                 if (meta.sa_idx == meta.sb_idx) {
                     meta.target = meta.sa_node;
