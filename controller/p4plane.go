@@ -367,8 +367,8 @@ func at(nodes []wire.NodeID, idx uint8) wire.NodeID {
 	return 0
 }
 
-// slotTables are a slot's entries other than its slots entry: members,
-// chain and both bucket tables, inserted (t INSERT) or deleted (DELETE).
+// slotTables are a slot's entries other than its slots entry: members and
+// both bucket tables, inserted (t INSERT) or deleted (DELETE).
 func (p *P4Plane) slotTables(t p4.Update_Type, e *Entry) ([]*p4.Update, error) {
 	var ups []*p4.Update
 	up := func(te *p4.TableEntry) {
@@ -377,14 +377,6 @@ func (p *P4Plane) slotTables(t p4.Update_Type, e *Entry) ([]*p4.Update, error) {
 	for i, n := range e.Locs {
 		te, err := p.entry("members", []p4rt.Match{{Field: "slot", Value: u(uint64(e.Slot))}, {Field: "node", Value: u(uint64(n))}},
 			"member", p4rt.Param{Name: "index", Value: u(uint64(i))})
-		if err != nil {
-			return nil, err
-		}
-		up(te)
-	}
-	for i := 0; i < e.R; i++ {
-		te, err := p.entry("slot_chain", []p4rt.Match{{Field: "slot", Value: u(uint64(e.Slot))}, {Field: "index", Value: u(uint64(i))}},
-			"set_fallback_node", p4rt.Param{Name: "node", Value: u(uint64(e.Locs[i]))})
 		if err != nil {
 			return nil, err
 		}

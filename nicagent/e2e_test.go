@@ -531,8 +531,10 @@ func (e *e2e) diag() string {
 // TestNetnsExtras promotes a hot key the way the controller's hot-key loop
 // does, with four nodes and chains of three: its head copies it to the
 // fourth node, whose VSB (sent to the agent host) reaches XDP from an
-// allowlisted node source once the tail's VSB has set ver_done. Then
-// bounded-staleness reads use the extra and linearizable reads never do.
+// allowlisted node source once the tail's VSB has set ver_done. Then both
+// bounded-staleness and linearizable reads use the extra: a host agent,
+// which does not see every write, flags each linearizable read there
+// FlagVerify, and the extra serves the version the tail confirms (issue 18).
 func TestNetnsExtras(t *testing.T) {
 	e := startE2E(t, directory.PolicyNetdir, clusterOptions{nodes: 4, reach: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -579,14 +581,27 @@ func TestNetnsExtras(t *testing.T) {
 		}
 		return by
 	}
+	// The extra's node counts how it served each read: verified (the tail
+	// asked, wire.FlagVerify) or from its copy as it is; a resent read
+	// counts again, hence at least.
+	en := e.nodes[extra-1]
+	before := en.Stats()
 	lin := count(e.client)
+	mid := en.Stats()
 	stale := count(e.openClient(t, true))
+	after := en.Stats()
 	t.Logf("extra %d; linearizable reads by node %v; stale-ok reads by node %v", extra, lin, stale)
-	if lin[extra] != 0 {
-		t.Errorf("the extra served %d linearizable reads; a host agent sends them to the chain only", lin[extra])
+	if v, c := mid.VerifiedGets-before.VerifiedGets, mid.ExtraGets-before.ExtraGets; v < uint64(lin[extra]) || c != 0 {
+		t.Errorf("the extra's %d linearizable reads: %d verified, %d from its copy; want all verified", lin[extra], v, c)
+	}
+	if v, c := after.VerifiedGets-mid.VerifiedGets, after.ExtraGets-mid.ExtraGets; v != 0 || c < uint64(stale[extra]) {
+		t.Errorf("the extra's %d stale-ok reads (fresh): %d verified, %d from its copy; want none verified", stale[extra], v, c)
 	}
 	// Each of the four locations is taken at least when both candidates
 	// are it: 1/16 of the reads, 12.5 of 200 (none: p < 3e-6).
+	if lin[extra] == 0 {
+		t.Errorf("the extra served none of %d linearizable reads: %v", reads, lin)
+	}
 	if stale[extra] == 0 {
 		t.Errorf("the extra served none of %d stale-ok reads: %v", reads, stale)
 	}

@@ -92,9 +92,14 @@ func TestNetnsRouter(t *testing.T) {
 		ver = sl.VerDone
 	}
 
-	// Linearizable reads split over all four locations, the extra too.
+	// Linearizable reads split over all four locations, the extra too,
+	// which serves them from its copy unverified: it is fresh, and a ToR
+	// sees every write (its node counts verified reads apart; a resent
+	// read counts again).
 	const reads = 400
 	s0 := e.stats(t)
+	en := e.nodes[extra-1]
+	n0 := en.Stats()
 	by := map[wire.NodeID]int{}
 	for range reads {
 		r, err := e.client.GetResult(ctx, hot)
@@ -107,6 +112,10 @@ func TestNetnsRouter(t *testing.T) {
 		by[r.Node]++
 	}
 	t.Logf("linearizable reads of the hot key by node: %v (locations %v, extra %d)", by, locs, extra)
+	if n1 := en.Stats(); n1.ExtraGets-n0.ExtraGets < uint64(by[extra]) || n1.VerifiedGets != n0.VerifiedGets {
+		t.Errorf("the fresh extra's %d reads: %d from its copy, %d verified; want none verified",
+			by[extra], n1.ExtraGets-n0.ExtraGets, n1.VerifiedGets-n0.VerifiedGets)
+	}
 	for _, n := range locs {
 		// Each location is taken at least when both candidates are it:
 		// 1/16 of the reads, 25 ± 5 of 400.

@@ -66,8 +66,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define FLAG_STAMPED 0x02
 #define FLAG_HIT 0x04
 #define FLAG_RESERVATION 0x08 // a reply served in dmClock's reservation phase
+#define FLAG_VERIFY 0x10      // a GET an extra serves only as the tail confirms
 // Flags only data planes and nodes set: cleared on every routed request.
-#define FLAGS_PLANE (FLAG_STAMPED | FLAG_HIT | FLAG_RESERVATION)
+#define FLAGS_PLANE (FLAG_STAMPED | FLAG_HIT | FLAG_RESERVATION | FLAG_VERIFY)
 
 #define CODE_OK 0
 #define CODE_NOT_FOUND 1
@@ -467,7 +468,7 @@ static long peg_step(__u32 i, void *arg)
 }
 
 // pick_slot chooses a LocationList index among the eligible members; it
-// returns MAX_LOCS when neither candidate may serve. Pegasus takes the
+// returns MAX_LOCS when no candidate is eligible. Pegasus takes the
 // least-loaded eligible member that holds a bucket: one the controller
 // gives no weight (still filling its chain) serves none of the key's reads.
 static __always_inline __u32 pick_slot(struct nd_pkt *p, struct nd_slot *s, __u32 eligible, __u64 reqid)
@@ -557,16 +558,29 @@ static __always_inline int nd_get(struct nd_pkt *p)
 	if (cfg.policy <= POLICY_PEGASUS)
 		s = lookup_slot(h);
 	if (s) {
-		__u32 eligible = READ_ONCE_FRESH(s);
+		// Any member holding a bucket may serve, fresh or not (issue 18):
+		// freshness says how, not where. One the plane cannot vouch for
+		// serves only what the tail confirms (FLAG_VERIFY): a non-fresh
+		// extra, or at a host agent, which does not see every write, any
+		// extra on a linearizable read. A stale-ok read at a host agent
+		// keeps to the fresh members.
 		__u8 r = s->r;
-		if (cfg.mode == MODE_HOST && !(flags & FLAG_STALE_OK))
-			eligible &= chain_mask(r);
+		__u32 fresh = READ_ONCE_FRESH(s) | chain_mask(r);
+		__u32 eligible = 0xffffffff, trusted = fresh;
+		if (cfg.mode == MODE_HOST) {
+			if (flags & FLAG_STALE_OK)
+				eligible = fresh;
+			else
+				trusted = chain_mask(r);
+		}
 		__u32 i = pick_slot(p, s, eligible, reqid);
 		if (i >= MAX_LOCS) {
-			// Neither candidate may serve: the chain always may (CRAQ).
+			// No member may serve: the chain always may (CRAQ).
 			__u32 b = pt ? pt->buckets[reqid & (BUCKETS - 1)] : 0;
 			i = r ? b % r : 0;
 		}
+		if (!(trusted & bit(i)))
+			flags |= FLAG_VERIFY;
 		count_hit(p, s);
 		h->flags = flags | FLAG_HIT;
 		return forward(p, s->locs[i & (MAX_LOCS - 1)]);

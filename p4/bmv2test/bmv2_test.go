@@ -94,12 +94,12 @@ func TestP4InfoNames(t *testing.T) {
 		t.Skipf("no committed P4Info: %v", err)
 	}
 	for _, n := range []string{tSlots, tPartitions, tPartBucketsA, tPartBucketsB, tSlotBucketsA, tSlotBucketsB,
-		tSlotChain, tStoragePorts, tMembers, tScoreA, tScoreB, tNodeAddr, tRoutes, tClock} {
+		tStoragePorts, tMembers, tScoreA, tScoreB, tNodeAddr, tRoutes, tClock} {
 		if _, err := info.Table(n); err != nil {
 			t.Error(err)
 		}
 	}
-	for _, n := range []string{aSlotHit, aSetPartition, aSetChainA, aSetChainB, aSetLocA, aSetLocB, aFallbackNode,
+	for _, n := range []string{aSlotHit, aSetPartition, aSetChainA, aSetChainB, aSetLocA, aSetLocB,
 		aStoragePort, aMember, aQuotaA, aQuotaB, aSetNodeAddr, aRoute, aFixedClock} {
 		if _, err := info.Action(n, nil); err != nil {
 			t.Error(err)

@@ -71,8 +71,6 @@ const (
 	tSlotBucketsB   = pfx + "split.slot_buckets_b"
 	aSetLocA        = pfx + "split.set_loc_a"
 	aSetLocB        = pfx + "split.set_loc_b"
-	tSlotChain      = pfx + "fallback.slot_chain"
-	aFallbackNode   = pfx + "fallback.set_fallback_node"
 	tStoragePorts   = pfx + "vsb_filter.storage_ports"
 	aStoragePort    = pfx + "vsb_filter.storage_port"
 	tMembers        = pfx + "vsb_filter.members"
@@ -531,12 +529,6 @@ func (p *Plane) slotEntries(idx uint32, s *directory.Slot, typ p4.Update_Type, w
 			par("gen", uint64(p.slotGen[s.Hash])), par("ver", wire.MakeStamp(s.Inc, s.VerDone)),
 		}); err != nil {
 			return nil, err
-		}
-		for i := 0; i < int(s.R); i++ {
-			if err := add(tSlotChain, []Match{ex("slot", uint64(idx)), ex("index", uint64(i))},
-				aFallbackNode, []Param{par("node", uint64(s.Locs[i]))}); err != nil {
-				return nil, err
-			}
 		}
 		for i := 0; i < int(s.N); i++ {
 			if err := add(tMembers, []Match{ex("slot", uint64(idx)), ex("node", uint64(s.Locs[i]))},

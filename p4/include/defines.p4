@@ -15,7 +15,6 @@
 #define NETDIR_MAX_NODES 4096       // node ids below this are learnt (directory.Config.MaxNodes)
 #define NETDIR_BUCKETS 32           // directory.Buckets
 #define NETDIR_MAX_LOCS 32          // directory.MaxLocations
-#define NETDIR_MAX_CHAIN 8          // directory.MaxChain
 #define NETDIR_SKETCH_COLS 1024     // directory.SketchCols (4 rows, directory.SketchRows)
 #ifndef NETDIR_SCORE_ENTRIES
 #define NETDIR_SCORE_ENTRIES 4096   // fine-score ranges: 2*sqrt(Window) entries, Window <= ~4 ms
@@ -43,7 +42,6 @@
 // Table sizes derived from the capacities.
 #define NETDIR_PART_BUCKETS (NETDIR_PARTITIONS * NETDIR_PART_RUNS)
 #define NETDIR_SLOT_BUCKETS (NETDIR_SLOTS * NETDIR_RUNS)
-#define NETDIR_SLOT_CHAIN   (NETDIR_SLOTS * NETDIR_MAX_CHAIN)
 #define NETDIR_SLOT_MEMBERS (NETDIR_SLOTS * NETDIR_MAX_LOCS)
 
 // ---- Types ----
@@ -76,12 +74,15 @@ const bit<8> OP_NODE_MAX  = 0x3f;       // node ops, including the reserved ones
 
 // wire flags: 0x01 stale-ok (the client's; no data plane reads it), 0x02
 // stamped, 0x04 hit, 0x08 reservation (on a reply: served in dmClock's
-// reservation phase). The data plane reads and writes them as the bit slice
-// flags[3:1] = (reservation, hit, stamped), which Tofino tests and sets
-// without computed masks; a request leaves with reservation cleared.
-const bit<3> MARKS_NONE        = 0b000;
-const bit<3> MARKS_HIT         = 0b010;
-const bit<3> MARKS_STAMPED_HIT = 0b011;
+// reservation phase), 0x10 verify (a GET to an extra whose fresh bit is
+// clear: the extra asks the tail for the committed version). The data plane
+// writes them as the bit slice flags[4:1] = (verify, reservation, hit,
+// stamped), which Tofino sets without computed masks; a request leaves with
+// reservation cleared, and verify only where the pipeline sets it.
+const bit<4> MARKS_NONE        = 0b0000;
+const bit<4> MARKS_HIT         = 0b0010;
+const bit<4> MARKS_STAMPED_HIT = 0b0011;
+const bit<4> MARKS_VERIFY_HIT  = 0b1010;
 
 const bit<8> CODE_OK        = 0;
 const bit<8> CODE_NOT_FOUND = 1;

@@ -88,19 +88,32 @@ control FineScore(inout local_meta_t meta) {
 
 // FinePick: the target by the fine score (FineScore, applied before), as
 // directory.finer: an unlearnt a first, then an unlearnt b, then the larger
-// score, ties to a. switched: b was picked.
-control FinePick(inout local_meta_t meta, inout bool switched) {
+// score, ties to a. switched: b was picked. For a directory hit (hit, a
+// constant at each call, folded away; bit<1> because p4c 1.2.4.8 fails on a
+// bool literal argument here) it also writes the marks: hit, and verify when
+// the candidate taken is not fresh (CandidatesFresh; issue 18), in the branch
+// that takes it, so that on Tofino they wait for nothing the target does not.
+control FinePick(inout headers_t hdr, inout local_meta_t meta, inout bool switched, in bit<1> hit) {
     apply {
-        if (meta.a_unlearnt) {
-            meta.target = meta.cand_a;
-        } else if (meta.b_unlearnt) {
+        if (!meta.a_unlearnt && (meta.b_unlearnt || meta.score_diff[31:31] == 1)) {
             meta.target = meta.cand_b;
             switched = true;
-        } else if (meta.score_diff[31:31] == 1) {
-            meta.target = meta.cand_b;
-            switched = true;
+            if (hit == 1) {
+                if (meta.sb_fresh != 0) {
+                    hdr.netdir.flags[4:1] = MARKS_HIT;
+                } else {
+                    hdr.netdir.flags[4:1] = MARKS_VERIFY_HIT;
+                }
+            }
         } else {
             meta.target = meta.cand_a;
+            if (hit == 1) {
+                if (meta.sa_fresh != 0) {
+                    hdr.netdir.flags[4:1] = MARKS_HIT;
+                } else {
+                    hdr.netdir.flags[4:1] = MARKS_VERIFY_HIT;
+                }
+            }
         }
     }
 }

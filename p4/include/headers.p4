@@ -96,7 +96,7 @@ struct local_meta_t {
     loc_t       sb_idx;         // slot bucket (reqid >> 8) & 31
     node_t      sb_node;
     bit<32>     sb_bit;
-    bit<32>     sa_fresh;       // fresh & sa_bit: candidate a may serve
+    bit<32>     sa_fresh;       // fresh & sa_bit: zero if candidate a must verify
     bit<32>     sb_fresh;       // fresh & sb_bit
     // coherence
     bit<3>      coh_cmd;
@@ -126,7 +126,6 @@ struct local_meta_t {
     bit<3>      verdict;
     bit<8>      reason;
     node_t      target;
-    chain_idx_t fallback_idx;   // partition bucket index mod the slot's R
     port_t      egress_port;
     bit<16>     mcast_grp;
     bool        drop;           // no L2 entry; a packet with a reason is dropped too

@@ -10,7 +10,7 @@
 //
 // Counters (indexed, packets; read over P4Runtime):
 //   events    index EVENT_HIT, EVENT_MISS, EVENT_REPLY, EVENT_VSB, EVENT_PASS
-//   switched  index 0: the fine score (or freshness) picked candidate b
+//   switched  index 0: the fine score picked candidate b
 //   drops     index directory.Reason (1..10), plus REASON_NO_NODE_ADDR (11)
 //             and, on TNA, REASON_RESEED_RACE (12)
 #ifndef NETDIR_PIPELINE_P4
@@ -33,7 +33,6 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
     CandidatesFresh() candidates_fresh;
     FinePick() pick_hit;
     FinePick() pick_miss;
-    ChainFallback() fallback;
     Coherence() coherence;
     VsbFilter() vsb_filter;
     NodeStats() node_stats;
@@ -100,14 +99,11 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
 
         // 2b. What a GET may need, read before the coherence state decides
         // (no side effects; on Tofino beside the coherence stages, not
-        // after them): the candidates' stats and fine score, and for a hit
-        // the chain member that serves if neither candidate is fresh
-        // (meta.target, which a fresh candidate overrides). A reply's stats
-        // are learnt here too.
+        // after them): the candidates' stats and fine score. A reply's
+        // stats are learnt here too.
         if (meta.op_class == CLASS_GET) {
             if (meta.slot_hit) {
                 split.apply(hdr, meta);
-                fallback.apply(hdr, meta);
                 meta.cand_a = meta.sa_node;
                 meta.cand_b = meta.sb_node;
             } else {
@@ -190,31 +186,31 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             if (meta.slot_hit) {
                 event = EVENT_HIT;
                 slot_counted = true;
+                // Either candidate may serve, fresh or not (issue 18): the
+                // fine score (its quotas from 2b) picks, and the pick's
+                // fresh bit sets the marks, in the pick's own branch (on
+                // Tofino the marks then wait for nothing the target does
+                // not).
                 candidates_fresh.apply(meta);
-                if (meta.sa_fresh != 0 && meta.sb_fresh != 0) {
-                    if (meta.sa_idx == meta.sb_idx) {
-                        meta.target = meta.sa_node;
-                    } else {
-                        pick_hit.apply(meta, count_switched); // the fine score (2b)
-                    }
-                } else if (meta.sa_fresh != 0) {
+                if (meta.sa_idx == meta.sb_idx) {
                     meta.target = meta.sa_node;
-                } else if (meta.sb_fresh != 0) {
-                    meta.target = meta.sb_node;
-                    count_switched = true;
+                    if (meta.sa_fresh != 0) {
+                        hdr.netdir.flags[4:1] = MARKS_HIT;
+                    } else {
+                        hdr.netdir.flags[4:1] = MARKS_VERIFY_HIT;
+                    }
+                } else {
+                    pick_hit.apply(hdr, meta, count_switched, 1);
                 }
-                // else neither candidate may serve: the chain always may
-                // (CRAQ), meta.target from fallback (2b).
-                hdr.netdir.flags[3:1] = MARKS_HIT;
             } else {
                 event = EVENT_MISS;
                 sketch_counted = true;
                 if (meta.pa_idx == meta.pb_idx) {
                     meta.target = meta.pa_node;
                 } else {
-                    pick_miss.apply(meta, count_switched);
+                    pick_miss.apply(hdr, meta, count_switched, 0);
                 }
-                hdr.netdir.flags[3:1] = MARKS_NONE;
+                hdr.netdir.flags[4:1] = MARKS_NONE;
             }
         } else if (meta.op_class == CLASS_WRITE) {
             meta.verdict = OUT_FORWARD;
@@ -224,13 +220,13 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 slot_counted = true;
                 meta.target = meta.slot_head;
                 hdr.netdir.stamp = meta.coh_version;
-                hdr.netdir.flags[3:1] = MARKS_STAMPED_HIT;
+                hdr.netdir.flags[4:1] = MARKS_STAMPED_HIT;
             } else {
                 event = EVENT_MISS;
                 sketch_counted = true;
                 meta.target = meta.part_head;
                 hdr.netdir.stamp = 0; // only a data plane stamps; the head assigns the version
-                hdr.netdir.flags[3:1] = MARKS_NONE;
+                hdr.netdir.flags[4:1] = MARKS_NONE;
             }
         } else if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY) {
             meta.verdict = OUT_TO_CLIENT;

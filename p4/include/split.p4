@@ -9,14 +9,10 @@
 // share, not 32. Runs never overlap (all entries have priority 1). Candidate
 // a takes bucket reqid & 31, candidate b bucket (reqid >> 8) & 31.
 // slot_buckets_a and slot_buckets_b hold the same entries (one apply per
-// table per packet). The candidates' fresh bits
-// (1 << index) come from constant tables: Tofino cannot shift by a run-time
-// amount.
-//
-// ChainFallback: when neither candidate is fresh, the GET goes to the chain,
-// which may always serve (CRAQ): index (partition bucket a) mod R of the
-// slot, as directory.get does, through the slot's chain table (slot, index)
-// -> node. P4 has no modulo: a constant table gives index mod R.
+// table per packet). The candidates' bits in the fresh bitmap (1 << index)
+// come from constant tables: Tofino cannot shift by a run-time amount.
+// Either candidate may serve, fresh or not (issue 18): the netdir policy
+// always has one, so a hit never falls back to the partition's chain.
 #ifndef NETDIR_SPLIT_P4
 #define NETDIR_SPLIT_P4
 
@@ -178,7 +174,10 @@ control SlotSplit(in headers_t hdr, inout local_meta_t meta) {
 // CandidatesFresh: each candidate's fresh bit, masked in a table's action so
 // that the conditions that follow test plain fields (a Tofino gateway cannot
 // AND two run-time values, and the compiler would fold a plain assignment
-// back into the condition).
+// back into the condition). A clear bit names a non-fresh extra: the chain's
+// bits are always set (a promotion, a stamp and a completion all set fresh =
+// the chain), so the candidate serves only what the tail confirms (issue 18,
+// FlagVerify).
 control CandidatesFresh(inout local_meta_t meta) {
     action mask_fresh() {
         meta.sa_fresh = meta.fresh & meta.sa_bit;
@@ -195,116 +194,6 @@ control CandidatesFresh(inout local_meta_t meta) {
 
     apply {
         candidates_fresh.apply();
-    }
-}
-
-control ChainFallback(in headers_t hdr, inout local_meta_t meta) {
-    action set_fallback_index(chain_idx_t index) {
-        meta.fallback_idx = index;
-    }
-
-    @hidden
-    table chain_mod {
-        key = {
-            meta.pa_idx: exact;
-            meta.slot_r: exact;
-        }
-        actions = {
-            set_fallback_index;
-        }
-        const default_action = set_fallback_index(0);
-        const entries = {
-            (0, 1): set_fallback_index(0);
-            (0, 2): set_fallback_index(0);
-            (0, 3): set_fallback_index(0);
-            (0, 4): set_fallback_index(0);
-            (0, 5): set_fallback_index(0);
-            (0, 6): set_fallback_index(0);
-            (0, 7): set_fallback_index(0);
-            (0, 8): set_fallback_index(0);
-            (1, 1): set_fallback_index(0);
-            (1, 2): set_fallback_index(1);
-            (1, 3): set_fallback_index(1);
-            (1, 4): set_fallback_index(1);
-            (1, 5): set_fallback_index(1);
-            (1, 6): set_fallback_index(1);
-            (1, 7): set_fallback_index(1);
-            (1, 8): set_fallback_index(1);
-            (2, 1): set_fallback_index(0);
-            (2, 2): set_fallback_index(0);
-            (2, 3): set_fallback_index(2);
-            (2, 4): set_fallback_index(2);
-            (2, 5): set_fallback_index(2);
-            (2, 6): set_fallback_index(2);
-            (2, 7): set_fallback_index(2);
-            (2, 8): set_fallback_index(2);
-            (3, 1): set_fallback_index(0);
-            (3, 2): set_fallback_index(1);
-            (3, 3): set_fallback_index(0);
-            (3, 4): set_fallback_index(3);
-            (3, 5): set_fallback_index(3);
-            (3, 6): set_fallback_index(3);
-            (3, 7): set_fallback_index(3);
-            (3, 8): set_fallback_index(3);
-            (4, 1): set_fallback_index(0);
-            (4, 2): set_fallback_index(0);
-            (4, 3): set_fallback_index(1);
-            (4, 4): set_fallback_index(0);
-            (4, 5): set_fallback_index(4);
-            (4, 6): set_fallback_index(4);
-            (4, 7): set_fallback_index(4);
-            (4, 8): set_fallback_index(4);
-            (5, 1): set_fallback_index(0);
-            (5, 2): set_fallback_index(1);
-            (5, 3): set_fallback_index(2);
-            (5, 4): set_fallback_index(1);
-            (5, 5): set_fallback_index(0);
-            (5, 6): set_fallback_index(5);
-            (5, 7): set_fallback_index(5);
-            (5, 8): set_fallback_index(5);
-            (6, 1): set_fallback_index(0);
-            (6, 2): set_fallback_index(0);
-            (6, 3): set_fallback_index(0);
-            (6, 4): set_fallback_index(2);
-            (6, 5): set_fallback_index(1);
-            (6, 6): set_fallback_index(0);
-            (6, 7): set_fallback_index(6);
-            (6, 8): set_fallback_index(6);
-            (7, 1): set_fallback_index(0);
-            (7, 2): set_fallback_index(1);
-            (7, 3): set_fallback_index(1);
-            (7, 4): set_fallback_index(3);
-            (7, 5): set_fallback_index(2);
-            (7, 6): set_fallback_index(1);
-            (7, 7): set_fallback_index(0);
-            (7, 8): set_fallback_index(7);
-        }
-    }
-
-    action set_fallback_node(node_t node) {
-        meta.target = node;
-    }
-
-    action fallback_head() {
-        meta.target = meta.slot_head;
-    }
-
-    table slot_chain {
-        key = {
-            meta.slot: exact @name("slot");
-            meta.fallback_idx: exact @name("index");
-        }
-        actions = {
-            set_fallback_node;
-            @defaultonly fallback_head;
-        }
-        const default_action = fallback_head();
-        size = NETDIR_SLOT_CHAIN;
-    }
-
-    apply {
-        chain_mod.apply();
-        slot_chain.apply();
     }
 }
 

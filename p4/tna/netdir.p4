@@ -66,7 +66,7 @@ parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out ingress_meta_t 
             vsb_idx = 0, vsb_bit = 0, vsb_member = false, vsb_role = 0, from_storage = false,
             cand_a = 0, cand_b = 0, lat_a = 0, lat_b = 0, load_a = 0, load_b = 0,
             lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, score_diff = 0, a_unlearnt = false, b_unlearnt = false,
-            verdict = 0, reason = 0, target = 0, fallback_idx = 0, egress_port = 0,
+            verdict = 0, reason = 0, target = 0, egress_port = 0,
             mcast_grp = 0, drop = false, rewritten = false, qos_done = 0, qos_res = 0, qos_node = 0,
             udp_residual = 0, udp_csum_update = false, sample32 = 0, ts_set = 0, lat_new = 0,
             seed32 = 0, vn32 = 0, next_arg = 0,
