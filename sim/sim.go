@@ -267,6 +267,14 @@ func (n *node) backlog() int {
 	return b
 }
 
+// keyState is one key's KeyHash (zero until computed), its chain head's
+// latest version and its committed one: together, so that a request
+// touches one cache line of them (the keys far outnumber the caches).
+type keyState struct {
+	hash               wire.KeyHash
+	version, committed uint64
+}
+
 // Sim is one run in progress.
 type Sim struct {
 	cfg    Config
@@ -283,24 +291,27 @@ type Sim struct {
 	nodes  []node // by id − 1
 	ids    []wire.NodeID
 
-	// What the storage nodes hold, by key index: a chain head's latest
-	// version and its committed one, and whether the key is promoted in
-	// its home rack's directory (the head refuses unstamped writes then).
-	version, committed []uint64
-	promoted           []bool
-	hashes             []wire.KeyHash         // zero until computed
-	keyOf              map[wire.KeyHash]int64 // the keys ever promoted
-	vsbs               []vsbMsg               // VSBs in flight, by event.a
-	freeVSBs           []int32
+	// What the storage nodes hold, by key index (keys), and whether the
+	// key is promoted in its home rack's directory (the head refuses
+	// unstamped writes then).
+	keys     []keyState
+	promoted []bool
+	keyOf    map[wire.KeyHash]int64 // the keys ever promoted
+	vsbs     []vsbMsg               // VSBs in flight, by event.a
+	copyBuf  []wire.NodeID          // announce's list of copies
+	freeVSBs []int32
 
 	reqs     []request
 	free     []int32
 	ops      []operation
 	freeOps  []int32
 	timeouts []timeouts
-	ctl      *control
-	lat      *hdrhistogram.Histogram
-	stats    runStats
+	// The list of the earliest first deadline, and that deadline.
+	nextTimeout  int
+	nextDeadline uint64
+	ctl          *control
+	lat          *hdrhistogram.Histogram
+	stats        runStats
 }
 
 type runStats struct {
@@ -331,7 +342,8 @@ func New(cfg Config) (*Sim, error) {
 		return nil, err
 	}
 	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x6e65746469720a)), src: src,
-		stream: src.Stream(0), keyOf: map[wire.KeyHash]int64{}, lat: bench.NewHistogram()}
+		stream: src.Stream(0), keyOf: map[wire.KeyHash]int64{}, lat: bench.NewHistogram(),
+		nextTimeout: -1, nextDeadline: math.MaxUint64}
 	if err := s.buildLayout(); err != nil {
 		return nil, err
 	}
@@ -367,10 +379,8 @@ func New(cfg Config) (*Sim, error) {
 			latency: s.serviceMean(), top: sched.NewTopK(64)}
 	}
 	keys := src.Workload().Keys
-	s.version = make([]uint64, keys)
-	s.committed = make([]uint64, keys)
+	s.keys = make([]keyState, keys)
 	s.promoted = make([]bool, keys)
-	s.hashes = make([]wire.KeyHash, keys)
 	s.ctl = newControl(s)
 	return s, nil
 }
@@ -422,14 +432,12 @@ func (s *Sim) node(id wire.NodeID) *node { return &s.nodes[id-1] }
 
 // hash is key i's KeyHash, computed once.
 func (s *Sim) hash(i int64) wire.KeyHash {
-	if i >= int64(len(s.hashes)) {
-		n := max(i+1, int64(len(s.hashes))*5/4)
-		s.hashes = slices.Grow(s.hashes, int(n)-len(s.hashes))[:n]
-		s.version = slices.Grow(s.version, int(n)-len(s.version))[:n]
-		s.committed = slices.Grow(s.committed, int(n)-len(s.committed))[:n]
+	if i >= int64(len(s.keys)) {
+		n := max(i+1, int64(len(s.keys))*5/4)
+		s.keys = slices.Grow(s.keys, int(n)-len(s.keys))[:n]
 		s.promoted = slices.Grow(s.promoted, int(n)-len(s.promoted))[:n]
 	}
-	h := &s.hashes[i]
+	h := &s.keys[i].hash
 	if *h == (wire.KeyHash{}) {
 		*h = wire.HashKey(s.src.Key(i))
 	}
@@ -454,17 +462,17 @@ func (s *Sim) Run() (bench.Run, error) {
 	s.at(uint64(s.cfg.Epoch), event{kind: evEpoch})
 	warm := uint64(s.cfg.Warmup)
 	for {
-		t, ok := s.ev.peek()
+		src, t, ok := s.ev.earliest()
 		if !ok {
 			break
 		}
-		if tq := s.nextTimeout(); tq != nil && tq.first().t <= t {
-			d := tq.pop()
+		if s.nextDeadline <= t {
+			d := s.popTimeout()
 			s.now = max(s.now, d.t)
 			s.timeout(d)
 			continue
 		}
-		e, _ := s.ev.next()
+		e := s.ev.take(src)
 		s.now = e.t
 		if !s.stats.measuring && s.now >= warm {
 			s.startMeasuring()
@@ -570,30 +578,42 @@ func (s *Sim) newOp(live int32) int32 {
 	return int32(len(s.ops) - 1)
 }
 
-// nextTimeout is the timeout list whose first deadline is the earliest.
-func (s *Sim) nextTimeout() *timeouts {
-	var best *timeouts
+// findNextTimeout notes the timeout list whose first deadline is the
+// earliest (the first such list on ties), and that deadline; none:
+// math.MaxUint64. Only a pop, or a push to an empty list, changes them.
+func (s *Sim) findNextTimeout() {
+	s.nextTimeout, s.nextDeadline = -1, math.MaxUint64
 	for i := range s.timeouts {
-		tq := &s.timeouts[i]
-		if tq.len() > 0 && (best == nil || tq.first().t < best.first().t) {
-			best = tq
+		if tq := &s.timeouts[i]; tq.len() > 0 && tq.first().t < s.nextDeadline {
+			s.nextTimeout, s.nextDeadline = i, tq.first().t
 		}
 	}
-	return best
+}
+
+// popTimeout removes the earliest first deadline.
+func (s *Sim) popTimeout() deadline {
+	d := s.timeouts[s.nextTimeout].pop()
+	s.findNextTimeout()
+	return d
 }
 
 // armTimeout notes request i's deadline for the send at time t.
 func (s *Sim) armTimeout(i int32, t uint64) {
 	r := &s.reqs[i]
 	d := s.ops[r.op].timeout
-	for j := range s.timeouts {
-		if s.timeouts[j].d == d {
-			s.timeouts[j].push(deadline{t + d, i, r.gen})
-			return
-		}
+	j := 0
+	for j < len(s.timeouts) && s.timeouts[j].d != d {
+		j++
 	}
-	s.timeouts = append(s.timeouts, timeouts{d: d})
-	s.timeouts[len(s.timeouts)-1].push(deadline{t + d, i, r.gen})
+	if j == len(s.timeouts) {
+		s.timeouts = append(s.timeouts, timeouts{d: d})
+		j = len(s.timeouts) - 1
+	}
+	tq := &s.timeouts[j]
+	tq.push(deadline{t + d, i, r.gen})
+	if tq.len() == 1 && (t+d < s.nextDeadline || t+d == s.nextDeadline && j < s.nextTimeout) {
+		s.nextTimeout, s.nextDeadline = j, t+d
+	}
 }
 
 // timeout: a request's deadline passed. If it is still its operation's
@@ -720,26 +740,27 @@ func (s *Sim) served(id wire.NodeID) {
 	f.SetLoad(uint16(min(n.backlog(), math.MaxUint16)))
 	if f.Op() == wire.OpGet {
 		f.SetOp(wire.OpGetReply)
-		f.SetStamp(s.committed[r.key])
+		f.SetStamp(s.keys[r.key].committed)
 		s.at(s.link(), event{kind: evReplyAtPlane, a: i})
 		return
 	}
 	k := r.key
+	ks := &s.keys[k]
 	if f.Flags()&wire.FlagStamped != 0 {
 		v := wire.StampVersion(f.Stamp())
-		if v <= s.version[k] {
+		if v <= ks.version {
 			s.replyErr(i, wire.CodeStaleVersion)
 			return
 		}
-		s.version[k] = v
+		ks.version = v
 	} else {
 		if s.promoted[k] {
 			s.replyErr(i, wire.CodeRetry)
 			return
 		}
-		s.version[k]++
+		ks.version++
 	}
-	r.version = s.version[k]
+	r.version = ks.version
 	s.at(uint64(len(s.chains[p])-1)*s.link(), event{kind: evCommit, a: i})
 }
 
@@ -759,7 +780,7 @@ func (s *Sim) commit(i int32) {
 	p := f.KeyHash().Partition(s.cfg.PartitionBits)
 	tail := s.chains[p][len(s.chains[p])-1]
 	k := r.key
-	s.committed[k] = max(s.committed[k], r.version)
+	s.keys[k].committed = max(s.keys[k].committed, r.version)
 	f.SetOp(wire.OpPutReply)
 	f.SetCode(wire.CodeOK)
 	f.SetStamp(r.version)
@@ -775,7 +796,8 @@ func (s *Sim) commit(i int32) {
 // answered by a VSB.
 func (s *Sim) announce(k int64, tail wire.NodeID, v uint64) {
 	s.sendVSB(s.link(), k, tail, v, 0)
-	for _, x := range s.ctl.copies(k) {
+	s.copyBuf = s.ctl.copies(s.copyBuf[:0], k)
+	for _, x := range s.copyBuf {
 		d := 2 * s.link()
 		if s.rackOf(x) != s.rackOf(tail) {
 			d += 2 * s.link() // through the spine
@@ -829,7 +851,7 @@ func (s *Sim) vsb(e event) {
 // retryCopy: node n asks the head again for key's committed version.
 func (s *Sim) retryCopy(m vsbMsg, n wire.NodeID) {
 	if m.attempt < maxCopyAttempts {
-		s.sendVSB(4*s.link(), m.key, n, s.committed[m.key], m.attempt+1)
+		s.sendVSB(4*s.link(), m.key, n, s.keys[m.key].committed, m.attempt+1)
 	}
 }
 

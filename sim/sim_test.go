@@ -119,12 +119,16 @@ func TestEventsComeInTimeThenSchedulingOrder(t *testing.T) {
 	}
 	var prev event
 	for got := 0; ; got++ {
-		e, ok := q.next()
+		src, at, ok := q.earliest()
 		if !ok {
 			if got != n {
 				t.Fatalf("%d events out of %d", got, n)
 			}
 			return
+		}
+		e := q.take(src)
+		if e.t != at {
+			t.Fatalf("earliest said t=%d, take gave t=%d", at, e.t)
 		}
 		if got > 0 && (e.t < prev.t || e.t == prev.t && e.seq < prev.seq) {
 			t.Fatalf("event (t=%d, seq %d) after (t=%d, seq %d)", e.t, e.seq, prev.t, prev.seq)
