@@ -155,6 +155,9 @@ type Slot struct {
 // chainMask has the bits of the chain members, which are always fresh.
 func (s *Slot) chainMask() uint32 { return uint32(1)<<s.R - 1 }
 
+// members has the bits of every LocationList member.
+func (s *Slot) members() uint32 { return uint32(1)<<s.N - 1 }
+
 // member returns the index of n in the LocationList, or -1.
 func (s *Slot) member(n wire.NodeID) int {
 	for i := 0; i < int(s.N); i++ {

@@ -139,7 +139,7 @@ func (d *Directory) slot(h *wire.KeyHash) *Slot {
 
 // requestFlags are the flags only a data plane or a node sets; a request
 // arrives with them cleared, so no client can forge them.
-const requestFlags = wire.FlagStamped | wire.FlagHit | wire.FlagReservation
+const requestFlags = wire.FlagStamped | wire.FlagHit | wire.FlagReservation | wire.FlagVerify
 
 // forward rewrites the target node, the request timestamp and the tenant's
 // dmClock δ and ρ for that node.
@@ -155,14 +155,13 @@ func (d *Directory) get(f wire.Frame, h *wire.KeyHash, now uint64) Verdict {
 	flags := f.Flags() &^ requestFlags
 	p := &d.parts[h.Partition(d.cfg.PartitionBits)]
 	if s := d.slot(h); s != nil && d.cfg.Policy.routesHotKeys() {
-		eligible := s.Fresh
-		if d.cfg.Mode == ModeHost && flags&wire.FlagStaleOK == 0 {
-			eligible &= s.chainMask()
-		}
-		i, ok := d.pickSlot(s, eligible, reqid)
+		i, verify, ok := d.readAt(s, flags, reqid)
 		if !ok {
-			// Neither candidate may serve: the chain always may (CRAQ).
+			// No candidate may serve: the chain always may (CRAQ).
 			i = int(p.Buckets[reqid&(Buckets-1)] % s.R)
+		}
+		if verify {
+			flags |= wire.FlagVerify
 		}
 		s.Hits++
 		d.counter.Hits++
@@ -175,6 +174,23 @@ func (d *Directory) get(f wire.Frame, h *wire.KeyHash, now uint64) Verdict {
 	d.miss(h)
 	f.SetFlags(flags)
 	return d.forward(f, p.Chain[d.pickChain(p, reqid)], now)
+}
+
+// readAt chooses the LocationList index that serves a read hit, and whether
+// the read must be verified there (issue 18). Freshness decides how an extra
+// serves, not whether: a non-fresh extra asks the tail for the committed
+// version (FlagVerify), as a dirty CRAQ chain member does. A host agent does
+// not see every write, so its fresh bits vouch only for stale-ok reads: those
+// keep to fresh members unverified, and every linearizable read at an extra
+// is verified.
+func (d *Directory) readAt(s *Slot, flags uint8, reqid uint64) (i int, verify, ok bool) {
+	if d.cfg.Mode == ModeHost && flags&wire.FlagStaleOK != 0 {
+		i, ok = d.pickSlot(s, s.Fresh, reqid)
+		return i, false, ok
+	}
+	i, ok = d.pickSlot(s, s.members(), reqid)
+	extra := ok && i >= int(s.R)
+	return i, extra && (d.cfg.Mode == ModeHost || s.Fresh&(1<<i) == 0), ok
 }
 
 // pickSlot chooses a LocationList index among eligible members. Pegasus

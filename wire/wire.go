@@ -216,6 +216,12 @@ const (
 	// FlagReservation, on a reply: the node served the request in dmClock's
 	// reservation phase, so the data plane counts it into ρ as well as δ.
 	FlagReservation uint8 = 1 << 3
+	// FlagVerify, on a GET forwarded to an extra copy whose fresh bit is
+	// clear (or by a host agent, any linearizable read at an extra): the
+	// extra answers with the version the chain's tail says is committed,
+	// asked by a version query, never from its copy unchecked (issue 18).
+	// A request flag: data planes clear it on arrival.
+	FlagVerify uint8 = 1 << 4
 	// FlagPromoteNoStamp, on a promote node op: no data plane stamps this
 	// key's writes (host agents only), so the head keeps accepting
 	// unstamped writes to it.

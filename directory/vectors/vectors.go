@@ -417,7 +417,7 @@ func packet(p Plane, a args, input string) (string, error) {
 }
 
 // buildPacket reads "hex=..." (raw bytes) or header fields as key=value:
-// op, flags (stale-ok,stamped,hit,reservation), code, tenant, reqid, key,
+// op, flags (stale-ok,stamped,hit,reservation,verify), code, tenant, reqid, key,
 // hash, stamp, inc (the stamp's incarnation, wire.MakeStamp), node, load,
 // epoch, ts, delta, rho, value, and trailer: hex bytes after the value (a
 // node op's extension and MAC trailer, package nodeauth).
@@ -505,7 +505,7 @@ func buildPacket(input string) ([]byte, error) {
 var flagNames = []struct {
 	bit  uint8
 	name string
-}{{wire.FlagStaleOK, "stale-ok"}, {wire.FlagStamped, "stamped"}, {wire.FlagHit, "hit"}, {wire.FlagReservation, "reservation"}}
+}{{wire.FlagStaleOK, "stale-ok"}, {wire.FlagStamped, "stamped"}, {wire.FlagHit, "hit"}, {wire.FlagReservation, "reservation"}, {wire.FlagVerify, "verify"}}
 
 func parseFlags(s string) (uint8, error) {
 	var f uint8

@@ -36,6 +36,7 @@ f.flag_stale_ok = ProtoField.bool("netdir.flags.stale_ok", "Stale OK", 8, nil, 0
 f.flag_stamped = ProtoField.bool("netdir.flags.stamped", "Stamped", 8, nil, 0x02)
 f.flag_hit = ProtoField.bool("netdir.flags.hit", "Directory hit", 8, nil, 0x04)
 f.flag_reservation = ProtoField.bool("netdir.flags.reservation", "Reservation phase", 8, nil, 0x08)
+f.flag_verify = ProtoField.bool("netdir.flags.verify", "Verify at the tail", 8, nil, 0x10)
 f.flag_no_stamp = ProtoField.bool("netdir.flags.promote_no_stamp", "Promote without stamping", 8, nil, 0x80)
 f.code = ProtoField.uint8("netdir.code", "Code", base.DEC, codes)
 f.tenant = ProtoField.uint16("netdir.tenant", "Tenant")
@@ -150,7 +151,7 @@ function netdir.dissector(tvb, pinfo, tree)
 		opitem:add_proto_expert_info(ef.unknown_op)
 	end
 	local fl = t:add(f.flags, tvb(4, 1))
-	for _, bit in ipairs({f.flag_stale_ok, f.flag_stamped, f.flag_hit, f.flag_reservation, f.flag_no_stamp}) do
+	for _, bit in ipairs({f.flag_stale_ok, f.flag_stamped, f.flag_hit, f.flag_reservation, f.flag_verify, f.flag_no_stamp}) do
 		fl:add(bit, tvb(4, 1))
 	end
 	-- The rest of the header: field, offset, size (wire.go's table).
