@@ -7,7 +7,10 @@
 // system does with I/O: storage nodes as queues (writes first) with a service-time
 // distribution, links as fixed latencies, clients in a closed or open loop
 // drawing YCSB operations from package bench's generator, chain replication
-// as hops, and the controller's loops at fixed virtual periods.
+// as hops, an extra's version query for a read the data plane flagged
+// FlagVerify as a round trip to the key's tail (no service time: the
+// nodes' token buckets charge client requests only), and the controller's
+// loops at fixed virtual periods.
 //
 // A run is a function of its Config: virtual time, a seeded PCG
 // (math/rand/v2) for the simulator's own draws (request ids, service times,
@@ -321,6 +324,7 @@ type runStats struct {
 	dropped       int64
 	issued        int64
 	retried       int64
+	verified      int64
 	timedOut      int64
 	nextProgress  int64
 	hitsStart     uint64
@@ -492,6 +496,8 @@ func (s *Sim) Run() (bench.Run, error) {
 			s.replyAtPlane(e.a)
 		case evVSB:
 			s.vsb(e)
+		case evVerify:
+			s.verifyAtTail(e.a)
 		case evRound:
 			if err := s.ctl.round(); err != nil {
 				return bench.Run{}, err
@@ -723,7 +729,8 @@ func (s *Sim) served(id wire.NodeID) {
 	f := wire.Frame(r.hdr[:])
 	h := f.KeyHash()
 	p := h.Partition(s.cfg.PartitionBits)
-	if pos := slices.Index(s.chains[p], id); pos >= 0 {
+	pos := slices.Index(s.chains[p], id)
+	if pos >= 0 {
 		n.byPos[pos]++
 	}
 	if f.Flags()&wire.FlagHit == 0 {
@@ -740,6 +747,16 @@ func (s *Sim) served(id wire.NodeID) {
 	f.SetLoad(uint16(min(n.backlog(), math.MaxUint16)))
 	if f.Op() == wire.OpGet {
 		f.SetOp(wire.OpGetReply)
+		if f.Flags()&wire.FlagVerify != 0 && pos < 0 {
+			// An extra whose copy may be stale asks the key's tail which
+			// version is committed (issue 18): a version query, a node op
+			// that no node's token bucket charges.
+			if s.stats.measuring {
+				s.stats.verified++
+			}
+			s.at(s.toTail(id, p), event{kind: evVerify, a: i})
+			return
+		}
 		f.SetStamp(s.keys[r.key].committed)
 		s.at(s.link(), event{kind: evReplyAtPlane, a: i})
 		return
@@ -762,6 +779,27 @@ func (s *Sim) served(id wire.NodeID) {
 	}
 	r.version = ks.version
 	s.at(uint64(len(s.chains[p])-1)*s.link(), event{kind: evCommit, a: i})
+}
+
+// toTail is the way between node n and partition p's tail: a link to the
+// data plane and one on, and through the spine from another rack.
+func (s *Sim) toTail(n wire.NodeID, p uint32) uint64 {
+	ch := s.chains[p]
+	d := 2 * s.link()
+	if s.rackOf(n) != s.rackOf(ch[len(ch)-1]) {
+		d += 2 * s.link()
+	}
+	return d
+}
+
+// verifyAtTail: a verified read's version query is at the key's tail,
+// which answers with the committed version; back at the extra, the read
+// is answered with that version (the extra's copy or the tail's value).
+func (s *Sim) verifyAtTail(i int32) {
+	r := &s.reqs[i]
+	f := wire.Frame(r.hdr[:])
+	f.SetStamp(s.keys[r.key].committed)
+	s.at(s.toTail(f.Node(), f.KeyHash().Partition(s.cfg.PartitionBits))+s.link(), event{kind: evReplyAtPlane, a: i})
 }
 
 func (s *Sim) replyErr(i int32, code wire.Code) {
@@ -942,8 +980,8 @@ func (s *Sim) result() bench.Run {
 	run.Device = "sim-" + s.cfg.Service
 	run.Control = "sim"
 	run.OfferedOps = s.cfg.Rate
-	run.Note = fmt.Sprintf("simulated: %d racks of ≤%d, %d partitions, link %v, seed %d, %d retries, %d resent after a timeout",
-		len(s.racks), s.cfg.RackSize, 1<<s.cfg.PartitionBits, s.cfg.Link, s.cfg.Seed, s.stats.retried, s.stats.timedOut)
+	run.Note = fmt.Sprintf("simulated: %d racks of ≤%d, %d partitions, link %v, seed %d, %d retries, %d resent after a timeout, %d reads verified at the tail",
+		len(s.racks), s.cfg.RackSize, 1<<s.cfg.PartitionBits, s.cfg.Link, s.cfg.Seed, s.stats.retried, s.stats.timedOut, s.stats.verified)
 	return run
 }
 
