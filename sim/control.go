@@ -356,7 +356,7 @@ func (c *control) spreadKeys() []int64 {
 func (c *control) epoch() error {
 	s := c.s
 	in := sched.CoarseInput{Epoch: s.cfg.Epoch, Chains: s.chains, Weights: make([][]uint32, len(s.chains)),
-		Settle: sched.DefaultSettle}
+		Settle: s.cfg.Settle}
 	for i := range s.nodes {
 		n := &s.nodes[i]
 		in.Nodes = append(in.Nodes, sched.NodeStats{Node: n.id, ReadLatency: n.latency,

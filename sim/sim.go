@@ -98,6 +98,9 @@ type Config struct {
 	ClientTimeout, ClientMaxTimeout, OpTimeout time.Duration
 	Round                                      time.Duration // hot-key round
 	Epoch                                      time.Duration // HATS coarse epoch
+	// Settle is how the coarse loop settles (default: the controller's,
+	// sched.DefaultSettle).
+	Settle sched.Settle
 	// PromoteMin is the requests per round that make a key hot in a rack
 	// directory and in the spine; default as bench/system, 0.5% of a
 	// rack's capacity per round.
@@ -188,6 +191,12 @@ func (c *Config) fill() error {
 	}
 	if c.Epoch == 0 {
 		c.Epoch = DefaultEpoch
+	}
+	if c.Settle == (sched.Settle{}) {
+		c.Settle = sched.DefaultSettle
+	}
+	if st := c.Settle; !(st.Tolerance >= 0 && st.Sigmas >= 0 && st.Damping >= 0 && st.Damping <= 1 && st.MinChange >= 0) {
+		return fmt.Errorf("sim: settle %+v: want band, sigmas and min change ≥ 0, damping in [0, 1]", st)
 	}
 	if c.Epoch < sched.MinEpoch || c.Epoch > sched.MaxEpoch {
 		return fmt.Errorf("sim: epoch %v: want %v..%v", c.Epoch, sched.MinEpoch, sched.MaxEpoch)
@@ -982,6 +991,9 @@ func (s *Sim) result() bench.Run {
 	run.OfferedOps = s.cfg.Rate
 	run.Note = fmt.Sprintf("simulated: %d racks of ≤%d, %d partitions, link %v, seed %d, %d retries, %d resent after a timeout, %d reads verified at the tail",
 		len(s.racks), s.cfg.RackSize, 1<<s.cfg.PartitionBits, s.cfg.Link, s.cfg.Seed, s.stats.retried, s.stats.timedOut, s.stats.verified)
+	if st := s.cfg.Settle; st != sched.DefaultSettle {
+		run.Note += fmt.Sprintf(", coarse loop settling within %g + %gσ (damping %g, min change %g)", st.Tolerance, st.Sigmas, st.Damping, st.MinChange)
+	}
 	return run
 }
 

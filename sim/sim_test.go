@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/bench"
+	"github.com/netdir/netdir/sched"
 )
 
 func smallConfig(seed uint64) Config {
@@ -119,6 +120,7 @@ func TestBadConfigIsAnError(t *testing.T) {
 		"replicas": {Nodes: 2, Replicas: 3},
 		"workload": {Workload: bench.Workload{Name: "Z"}},
 		"epoch":    {Epoch: time.Second},
+		"settle":   {Settle: sched.Settle{Tolerance: -0.1}},
 	} {
 		if _, err := Run(cfg); err == nil {
 			t.Errorf("%s: no error", name)
