@@ -15,17 +15,25 @@ import (
 type TopK struct {
 	k      int
 	counts map[string]*topEntry
-	heap   []*topEntry // the counters, a min-heap by (count, key)
+	heap   []topItem // the counters, a min-heap by (count, key)
 }
 
-// topEntry is a counter. Its key is a string over buf, which an evicted
-// entry reuses for the key that takes it over (after leaving the map), so
-// that counting allocates nothing once the k counters exist.
-type topEntry struct {
-	key   string
-	buf   []byte
+// topItem is a counter's place in the heap: its count and key inline, so
+// that ordering reads no pointer.
+type topItem struct {
 	count uint64
-	at    int // index in TopK.heap
+	key   string
+	e     *topEntry
+}
+
+// topEntry is a counter's key and heap index. Its key is a string over
+// buf, which an evicted entry reuses for the key that takes it over (after
+// leaving the map), so that counting allocates nothing once the k counters
+// exist.
+type topEntry struct {
+	key string
+	buf []byte
+	at  int // index in TopK.heap
 }
 
 func (e *topEntry) setKey(key []byte) {
@@ -47,71 +55,77 @@ func NewTopK(k int) *TopK {
 // Add counts one occurrence of key, in O(log k).
 func (t *TopK) Add(key []byte) {
 	if e, ok := t.counts[string(key)]; ok {
-		e.count++
+		t.heap[e.at].count++
 		t.down(e.at)
 		return
 	}
 	if len(t.counts) < t.k {
-		e := &topEntry{count: 1, at: len(t.heap)}
+		e := &topEntry{at: len(t.heap)}
 		e.setKey(key)
 		t.counts[e.key] = e
-		t.heap = append(t.heap, e)
+		t.heap = append(t.heap, topItem{count: 1, key: e.key, e: e})
 		t.up(e.at)
 		return
 	}
 	// The smallest counter, ties to the smallest key, takes key over.
-	min := t.heap[0]
+	min := &t.heap[0]
 	delete(t.counts, min.key)
-	min.setKey(key)
+	min.e.setKey(key)
+	min.key = min.e.key
 	min.count++
-	t.counts[min.key] = min
+	t.counts[min.key] = min.e
 	t.down(0)
 }
 
-func (t *TopK) less(i, j int) bool {
-	a, b := t.heap[i], t.heap[j]
+// below: a comes before b in the heap, by (count, key).
+func (a *topItem) below(b *topItem) bool {
 	return a.count < b.count || (a.count == b.count && a.key < b.key)
 }
 
-func (t *TopK) swap(i, j int) {
-	t.heap[i], t.heap[j] = t.heap[j], t.heap[i]
-	t.heap[i].at, t.heap[j].at = i, j
-}
-
+// up and down move the item at i to its place, shifting the others into
+// the hole it leaves.
 func (t *TopK) up(i int) {
+	x := t.heap[i]
 	for i > 0 {
 		p := (i - 1) / 2
-		if !t.less(i, p) {
-			return
+		if !x.below(&t.heap[p]) {
+			break
 		}
-		t.swap(i, p)
+		t.place(i, t.heap[p])
 		i = p
 	}
+	t.place(i, x)
 }
 
 func (t *TopK) down(i int) {
+	x := t.heap[i]
+	n := len(t.heap)
 	for {
-		m := i
-		for _, c := range [2]int{2*i + 1, 2*i + 2} {
-			if c < len(t.heap) && t.less(c, m) {
-				m = c
-			}
+		c := 2*i + 1
+		if c >= n {
+			break
 		}
-		if m == i {
-			return
+		if c+1 < n && t.heap[c+1].below(&t.heap[c]) {
+			c++
 		}
-		t.swap(i, m)
-		i = m
+		if !t.heap[c].below(&x) {
+			break
+		}
+		t.place(i, t.heap[c])
+		i = c
 	}
+	t.place(i, x)
+}
+
+func (t *TopK) place(i int, x topItem) {
+	t.heap[i] = x
+	x.e.at = i
 }
 
 // Top returns up to n keys, most frequent first, and starts a new round.
 func (t *TopK) Top(n int) []KeyCount {
-	es := make([]*topEntry, 0, len(t.counts))
-	for _, e := range t.counts {
-		es = append(es, e)
-	}
-	slices.SortFunc(es, func(a, b *topEntry) int {
+	es := slices.Clone(t.heap)
+	slices.SortFunc(es, func(a, b topItem) int {
 		if c := cmp.Compare(b.count, a.count); c != 0 {
 			return c
 		}

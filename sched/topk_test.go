@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -107,5 +108,22 @@ func TestTopKMatchesScan(t *testing.T) {
 		if ref[string(kc.Key)] != kc.Count {
 			t.Errorf("%s: count %d, want %d", kc.Key, kc.Count, ref[string(kc.Key)])
 		}
+	}
+}
+
+// BenchmarkTopKAdd counts a skewed stream over 100k keys with 64 counters,
+// as a storage node counts its directory misses: most keys are new to the
+// counters and take the smallest over.
+func BenchmarkTopKAdd(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	keys := make([][]byte, 1<<16)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "user%012d", int(100_000*math.Pow(r.Float64(), 3)))
+	}
+	tk := NewTopK(64)
+	i := 0
+	for b.Loop() {
+		tk.Add(keys[i&(len(keys)-1)])
+		i++
 	}
 }

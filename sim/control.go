@@ -30,8 +30,11 @@ type control struct {
 }
 
 type spreadKey struct {
-	racks  []int
-	remote map[int][]wire.NodeID
+	racks  []int           // its home rack first
+	remote [][]wire.NodeID // per rack after the home, its LocationList
+	// announcers are the nodes whose VSBs reach the spine: the key's tail
+	// and the remote racks' primaries.
+	announcers []wire.NodeID
 }
 
 func newControl(s *Sim) *control {
@@ -71,23 +74,22 @@ func (c *control) hashOf(name []byte) wire.KeyHash {
 // home rack's directory or spread over racks.
 func (c *control) announced(k int64) bool { return c.s.promoted[k] || c.spread[k] != nil }
 
-// copies lists the nodes that get key k's committed versions besides its
-// chain: its extras in its home rack, then per remote rack the primary and
-// its extras.
-func (c *control) copies(k int64) []wire.NodeID {
+// copies appends to out the nodes that get key k's committed versions
+// besides its chain: its extras in its home rack, then per remote rack the
+// primary and its extras.
+func (c *control) copies(out []wire.NodeID, k int64) []wire.NodeID {
 	s := c.s
 	h := s.hash(k)
 	home := 0
 	if s.spine != nil {
 		home = s.spine.Home(h)
 	}
-	var out []wire.NodeID
 	if sl, ok := s.racks[home].Lookup(h); ok {
 		out = append(out, sl.Locs[sl.R:sl.N]...)
 	}
 	if sk := c.spread[k]; sk != nil {
-		for _, r := range sk.racks[1:] {
-			out = append(out, sk.remote[r]...)
+		for _, locs := range sk.remote {
+			out = append(out, locs...)
 		}
 	}
 	return out
@@ -97,19 +99,7 @@ func (c *control) copies(k int64) []wire.NodeID {
 // tail or a remote rack's primary.
 func (c *control) announcesToSpine(k int64, n wire.NodeID) bool {
 	sk := c.spread[k]
-	if sk == nil {
-		return false
-	}
-	ch := c.s.chains[c.s.hash(k).Partition(c.s.cfg.PartitionBits)]
-	if n == ch[len(ch)-1] {
-		return true
-	}
-	for _, locs := range sk.remote {
-		if locs[0] == n {
-			return true
-		}
-	}
-	return false
+	return sk != nil && slices.Contains(sk.announcers, n)
 }
 
 func (c *control) dirSize() int {
@@ -214,7 +204,7 @@ func (c *control) rackRound(r int, reports [][]sched.KeyCount, rr *rackRound) er
 		for i := range ones {
 			ones[i] = 1
 		}
-		if _, err := d.Insert(cd.Hash, locs, len(ch), wire.MakeStamp(0, s.version[k]), directory.BucketsForWeights(ones)); err != nil {
+		if _, err := d.Insert(cd.Hash, locs, len(ch), wire.MakeStamp(0, s.keys[k].version), directory.BucketsForWeights(ones)); err != nil {
 			c.hot[r].Forget(cd.Hash)
 			if errors.Is(err, directory.ErrFull) {
 				continue
@@ -223,7 +213,7 @@ func (c *control) rackRound(r int, reports [][]sched.KeyCount, rr *rackRound) er
 		}
 		s.promoted[k] = true
 		for _, x := range locs[len(ch):] {
-			s.sendVSB(2*s.link(), k, x, s.committed[k], 0)
+			s.sendVSB(2*s.link(), k, x, s.keys[k].committed, 0)
 		}
 	}
 	return nil
@@ -311,7 +301,8 @@ func (c *control) spineRound(rounds []rackRound) error {
 		share := float64(cd.Count) / float64(max(all, 1))
 		kr := max(2, sched.RackCount(share, nracks))
 		others := sched.PlaceExtras([]wire.NodeID{wire.NodeID(home)}, rackIDs, rackLoad, kr-1, share/float64(kr))
-		sk := &spreadKey{racks: []int{home}, remote: map[int][]wire.NodeID{}}
+		ch := s.chains[cd.Hash.Partition(s.cfg.PartitionBits)]
+		sk := &spreadKey{racks: []int{home}, announcers: []wire.NodeID{ch[len(ch)-1]}}
 		local := min(1, share/float64(kr)*float64(nracks)) // its share of a rack's requests
 		for _, id := range others {
 			r := int(id)
@@ -322,26 +313,27 @@ func (c *control) spineRound(rounds []rackRound) error {
 			// not those of the key's nodes, so its share of a rack must
 			// be spread over the whole rack.
 			locs := sched.PlaceExtras(nil, nodes, nodeLoad, len(nodes), local/float64(len(nodes)))
-			if _, err := s.racks[r].Insert(cd.Hash, locs, 1, wire.MakeStamp(0, s.committed[k]), nil); err != nil {
+			if _, err := s.racks[r].Insert(cd.Hash, locs, 1, wire.MakeStamp(0, s.keys[k].committed), nil); err != nil {
 				if errors.Is(err, directory.ErrFull) {
 					continue
 				}
 				return err
 			}
 			sk.racks = append(sk.racks, r)
-			sk.remote[r] = locs
+			sk.remote = append(sk.remote, locs)
+			sk.announcers = append(sk.announcers, locs[0])
 		}
 		if len(sk.racks) < 2 {
 			c.spine.Forget(cd.Hash)
 			continue
 		}
-		if err := s.spine.Insert(cd.Hash, sk.racks, s.committed[k]); err != nil {
+		if err := s.spine.Insert(cd.Hash, sk.racks, s.keys[k].committed); err != nil {
 			return err
 		}
 		c.spread[k] = sk
-		for _, r := range sk.racks[1:] {
-			for _, x := range sk.remote[r] {
-				s.sendVSB(4*s.link(), k, x, s.committed[k], 0)
+		for _, locs := range sk.remote {
+			for _, x := range locs {
+				s.sendVSB(4*s.link(), k, x, s.keys[k].committed, 0)
 			}
 		}
 	}
@@ -364,7 +356,7 @@ func (c *control) spreadKeys() []int64 {
 func (c *control) epoch() error {
 	s := c.s
 	in := sched.CoarseInput{Epoch: s.cfg.Epoch, Chains: s.chains, Weights: make([][]uint32, len(s.chains)),
-		Settle: sched.DefaultSettle}
+		Settle: s.cfg.Settle}
 	for i := range s.nodes {
 		n := &s.nodes[i]
 		in.Nodes = append(in.Nodes, sched.NodeStats{Node: n.id, ReadLatency: n.latency,

@@ -9,6 +9,7 @@ const (
 	evCommit                    // a write commits at its tail (a = request)
 	evReplyAtPlane              // a reply reaches the data plane (a = request)
 	evVSB                       // a VSB reaches the data plane (a = Sim.vsbs index, node = sender)
+	evVerify                    // a verified read's version query reaches the key's tail (a = request)
 	evRound                     // the controller's hot-key round
 	evEpoch                     // the controller's coarse epoch (HATS)
 )
@@ -66,36 +67,33 @@ func (q *events) after(now, d uint64, e event) {
 	q.push(e)
 }
 
-// next returns the earliest event and removes it; false if there is none.
-func (q *events) next() (event, bool) {
-	var best *lane
+// earliest finds the earliest event: its source (a lane's index, or -1
+// for the heap) for take, and its time; false if there is none. One scan
+// serves both the caller's look at the time and the removal.
+func (q *events) earliest() (src int, t uint64, ok bool) {
+	var best *event
 	for i := range q.lanes {
 		l := &q.lanes[i]
-		if l.len() > 0 && (best == nil || before(l.first(), best.first())) {
-			best = l
+		if l.len() > 0 && (best == nil || before(l.first(), best)) {
+			best, src = l.first(), i
 		}
 	}
-	if best == nil || len(q.h) > 0 && before(&q.h[0], best.first()) {
-		if len(q.h) == 0 {
-			return event{}, false
-		}
-		return q.pop(), true
+	if len(q.h) > 0 && (best == nil || before(&q.h[0], best)) {
+		best, src = &q.h[0], -1
 	}
-	return best.pop(), true
+	if best == nil {
+		return 0, 0, false
+	}
+	return src, best.t, true
 }
 
-// peek is the earliest event's time; false if there is none.
-func (q *events) peek() (uint64, bool) {
-	t, ok := uint64(0), false
-	for i := range q.lanes {
-		if l := &q.lanes[i]; l.len() > 0 && (!ok || l.first().t < t) {
-			t, ok = l.first().t, true
-		}
+// take removes and returns the earliest event of source src, as earliest
+// returned it.
+func (q *events) take(src int) event {
+	if src < 0 {
+		return q.pop()
 	}
-	if len(q.h) > 0 && (!ok || q.h[0].t < t) {
-		t, ok = q.h[0].t, true
-	}
-	return t, ok
+	return q.lanes[src].pop()
 }
 
 func (q *events) push(e event) {
@@ -146,27 +144,33 @@ func (q *events) pop() event {
 	return top
 }
 
-// queue is a FIFO over a slice whose consumed head is dropped now and
-// then.
+// queue is a FIFO in a ring buffer that doubles when full: memory in
+// use stays at the most it ever held, and no pop copies.
 type queue[T any] struct {
-	q    []T
+	buf  []T // its length a power of two
 	head int
+	n    int
 }
 
-func (f *queue[T]) len() int { return len(f.q) - f.head }
+func (f *queue[T]) len() int { return f.n }
 
-func (f *queue[T]) push(x T) { f.q = append(f.q, x) }
+func (f *queue[T]) push(x T) {
+	if f.n == len(f.buf) {
+		b := make([]T, max(16, 2*len(f.buf)))
+		m := copy(b, f.buf[f.head:])
+		copy(b[m:], f.buf[:f.head])
+		f.buf, f.head = b, 0
+	}
+	f.buf[(f.head+f.n)&(len(f.buf)-1)] = x
+	f.n++
+}
 
 // first is the head; the queue must not be empty.
-func (f *queue[T]) first() *T { return &f.q[f.head] }
+func (f *queue[T]) first() *T { return &f.buf[f.head] }
 
 func (f *queue[T]) pop() T {
-	x := f.q[f.head]
-	f.head++
-	if f.head == len(f.q) {
-		f.q, f.head = f.q[:0], 0
-	} else if f.head > 1024 && f.head*2 > len(f.q) {
-		f.q, f.head = append(f.q[:0], f.q[f.head:]...), 0
-	}
+	x := f.buf[f.head]
+	f.head = (f.head + 1) & (len(f.buf) - 1)
+	f.n--
 	return x
 }

@@ -7,7 +7,10 @@
 // system does with I/O: storage nodes as queues (writes first) with a service-time
 // distribution, links as fixed latencies, clients in a closed or open loop
 // drawing YCSB operations from package bench's generator, chain replication
-// as hops, and the controller's loops at fixed virtual periods.
+// as hops, an extra's version query for a read the data plane flagged
+// FlagVerify as a round trip to the key's tail (no service time: the
+// nodes' token buckets charge client requests only), and the controller's
+// loops at fixed virtual periods.
 //
 // A run is a function of its Config: virtual time, a seeded PCG
 // (math/rand/v2) for the simulator's own draws (request ids, service times,
@@ -95,6 +98,9 @@ type Config struct {
 	ClientTimeout, ClientMaxTimeout, OpTimeout time.Duration
 	Round                                      time.Duration // hot-key round
 	Epoch                                      time.Duration // HATS coarse epoch
+	// Settle is how the coarse loop settles (default: the controller's,
+	// sched.DefaultSettle).
+	Settle sched.Settle
 	// PromoteMin is the requests per round that make a key hot in a rack
 	// directory and in the spine; default as bench/system, 0.5% of a
 	// rack's capacity per round.
@@ -186,6 +192,12 @@ func (c *Config) fill() error {
 	if c.Epoch == 0 {
 		c.Epoch = DefaultEpoch
 	}
+	if c.Settle == (sched.Settle{}) {
+		c.Settle = sched.DefaultSettle
+	}
+	if st := c.Settle; !(st.Tolerance >= 0 && st.Sigmas >= 0 && st.Damping >= 0 && st.Damping <= 1 && st.MinChange >= 0) {
+		return fmt.Errorf("sim: settle %+v: want band, sigmas and min change ≥ 0, damping in [0, 1]", st)
+	}
 	if c.Epoch < sched.MinEpoch || c.Epoch > sched.MaxEpoch {
 		return fmt.Errorf("sim: epoch %v: want %v..%v", c.Epoch, sched.MinEpoch, sched.MaxEpoch)
 	}
@@ -267,6 +279,14 @@ func (n *node) backlog() int {
 	return b
 }
 
+// keyState is one key's KeyHash (zero until computed), its chain head's
+// latest version and its committed one: together, so that a request
+// touches one cache line of them (the keys far outnumber the caches).
+type keyState struct {
+	hash               wire.KeyHash
+	version, committed uint64
+}
+
 // Sim is one run in progress.
 type Sim struct {
 	cfg    Config
@@ -283,24 +303,27 @@ type Sim struct {
 	nodes  []node // by id − 1
 	ids    []wire.NodeID
 
-	// What the storage nodes hold, by key index: a chain head's latest
-	// version and its committed one, and whether the key is promoted in
-	// its home rack's directory (the head refuses unstamped writes then).
-	version, committed []uint64
-	promoted           []bool
-	hashes             []wire.KeyHash         // zero until computed
-	keyOf              map[wire.KeyHash]int64 // the keys ever promoted
-	vsbs               []vsbMsg               // VSBs in flight, by event.a
-	freeVSBs           []int32
+	// What the storage nodes hold, by key index (keys), and whether the
+	// key is promoted in its home rack's directory (the head refuses
+	// unstamped writes then).
+	keys     []keyState
+	promoted []bool
+	keyOf    map[wire.KeyHash]int64 // the keys ever promoted
+	vsbs     []vsbMsg               // VSBs in flight, by event.a
+	copyBuf  []wire.NodeID          // announce's list of copies
+	freeVSBs []int32
 
 	reqs     []request
 	free     []int32
 	ops      []operation
 	freeOps  []int32
 	timeouts []timeouts
-	ctl      *control
-	lat      *hdrhistogram.Histogram
-	stats    runStats
+	// The list of the earliest first deadline, and that deadline.
+	nextTimeout  int
+	nextDeadline uint64
+	ctl          *control
+	lat          *hdrhistogram.Histogram
+	stats        runStats
 }
 
 type runStats struct {
@@ -310,6 +333,7 @@ type runStats struct {
 	dropped       int64
 	issued        int64
 	retried       int64
+	verified      int64
 	timedOut      int64
 	nextProgress  int64
 	hitsStart     uint64
@@ -331,7 +355,8 @@ func New(cfg Config) (*Sim, error) {
 		return nil, err
 	}
 	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x6e65746469720a)), src: src,
-		stream: src.Stream(0), keyOf: map[wire.KeyHash]int64{}, lat: bench.NewHistogram()}
+		stream: src.Stream(0), keyOf: map[wire.KeyHash]int64{}, lat: bench.NewHistogram(),
+		nextTimeout: -1, nextDeadline: math.MaxUint64}
 	if err := s.buildLayout(); err != nil {
 		return nil, err
 	}
@@ -367,10 +392,8 @@ func New(cfg Config) (*Sim, error) {
 			latency: s.serviceMean(), top: sched.NewTopK(64)}
 	}
 	keys := src.Workload().Keys
-	s.version = make([]uint64, keys)
-	s.committed = make([]uint64, keys)
+	s.keys = make([]keyState, keys)
 	s.promoted = make([]bool, keys)
-	s.hashes = make([]wire.KeyHash, keys)
 	s.ctl = newControl(s)
 	return s, nil
 }
@@ -422,14 +445,12 @@ func (s *Sim) node(id wire.NodeID) *node { return &s.nodes[id-1] }
 
 // hash is key i's KeyHash, computed once.
 func (s *Sim) hash(i int64) wire.KeyHash {
-	if i >= int64(len(s.hashes)) {
-		n := max(i+1, int64(len(s.hashes))*5/4)
-		s.hashes = slices.Grow(s.hashes, int(n)-len(s.hashes))[:n]
-		s.version = slices.Grow(s.version, int(n)-len(s.version))[:n]
-		s.committed = slices.Grow(s.committed, int(n)-len(s.committed))[:n]
+	if i >= int64(len(s.keys)) {
+		n := max(i+1, int64(len(s.keys))*5/4)
+		s.keys = slices.Grow(s.keys, int(n)-len(s.keys))[:n]
 		s.promoted = slices.Grow(s.promoted, int(n)-len(s.promoted))[:n]
 	}
-	h := &s.hashes[i]
+	h := &s.keys[i].hash
 	if *h == (wire.KeyHash{}) {
 		*h = wire.HashKey(s.src.Key(i))
 	}
@@ -454,17 +475,17 @@ func (s *Sim) Run() (bench.Run, error) {
 	s.at(uint64(s.cfg.Epoch), event{kind: evEpoch})
 	warm := uint64(s.cfg.Warmup)
 	for {
-		t, ok := s.ev.peek()
+		src, t, ok := s.ev.earliest()
 		if !ok {
 			break
 		}
-		if tq := s.nextTimeout(); tq != nil && tq.first().t <= t {
-			d := tq.pop()
+		if s.nextDeadline <= t {
+			d := s.popTimeout()
 			s.now = max(s.now, d.t)
 			s.timeout(d)
 			continue
 		}
-		e, _ := s.ev.next()
+		e := s.ev.take(src)
 		s.now = e.t
 		if !s.stats.measuring && s.now >= warm {
 			s.startMeasuring()
@@ -484,6 +505,8 @@ func (s *Sim) Run() (bench.Run, error) {
 			s.replyAtPlane(e.a)
 		case evVSB:
 			s.vsb(e)
+		case evVerify:
+			s.verifyAtTail(e.a)
 		case evRound:
 			if err := s.ctl.round(); err != nil {
 				return bench.Run{}, err
@@ -570,30 +593,42 @@ func (s *Sim) newOp(live int32) int32 {
 	return int32(len(s.ops) - 1)
 }
 
-// nextTimeout is the timeout list whose first deadline is the earliest.
-func (s *Sim) nextTimeout() *timeouts {
-	var best *timeouts
+// findNextTimeout notes the timeout list whose first deadline is the
+// earliest (the first such list on ties), and that deadline; none:
+// math.MaxUint64. Only a pop, or a push to an empty list, changes them.
+func (s *Sim) findNextTimeout() {
+	s.nextTimeout, s.nextDeadline = -1, math.MaxUint64
 	for i := range s.timeouts {
-		tq := &s.timeouts[i]
-		if tq.len() > 0 && (best == nil || tq.first().t < best.first().t) {
-			best = tq
+		if tq := &s.timeouts[i]; tq.len() > 0 && tq.first().t < s.nextDeadline {
+			s.nextTimeout, s.nextDeadline = i, tq.first().t
 		}
 	}
-	return best
+}
+
+// popTimeout removes the earliest first deadline.
+func (s *Sim) popTimeout() deadline {
+	d := s.timeouts[s.nextTimeout].pop()
+	s.findNextTimeout()
+	return d
 }
 
 // armTimeout notes request i's deadline for the send at time t.
 func (s *Sim) armTimeout(i int32, t uint64) {
 	r := &s.reqs[i]
 	d := s.ops[r.op].timeout
-	for j := range s.timeouts {
-		if s.timeouts[j].d == d {
-			s.timeouts[j].push(deadline{t + d, i, r.gen})
-			return
-		}
+	j := 0
+	for j < len(s.timeouts) && s.timeouts[j].d != d {
+		j++
 	}
-	s.timeouts = append(s.timeouts, timeouts{d: d})
-	s.timeouts[len(s.timeouts)-1].push(deadline{t + d, i, r.gen})
+	if j == len(s.timeouts) {
+		s.timeouts = append(s.timeouts, timeouts{d: d})
+		j = len(s.timeouts) - 1
+	}
+	tq := &s.timeouts[j]
+	tq.push(deadline{t + d, i, r.gen})
+	if tq.len() == 1 && (t+d < s.nextDeadline || t+d == s.nextDeadline && j < s.nextTimeout) {
+		s.nextTimeout, s.nextDeadline = j, t+d
+	}
 }
 
 // timeout: a request's deadline passed. If it is still its operation's
@@ -703,7 +738,8 @@ func (s *Sim) served(id wire.NodeID) {
 	f := wire.Frame(r.hdr[:])
 	h := f.KeyHash()
 	p := h.Partition(s.cfg.PartitionBits)
-	if pos := slices.Index(s.chains[p], id); pos >= 0 {
+	pos := slices.Index(s.chains[p], id)
+	if pos >= 0 {
 		n.byPos[pos]++
 	}
 	if f.Flags()&wire.FlagHit == 0 {
@@ -720,27 +756,59 @@ func (s *Sim) served(id wire.NodeID) {
 	f.SetLoad(uint16(min(n.backlog(), math.MaxUint16)))
 	if f.Op() == wire.OpGet {
 		f.SetOp(wire.OpGetReply)
-		f.SetStamp(s.committed[r.key])
+		if f.Flags()&wire.FlagVerify != 0 && pos < 0 {
+			// An extra whose copy may be stale asks the key's tail which
+			// version is committed (issue 18): a version query, a node op
+			// that no node's token bucket charges.
+			if s.stats.measuring {
+				s.stats.verified++
+			}
+			s.at(s.toTail(id, p), event{kind: evVerify, a: i})
+			return
+		}
+		f.SetStamp(s.keys[r.key].committed)
 		s.at(s.link(), event{kind: evReplyAtPlane, a: i})
 		return
 	}
 	k := r.key
+	ks := &s.keys[k]
 	if f.Flags()&wire.FlagStamped != 0 {
 		v := wire.StampVersion(f.Stamp())
-		if v <= s.version[k] {
+		if v <= ks.version {
 			s.replyErr(i, wire.CodeStaleVersion)
 			return
 		}
-		s.version[k] = v
+		ks.version = v
 	} else {
 		if s.promoted[k] {
 			s.replyErr(i, wire.CodeRetry)
 			return
 		}
-		s.version[k]++
+		ks.version++
 	}
-	r.version = s.version[k]
+	r.version = ks.version
 	s.at(uint64(len(s.chains[p])-1)*s.link(), event{kind: evCommit, a: i})
+}
+
+// toTail is the way between node n and partition p's tail: a link to the
+// data plane and one on, and through the spine from another rack.
+func (s *Sim) toTail(n wire.NodeID, p uint32) uint64 {
+	ch := s.chains[p]
+	d := 2 * s.link()
+	if s.rackOf(n) != s.rackOf(ch[len(ch)-1]) {
+		d += 2 * s.link()
+	}
+	return d
+}
+
+// verifyAtTail: a verified read's version query is at the key's tail,
+// which answers with the committed version; back at the extra, the read
+// is answered with that version (the extra's copy or the tail's value).
+func (s *Sim) verifyAtTail(i int32) {
+	r := &s.reqs[i]
+	f := wire.Frame(r.hdr[:])
+	f.SetStamp(s.keys[r.key].committed)
+	s.at(s.toTail(f.Node(), f.KeyHash().Partition(s.cfg.PartitionBits))+s.link(), event{kind: evReplyAtPlane, a: i})
 }
 
 func (s *Sim) replyErr(i int32, code wire.Code) {
@@ -759,7 +827,7 @@ func (s *Sim) commit(i int32) {
 	p := f.KeyHash().Partition(s.cfg.PartitionBits)
 	tail := s.chains[p][len(s.chains[p])-1]
 	k := r.key
-	s.committed[k] = max(s.committed[k], r.version)
+	s.keys[k].committed = max(s.keys[k].committed, r.version)
 	f.SetOp(wire.OpPutReply)
 	f.SetCode(wire.CodeOK)
 	f.SetStamp(r.version)
@@ -775,7 +843,8 @@ func (s *Sim) commit(i int32) {
 // answered by a VSB.
 func (s *Sim) announce(k int64, tail wire.NodeID, v uint64) {
 	s.sendVSB(s.link(), k, tail, v, 0)
-	for _, x := range s.ctl.copies(k) {
+	s.copyBuf = s.ctl.copies(s.copyBuf[:0], k)
+	for _, x := range s.copyBuf {
 		d := 2 * s.link()
 		if s.rackOf(x) != s.rackOf(tail) {
 			d += 2 * s.link() // through the spine
@@ -829,7 +898,7 @@ func (s *Sim) vsb(e event) {
 // retryCopy: node n asks the head again for key's committed version.
 func (s *Sim) retryCopy(m vsbMsg, n wire.NodeID) {
 	if m.attempt < maxCopyAttempts {
-		s.sendVSB(4*s.link(), m.key, n, s.committed[m.key], m.attempt+1)
+		s.sendVSB(4*s.link(), m.key, n, s.keys[m.key].committed, m.attempt+1)
 	}
 }
 
@@ -920,8 +989,11 @@ func (s *Sim) result() bench.Run {
 	run.Device = "sim-" + s.cfg.Service
 	run.Control = "sim"
 	run.OfferedOps = s.cfg.Rate
-	run.Note = fmt.Sprintf("simulated: %d racks of ≤%d, %d partitions, link %v, seed %d, %d retries, %d resent after a timeout",
-		len(s.racks), s.cfg.RackSize, 1<<s.cfg.PartitionBits, s.cfg.Link, s.cfg.Seed, s.stats.retried, s.stats.timedOut)
+	run.Note = fmt.Sprintf("simulated: %d racks of ≤%d, %d partitions, link %v, seed %d, %d retries, %d resent after a timeout, %d reads verified at the tail",
+		len(s.racks), s.cfg.RackSize, 1<<s.cfg.PartitionBits, s.cfg.Link, s.cfg.Seed, s.stats.retried, s.stats.timedOut, s.stats.verified)
+	if st := s.cfg.Settle; st != sched.DefaultSettle {
+		run.Note += fmt.Sprintf(", coarse loop settling within %g + %gσ (damping %g, min change %g)", st.Tolerance, st.Sigmas, st.Damping, st.MinChange)
+	}
 	return run
 }
 

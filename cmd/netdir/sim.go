@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/netdir/netdir/bench"
+	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/sim"
 )
 
@@ -186,6 +187,13 @@ comma lists of --nodes, --workload, --zipf and --policies sweep.`,
 		"a client resends a request unanswered this long (doubling, up to 4×) and gives up after 5×, as netdir bench's")
 	fl.DurationVar(&cfg.Round, "round", sim.DefaultRound, "the controller's hot-key round (virtual time)")
 	fl.DurationVar(&cfg.Epoch, "epoch", sim.DefaultEpoch, "the HATS coarse epoch (virtual time)")
+	cfg.Settle.Damping = sched.DefaultSettle.Damping
+	fl.Float64Var(&cfg.Settle.Tolerance, "settle-band", sched.DefaultSettle.Tolerance,
+		"the coarse loop moves load off a node only past this fraction above the receiver's utilisation (the controller's)")
+	fl.Float64Var(&cfg.Settle.Sigmas, "settle-sigmas", sched.DefaultSettle.Sigmas,
+		"and past this many standard deviations of the two utilisations' measured difference (the controller's)")
+	fl.Float64Var(&cfg.Settle.MinChange, "settle-min-change", sched.DefaultSettle.MinChange,
+		"the smallest change of a member's share of a partition that rewrites its weights (the controller's)")
 	fl.DurationVar(&cfg.Warmup, "warmup", sim.DefaultWarmup, "virtual time before measuring")
 	fl.Int64Var(&cfg.Requests, "requests", sim.DefaultRequests, "operations measured after the warm-up")
 	fl.Uint64Var(&seed, "seed", 1, "seed of the simulation and the workload")
