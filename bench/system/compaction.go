@@ -310,6 +310,9 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 		run.Note += "; "
 	}
 	run.Note += fmt.Sprintf("compaction phase %q: fill %.3g MiB on nodes %v, budget %s", ph.Name, res.FillMiB, oneBased(ph.Fill), BudgetName(ph.Budget))
+	if ph.Turn > 0 && res.Paced {
+		run.Note += fmt.Sprintf(", staggered in turns of %v", ph.Turn)
+	}
 	return run, res, nil
 }
 
