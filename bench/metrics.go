@@ -181,6 +181,21 @@ func CoV(xs []float64) float64 {
 	return math.Sqrt(v/float64(len(xs))) / m
 }
 
+// servedLatencies is the mean read latencies of the nodes that served
+// reads: a node that served none (a policy that stopped choosing it, a
+// node that only took writes) has no latency, and counting it as 0 made
+// the CoV of a run that starved one node of 8 about twice its spread among
+// the nodes that served (c3 in BENCHMARKS.md, HATS (c)).
+func servedLatencies(us []float64) []float64 {
+	out := make([]float64, 0, len(us))
+	for _, x := range us {
+		if x > 0 {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 // MaxOverMean is max(xs)/mean(xs), 1 for perfect balance; 0 for none or a
 // zero mean.
 func MaxOverMean(xs []float64) float64 {
@@ -465,7 +480,7 @@ func Summarize(info RunInfo, res *Result) Run {
 		}
 		run.LoadMaxOverMean = MaxOverMean(run.NodeLoads)
 		run.LoadCoV = CoV(run.NodeLoads)
-		run.NodeLatencyCoV = CoV(run.NodeLatencyUs)
+		run.NodeLatencyCoV = CoV(servedLatencies(run.NodeLatencyUs))
 	}
 	run.sanitize()
 	return run

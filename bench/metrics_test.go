@@ -199,6 +199,15 @@ func TestSummarize(t *testing.T) {
 	if run.LoadMaxOverMean != 1.5 || run.LoadCoV != 0.5 || run.NodeLatencyCoV != 0.5 {
 		t.Errorf("balance %g %g %g", run.LoadMaxOverMean, run.LoadCoV, run.NodeLatencyCoV)
 	}
+	// A node without reads has no latency: it is not a latency of 0.
+	starved := Summarize(RunInfo{Policy: "c3", Workload: src.Workload(), Nodes: []NodeStat{
+		{Requests: 100, MeanLatency: 100 * time.Microsecond},
+		{Requests: 300, MeanLatency: 300 * time.Microsecond},
+		{Requests: 5},
+	}}, res)
+	if starved.NodeLatencyCoV != 0.5 || starved.LoadCoV == 0 {
+		t.Errorf("a node without reads: latency CoV %g (want 0.5), load CoV %g", starved.NodeLatencyCoV, starved.LoadCoV)
+	}
 	if run.DirHitRate != 0.75 || run.CPUSeconds != 1.5 || run.RSSBytes != 1<<20 {
 		t.Errorf("inputs not carried: %+v", run)
 	}

@@ -2,6 +2,7 @@ package storagenode
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/netdir/netdir/storagenode/device"
@@ -38,6 +39,10 @@ type admission struct {
 	writes chan admitted
 	reads  chan admitted
 	qos    qosAdmission
+	// pending counts the packets submitted and not yet handled: queued
+	// anywhere (bucket, processor, QoS, shard) or in a shard's hands,
+	// which on a device is mostly waiting for its block reads.
+	pending atomic.Int64
 }
 
 type admitted struct {
@@ -92,6 +97,16 @@ func (a *admission) submit(h wire.KeyHash, client bool, op wire.Op, it item) boo
 	if client && a.cpu != nil {
 		it.at = a.clock.Now()
 	}
+	it.counted = true
+	a.pending.Add(1)
+	if ok := a.enqueue(s, client, op, it); ok {
+		return true
+	}
+	a.pending.Add(-1)
+	return false
+}
+
+func (a *admission) enqueue(s *shard, client bool, op wire.Op, it item) bool {
 	if client && a.qos.on.Load() {
 		return a.qos.add(it.b, op, admitted{it, s})
 	}
@@ -115,14 +130,22 @@ func (a *admission) submit(h wire.KeyHash, client bool, op wire.Op, it item) boo
 	}
 }
 
-// load is the node's queue depth: the shards' queues, the bucket's and
-// QoS's.
-func (a *admission) load() uint16 {
-	t := len(a.writes) + len(a.reads) + int(a.qos.queued.Load())
-	for _, s := range a.shards {
-		t += len(s.ch)
+// handled counts it out of the load once its shard has handled it.
+func (a *admission) handled(it item) {
+	if it.counted {
+		a.pending.Add(-1)
 	}
-	return uint16(min(t, 65535))
+}
+
+// load is the node's queue depth as replies carry it: the requests queued
+// or in service (sim.node.backlog alike). A request in service counts:
+// on a device a shard holds a GET while its block reads wait behind other
+// I/O, compactions' chunks among them, so a node whose device is backed up
+// has its requests there, not in the queues; counting the queues only, it
+// reported a load of 0 with every shard waiting on the device, and the
+// fine score sent it more.
+func (a *admission) load() uint16 {
+	return uint16(min(max(a.pending.Load(), 0), 65535))
 }
 
 // run admits requests at the bucket's rate, if there is one, handing each

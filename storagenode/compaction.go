@@ -160,6 +160,12 @@ type Scheduler struct {
 	expected   map[int]float64 // E per chain position, from the controller
 	pool       bucket          // shared by the pooled trees
 
+	// turnNow, if set, staggers a paced budget (sched.TurnBudget): the
+	// number of turns (0: not staggered) and whether it is this node's;
+	// inTurn is the last sample's answer, for the load on replies.
+	turnNow func(time.Time) (int, bool)
+	inTurn  atomic.Bool
+
 	poke chan struct{}
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -273,6 +279,14 @@ func (s *Scheduler) Close() {
 		close(s.stop)
 	}
 	s.wg.Wait()
+}
+
+// setTurns staggers the paced budget by turnNow (sched.TurnBudget).
+func (s *Scheduler) setTurns(turnNow func(time.Time) (int, bool)) {
+	s.mu.Lock()
+	s.turnNow = turnNow
+	s.mu.Unlock()
+	s.kick()
 }
 
 func (s *Scheduler) kick() {
@@ -432,7 +446,7 @@ const recentAlpha = 0.1
 func (s *Scheduler) sample() {
 	s.mu.Lock()
 	trees := append([]*treeSched(nil), s.trees...)
-	alloc, budget, floor := s.alloc, s.budget, s.floor
+	alloc, budget, floor, turnNow := s.alloc, s.budget, s.floor, s.turnNow
 	now := time.Now()
 	loads := make([]TreeLoad, len(trees))
 	for i, ts := range trees {
@@ -464,6 +478,13 @@ func (s *Scheduler) sample() {
 		loads[i].L0Files = ts.l0Files.Load()
 		loads[i].CompactionDebt = ts.debt.Load()
 	}
+	inTurn := false
+	if turnNow != nil && budget > 0 {
+		turns, mine := turnNow(now)
+		budget = sched.TurnBudget(budget, turns, mine)
+		inTurn = mine && turns > 1
+	}
+	s.inTurn.Store(inTurn)
 	if budget == 0 { // unthrottled
 		for _, ts := range trees {
 			ts.pooled.Store(false)

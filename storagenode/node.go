@@ -223,6 +223,7 @@ type Node struct {
 	id    wire.NodeID
 	auth  *nodeauth.Auth
 	lay   atomic.Pointer[layout.Map] // the newest layout heard of (SetLayout)
+	turns compactionTurns
 	log   *slog.Logger
 	cache *pebble.Cache
 	dev   *device.Device // shared by the trees
@@ -280,6 +281,7 @@ func Start(o Options) (*Node, error) {
 	n.cache = pebble.NewCache(o.CacheBytes)
 	n.dev = device.New(o.Device, o.clock)
 	n.sched = NewScheduler(o.CompactionBudget, o.CompactionFloor, o.Allocator)
+	n.sched.setTurns(n.turnNow)
 	fail := func(err error) (*Node, error) {
 		n.sched.Close()
 		for _, t := range n.trees {
@@ -406,8 +408,16 @@ func (n *Node) Close() error {
 	return errors.Join(errs...)
 }
 
-// load is the node's queue depth, carried on replies.
-func (n *Node) load() uint16 { return n.admit.load() }
+// load is the node's queue depth, carried on replies, and
+// sched.TurnLoadPenalty more in its turn of staggered compaction, so that
+// the fine score sends its reads to a chain partner.
+func (n *Node) load() uint16 {
+	l := n.admit.load()
+	if n.sched.inTurn.Load() {
+		l = min(l, 65535-sched.TurnLoadPenalty) + sched.TurnLoadPenalty
+	}
+	return l
+}
 
 // SetDeviceFree turns the node's device time off (true) or back on
 // (device.Device.SetFree): for a bench's preload, which is setup, not

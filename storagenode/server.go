@@ -30,6 +30,9 @@ type item struct {
 	fn   func()
 	qos  bool      // admitted by QoS: tell it when handled
 	at   time.Time // a client request's arrival, on a node with a processor (device.CPU)
+	// counted: submitted through admission, and so in the node's load
+	// until handled.
+	counted bool
 }
 
 // shard is one worker and its queue; every packet about a key is handled
@@ -95,6 +98,7 @@ func (s *shard) do(it item) {
 	}
 	tenant := wire.Frame(it.b).Tenant()
 	s.handle(it.b, it.from)
+	s.n.admit.handled(it)
 	if it.qos {
 		s.n.admit.qos.done(tenant)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/bench"
+	"github.com/netdir/netdir/sched"
 )
 
 func ablationConfig(name string, repeat int) ExperimentConfig {
@@ -37,6 +38,9 @@ func TestAblationABBA(t *testing.T) {
 		}
 		if len(st.Phase.Fill) != 2 || (st.Phase.Budget > 0) != want.Paced {
 			t.Fatalf("step %d (%s): fill %v, budget %d", i, st.Name, st.Phase.Fill, st.Phase.Budget)
+		}
+		if (st.Phase.Turn == sched.DefaultTurn) != want.Paced || (!want.Paced && st.Phase.Turn != 0) {
+			t.Fatalf("step %d (%s): compaction turn %v; only the paced step is staggered", i, st.Name, st.Phase.Turn)
 		}
 	}
 	if steps, _ := ExperimentSteps(ablationConfig(ExpAblation, 0)); len(steps) != AblationRepeat*n {

@@ -30,6 +30,10 @@ type CompactionPhase struct {
 	// Lead is how long the background writes run before the workload
 	// starts, so that compactions are under way (default 0).
 	Lead time.Duration
+	// Turn staggers a paced budget: the nodes compact in turns of this
+	// length, no two members of a chain in the same turn
+	// (storagenode.Node.SetCompactionTurn; 0: not staggered).
+	Turn time.Duration
 }
 
 // PhaseResult is what a phase measured beside its bench.Run. Spreads over
@@ -107,6 +111,16 @@ func (s *System) SetCompactionBudget(b int64) {
 	}
 }
 
+// setCompactionTurn staggers every node's paced compaction in turns of
+// length turn (0: not staggered).
+func (s *System) setCompactionTurn(turn time.Duration) {
+	for i := range s.N() {
+		if n := s.Node(i); n != nil {
+			n.SetCompactionTurn(turn)
+		}
+	}
+}
+
 // compactionPaced reports whether every node paces its compactions (a
 // budget in force; storagenode.Scheduler.Budget is 0 when unthrottled).
 func (s *System) compactionPaced() bool {
@@ -173,6 +187,8 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 	s.settleL0(ctx)
 	s.SetCompactionBudget(ph.Budget)
 	defer s.SetCompactionBudget(0)
+	s.setCompactionTurn(ph.Turn)
+	defer s.setCompactionTurn(0)
 	fctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var (
@@ -298,6 +314,9 @@ func (s *System) RunCompactionPhase(ctx context.Context, policy string, o RunOpt
 		run.Note += "; "
 	}
 	run.Note += fmt.Sprintf("compaction phase %q: fill %.3g MiB on nodes %v, budget %s", ph.Name, res.FillMiB, oneBased(ph.Fill), BudgetName(ph.Budget))
+	if ph.Turn > 0 && res.Paced {
+		run.Note += fmt.Sprintf(", staggered in turns of %v", ph.Turn)
+	}
 	return run, res, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/netdir/netdir/bench"
+	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/storagenode"
 )
 
@@ -191,12 +192,13 @@ func (e ExperimentConfig) fill(k int) CompactionPhase {
 }
 
 // ablationStep is step st of the ablation on w, compaction live on the
-// first k nodes, paced at the experiment's budget where st says so.
+// first k nodes, paced at the experiment's budget and staggered in turns
+// (sched.DefaultTurn) where st says so.
 func (e ExperimentConfig) ablationStep(st AblationStep, w bench.Workload, k int) ExperimentStep {
 	ph := e.fill(k)
 	ph.Name, ph.Budget = st.Name, storagenode.Unthrottled
 	if st.Paced {
-		ph.Budget = e.Budget
+		ph.Budget, ph.Turn = e.Budget, sched.DefaultTurn
 	}
 	return ExperimentStep{Name: st.Name, Policy: st.Policy, Workload: w, Phase: ph}
 }
