@@ -147,6 +147,11 @@ type Controller struct {
 	partsMu  sync.Mutex
 	keysMu   sync.Mutex
 	hot      *sched.HotKeys
+	// demotes are heads left promoted by a promotion or eviction whose
+	// demote got no answer (an overloaded head): each hot-key round asks
+	// them again until they answer, since a head left promoted refuses
+	// the key's unstamped writes for good. keysMu guards it.
+	demotes map[wire.KeyHash]pendingDemote
 	// lastHits and lastSketch are the counters the last round read, per
 	// slot and per plane.
 	lastHits   map[uint32]uint64
@@ -218,6 +223,7 @@ func New(cfg Config, planes []DataPlane, storage Storage) (*Controller, error) {
 			Capacity: cfg.Capacity, PromoteMin: cfg.PromoteMin, Nodes: len(cfg.Layout.Nodes()), Chain: cfg.Layout.R(),
 		}),
 		reports:    map[wire.NodeID]NodeReport{},
+		demotes:    map[wire.KeyHash]pendingDemote{},
 		lastHits:   map[uint32]uint64{},
 		lastSketch: make([][directory.SketchRows][directory.SketchCols]uint64, len(planes)),
 		coarse:     newCoarseState(),
@@ -388,6 +394,7 @@ func (c *Controller) HotKeyRound(ctx context.Context) error {
 	if err := c.repl.leading(); err != nil {
 		return err
 	}
+	c.retryDemotes(ctx)
 	entries := c.Entries()
 	slots := make([]uint32, len(entries))
 	for i, e := range entries {
@@ -554,12 +561,15 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 	// already written far was refused as stale and retried once per
 	// version until the stamps caught up (a write storm).
 	if c.storage != nil {
+		// This promotion supersedes a demote still owed to the key's head:
+		// retried after it, that demote would undo it.
+		delete(c.demotes, h)
 		ver, err := c.storage.Promote(ctx, c.node(chain[0]), key, c.nodes(extras), inc)
 		if err != nil {
 			// The head may have promoted and its answer been lost: undo,
 			// or it would refuse the key's unstamped writes for good.
 			if derr := c.undoPromote(ctx, chain[0], key, extras); derr != nil {
-				c.log.Warn("demote after a failed promote failed", "key", string(key), "err", derr)
+				c.owe(h, chain[0], key, extras, derr)
 			}
 			release()
 			return Entry{}, fmt.Errorf("promote %q at its head: %w", key, err)
@@ -573,7 +583,7 @@ func (c *Controller) promote(ctx context.Context, key []byte, share float64, loa
 			}
 			if c.storage != nil {
 				if derr := c.undoPromote(ctx, chain[0], key, extras); derr != nil {
-					c.log.Warn("demote after a failed install failed", "key", string(key), "err", derr)
+					c.owe(h, chain[0], key, extras, derr)
 				}
 			}
 			release()
@@ -601,6 +611,36 @@ func (c *Controller) undoPromote(ctx context.Context, head wire.NodeID, key []by
 	return c.storage.Demote(ctx, c.node(head), key, c.nodes(extras))
 }
 
+// pendingDemote is a demote a head has not answered.
+type pendingDemote struct {
+	head   wire.NodeID
+	key    []byte
+	extras []wire.NodeID
+}
+
+// owe records that head still holds key promoted after its demote failed
+// with err. keysMu is held.
+func (c *Controller) owe(h wire.KeyHash, head wire.NodeID, key []byte, extras []wire.NodeID, err error) {
+	c.log.Warn("demote at head failed; asked again each round", "key", string(key), "head", head, "err", err)
+	c.demotes[h] = pendingDemote{head: head, key: slices.Clone(key), extras: slices.Clone(extras)}
+}
+
+// retryDemotes asks again the heads that owe a demote, and forgets those
+// that answer. keysMu is held.
+func (c *Controller) retryDemotes(ctx context.Context) {
+	if c.storage == nil {
+		return
+	}
+	for h, d := range c.demotes {
+		if err := c.storage.Demote(ctx, c.node(d.head), d.key, c.nodes(d.extras)); err != nil {
+			c.log.Debug("demote still unanswered", "key", string(d.key), "head", d.head, "err", err)
+			continue
+		}
+		delete(c.demotes, h)
+		c.log.Info("demoted at head after a failed demote", "key", string(d.key), "head", d.head)
+	}
+}
+
 // evict removes e from every plane and has its head drop the copies.
 // keysMu is held.
 func (c *Controller) evict(ctx context.Context, e Entry) error {
@@ -619,7 +659,7 @@ func (c *Controller) evict(ctx context.Context, e Entry) error {
 	}
 	if c.storage != nil {
 		if err := c.storage.Demote(ctx, c.node(e.Locs[0]), e.Key, c.nodes(e.Locs[e.R:])); err != nil {
-			c.log.Warn("demote at head failed", "key", string(e.Key), "err", err)
+			c.owe(e.Hash, e.Locs[0], e.Key, e.Locs[e.R:], err)
 		}
 	}
 	if err := c.repl.apply(command{Op: opEvict, Entries: []Entry{e}}); err != nil {

@@ -1,0 +1,115 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/wire"
+)
+
+// deafHead is a head that does not answer: its promotes fail, and so do
+// its demotes until deaf runs out. It records what it holds promoted, as a
+// head does when the promote went through but its answer was lost.
+type deafHead struct {
+	mu       sync.Mutex
+	deaf     int // demotes that fail before one is answered
+	promoted map[string]bool
+	promote  error
+}
+
+func (s *deafHead) Promote(_ context.Context, _ layout.Node, key []byte, _ []layout.Node, _ uint16) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.promoted[string(key)] = true
+	return 0, s.promote
+}
+
+func (s *deafHead) Demote(_ context.Context, _ layout.Node, key []byte, _ []layout.Node) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.deaf > 0 {
+		s.deaf--
+		return errors.New("no answer after 5 tries")
+	}
+	delete(s.promoted, string(key))
+	return nil
+}
+
+func (s *deafHead) holds(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.promoted[key]
+}
+
+// A head that missed both a promote's answer and the demote that undoes
+// it would refuse the key's unstamped writes for good: the controller asks
+// it again each round until it answers.
+func TestUnansweredDemoteRetried(t *testing.T) {
+	ctx := context.Background()
+	p := newCorePlane(t)
+	st := &deafHead{deaf: 3, promoted: map[string]bool{}, promote: errors.New("no answer after 5 tries")}
+	c, err := New(Config{Layout: ringLayout(t, 8), PromoteMin: 10}, []DataPlane{p}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.keysMu.Lock()
+	_, err = c.promote(ctx, []byte("hot"), 0.5, map[wire.NodeID]float64{}, false)
+	c.keysMu.Unlock()
+	if err == nil || !st.holds("hot") {
+		t.Fatalf("promote: err %v, head holds it %v: want a failed promote the head went through", err, st.holds("hot"))
+	}
+	// undoPromote took one failed demote; two more rounds fail, the third
+	// demotes.
+	for round := 1; round <= 3; round++ {
+		if err := c.HotKeyRound(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if want := round < 3; st.holds("hot") != want {
+			t.Fatalf("after round %d the head holds the key promoted: %v, want %v", round, st.holds("hot"), want)
+		}
+	}
+	if len(c.demotes) != 0 {
+		t.Fatalf("demotes still owed: %v", c.demotes)
+	}
+}
+
+// A promotion that goes through supersedes a demote still owed for the
+// key: retried after it, the demote would undo the new promotion.
+func TestPromoteSupersedesOwedDemote(t *testing.T) {
+	ctx := context.Background()
+	p := newCorePlane(t)
+	st := &deafHead{deaf: 2, promoted: map[string]bool{}, promote: errors.New("no answer after 5 tries")}
+	c, err := New(Config{Layout: ringLayout(t, 8), PromoteMin: 10}, []DataPlane{p}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.keysMu.Lock()
+	if _, err := c.promote(ctx, []byte("hot"), 0.5, map[wire.NodeID]float64{}, false); err == nil {
+		t.Fatal("promote answered; want it failed")
+	}
+	st.mu.Lock()
+	st.promote = nil // the head answers again
+	st.mu.Unlock()
+	if _, err := c.promote(ctx, []byte("hot"), 0.5, map[wire.NodeID]float64{}, false); err != nil {
+		t.Fatal(err)
+	}
+	c.keysMu.Unlock()
+	for range 3 {
+		if err := c.HotKeyRound(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !st.holds("hot") || !slices.ContainsFunc(c.Entries(), func(e Entry) bool { return string(e.Key) == "hot" }) {
+		t.Fatalf("head holds it %v, entries %v: want the second promotion to stand", st.holds("hot"), c.Entries())
+	}
+}
