@@ -45,22 +45,28 @@ func (s *deafHead) holds(key string) bool {
 	return s.promoted[key]
 }
 
+// deafController is a controller whose heads answer no promote and the
+// first deaf demotes.
+func deafController(t *testing.T, deaf int) (*Controller, *deafHead) {
+	st := &deafHead{deaf: deaf, promoted: map[string]bool{}, promote: errors.New("no answer after 5 tries")}
+	c, err := New(Config{Layout: ringLayout(t, 8), PromoteMin: 10}, []DataPlane{newCorePlane(t)}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Setup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return c, st
+}
+
 // A head that missed both a promote's answer and the demote that undoes
 // it would refuse the key's unstamped writes for good: the controller asks
 // it again each round until it answers.
 func TestUnansweredDemoteRetried(t *testing.T) {
 	ctx := context.Background()
-	p := newCorePlane(t)
-	st := &deafHead{deaf: 3, promoted: map[string]bool{}, promote: errors.New("no answer after 5 tries")}
-	c, err := New(Config{Layout: ringLayout(t, 8), PromoteMin: 10}, []DataPlane{p}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Setup(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c, st := deafController(t, 3)
 	c.keysMu.Lock()
-	_, err = c.promote(ctx, []byte("hot"), 0.5, map[wire.NodeID]float64{}, false)
+	_, err := c.promote(ctx, []byte("hot"), 0.5, map[wire.NodeID]float64{}, false)
 	c.keysMu.Unlock()
 	if err == nil || !st.holds("hot") {
 		t.Fatalf("promote: err %v, head holds it %v: want a failed promote the head went through", err, st.holds("hot"))
@@ -84,15 +90,7 @@ func TestUnansweredDemoteRetried(t *testing.T) {
 // key: retried after it, the demote would undo the new promotion.
 func TestPromoteSupersedesOwedDemote(t *testing.T) {
 	ctx := context.Background()
-	p := newCorePlane(t)
-	st := &deafHead{deaf: 2, promoted: map[string]bool{}, promote: errors.New("no answer after 5 tries")}
-	c, err := New(Config{Layout: ringLayout(t, 8), PromoteMin: 10}, []DataPlane{p}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Setup(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c, st := deafController(t, 2)
 	c.keysMu.Lock()
 	if _, err := c.promote(ctx, []byte("hot"), 0.5, map[wire.NodeID]float64{}, false); err == nil {
 		t.Fatal("promote answered; want it failed")
