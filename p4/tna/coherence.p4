@@ -235,10 +235,16 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
         actions = {
             gen_read_changed;
             gen_check_changed;
+            NoAction;
         }
-        const default_action = gen_read_changed();
+        // A default action cannot execute a RegisterAction (its index
+        // needs the hash distribution unit): every pass has an entry.
+        const default_action = NoAction();
         const entries = {
+            COH_PASS_FIRST: gen_read_changed();
             COH_PASS_RESEED: gen_check_changed();
+            COH_PASS_RACE: gen_read_changed();
+            3: gen_read_changed();
         }
     }
 
