@@ -17,7 +17,8 @@
 # compile, PHV allocation and table placement included: about 40 minutes on
 # 2 cores, so CI runs --check --tofino-api and the fit is opt-in
 # (p4/README.md, "Tofino"). P4_TOFINO_OUT=DIR keeps --tofino's compiler
-# output, with its resource logs (-g), in DIR.
+# output, with its resource logs (-g), in DIR; --tofino fails if the
+# placement needs more MAU stages than the target has.
 #
 # Needs p4c's BMv2 back end, p4c-bm2-ss, on PATH (or P4C=/path/to/p4c-bm2-ss);
 # p4/README.md says how it was built. The Tofino modes need p4c-barefoot (or
@@ -72,6 +73,22 @@ tofino_fit() {
 		mkdir -p "$P4_TOFINO_OUT"
 		cp -r "$tmp/tofino/out/." "$P4_TOFINO_OUT/"
 	fi
+	tofino_stages "$tmp/tofino/out/pipe/logs/resources.json"
+}
+
+# tofino_stages: p4c-barefoot's open-source back end has no assembler: it
+# exits 0 and writes the assembly even when table placement needs more
+# MAU stages than the target has, so the fit is judged by its resource
+# log (-g): one entry per stage used, and the target's stage count.
+tofino_stages() {
+	local used avail
+	avail=$(grep -o '"nStages": *[0-9]*' "$1" | head -1 | grep -o '[0-9]*$' || true)
+	used=$(grep -o '"stage_number": *[0-9]*' "$1" | sort -u | wc -l || true)
+	if [ -z "$avail" ] || [ "$used" -gt "$avail" ]; then
+		echo "p4-build: the Tofino program needs $used MAU stages; the target has ${avail:-unknown}" >&2
+		exit 1
+	fi
+	echo "p4-build: the Tofino program fits in $used of $avail MAU stages"
 }
 
 # tofino_api: the front and mid end only. p4c-barefoot writes the P4Info

@@ -149,9 +149,15 @@ struct local_meta_t {
     bit<32>     floor32;        // the key's stamp floor, read in pass 1
     bit<32>     resub_gen;      // the directory entry's gen in pass 1
     bit<2>      coh_pass;       // COH_PASS_* (p4/tna/coherence.p4)
-    bool        stamp_high;     // the stamp has bits above 32 set
+    bit<1>      stamp_high;     // the stamp has bits above 32 set
     bit<32>     carry_arg;      // a completion's version, carried to pass 2
     bit<32>     floor_now;      // the key's stamp floor, read in pass 1
+    // TNA only: the coherence tables' keys (p4/tna/coherence.p4)
+    bit<1>      changed;        // gen: the slot must be re-seeded
+    bit<1>      moved;          // ver_done: a completion moved it
+    bit<1>      pending;        // ver_done != ver_next: a write is pending
+    bit<1>      stamp_is_floor; // stamp == floor32: a re-seed's ver_done
+    bit<1>      stamp_is_next;  // stamp == ver_next (read into next_arg)
 }
 
 #endif

@@ -46,6 +46,84 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
     NETDIR_COUNTER(switched, 1);
     NETDIR_COUNTER(drops, NETDIR_NUM_REASONS);
 
+    // Section 3 of apply, by class: the coherence command of a hit, or
+    // the drop reason decided by the lookups. Entries in priority order.
+    action set_command(bit<3> cmd) {
+        meta.coh_cmd = cmd;
+    }
+
+    action set_drop_reason(bit<8> reason) {
+        meta.reason = reason;
+    }
+
+    @hidden
+    table commands {
+        key = {
+            meta.op_class: exact;
+            meta.slot_hit: exact;
+            meta.part_hit: exact;
+            meta.from_storage: exact;
+            meta.vsb_member: exact;
+            hdr.netdir.code: ternary;
+        }
+        actions = {
+            set_command;
+            set_drop_reason;
+            NoAction;
+        }
+        const default_action = NoAction();
+        const entries = {
+            (CLASS_GET, false, false, false, false, _): set_drop_reason(REASON_NO_ROUTE);
+            (CLASS_WRITE, false, false, false, false, _): set_drop_reason(REASON_NO_ROUTE);
+            (CLASS_VSB, false, false, false, false, _): set_drop_reason(REASON_VSB_PORT);
+            (CLASS_GET, false, false, false, true, _): set_drop_reason(REASON_NO_ROUTE);
+            (CLASS_WRITE, false, false, false, true, _): set_drop_reason(REASON_NO_ROUTE);
+            (CLASS_VSB, false, false, false, true, _): set_drop_reason(REASON_VSB_PORT);
+            (CLASS_GET, false, false, true, false, _): set_drop_reason(REASON_NO_ROUTE);
+            (CLASS_WRITE, false, false, true, false, _): set_drop_reason(REASON_NO_ROUTE);
+            (CLASS_VSB, false, false, true, false, _): set_drop_reason(REASON_VSB_NOT_CACHED);
+            (CLASS_GET, false, false, true, true, _): set_drop_reason(REASON_NO_ROUTE);
+            (CLASS_WRITE, false, false, true, true, _): set_drop_reason(REASON_NO_ROUTE);
+            (CLASS_VSB, false, false, true, true, _): set_drop_reason(REASON_VSB_NOT_CACHED);
+            (CLASS_VSB, false, true, false, false, _): set_drop_reason(REASON_VSB_PORT);
+            (CLASS_VSB, false, true, false, true, _): set_drop_reason(REASON_VSB_PORT);
+            (CLASS_VSB, false, true, true, false, _): set_drop_reason(REASON_VSB_NOT_CACHED);
+            (CLASS_VSB, false, true, true, true, _): set_drop_reason(REASON_VSB_NOT_CACHED);
+            (CLASS_GET, true, false, false, false, _): set_command(COH_READ);
+            (CLASS_WRITE, true, false, false, false, _): set_command(COH_STAMP);
+            (CLASS_WREPLY, true, false, false, false, CODE_OK): set_command(COH_COMPLETE);
+            (CLASS_VSB, true, false, false, false, _): set_drop_reason(REASON_VSB_PORT);
+            (CLASS_GET, true, false, false, true, _): set_command(COH_READ);
+            (CLASS_WRITE, true, false, false, true, _): set_command(COH_STAMP);
+            (CLASS_WREPLY, true, false, false, true, CODE_OK): set_command(COH_COMPLETE);
+            (CLASS_VSB, true, false, false, true, _): set_drop_reason(REASON_VSB_PORT);
+            (CLASS_GET, true, false, true, false, _): set_command(COH_READ);
+            (CLASS_WRITE, true, false, true, false, _): set_command(COH_STAMP);
+            (CLASS_WREPLY, true, false, true, false, CODE_OK): set_command(COH_COMPLETE);
+            (CLASS_VSB, true, false, true, false, _): set_drop_reason(REASON_VSB_NOT_MEMBER);
+            (CLASS_GET, true, false, true, true, _): set_command(COH_READ);
+            (CLASS_WRITE, true, false, true, true, _): set_command(COH_STAMP);
+            (CLASS_WREPLY, true, false, true, true, CODE_OK): set_command(COH_COMPLETE);
+            (CLASS_VSB, true, false, true, true, _): set_command(COH_VSB);
+            (CLASS_GET, true, true, false, false, _): set_command(COH_READ);
+            (CLASS_WRITE, true, true, false, false, _): set_command(COH_STAMP);
+            (CLASS_WREPLY, true, true, false, false, CODE_OK): set_command(COH_COMPLETE);
+            (CLASS_VSB, true, true, false, false, _): set_drop_reason(REASON_VSB_PORT);
+            (CLASS_GET, true, true, false, true, _): set_command(COH_READ);
+            (CLASS_WRITE, true, true, false, true, _): set_command(COH_STAMP);
+            (CLASS_WREPLY, true, true, false, true, CODE_OK): set_command(COH_COMPLETE);
+            (CLASS_VSB, true, true, false, true, _): set_drop_reason(REASON_VSB_PORT);
+            (CLASS_GET, true, true, true, false, _): set_command(COH_READ);
+            (CLASS_WRITE, true, true, true, false, _): set_command(COH_STAMP);
+            (CLASS_WREPLY, true, true, true, false, CODE_OK): set_command(COH_COMPLETE);
+            (CLASS_VSB, true, true, true, false, _): set_drop_reason(REASON_VSB_NOT_MEMBER);
+            (CLASS_GET, true, true, true, true, _): set_command(COH_READ);
+            (CLASS_WRITE, true, true, true, true, _): set_command(COH_STAMP);
+            (CLASS_WREPLY, true, true, true, true, CODE_OK): set_command(COH_COMPLETE);
+            (CLASS_VSB, true, true, true, true, _): set_command(COH_VSB);
+        }
+    }
+
     apply {
         // meta starts at zero (BMv2 zeroes user metadata per packet; the
         // TNA parser sets it, and @pa_auto_init_metadata): op_class
@@ -130,36 +208,10 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             fine_score.apply(meta);
         }
 
-        // 3. What the coherence state must do, and the drops decided so far.
-        if (meta.op_class == CLASS_GET) {
-            if (meta.slot_hit) {
-                meta.coh_cmd = COH_READ;
-            } else if (!meta.part_hit) {
-                meta.reason = REASON_NO_ROUTE;
-            }
-        } else if (meta.op_class == CLASS_WRITE) {
-            if (meta.slot_hit) {
-                meta.coh_cmd = COH_STAMP;
-            } else if (!meta.part_hit) {
-                meta.reason = REASON_NO_ROUTE;
-            }
-        } else if (meta.op_class == CLASS_WREPLY) {
-            if (meta.slot_hit && hdr.netdir.code == CODE_OK) {
-                meta.coh_cmd = COH_COMPLETE;
-            }
-        } else if (meta.op_class == CLASS_VSB) {
-            if (!meta.from_storage) {
-                meta.reason = REASON_VSB_PORT;
-            } else if (!meta.slot_hit) {
-                meta.reason = REASON_VSB_NOT_CACHED;
-            } else if (!meta.vsb_member) {
-                meta.reason = REASON_VSB_NOT_MEMBER;
-            } else {
-                // Its role (tail, extra, before the tail) is the coherence
-                // control's to read: the command is known a lookup sooner.
-                meta.coh_cmd = COH_VSB;
-            }
-        }
+        // 3. What the coherence state must do, and the drops decided so far:
+        // one constant table (on Tofino one logical table, not a gateway
+        // and an assignment per case).
+        commands.apply();
         // Every hit that may touch the slot's state enters, whatever its
         // command (COH_NONE included): on Tofino the slot's gen is checked
         // as soon as the hit is known (p4/tna/coherence.p4).

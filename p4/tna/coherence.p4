@@ -1,8 +1,9 @@
 // netdir: coherence state per directory slot for Tofino (TNA), the same
 // contract as p4/include/coherence.p4 written with RegisterActions: each
 // register is touched by exactly one RegisterAction per pass, in the order
-// gen -> ver_done -> ver_next -> fresh -> stamp_floor, and every value a
-// RegisterAction takes comes from an earlier stage.
+// gen -> ver_next -> ver_done and stamp_floor -> fresh, and every value a
+// RegisterAction takes comes from an earlier stage. Each register has one
+// table, whose constant entries pick its RegisterAction (below).
 //
 // Tofino's stateful ALUs are 32 bits wide: ver_next, ver_done and the stamp
 // floors keep the low 32 bits of the VersionStamp (a key wraps after 2^32
@@ -89,13 +90,12 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
         }
     };
 
-    // ver_done and ver_next: a re-seed's action sets the carried state
-    // (meta.floor32); the others act on the stored value. A gateway on
-    // gen's output picks one, so no action waits for a computed flag.
+    // ver_next, then ver_done: a re-seed's action sets the carried state
+    // (meta.floor32); the others act on the stored value. Each register has
+    // one table (below) whose constant entries pick its action.
     RegisterAction<bit<32>, slot_t, bit<32>>(ver_done) done_seed = {
-        void apply(inout bit<32> value, out bit<32> rv) {
+        void apply(inout bit<32> value) {
             value = meta.floor32;
-            rv = value;
         }
     };
     RegisterAction<bit<32>, slot_t, bit<1>>(ver_done) done_complete = {
@@ -107,9 +107,13 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
             }
         }
     };
-    RegisterAction<bit<32>, slot_t, bit<32>>(ver_done) done_read = {
-        void apply(inout bit<32> value, out bit<32> rv) {
-            rv = value;
+    // An extra's VSB: next_arg holds ver_next, read a stage before.
+    RegisterAction<bit<32>, slot_t, bit<1>>(ver_done) done_pending = {
+        void apply(inout bit<32> value, out bit<1> pending) {
+            pending = 0;
+            if (value != meta.next_arg) {
+                pending = 1;
+            }
         }
     };
 
@@ -206,14 +210,226 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
         }
     };
 
+    // One table per register, in stage order gen, ver_next, ver_done (with
+    // stamp_floor), fresh. Each picks its RegisterAction by constant entries
+    // on what is known when it runs: gen's `changed`, the pass, the command,
+    // the VSB sender's role, and the flags of the stages before. Tofino
+    // places every table of a register in the register's stage, so one call
+    // site each (not one per branch) is what lets them share it. The entries
+    // are in priority order; each table's cases are those of the branches
+    // of p4/include/coherence.p4 (the contract), in this order: a first pass
+    // that must re-seed (nothing but the resubmit), the race (a reason),
+    // the re-seed, then the commands on the stored state.
+    action gen_read_changed() {
+        meta.changed = gen_read.execute(meta.slot);
+    }
+    action gen_check_changed() {
+        meta.changed = gen_check.execute(meta.slot);
+    }
+
+    @hidden
+    table gen_op {
+        key = {
+            meta.coh_pass: exact;
+        }
+        actions = {
+            gen_read_changed;
+            gen_check_changed;
+            NoAction;
+        }
+        // A default action cannot execute a RegisterAction (its index
+        // needs the hash distribution unit): every pass has an entry.
+        const default_action = NoAction();
+        const entries = {
+            COH_PASS_FIRST: gen_read_changed();
+            COH_PASS_RESEED: gen_check_changed();
+            COH_PASS_RACE: gen_read_changed();
+            3: gen_read_changed();
+        }
+    }
+
+    action next_reseed() {
+        next_seed.execute(meta.slot);
+    }
+    action next_reseed_stamp() {
+        meta.vn32 = next_seed_stamp.execute(meta.slot);
+    }
+    action next_stamp_vn() {
+        meta.vn32 = next_stamp.execute(meta.slot);
+    }
+    action next_complete() {
+        next_max.execute(meta.slot);
+    }
+    // An extra's VSB: next_arg is 0, so next_max reads ver_next, which
+    // done_pending then compares with ver_done.
+    action next_read_arg() {
+        meta.next_arg = next_max.execute(meta.slot);
+    }
+
+    @hidden
+    table ver_next_op {
+        key = {
+            meta.changed: ternary;
+            meta.coh_pass: ternary;
+            meta.coh_cmd: ternary;
+            meta.vsb_role: ternary;
+        }
+        actions = {
+            next_reseed;
+            next_reseed_stamp;
+            next_stamp_vn;
+            next_complete;
+            next_read_arg;
+            NoAction;
+        }
+        const default_action = NoAction();
+        const entries = {
+            (1, COH_PASS_FIRST, _, _): NoAction();
+            (1, COH_PASS_RACE, _, _): NoAction();
+            (1, _, COH_STAMP, _): next_reseed_stamp();
+            (1, _, _, _): next_reseed();
+            (0, _, COH_STAMP, _): next_stamp_vn();
+            (0, _, COH_COMPLETE, _): next_complete();
+            (0, _, COH_VSB, VSB_ROLE_TAIL): next_complete();
+            (0, _, COH_VSB, VSB_ROLE_EXTRA): next_read_arg();
+        }
+    }
+
+    action done_reseed() {
+        done_seed.execute(meta.slot);
+    }
+    action done_complete_moved() {
+        meta.moved = done_complete.execute(meta.slot);
+    }
+    action done_extra_pending() {
+        meta.pending = done_pending.execute(meta.slot);
+    }
+
+    @hidden
+    table ver_done_op {
+        key = {
+            meta.changed: ternary;
+            meta.coh_pass: ternary;
+            meta.coh_cmd: ternary;
+            meta.vsb_role: ternary;
+        }
+        actions = {
+            done_reseed;
+            done_complete_moved;
+            done_extra_pending;
+            NoAction;
+        }
+        const default_action = NoAction();
+        const entries = {
+            (1, COH_PASS_FIRST, _, _): NoAction();
+            (1, COH_PASS_RACE, _, _): NoAction();
+            (1, _, _, _): done_reseed();
+            (0, _, COH_COMPLETE, _): done_complete_moved();
+            (0, _, COH_VSB, VSB_ROLE_TAIL): done_complete_moved();
+            (0, _, COH_VSB, VSB_ROLE_EXTRA): done_extra_pending();
+        }
+    }
+
+    action floor_read_now() {
+        meta.floor_now = floor_read.execute(hdr.netdir.keyhash[NETDIR_FLOOR_BITS-1:0]);
+    }
+    action floor_raise_vn() {
+        floor_raise.execute(hdr.netdir.keyhash[NETDIR_FLOOR_BITS-1:0]);
+    }
+
+    @hidden
+    table floor_op {
+        key = {
+            meta.changed: ternary;
+            meta.coh_pass: ternary;
+            meta.coh_cmd: ternary;
+        }
+        actions = {
+            floor_read_now;
+            floor_raise_vn;
+            NoAction;
+        }
+        const default_action = NoAction();
+        const entries = {
+            (1, COH_PASS_FIRST, _): floor_read_now();
+            (1, COH_PASS_RACE, _): NoAction();
+            (_, _, COH_STAMP): floor_raise_vn();
+        }
+    }
+
+    action fresh_read_cmd() {
+        meta.fresh = fresh_read.execute(meta.slot);
+    }
+    action fresh_chain_cmd() {
+        meta.fresh = fresh_chain.execute(meta.slot);
+    }
+    action fresh_chain_refuse(bit<8> reason) {
+        fresh_chain.execute(meta.slot);
+        meta.coh_reason = reason;
+    }
+    action fresh_add_cmd() {
+        fresh_add.execute(meta.slot);
+    }
+    action fresh_add_seed_cmd() {
+        fresh_add_seed.execute(meta.slot);
+    }
+    action refuse(bit<8> reason) {
+        meta.coh_reason = reason;
+    }
+
+    @hidden
+    table fresh_op {
+        key = {
+            meta.changed: ternary;
+            meta.coh_pass: ternary;
+            meta.coh_cmd: ternary;
+            meta.vsb_role: ternary;
+            meta.moved: ternary;
+            meta.pending: ternary;
+            meta.stamp_high: ternary;
+            meta.stamp_is_floor: ternary;
+            meta.stamp_is_next: ternary;
+        }
+        actions = {
+            fresh_read_cmd;
+            fresh_chain_cmd;
+            fresh_chain_refuse;
+            fresh_add_cmd;
+            fresh_add_seed_cmd;
+            refuse;
+            NoAction;
+        }
+        const default_action = NoAction();
+        const entries = {
+            (1, COH_PASS_FIRST, _, _, _, _, _, _, _): NoAction();
+            (1, COH_PASS_RACE, _, _, _, _, _, _, _): refuse(REASON_RESEED_RACE);
+            // The re-seed (ver_done = floor32), then the command.
+            (1, _, COH_READ, _, _, _, _, _, _): fresh_chain_cmd();
+            (1, _, COH_VSB, VSB_ROLE_EXTRA, _, _, 0, 1, _): fresh_add_seed_cmd();
+            (1, _, COH_VSB, VSB_ROLE_EXTRA, _, _, _, _, _): fresh_chain_refuse(REASON_VSB_VERSION);
+            (1, _, COH_VSB, VSB_ROLE_TAIL, _, _, _, _, _): fresh_chain_cmd();
+            (1, _, COH_VSB, _, _, _, _, _, _): fresh_chain_refuse(REASON_VSB_NOT_MEMBER);
+            (1, _, _, _, _, _, _, _, _): fresh_chain_cmd(); // a stamp, a completion, none
+            // The stored state.
+            (0, _, COH_READ, _, _, _, _, _, _): fresh_read_cmd();
+            (0, _, COH_STAMP, _, _, _, _, _, _): fresh_chain_cmd();
+            (0, _, COH_COMPLETE, _, 1, _, _, _, _): fresh_chain_cmd();
+            (0, _, COH_VSB, VSB_ROLE_TAIL, 1, _, _, _, _): fresh_chain_cmd();
+            (0, _, COH_VSB, VSB_ROLE_EXTRA, _, 1, _, _, _): refuse(REASON_VSB_PENDING);
+            (0, _, COH_VSB, VSB_ROLE_EXTRA, _, 0, 0, _, 1): fresh_add_cmd();
+            (0, _, COH_VSB, VSB_ROLE_EXTRA, _, _, _, _, _): refuse(REASON_VSB_VERSION);
+            (0, _, COH_VSB, VSB_ROLE_CHAIN, _, _, _, _, _): refuse(REASON_VSB_NOT_MEMBER);
+            (0, _, COH_VSB, 3, _, _, _, _, _): refuse(REASON_VSB_NOT_MEMBER);
+        }
+    }
+
     apply {
-        floor_idx_t fi = hdr.netdir.keyhash[NETDIR_FLOOR_BITS-1:0]; // directory.FloorIndex
         meta.seed32 = meta.slot_ver[31:0];
         // The version a completion brings (0 otherwise, so that next_max
         // reads); a stamp with high bits set saturates: newer than any
         // 32-bit version.
         if (hdr.netdir.stamp[63:32] != 0) {
-            meta.stamp_high = true;
+            meta.stamp_high = 1;
         }
         if (meta.coh_cmd == COH_COMPLETE || (meta.coh_cmd == COH_VSB && meta.vsb_role == VSB_ROLE_TAIL)) {
             if (hdr.netdir.stamp[63:32] != 0) {
@@ -229,85 +445,31 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
                 meta.coh_pass = COH_PASS_RACE;
             }
         }
-        // A VSB's command by its sender's role (vsb_filter.vsb_roles).
-        bool vsb_tail = false;
-        bool vsb_extra = false;
-        if (meta.coh_cmd == COH_VSB) {
-            if (meta.vsb_role == VSB_ROLE_TAIL) {
-                vsb_tail = true;
-            } else if (meta.vsb_role == VSB_ROLE_EXTRA) {
-                vsb_extra = true;
-            }
+        // A re-seed's ver_done is the carried floor32.
+        if (hdr.netdir.stamp[31:0] == meta.floor32) {
+            meta.stamp_is_floor = 1;
         }
 
         // The slot's gen, as early as the hit is known.
-        bit<1> changed;
-        if (meta.coh_pass == COH_PASS_RESEED) {
-            changed = gen_check.execute(meta.slot);
-        } else {
-            changed = gen_read.execute(meta.slot);
-        }
-
-        if (changed == 1 && meta.coh_pass == COH_PASS_FIRST) {
+        gen_op.apply();
+        if (meta.changed == 1 && meta.coh_pass == COH_PASS_FIRST) {
             // Pass 1: carry max(seed, floor, the completion's version) and
             // the entry's gen to pass 2; nothing else in this pass.
             meta.resubmit = true;
             meta.carry_arg = meta.next_arg;
             meta.seed32 = seed_max.execute(0);
-            meta.floor_now = floor_read.execute(fi);
+        }
+        ver_next_op.apply();
+        // An extra's VSB: its stamp against ver_next (equal to ver_done
+        // unless a write is pending, which done_pending reports).
+        if (hdr.netdir.stamp[31:0] == meta.next_arg) {
+            meta.stamp_is_next = 1;
+        }
+        ver_done_op.apply();
+        floor_op.apply();
+        fresh_op.apply();
+        if (meta.changed == 1 && meta.coh_pass == COH_PASS_FIRST) {
             meta.floor32 = floor_max.execute(0);
-        } else if (changed == 1 && meta.coh_pass == COH_PASS_RACE) {
-            meta.coh_reason = REASON_RESEED_RACE;
-        } else if (changed == 1) {
-            // Pass 2: the re-seed, then the command on the seeded state.
-            bit<32> vd = done_seed.execute(meta.slot);
-            if (meta.coh_cmd == COH_STAMP) {
-                meta.vn32 = next_seed_stamp.execute(meta.slot);
-            } else {
-                next_seed.execute(meta.slot);
-            }
-            if (meta.coh_cmd == COH_READ) {
-                meta.fresh = fresh_chain.execute(meta.slot);
-            } else if (meta.coh_cmd == COH_STAMP) {
-                fresh_chain.execute(meta.slot);
-                floor_raise.execute(fi);
-            } else if (vsb_extra) {
-                if (meta.stamp_high || hdr.netdir.stamp[31:0] != vd) {
-                    meta.coh_reason = REASON_VSB_VERSION;
-                    fresh_chain.execute(meta.slot);
-                } else {
-                    fresh_add_seed.execute(meta.slot);
-                }
-            } else {
-                if (meta.coh_cmd == COH_VSB && !vsb_tail) {
-                    meta.coh_reason = REASON_VSB_NOT_MEMBER; // before the tail
-                }
-                fresh_chain.execute(meta.slot); // and a completion's version is in the seed
-            }
-        } else if (meta.coh_cmd == COH_READ) {
-            meta.fresh = fresh_read.execute(meta.slot);
-        } else if (meta.coh_cmd == COH_STAMP) {
-            meta.vn32 = next_stamp.execute(meta.slot);
-            fresh_chain.execute(meta.slot);
-            floor_raise.execute(fi);
-        } else if (meta.coh_cmd == COH_COMPLETE || vsb_tail) {
-            bit<1> moved = done_complete.execute(meta.slot);
-            next_max.execute(meta.slot);
-            if (moved == 1) {
-                fresh_chain.execute(meta.slot);
-            }
-        } else if (vsb_extra) {
-            bit<32> vd = done_read.execute(meta.slot);
-            bit<32> vn = next_max.execute(meta.slot); // next_arg 0: a read
-            if (vn != vd) {
-                meta.coh_reason = REASON_VSB_PENDING;
-            } else if (meta.stamp_high || hdr.netdir.stamp[31:0] != vd) {
-                meta.coh_reason = REASON_VSB_VERSION;
-            } else {
-                fresh_add.execute(meta.slot);
-            }
-        } else if (meta.coh_cmd == COH_VSB) {
-            meta.coh_reason = REASON_VSB_NOT_MEMBER; // before the tail
         }
         // The entry's incarnation above the version (wire.MakeStamp).
         meta.coh_version = meta.slot_ver[63:48] ++ 16w0 ++ meta.vn32;

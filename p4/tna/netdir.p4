@@ -71,7 +71,8 @@ parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out ingress_meta_t 
             udp_residual = 0, udp_csum_update = false, sample32 = 0, ts_set = 0, lat_new = 0,
             seed32 = 0, vn32 = 0, next_arg = 0,
             resubmit = false, resubmitted = false, floor32 = 0, resub_gen = 0,
-            coh_pass = 0, stamp_high = false, carry_arg = 0, floor_now = 0
+            coh_pass = 0, stamp_high = 0, carry_arg = 0, floor_now = 0,
+            changed = 0, moved = 0, pending = 0, stamp_is_floor = 0, stamp_is_next = 0
         };
         meta.nd.now = (bit<64>)ig_intr_md.ingress_mac_tstamp; // ns, set here to spare a stage
         transition select(ig_intr_md.resubmit_flag) {
