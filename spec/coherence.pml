@@ -39,8 +39,8 @@
  * as after); a reply's DP step and its delivery to the client are one step
  * (the reply may still be lost after the DP: "drop" below); each dirty read
  * and each verified read asks the tail with its own query (storagenode
- * batches waiters in covered/next; see README); no node crashes; the dedup table is unbounded;
- * the controller's RPCs to the head are reliable (it retries) and
+ * batches waiters in covered/next; see README); no node crashes; the
+ * dedup table is unbounded; the controller's RPCs to the head are reliable (it retries) and
  * sequential; values are identified by versions (ghost vop[]).
  */
 
