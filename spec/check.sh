@@ -26,20 +26,22 @@ command -v "$SPIN" >/dev/null || { echo "spec: $SPIN not found (Debian: apt-get 
 
 # Configurations that `make spec` checks: name | flags; see coherence.pml
 # for the flags. The model is the code as it is; -DBEFORE_FIX is the code
-# before the fixes of spec/README.md.
+# before the fixes of spec/README.md. -DNO_VERIFY leaves out reads at
+# non-fresh extras (verified at the tail, issue 18) where they would cost
+# more CI time than they tell: see spec/README.md.
 VERIFY=(
   "core-1x|-DNE=1"
-  "core-2x|-DNE=2 -DWMAX=1 -DPROG3=PR_R"
+  "core-2x|-DNE=2 -DWMAX=1 -DPROG3=PR_R -DNO_VERIFY"
   "evict-1x|-DNE=1 -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W"
   "evict-2x|-DNE=2 -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W -DFAULTS=0"
   "progress-1x|-DNE=1 -DLOSS_REPLY -DTMO=0 -DRETX=0"
   "progress-resend-1x|-DNE=1 -DTMO=1 -DRETX=0 -DWMAX=1 -DPROG3=PR_R"
-  "fail-tail-1x|-DNE=1 -DFAIL_TAIL -DWMAX=1 -DPROG3=PR_R"
+  "fail-tail-1x|-DNE=1 -DFAIL_TAIL -DWMAX=1 -DPROG3=PR_R -DNO_VERIFY"
   "fail-tail-skip-1x|-DNE=1 -DFAIL_TAIL -DTAIL_SKIP -DWMAX=1 -DPROG3=PR_R -DTMO=0"
-  "switch-loss-1x|-DNE=1 -DSWLOSS -DWMAX=1 -DPROG3=PR_R"
-  "failover-1x|-DNE=1 -DFAILOVER -DWMAX=1 -DPROG3=PR_R"
-  "fail-mid-1x|-DNE=1 -DFAIL_MID -DWMAX=1 -DPROG3=PR_R"
-  "fail-head-1x|-DNE=1 -DFAIL_HEAD -DWMAX=1 -DPROG3=PR_R"
+  "switch-loss-1x|-DNE=1 -DSWLOSS -DWMAX=1 -DPROG3=PR_R -DNO_VERIFY"
+  "failover-1x|-DNE=1 -DFAILOVER -DWMAX=1 -DPROG3=PR_R -DNO_VERIFY"
+  "fail-mid-1x|-DNE=1 -DFAIL_MID -DWMAX=1 -DPROG3=PR_R -DNO_VERIFY"
+  "fail-head-1x|-DNE=1 -DFAIL_HEAD -DWMAX=1 -DPROG3=PR_R -DNO_VERIFY"
 )
 
 # Mutants of the fixed protocol: name | flags. Each must be caught.
@@ -66,6 +68,8 @@ MUTANTS=(
   "mid-no-resend|-DMUT_NO_RESEND -DFAIL_MID -DNE=1 -DWMAX=1 -DPROG3=PR_R -DFAULTS=0"
   "head-no-adopt-pending|-DMUT_NO_ADOPT_PENDING -DFAIL_HEAD -DNE=1 -DWMAX=1 -DPROG3=PR_R"
   "head-no-adopt-dedup|-DMUT_NO_ADOPT_DEDUP -DFAIL_HEAD -DNE=1 -DWMAX=1 -DPROG3=PR_R"
+  "verify-own-copy|-DMUT_VERIFY_OWN_COPY"
+  "no-verify-flag|-DMUT_NO_VERIFY_FLAG"
 )
 
 # Weakenings that Spin shows to be redundant in the fixed protocol (within

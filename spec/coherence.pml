@@ -5,7 +5,8 @@
  *   - one key; a CRAQ chain head H, middle M, tail T; NE extra copies (1 or 2);
  *   - the data plane (DP) in ToR mode: the slot of directory.Slot with
  *     ver_next, ver_done and the extras' fresh bits, and the rules of
- *     directory/process.go;
+ *     directory/process.go, with reads to non-fresh extras verified at the
+ *     tail (VERIFY, issue 18);
  *   - the storage nodes' rules of storagenode/chain.go and storagenode/hot.go;
  *   - the controller's promotion handshake and, with -DEVICT, eviction and one
  *     re-promotion (controller/controller.go promote, evict);
@@ -37,9 +38,9 @@
  * same step that the client sends it (loss or delay before the DP is the same
  * as after); a reply's DP step and its delivery to the client are one step
  * (the reply may still be lost after the DP: "drop" below); each dirty read
- * asks the tail with its own query (storagenode batches waiters in
- * covered/next; see README); no node crashes; the dedup table is unbounded;
- * the controller's RPCs to the head are reliable (it retries) and
+ * and each verified read asks the tail with its own query (storagenode
+ * batches waiters in covered/next; see README); no node crashes; the
+ * dedup table is unbounded; the controller's RPCs to the head are reliable (it retries) and
  * sequential; values are identified by versions (ghost vop[]).
  */
 
@@ -59,6 +60,16 @@
 #define FIX_REJOIN
 #define FIX_INC
 #define FIX_MISSED
+#endif
+
+/* Verified reads at extras (issue 18; on unless -DNO_VERIFY or
+ * -DBEFORE_FIX, which models the code before them): a hit may go to an
+ * extra whether or not its fresh bit is set; to a non-fresh extra the data
+ * plane sets FlagVerify, and the extra answers such a read with the tail's
+ * committed version, asked by a version query, never from its own copy.
+ * Without VERIFY a hit goes to fresh extras only, as before. */
+#if !defined(BEFORE_FIX) && !defined(NO_VERIFY)
+#define VERIFY
 #endif
 
 /* ---------------------------------------------------------------- sizes */
@@ -120,12 +131,12 @@
 #define X 3             /* extras are nodes X .. X+NE-1 */
 
 /* ------------------------------------------------------------- messages */
-#define GET 1   /* F1 node, F2 op                      DP -> node        */
+#define GET 1   /* F1 node, F2 op, F3 FlagVerify       DP -> node        */
 #define PUT 2   /* F1 op, F2 att, F3 stamped, F4 stamp DP -> head        */
                 /*   F3: 0 unstamped, else 1 + the stamp's incarnation   */
 #define CW  3   /* F1 M|T, F2 ver, F3 promoted, F4 rid  chain write       */
 #define ACK 4   /* F1 H|M, F2 ver                       chain ack         */
-#define VQ  5   /* F1 asker H|M, F2 op                  ver query to tail */
+#define VQ  5   /* F1 asker H|M|extra, F2 op            ver query to tail */
 #define VA  6   /* F1 asker, F2 op, F3 ver              ver answer        */
 #define GR  7   /* F1 op, F2 ver, F3 ok (0: wrong-node) get reply via DP  */
 #define PR  8   /* F1 rid, F2 ver                       put reply via DP  */
@@ -355,9 +366,23 @@ inline dp_write(c) {
 #define CANWRITE (!cached || vnext < MAXV)
 
 /* directory.(*Directory).get: the DP may send a read to node n. A hit goes
- * to a fresh LocationList member (the chain is always fresh); a miss to a
- * chain member (CRAQ). */
-#define CANREAD(n) (((n) < X && ((n) != T || TREAD) && ((n) != M || MREAD)) || ((n) >= X && cached && (fresh & BIT((n)-X))))
+ * to a LocationList member holding a bucket: with VERIFY any extra, fresh
+ * or not (every extra holds one here), else a fresh one only (the chain is
+ * always fresh); a miss to a chain member (CRAQ). */
+#define XFRESH(n) (fresh & BIT((n)-X))
+#ifdef VERIFY
+#define CANREAD(n) (((n) < X && ((n) != T || TREAD) && ((n) != M || MREAD)) || ((n) >= X && cached))
+#else
+#define CANREAD(n) (((n) < X && ((n) != T || TREAD) && ((n) != M || MREAD)) || ((n) >= X && cached && XFRESH(n)))
+#endif
+/* ... and sets FlagVerify on a read it sends to a non-fresh extra; a chain
+ * member gets no flag (a dirty member asks the tail anyway). The mutant
+ * no-verify-flag routes as VERIFY does but never sets the flag. */
+#if defined(VERIFY) && !defined(MUT_NO_VERIFY_FLAG)
+#define VFLAG(n) ((n) >= X && !XFRESH(n))
+#else
+#define VFLAG(n) 0
+#endif
 /* reads routed to T: with -DTAIL_SKIP once it has restarted (by a data
  * plane or a client whose table lags the splice, and as the rejoined tail);
  * before its death only through M's ver-queries, to keep the state space */
@@ -562,15 +587,55 @@ inline chain_ack(msg) {
 #else
 #define MUT_DRC 0
 #endif
-/* storagenode (*shard).get: extras serve their copy; a clean chain member
+
+/* storagenode (*shard).verQuery: the tail answers with its latest version
+ * (M while T is spliced out, or restarted at an older epoch: TAIL_SKIP). */
+inline tail_latest() {
+	if :: TUP -> lt = tclean :: else -> latest(mdirty, mclean) fi
+}
+
+/* storagenode (*shard).query: node asker (a dirty chain member, or an extra
+ * with a verified read) asks the tail which version is committed; the
+ * answer (ver_answer) is the read's reply. With -DQUERY_MSGS the query and
+ * its answer are messages; without, the three steps are one, at the GET's
+ * delivery (the tail's committed version only grows, so a later answer is
+ * one of the interleavings where the GET arrived later). */
+inline ask_tail(asker, op) {
+#ifdef QUERY_MSGS
+	send(MK(VQ, asker, op, 0, 0))
+#else
+	tail_latest();
+	ver_answer(MK(VA, asker, op, lt, 0))
+#endif
+}
+
+/* storagenode (*shard).get at an extra (a node outside the key's chain):
+ * a verified read asks the tail, with the version of its copy (0 if none;
+ * the tail adds the value only if it differs: values are versions here, so
+ * the model does not tell the two answers apart) and answers with the
+ * tail's committed version, never older than its copy (copies are sent
+ * only after commit); a read without the flag is served from the copy (the
+ * DP sent it there because the copy is fresh), or refused as wrong-node if
+ * there is none. The mutant verify-own-copy serves a verified read from
+ * its copy. */
+#if defined(VERIFY) && !defined(MUT_VERIFY_OWN_COPY)
+#define VERIFIED(msg) F3(msg)
+#else
+#define VERIFIED(msg) 0
+#endif
+inline extra_get(msg) {
+	if
+	:: VERIFIED(msg) -> ask_tail(F1(msg), F2(msg))
+	:: !VERIFIED(msg) && ex[F1(msg)-X] == 0 -> send(MK(GR, F2(msg), 0, 0, 0))  /* ERR wrong-node */
+	:: !VERIFIED(msg) && ex[F1(msg)-X] != 0 -> send(MK(GR, F2(msg), ex[F1(msg)-X]-1, 1, 0))
+	fi
+}
+
+/* storagenode (*shard).get: extras as above; a clean chain member serves
  * its clean version (the tail its latest); a dirty one asks the tail. */
 inline node_get(msg) {
 	if
-	:: F1(msg) >= X ->
-		if
-		:: ex[F1(msg)-X] == 0 -> send(MK(GR, F2(msg), 0, 0, 0))  /* ERR wrong-node */
-		:: else -> send(MK(GR, F2(msg), ex[F1(msg)-X]-1, 1, 0))
-		fi
+	:: F1(msg) >= X -> extra_get(msg)
 	:: F1(msg) == T && tst == 1 -> skip         /* to a dead node: lost */
 #if defined(FIX_MISSED) && !defined(MUT_SERVE_OLD_EPOCH)
 	:: F1(msg) == T && tst == 3 -> skip         /* (*Node).serves: unavailable (its answer, and the client's retry elsewhere, are not modelled) */
@@ -580,17 +645,12 @@ inline node_get(msg) {
 	:: F1(msg) == M && !TUP -> latest(mdirty, mclean); send(MK(GR, F2(msg), lt, 1, 0))  /* a tail serves its latest */
 	:: F1(msg) == H && (hdirty == 0 || MUT_DRC) -> send(MK(GR, F2(msg), hclean, 1, 0))
 	:: F1(msg) == M && (mdirty == 0 || MUT_DRC) -> send(MK(GR, F2(msg), mclean, 1, 0))
-#ifdef QUERY_MSGS
-	:: else -> send(MK(VQ, F1(msg), F2(msg), 0, 0))   /* (*shard).query */
-#else
-	:: else ->      /* (*shard).query, verQuery, verAnswer as one step */
-		if :: TUP -> lt = tclean :: else -> latest(mdirty, mclean) fi;   /* (*shard).verQuery: the tail's latest */
-		ver_answer(MK(VA, F1(msg), F2(msg), lt, 0))
-#endif
+	:: else -> ask_tail(F1(msg), F2(msg))
 	fi
 }
 
-/* storagenode (*shard).verAnswer with record.setClean. */
+/* storagenode (*shard).verAnswer with record.setClean (at a chain member;
+ * an extra keeps its copy as it is). */
 inline ver_answer(msg) {
 	v0 = F3(msg);
 	send(MK(GR, F2(msg), v0, 1, 0));
@@ -700,6 +760,7 @@ inline client_reply(msg) {
 /* the log of a trail (spin -t): a message by name */
 inline pmsg(x) {
 	if
+	:: TY(x) == GET && F3(x) -> printf("GET(node %d, op %d, verify)", F1(x), F2(x))
 	:: TY(x) == GET -> printf("GET(node %d, op %d)", F1(x), F2(x))
 	:: TY(x) == PUT && F3(x) -> printf("PUT(op %d att %d, stamp %d, incarnation %d)", F1(x), F2(x), F4(x), STAMPINC(x))
 	:: TY(x) == PUT -> printf("PUT(op %d att %d, unstamped)", F1(x), F2(x))
@@ -736,7 +797,7 @@ inline deliver(msg) {
 	:: TY(msg) == PUT -> head_write(msg)
 	:: TY(msg) == CW  -> chain_write(msg)
 	:: TY(msg) == ACK -> TOHEAD(msg); if :: F1(msg) == M && MGONE -> skip :: else -> chain_ack(msg) fi
-	:: TY(msg) == VQ  -> if :: TUP -> lt = tclean :: else -> latest(mdirty, mclean) fi; send(MK(VA, F1(msg), F2(msg), lt, 0))   /* (*shard).verQuery */
+	:: TY(msg) == VQ  -> tail_latest(); send(MK(VA, F1(msg), F2(msg), lt, 0))   /* (*shard).verQuery */
 	:: TY(msg) == VA  -> ver_answer(msg)
 	:: TY(msg) == GR  -> client_reply(msg)          /* DP: a get-reply completes nothing */
 	:: TY(msg) == PR  -> REPLY_COMPLETE(F2(msg)); client_reply(msg)  /* DP: (*Directory).reply */
@@ -856,7 +917,7 @@ LOSEREPLY(i) \
  * a floor at least as high) does not: only with -DREAD_TMO. */
 #ifdef READ_TMO
 #define READTMO(c, n) :: d_step { LIVE && cpc[c] == 1 && FAULT(tmo, TMO) && CANREAD(n) -> \
-		tmo++; send(MK(GET, n, cop[c], 0, 0)); CLEAN }
+		tmo++; send(MK(GET, n, cop[c], VFLAG(n), 0)); CLEAN }
 #else
 #define READTMO(c, n)
 #endif
@@ -866,7 +927,7 @@ LOSEREPLY(i) \
 	:: d_step { LIVE && cpc[c] == 0 && cn[c] < OPS && (KIND(c) & PR_R) && CANREAD(n) -> \
 		cop[c] = c*OPS + cn[c] + 1; cfloor[c] = maxobs; catt[c] = 0; cpc[c] = 1; \
 		printf("client %d starts read op %d, DP routes it to node %d\n", c, cop[c], n); \
-		send(MK(GET, n, cop[c], 0, 0)); CLEAN } \
+		send(MK(GET, n, cop[c], VFLAG(n), 0)); CLEAN } \
 	READTMO(c, n)
 
 /* a client starts a write, or times out and sends it again (same request id) */
