@@ -625,19 +625,40 @@ func (c *Controller) owe(h wire.KeyHash, head wire.NodeID, key []byte, extras []
 	c.demotes[h] = pendingDemote{head: head, key: slices.Clone(key), extras: slices.Clone(extras)}
 }
 
-// retryDemotes asks again the heads that owe a demote, and forgets those
-// that answer. keysMu is held.
+// retryDemotes asks again the heads that owe a demote, all at once, so
+// that a round waits for one call's retries however many are owed, and
+// forgets those that answer. A head the layout marks down is not asked
+// until it is back. keysMu is held.
 func (c *Controller) retryDemotes(ctx context.Context) {
-	if c.storage == nil {
+	if c.storage == nil || len(c.demotes) == 0 {
 		return
 	}
+	c.st.mu.Lock()
+	down := c.st.lay.Down()
+	c.st.mu.Unlock()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		answered []wire.KeyHash
+	)
 	for h, d := range c.demotes {
-		if err := c.storage.Demote(ctx, c.node(d.head), d.key, c.nodes(d.extras)); err != nil {
-			c.log.Debug("demote still unanswered", "key", string(d.key), "head", d.head, "err", err)
+		if slices.Contains(down, d.head) {
 			continue
 		}
+		wg.Go(func() {
+			if err := c.storage.Demote(ctx, c.node(d.head), d.key, c.nodes(d.extras)); err != nil {
+				c.log.Debug("demote still unanswered", "key", string(d.key), "head", d.head, "err", err)
+				return
+			}
+			c.log.Info("demoted at head after a failed demote", "key", string(d.key), "head", d.head)
+			mu.Lock()
+			answered = append(answered, h)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	for _, h := range answered {
 		delete(c.demotes, h)
-		c.log.Info("demoted at head after a failed demote", "key", string(d.key), "head", d.head)
 	}
 }
 

@@ -111,3 +111,38 @@ func TestPromoteSupersedesOwedDemote(t *testing.T) {
 		t.Fatalf("head holds it %v, entries %v: want the second promotion to stand", st.holds("hot"), c.Entries())
 	}
 }
+
+// A head the layout marks down owes its demote until it is back: asking it
+// each round would only wait out the retries.
+func TestOwedDemoteWaitsForDownHead(t *testing.T) {
+	ctx := context.Background()
+	c, st := deafController(t, 1)
+	c.keysMu.Lock()
+	_, err := c.promote(ctx, []byte("hot"), 0.5, map[wire.NodeID]float64{}, false)
+	c.keysMu.Unlock()
+	if err == nil || len(c.demotes) != 1 {
+		t.Fatalf("promote: err %v, demotes owed %d: want a failed promote owing one", err, len(c.demotes))
+	}
+	var head wire.NodeID
+	for _, d := range c.demotes {
+		head = d.head
+	}
+	if err := c.NodeDown(ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HotKeyRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !st.holds("hot") || len(c.demotes) != 1 {
+		t.Fatalf("head %d is down: it was asked (holds the key: %v, owed: %d)", head, st.holds("hot"), len(c.demotes))
+	}
+	if err := c.NodeUp(ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HotKeyRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st.holds("hot") || len(c.demotes) != 0 {
+		t.Fatalf("head %d is back: holds the key %v, owed %d; want it demoted", head, st.holds("hot"), len(c.demotes))
+	}
+}
