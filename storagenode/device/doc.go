@@ -52,8 +52,9 @@
 // block whenever a user read cut in, so compaction crawled at 4 KiB per
 // service time in one slot and never took the device from reads.
 //
-// The pages themselves (pagecache.go): each device keeps an LRU of 4 KiB
-// pages, Profile.PageCacheBytes in all (256 KiB for ssd and hdd), filled
+// The pages themselves (pagecache.go): each device keeps an LRU
+// (hashicorp/golang-lru's simplelru) of 4 KiB pages keyed by the file's
+// identity, as the kernel's are by inode, Profile.PageCacheBytes in all (256 KiB for ssd and hdd), filled
 // by every write and by every read that went to the device, and freed
 // with the file (Remove; Rename keeps them). A read, or a readahead, pays
 // only for the bytes of the pages it misses and costs nothing when it

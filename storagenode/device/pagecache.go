@@ -1,10 +1,11 @@
 package device
 
 import (
-	"container/list"
 	"os"
 	"strings"
 	"sync"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
 // pageSize is the kernel's page: the unit the page cache holds.
@@ -13,15 +14,23 @@ const pageSize = 4 << 10
 // pageCache is a node's page cache (see the package doc, "The page
 // cache"): a bounded LRU of 4 KiB pages, filled by what the node writes
 // and by what it reads from the device, and dropped with their file.
+//
+// Pages are keyed by a file's identity, not its name, as the kernel keys
+// them by inode: Pebble recycles WAL files by renaming them, and a rename
+// keeps the pages and their recency. held indexes each file's pages so
+// that dropping a file does not scan the LRU; the LRU's eviction callback
+// keeps it in step.
 type pageCache struct {
 	mu    sync.Mutex
-	limit int       // pages
-	lru   list.List // of pageKey, most recent first
-	files map[string]map[int64]*list.Element
+	limit int // pages
+	lru   *simplelru.LRU[pageKey, struct{}]
+	ids   map[string]uint64 // name -> identity
+	held  map[uint64]map[int64]struct{}
+	maxID uint64
 }
 
 type pageKey struct {
-	file string
+	file uint64
 	page int64
 }
 
@@ -29,12 +38,31 @@ func newPageCache(bytes int64) *pageCache {
 	if bytes < pageSize {
 		return nil
 	}
-	return &pageCache{limit: int(bytes / pageSize), files: map[string]map[int64]*list.Element{}}
+	c := &pageCache{limit: int(bytes / pageSize), ids: map[string]uint64{}, held: map[uint64]map[int64]struct{}{}}
+	c.lru, _ = simplelru.NewLRU(c.limit, func(k pageKey, _ struct{}) {
+		pages := c.held[k.file]
+		delete(pages, k.page)
+		if len(pages) == 0 {
+			delete(c.held, k.file)
+		}
+	})
+	return c
 }
 
 // pages returns the pages that bytes [off, off+n) fall in.
 func pages(off, n int64) (first, last int64) {
 	return off / pageSize, (off + n - 1) / pageSize
+}
+
+// idOf returns file's identity, giving it one if it has none.
+func (c *pageCache) idOf(file string) uint64 {
+	id, ok := c.ids[file]
+	if !ok {
+		c.maxID++
+		id = c.maxID
+		c.ids[file] = id
+	}
+	return id
 }
 
 // add puts the pages of bytes [off, off+n) of file in the cache as the
@@ -47,29 +75,15 @@ func (c *pageCache) add(file string, off, n int64) {
 	defer c.mu.Unlock()
 	first, last := pages(off, n)
 	first = max(first, last-int64(c.limit)+1) // the rest would be evicted at once
-	held := c.files[file]
-	if held == nil {
-		held = map[int64]*list.Element{}
-		c.files[file] = held
-	}
+	id := c.idOf(file)
 	for p := first; p <= last; p++ {
-		if e, ok := held[p]; ok {
-			c.lru.MoveToFront(e)
-			continue
+		pages := c.held[id]
+		if pages == nil {
+			pages = map[int64]struct{}{}
+			c.held[id] = pages
 		}
-		held[p] = c.lru.PushFront(pageKey{file, p})
-	}
-	for c.lru.Len() > c.limit {
-		c.evict(c.lru.Back())
-	}
-}
-
-func (c *pageCache) evict(e *list.Element) {
-	k := c.lru.Remove(e).(pageKey)
-	held := c.files[k.file]
-	delete(held, k.page)
-	if len(held) == 0 {
-		delete(c.files, k.file)
+		pages[p] = struct{}{}
+		c.lru.Add(pageKey{id, p}, struct{}{})
 	}
 }
 
@@ -85,13 +99,14 @@ func (c *pageCache) missing(file string, off, n int64) int64 {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	held := c.files[file]
+	id, known := c.ids[file]
 	first, last := pages(off, n)
 	var miss int64
 	for p := first; p <= last; p++ {
-		if e, ok := held[p]; ok {
-			c.lru.MoveToFront(e)
-			continue
+		if known {
+			if _, ok := c.lru.Get(pageKey{id, p}); ok {
+				continue
+			}
 		}
 		// the page's part of the range
 		miss += min(off+n, (p+1)*pageSize) - max(off, p*pageSize)
@@ -110,10 +125,14 @@ func (c *pageCache) drop(file string) {
 }
 
 func (c *pageCache) dropLocked(file string) {
-	for _, e := range c.files[file] {
-		c.lru.Remove(e)
+	id, ok := c.ids[file]
+	if !ok {
+		return
 	}
-	delete(c.files, file)
+	delete(c.ids, file)
+	for p := range c.held[id] {
+		c.lru.Remove(pageKey{id, p}) // the eviction callback updates held
+	}
 }
 
 // dropUnder forgets the pages of every file under dir.
@@ -123,7 +142,7 @@ func (c *pageCache) dropUnder(dir string) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for name := range c.files {
+	for name := range c.ids {
 		if name == dir || strings.HasPrefix(name, dir) && os.IsPathSeparator(name[len(dir)]) {
 			c.dropLocked(name)
 		}
@@ -139,13 +158,8 @@ func (c *pageCache) rename(from, to string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.dropLocked(to)
-	held := c.files[from]
-	if held == nil {
-		return
+	if id, ok := c.ids[from]; ok {
+		delete(c.ids, from)
+		c.ids[to] = id
 	}
-	for _, e := range held {
-		e.Value = pageKey{to, e.Value.(pageKey).page}
-	}
-	c.files[to] = held
-	delete(c.files, from)
 }
