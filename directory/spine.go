@@ -25,11 +25,21 @@ const MaxRacks = MaxLocations
 // holds the key's copy in that rack and announces it to its rack
 // directory as the key's tail there) for the version the spine saw
 // complete, with no write pending. A reply lost on its way leaves the
-// write pending: remote racks then stay unused, which costs balance, never
-// correctness; the home tail's commit announcements (VSBs) keep the
-// completed version current. A write's reply is a PUT or DEL reply, or an
-// ERR stale-version or retry (the errors only a write gets); a write
-// answered by another error stays pending in the same way.
+// write pending: remote racks then serve only verified reads, which costs
+// a version query per read, never correctness; the home tail's commit
+// announcements (VSBs) keep the completed version current. A write's
+// reply is a PUT or DEL reply, or an ERR stale-version or retry (the
+// errors only a write gets); a write answered by another error stays
+// pending in the same way.
+//
+// Verified reads (issue 18's rule one level up): freshness decides how a
+// remote rack serves a read, not whether. A read the spine sends to a
+// remote rack whose fresh bit is clear carries wire.FlagVerify, and that
+// rack's directory, taking it from a spine port (PortSpine), forwards it
+// flagged to whichever member it picks; the member asks the key's tail
+// (in the home rack) for the committed version before it answers. A
+// rack's own fresh bits cannot stand in for the spine's: the rack
+// directory never sees the key's writes, which go home.
 type Spine struct {
 	bits    uint
 	home    []uint16 // partition → home rack
@@ -52,6 +62,7 @@ type SpineEntry struct {
 // SpineCounters are the spine's counters.
 type SpineCounters struct {
 	Hits, Misses, Remote uint64 // Remote: reads sent to a rack other than home
+	Verified             uint64 // reads sent flagged to a rack not fresh
 	VSBs, VSBsRefused    uint64
 }
 
@@ -138,6 +149,8 @@ func (s *Spine) Request(pkt []byte) int {
 	if f.Check() != nil {
 		return 0
 	}
+	// Only the spine sets FlagVerify on what it sends a rack directory.
+	f.SetFlags(f.Flags() &^ wire.FlagVerify)
 	h := f.KeyHash()
 	home := s.Home(h)
 	e := s.entries[h]
@@ -148,9 +161,14 @@ func (s *Spine) Request(pkt []byte) int {
 	case f.Op() == wire.OpGet:
 		e.Hits++
 		s.counter.Hits++
-		r = s.pick(e, f.ReqID())
+		var fresh bool
+		r, fresh = s.pick(e, f.ReqID())
 		if r != home {
 			s.counter.Remote++
+		}
+		if !fresh {
+			s.counter.Verified++
+			f.SetFlags(f.Flags() | wire.FlagVerify)
 		}
 	case f.Op() == wire.OpPut || f.Op() == wire.OpDel:
 		e.Hits++
@@ -162,27 +180,21 @@ func (s *Spine) Request(pkt []byte) int {
 	return r
 }
 
-// pick is two choices among the fresh racks: two distinct racks by
-// request id (bits other than the rack directories' bucket bits), the one
-// with less in flight; ties keep the first.
-func (s *Spine) pick(e *SpineEntry, reqid uint64) int {
+// pick is two choices among the key's racks, fresh or not: two distinct
+// racks by request id (bits other than the rack directories' bucket
+// bits), the one with less in flight; ties keep the first. fresh reports
+// whether the rack's fresh bit vouches for the read.
+func (s *Spine) pick(e *SpineEntry, reqid uint64) (r int, fresh bool) {
 	n := uint64(e.N)
 	if n == 1 {
-		return int(e.Racks[0])
+		return int(e.Racks[0]), true
 	}
 	a := (reqid >> 16) % n
 	b := (a + 1 + (reqid>>40)%(n-1)) % n
-	if e.Fresh&(1<<a) == 0 {
-		a = 0
+	if s.flight[e.Racks[b]] < s.flight[e.Racks[a]] {
+		a = b
 	}
-	if e.Fresh&(1<<b) == 0 {
-		b = 0
-	}
-	ra, rb := int(e.Racks[a]), int(e.Racks[b])
-	if s.flight[rb] < s.flight[ra] {
-		return rb
-	}
-	return ra
+	return int(e.Racks[a]), e.Fresh&(1<<a) != 0
 }
 
 // Reply notes a reply that passes the spine from rack r: one request
