@@ -13,9 +13,12 @@ const MaxRacks = MaxLocations
 // of its rack, so a key hotter than a rack is spread by the spine over
 // several racks, each with its own rack directory entry. The spine sends a
 // read of such a key to the less loaded of two of its racks (two choices,
-// by request id, load being the requests the spine has in flight to each
+// by request id, load being the reads the spine has in flight to each
 // rack); every other request, and every write, goes to the key's home rack
-// (its partition's). Like Directory it is a pure state machine: no I/O, no
+// (its partition's). Writes are not counted: they have no choice, and they
+// queue at one node of the rack, the key's chain head, not at the rack's
+// readers; a write-hot key's head holding a backlog of writes would
+// otherwise turn every read away from its home rack. Like Directory it is a pure state machine: no I/O, no
 // clock, no random numbers.
 //
 // Coherence, at rack granularity, by the rules of the slot one level down:
@@ -45,7 +48,7 @@ type Spine struct {
 	home    []uint16 // partition → home rack
 	racks   int
 	entries map[wire.KeyHash]*SpineEntry
-	flight  []int64 // per rack: requests sent and not yet answered
+	flight  []int64 // per rack: reads sent and not yet answered
 	counter SpineCounters
 }
 
@@ -137,11 +140,11 @@ func (s *Spine) Len() int { return len(s.entries) }
 // Counters returns the counters.
 func (s *Spine) Counters() SpineCounters { return s.counter }
 
-// InFlight is what the spine has in flight to rack r.
+// InFlight is the reads the spine has in flight to rack r.
 func (s *Spine) InFlight(r int) int64 { return s.flight[r] }
 
 // Request chooses the rack for a client request (GET, PUT or DEL) and
-// counts it in flight there. A packet that is not a well-formed request
+// counts a read in flight there. A packet that is not a well-formed request
 // goes home (its rack directory drops or passes it), or to rack 0 when
 // even its hash cannot be read.
 func (s *Spine) Request(pkt []byte) int {
@@ -176,7 +179,9 @@ func (s *Spine) Request(pkt []byte) int {
 		e.Fresh = 1
 		e.Pending++
 	}
-	s.flight[r]++
+	if f.Op() == wire.OpGet {
+		s.flight[r]++
+	}
 	return r
 }
 
@@ -197,27 +202,28 @@ func (s *Spine) pick(e *SpineEntry, reqid uint64) (r int, fresh bool) {
 	return int(e.Racks[a]), e.Fresh&(1<<a) != 0
 }
 
-// Reply notes a reply that passes the spine from rack r: one request
-// fewer in flight there, and for a write's reply one write fewer pending
-// and, if it succeeded, its version complete.
+// Reply notes a reply that passes the spine from rack r: for a read's
+// (a GET reply, or an error other than those only a write gets) one read
+// fewer in flight there; for a write's one write fewer pending and, if it
+// succeeded, its version complete. (A write's other errors count as a
+// read's: the count is a load signal, and never goes below zero.)
 func (s *Spine) Reply(pkt []byte, r int) {
-	if r >= 0 && r < s.racks && s.flight[r] > 0 {
-		s.flight[r]--
-	}
 	f := wire.Frame(pkt)
 	if f.Check() != nil {
 		return
 	}
 	op := f.Op()
-	if op != wire.OpPutReply && op != wire.OpDelReply && op != wire.OpErr {
+	write := op == wire.OpPutReply || op == wire.OpDelReply ||
+		(op == wire.OpErr && (f.Code() == wire.CodeStaleVersion || f.Code() == wire.CodeRetry))
+	if !write {
+		if (op == wire.OpGetReply || op == wire.OpErr) && r >= 0 && r < s.racks && s.flight[r] > 0 {
+			s.flight[r]--
+		}
 		return
 	}
 	e := s.entries[f.KeyHash()]
 	if e == nil {
 		return
-	}
-	if op == wire.OpErr && f.Code() != wire.CodeStaleVersion && f.Code() != wire.CodeRetry {
-		return // not an error only a write gets
 	}
 	e.Pending = max(e.Pending, 1) - 1
 	if op != wire.OpErr && f.Code() == wire.CodeOK {

@@ -172,6 +172,34 @@ func TestSpineTwoChoicesPreferTheRackWithLessInFlight(t *testing.T) {
 	}
 }
 
+// TestSpineCountsReadsInFlightNotWrites: a write-hot key's writes queue at
+// its chain head in the home rack; counted as the rack's load they would
+// turn every read of the key away from home (issue 20, YCSB B at 1024
+// nodes). Only reads count, and only a read's reply ends one.
+func TestSpineCountsReadsInFlightNotWrites(t *testing.T) {
+	s, k := spineWith(t)
+	for i := range 100 {
+		s.Request(spinePkt(wire.OpPut, k, uint64(i), 0, 0))
+	}
+	if n := s.InFlight(0); n != 0 {
+		t.Fatalf("100 writes pending home count as %d reads in flight", n)
+	}
+	by, _ := reads(s, k, 300)
+	if by[0] < 60 {
+		t.Fatalf("with writes backed up at home reads went to %v, want a third or so home", by)
+	}
+	s.Reply(spinePkt(wire.OpPutReply, k, 1, 6, wire.CodeOK), 0)
+	s.Reply(spinePkt(wire.OpErr, k, 2, 0, wire.CodeStaleVersion), 0)
+	if n := s.InFlight(0); n != int64(by[0]) {
+		t.Fatalf("write replies took reads off rack 0: %d in flight, sent %d", n, by[0])
+	}
+	s.Reply(spinePkt(wire.OpGetReply, k, 3, 6, wire.CodeOK), 0)
+	s.Reply(spinePkt(wire.OpErr, k, 4, 0, wire.CodeNotFound), 0)
+	if n := s.InFlight(0); n != int64(by[0])-2 {
+		t.Fatalf("two read replies left %d in flight of %d", n, by[0])
+	}
+}
+
 func TestSpineRefusesBadInput(t *testing.T) {
 	s, k := spineWith(t)
 	if err := s.Insert(k, []int{0}, 0); err != directory.ErrExists {
