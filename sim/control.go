@@ -212,9 +212,7 @@ func (c *control) rackRound(r int, reports [][]sched.KeyCount, rr *rackRound) er
 			return err
 		}
 		s.promoted[k] = true
-		for _, x := range locs[len(ch):] {
-			s.sendVSB(2*s.link(), k, x, s.keys[k].committed, 0)
-		}
+		s.sendVSBs(2*s.link(), k, s.keys[k].committed, 0, locs[len(ch):]...)
 	}
 	return nil
 }
@@ -332,9 +330,7 @@ func (c *control) spineRound(rounds []rackRound) error {
 		}
 		c.spread[k] = sk
 		for _, locs := range sk.remote {
-			for _, x := range locs {
-				s.sendVSB(4*s.link(), k, x, s.keys[k].committed, 0)
-			}
+			s.sendVSBs(4*s.link(), k, s.keys[k].committed, 0, locs...)
 		}
 	}
 	return nil

@@ -338,6 +338,8 @@ type Sim struct {
 	promoted []bool
 	keyOf    map[wire.KeyHash]int64 // the keys ever promoted
 	vsbs     []vsbMsg               // VSBs in flight, by event.a
+	nearBuf  []wire.NodeID          // announce's copies in the tail's rack
+	farBuf   []wire.NodeID          // and in other racks
 	copyBuf  []wire.NodeID          // announce's list of copies
 	freeVSBs []int32
 
@@ -543,7 +545,7 @@ func (s *Sim) Run() (bench.Run, error) {
 		case evReplyAtPlane:
 			s.replyAtPlane(e.a)
 		case evVSB:
-			s.vsb(e)
+			s.deliverVSBs(e)
 		case evVerify:
 			s.verifyAtTail(e.a)
 		case evRound:
@@ -892,28 +894,39 @@ func (s *Sim) commit(i int32) {
 // copies to every extra (and, through a spine, every remote rack), each
 // answered by a VSB.
 func (s *Sim) announce(k int64, tail wire.NodeID, v uint64) {
-	s.sendVSB(s.link(), k, tail, v, 0)
+	s.sendVSBs(s.link(), k, v, 0, tail)
 	s.copyBuf = s.ctl.copies(s.copyBuf[:0], k)
+	near, far := s.nearBuf[:0], s.farBuf[:0]
 	for _, x := range s.copyBuf {
-		d := 2*s.link() + uint64(s.cfg.copyDelay)
-		if s.rackOf(x) != s.rackOf(tail) {
-			d += 2 * s.link() // through the spine
+		if s.rackOf(x) == s.rackOf(tail) {
+			near = append(near, x)
+		} else {
+			far = append(far, x)
 		}
-		s.sendVSB(d, k, x, v, 0)
 	}
+	d := 2*s.link() + uint64(s.cfg.copyDelay)
+	s.sendVSBs(d, k, v, 0, near...)
+	s.sendVSBs(d+2*s.link(), k, v, 0, far...) // through the spine
+	s.nearBuf, s.farBuf = near, far
 }
 
-// vsbMsg is a VSB in flight: node n announces key's version v, its
-// attempt'th for that copy.
+// vsbMsg is the VSBs of nodes in flight together: each announces key's
+// version v, its attempt'th for that copy.
 type vsbMsg struct {
 	key     int64
 	v       uint64
 	attempt int
+	nodes   []wire.NodeID
 }
 
-// sendVSB has node n's VSB for key k at version v reach the data plane
-// after d.
-func (s *Sim) sendVSB(d uint64, k int64, n wire.NodeID, v uint64, attempt int) {
+// sendVSBs has the VSBs of nodes for key k at version v reach the data
+// plane after d, in one event: VSBs sent at once with one delay arrive at
+// one time, one after the other in the order sent, with no other event
+// between them; one event for all of them is the same run, cheaper.
+func (s *Sim) sendVSBs(d uint64, k int64, v uint64, attempt int, nodes ...wire.NodeID) {
+	if len(nodes) == 0 {
+		return
+	}
 	var i int32
 	if m := len(s.freeVSBs); m > 0 {
 		i = s.freeVSBs[m-1]
@@ -922,17 +935,25 @@ func (s *Sim) sendVSB(d uint64, k int64, n wire.NodeID, v uint64, attempt int) {
 		s.vsbs = append(s.vsbs, vsbMsg{})
 		i = int32(len(s.vsbs) - 1)
 	}
-	s.vsbs[i] = vsbMsg{key: k, v: v, attempt: attempt}
-	s.at(d, event{kind: evVSB, a: i, node: n})
+	m := &s.vsbs[i]
+	m.key, m.v, m.attempt, m.nodes = k, v, attempt, append(m.nodes[:0], nodes...)
+	s.at(d, event{kind: evVSB, a: i})
 }
 
-// vsb delivers a VSB to its rack's data plane (and the spine, from a tail
-// or a rack primary). An extra whose VSB is refused asks again for the
-// committed version.
-func (s *Sim) vsb(e event) {
+// deliverVSBs delivers the VSBs of event e, in the order sent. The slot is freed
+// after them: a refused VSB's retry takes another.
+func (s *Sim) deliverVSBs(e event) {
 	m := s.vsbs[e.a]
+	for _, n := range m.nodes {
+		s.vsb(m, n)
+	}
 	s.freeVSBs = append(s.freeVSBs, e.a)
-	n := wire.NodeID(e.node)
+}
+
+// vsb delivers node n's VSB to its rack's data plane (and the spine, from
+// a tail or a rack primary). An extra whose VSB is refused asks again for
+// the committed version.
+func (s *Sim) vsb(m vsbMsg, n wire.NodeID) {
 	if s.cfg.CheckReads {
 		// The copy is at n before its VSB leaves: no later than now.
 		hk := holdKey{m.key, n}
@@ -953,7 +974,7 @@ func (s *Sim) vsb(e event) {
 // retryCopy: node n asks the head again for key's committed version.
 func (s *Sim) retryCopy(m vsbMsg, n wire.NodeID) {
 	if m.attempt < maxCopyAttempts {
-		s.sendVSB(4*s.link(), m.key, n, s.keys[m.key].committed, m.attempt+1)
+		s.sendVSBs(4*s.link(), m.key, s.keys[m.key].committed, m.attempt+1, n)
 	}
 }
 
