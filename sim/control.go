@@ -95,13 +95,6 @@ func (c *control) copies(out []wire.NodeID, k int64) []wire.NodeID {
 	return out
 }
 
-// announcesToSpine: node n's VSBs for key k reach the spine if n is k's
-// tail or a remote rack's primary.
-func (c *control) announcesToSpine(k int64, n wire.NodeID) bool {
-	sk := c.spread[k]
-	return sk != nil && slices.Contains(sk.announcers, n)
-}
-
 func (c *control) dirSize() int {
 	n := 0
 	for _, d := range c.s.racks {
