@@ -91,8 +91,11 @@ func (s *Spine) SetHome(p uint32, r int) error {
 // Home is h's home rack.
 func (s *Spine) Home(h wire.KeyHash) int { return int(s.home[h.Partition(s.bits)]) }
 
-// Insert spreads h over racks, which must start with its home rack; ver is
-// the version complete at the home rack. Only the home rack starts fresh.
+// Insert spreads h over racks, which must start with its home rack. ver
+// must be at least the highest version stamped for h (the home rack slot's
+// VerNext): a write that passed the spine before h was spread is not
+// pending here, and a remote rack made fresh below its version would serve
+// an older version after it commits. Only the home rack starts fresh.
 func (s *Spine) Insert(h wire.KeyHash, racks []int, ver uint64) error {
 	if _, ok := s.entries[h]; ok {
 		return ErrExists

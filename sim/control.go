@@ -289,6 +289,17 @@ func (c *control) spineRound(rounds []rackRound) error {
 	for _, cd := range dec.Promote {
 		k := s.keyOf[cd.Hash]
 		home := s.spine.Home(cd.Hash)
+		// Only a key promoted in its home rack is spread, seeded with the
+		// highest version its home directory stamped: a write that passed
+		// the spine before the key was spread (not pending there) was
+		// stamped by then, as a request passes the spine and its rack
+		// directory in one event, so it cannot commit above the version a
+		// fresh remote rack serves.
+		homeSlot, ok := s.racks[home].Lookup(cd.Hash)
+		if !ok {
+			c.spine.Forget(cd.Hash)
+			continue
+		}
 		share := float64(cd.Count) / float64(max(all, 1))
 		kr := max(2, sched.RackCount(share, nracks))
 		others := sched.PlaceExtras([]wire.NodeID{wire.NodeID(home)}, rackIDs, rackLoad, kr-1, share/float64(kr))
@@ -318,7 +329,7 @@ func (c *control) spineRound(rounds []rackRound) error {
 			c.spine.Forget(cd.Hash)
 			continue
 		}
-		if err := s.spine.Insert(cd.Hash, sk.racks, s.keys[k].committed); err != nil {
+		if err := s.spine.Insert(cd.Hash, sk.racks, max(homeSlot.VerNext, s.keys[k].committed)); err != nil {
 			return err
 		}
 		c.spread[k] = sk
