@@ -18,8 +18,8 @@ const MaxRacks = MaxLocations
 // (its partition's). Writes are not counted: they have no choice, and they
 // queue at one node of the rack, the key's chain head, not at the rack's
 // readers; a write-hot key's head holding a backlog of writes would
-// otherwise turn every read away from its home rack. Like Directory it is a pure state machine: no I/O, no
-// clock, no random numbers.
+// otherwise turn every read away from its home rack. Like Directory it is
+// a pure state machine: no I/O, no clock, no random numbers.
 //
 // Coherence, at rack granularity, by the rules of the slot one level down:
 // the home rack is always fresh; a write clears every other rack's fresh
