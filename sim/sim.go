@@ -940,8 +940,8 @@ func (s *Sim) sendVSBs(d uint64, k int64, v uint64, attempt int, nodes ...wire.N
 	s.at(d, event{kind: evVSB, a: i})
 }
 
-// deliverVSBs delivers the VSBs of event e, in the order sent. The slot is freed
-// after them: a refused VSB's retry takes another.
+// deliverVSBs delivers the VSBs of event e, in the order sent. The slot
+// is freed after them: a refused VSB's retry takes another.
 func (s *Sim) deliverVSBs(e event) {
 	m := s.vsbs[e.a]
 	h, sk := s.hash(m.key), s.ctl.spread[m.key]
