@@ -185,6 +185,12 @@ type PortKind uint8
 const (
 	PortClient  PortKind = iota // default: clients and everything else
 	PortStorage                 // a storage node's port: VSBs are accepted only here
+	// PortSpine: the spine's port above a rack directory (directory.Spine).
+	// A read arriving here keeps the FlagVerify the spine set on it, and
+	// is verified at whichever member serves it; FlagVerify from any other
+	// port is cleared. Only the Go core and sim/ have a spine: the P4 and
+	// eBPF planes do not classify this port yet.
+	PortSpine
 )
 
 // Directory is the state machine. It is not safe for concurrent use; the

@@ -113,7 +113,7 @@ func (d *Directory) Process(pkt []byte, port uint32, now uint64) Verdict {
 	h := f.KeyHash()
 	switch op := f.Op(); op {
 	case wire.OpGet:
-		return d.get(f, &h, now)
+		return d.get(f, &h, now, f.Flags()&wire.FlagVerify != 0 && d.ports[port] == PortSpine)
 	case wire.OpPut, wire.OpDel:
 		return d.write(f, &h, now)
 	case wire.OpGetReply, wire.OpPutReply, wire.OpDelReply, wire.OpErr:
@@ -150,7 +150,12 @@ func (d *Directory) forward(f wire.Frame, n wire.NodeID, now uint64) Verdict {
 	return Verdict{Action: Forward, Node: n}
 }
 
-func (d *Directory) get(f wire.Frame, h *wire.KeyHash, now uint64) Verdict {
+// get routes a read. spineVerify: the spine marked it (FlagVerify from a
+// spine port) because it sends it to a rack its fresh bits do not vouch
+// for: this rack's directory does not see the key's writes (they go to its
+// home rack), so its own fresh bits cannot vouch for the read either, and
+// it is verified at whichever member serves it.
+func (d *Directory) get(f wire.Frame, h *wire.KeyHash, now uint64, spineVerify bool) Verdict {
 	reqid := f.ReqID()
 	flags := f.Flags() &^ requestFlags
 	p := &d.parts[h.Partition(d.cfg.PartitionBits)]
@@ -160,7 +165,7 @@ func (d *Directory) get(f wire.Frame, h *wire.KeyHash, now uint64) Verdict {
 			// No candidate may serve: the chain always may (CRAQ).
 			i = int(p.Buckets[reqid&(Buckets-1)] % s.R)
 		}
-		if verify {
+		if verify || spineVerify {
 			flags |= wire.FlagVerify
 		}
 		s.Hits++

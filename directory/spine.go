@@ -13,10 +13,13 @@ const MaxRacks = MaxLocations
 // of its rack, so a key hotter than a rack is spread by the spine over
 // several racks, each with its own rack directory entry. The spine sends a
 // read of such a key to the less loaded of two of its racks (two choices,
-// by request id, load being the requests the spine has in flight to each
+// by request id, load being the reads the spine has in flight to each
 // rack); every other request, and every write, goes to the key's home rack
-// (its partition's). Like Directory it is a pure state machine: no I/O, no
-// clock, no random numbers.
+// (its partition's). Writes are not counted: they have no choice, and they
+// queue at one node of the rack, the key's chain head, not at the rack's
+// readers; a write-hot key's head holding a backlog of writes would
+// otherwise turn every read away from its home rack. Like Directory it is
+// a pure state machine: no I/O, no clock, no random numbers.
 //
 // Coherence, at rack granularity, by the rules of the slot one level down:
 // the home rack is always fresh; a write clears every other rack's fresh
@@ -25,17 +28,27 @@ const MaxRacks = MaxLocations
 // holds the key's copy in that rack and announces it to its rack
 // directory as the key's tail there) for the version the spine saw
 // complete, with no write pending. A reply lost on its way leaves the
-// write pending: remote racks then stay unused, which costs balance, never
-// correctness; the home tail's commit announcements (VSBs) keep the
-// completed version current. A write's reply is a PUT or DEL reply, or an
-// ERR stale-version or retry (the errors only a write gets); a write
-// answered by another error stays pending in the same way.
+// write pending: remote racks then serve only verified reads, which costs
+// a version query per read, never correctness; the home tail's commit
+// announcements (VSBs) keep the completed version current. A write's
+// reply is a PUT or DEL reply, or an ERR stale-version or retry (the
+// errors only a write gets); a write answered by another error stays
+// pending in the same way.
+//
+// Verified reads (issue 18's rule one level up): freshness decides how a
+// remote rack serves a read, not whether. A read the spine sends to a
+// remote rack whose fresh bit is clear carries wire.FlagVerify, and that
+// rack's directory, taking it from a spine port (PortSpine), forwards it
+// flagged to whichever member it picks; the member asks the key's tail
+// (in the home rack) for the committed version before it answers. A
+// rack's own fresh bits cannot stand in for the spine's: the rack
+// directory never sees the key's writes, which go home.
 type Spine struct {
 	bits    uint
 	home    []uint16 // partition → home rack
 	racks   int
 	entries map[wire.KeyHash]*SpineEntry
-	flight  []int64 // per rack: requests sent and not yet answered
+	flight  []int64 // per rack: reads sent and not yet answered
 	counter SpineCounters
 }
 
@@ -52,6 +65,7 @@ type SpineEntry struct {
 // SpineCounters are the spine's counters.
 type SpineCounters struct {
 	Hits, Misses, Remote uint64 // Remote: reads sent to a rack other than home
+	Verified             uint64 // reads sent flagged to a rack not fresh
 	VSBs, VSBsRefused    uint64
 }
 
@@ -77,8 +91,11 @@ func (s *Spine) SetHome(p uint32, r int) error {
 // Home is h's home rack.
 func (s *Spine) Home(h wire.KeyHash) int { return int(s.home[h.Partition(s.bits)]) }
 
-// Insert spreads h over racks, which must start with its home rack; ver is
-// the version complete at the home rack. Only the home rack starts fresh.
+// Insert spreads h over racks, which must start with its home rack. ver
+// must be at least the highest version stamped for h (the home rack slot's
+// VerNext): a write that passed the spine before h was spread is not
+// pending here, and a remote rack made fresh below its version would serve
+// an older version after it commits. Only the home rack starts fresh.
 func (s *Spine) Insert(h wire.KeyHash, racks []int, ver uint64) error {
 	if _, ok := s.entries[h]; ok {
 		return ErrExists
@@ -126,11 +143,11 @@ func (s *Spine) Len() int { return len(s.entries) }
 // Counters returns the counters.
 func (s *Spine) Counters() SpineCounters { return s.counter }
 
-// InFlight is what the spine has in flight to rack r.
+// InFlight is the reads the spine has in flight to rack r.
 func (s *Spine) InFlight(r int) int64 { return s.flight[r] }
 
 // Request chooses the rack for a client request (GET, PUT or DEL) and
-// counts it in flight there. A packet that is not a well-formed request
+// counts a read in flight there. A packet that is not a well-formed request
 // goes home (its rack directory drops or passes it), or to rack 0 when
 // even its hash cannot be read.
 func (s *Spine) Request(pkt []byte) int {
@@ -138,6 +155,8 @@ func (s *Spine) Request(pkt []byte) int {
 	if f.Check() != nil {
 		return 0
 	}
+	// Only the spine sets FlagVerify on what it sends a rack directory.
+	f.SetFlags(f.Flags() &^ wire.FlagVerify)
 	h := f.KeyHash()
 	home := s.Home(h)
 	e := s.entries[h]
@@ -148,9 +167,14 @@ func (s *Spine) Request(pkt []byte) int {
 	case f.Op() == wire.OpGet:
 		e.Hits++
 		s.counter.Hits++
-		r = s.pick(e, f.ReqID())
+		var fresh bool
+		r, fresh = s.pick(e, f.ReqID())
 		if r != home {
 			s.counter.Remote++
+		}
+		if !fresh {
+			s.counter.Verified++
+			f.SetFlags(f.Flags() | wire.FlagVerify)
 		}
 	case f.Op() == wire.OpPut || f.Op() == wire.OpDel:
 		e.Hits++
@@ -158,54 +182,51 @@ func (s *Spine) Request(pkt []byte) int {
 		e.Fresh = 1
 		e.Pending++
 	}
-	s.flight[r]++
+	if f.Op() == wire.OpGet {
+		s.flight[r]++
+	}
 	return r
 }
 
-// pick is two choices among the fresh racks: two distinct racks by
-// request id (bits other than the rack directories' bucket bits), the one
-// with less in flight; ties keep the first.
-func (s *Spine) pick(e *SpineEntry, reqid uint64) int {
+// pick is two choices among the key's racks, fresh or not: two distinct
+// racks by request id (bits other than the rack directories' bucket
+// bits), the one with less in flight; ties keep the first. fresh reports
+// whether the rack's fresh bit vouches for the read.
+func (s *Spine) pick(e *SpineEntry, reqid uint64) (r int, fresh bool) {
 	n := uint64(e.N)
 	if n == 1 {
-		return int(e.Racks[0])
+		return int(e.Racks[0]), true
 	}
 	a := (reqid >> 16) % n
 	b := (a + 1 + (reqid>>40)%(n-1)) % n
-	if e.Fresh&(1<<a) == 0 {
-		a = 0
+	if s.flight[e.Racks[b]] < s.flight[e.Racks[a]] {
+		a = b
 	}
-	if e.Fresh&(1<<b) == 0 {
-		b = 0
-	}
-	ra, rb := int(e.Racks[a]), int(e.Racks[b])
-	if s.flight[rb] < s.flight[ra] {
-		return rb
-	}
-	return ra
+	return int(e.Racks[a]), e.Fresh&(1<<a) != 0
 }
 
-// Reply notes a reply that passes the spine from rack r: one request
-// fewer in flight there, and for a write's reply one write fewer pending
-// and, if it succeeded, its version complete.
+// Reply notes a reply that passes the spine from rack r: for a read's
+// (a GET reply, or an error other than those only a write gets) one read
+// fewer in flight there; for a write's one write fewer pending and, if it
+// succeeded, its version complete. (A write's other errors count as a
+// read's: the count is a load signal, and never goes below zero.)
 func (s *Spine) Reply(pkt []byte, r int) {
-	if r >= 0 && r < s.racks && s.flight[r] > 0 {
-		s.flight[r]--
-	}
 	f := wire.Frame(pkt)
 	if f.Check() != nil {
 		return
 	}
 	op := f.Op()
-	if op != wire.OpPutReply && op != wire.OpDelReply && op != wire.OpErr {
+	write := op == wire.OpPutReply || op == wire.OpDelReply ||
+		(op == wire.OpErr && (f.Code() == wire.CodeStaleVersion || f.Code() == wire.CodeRetry))
+	if !write {
+		if (op == wire.OpGetReply || op == wire.OpErr) && r >= 0 && r < s.racks && s.flight[r] > 0 {
+			s.flight[r]--
+		}
 		return
 	}
 	e := s.entries[f.KeyHash()]
 	if e == nil {
 		return
-	}
-	if op == wire.OpErr && f.Code() != wire.CodeStaleVersion && f.Code() != wire.CodeRetry {
-		return // not an error only a write gets
 	}
 	e.Pending = max(e.Pending, 1) - 1
 	if op != wire.OpErr && f.Code() == wire.CodeOK {

@@ -34,19 +34,34 @@ func spinePkt(op wire.Op, k wire.KeyHash, reqid, stamp uint64, code wire.Code) [
 	return b
 }
 
-// reads sends n reads of k with request ids 0..n−1 and counts them by rack.
-func reads(s *directory.Spine, k wire.KeyHash, n int) map[int]int {
-	by := map[int]int{}
+// reads sends n reads of k with request ids 0..n−1 and counts them by
+// rack, and by rack those the spine flagged FlagVerify.
+func reads(s *directory.Spine, k wire.KeyHash, n int) (by, verified map[int]int) {
+	by, verified = map[int]int{}, map[int]int{}
 	for i := range n {
-		by[s.Request(spinePkt(wire.OpGet, k, uint64(i)*0x9e3779b97f4a7c15, 0, 0))]++
+		pkt := spinePkt(wire.OpGet, k, uint64(i)*0x9e3779b97f4a7c15, 0, 0)
+		r := s.Request(pkt)
+		by[r]++
+		if wire.Frame(pkt).Flags()&wire.FlagVerify != 0 {
+			verified[r]++
+		}
 	}
-	return by
+	return by, verified
 }
 
-func TestSpineSendsReadsHomeUntilARackAnnouncesTheVersion(t *testing.T) {
+// TestSpineVerifiesReadsAtRacksNotFresh: freshness decides how a remote
+// rack serves a read, not whether (issue 18's rule, one level up). Until
+// a rack announces the completed version every read the spine sends it is
+// flagged FlagVerify; once it has, none is. The home rack is never
+// flagged. (Before, the spine sent reads to fresh racks only.)
+func TestSpineVerifiesReadsAtRacksNotFresh(t *testing.T) {
 	s, k := spineWith(t)
-	if by := reads(s, k, 50); by[0] != 50 {
-		t.Fatalf("before any VSB reads went to %v, want all home", by)
+	by, ver := reads(s, k, 300)
+	if by[2] == 0 || by[3] == 0 || by[1] != 0 {
+		t.Fatalf("before any VSB reads went to %v, want racks 0, 2 and 3", by)
+	}
+	if ver[0] != 0 || ver[2] != by[2] || ver[3] != by[3] {
+		t.Fatalf("before any VSB reads flagged %v of %v, want every remote one and no home one", ver, by)
 	}
 	if s.VSB(spinePkt(wire.OpVSB, k, 0, 4, 0), 2) {
 		t.Fatal("a VSB for an older version made rack 2 fresh")
@@ -57,8 +72,31 @@ func TestSpineSendsReadsHomeUntilARackAnnouncesTheVersion(t *testing.T) {
 	if !s.VSB(spinePkt(wire.OpVSB, k, 0, 5, 0), 2) {
 		t.Fatal("rack 2's VSB for the completed version was refused")
 	}
-	if by := reads(s, k, 200); by[2] == 0 || by[3] != 0 || by[1] != 0 {
-		t.Fatalf("with rack 2 fresh reads went to %v, want home and rack 2 only", by)
+	flagged := ver[2] + ver[3]
+	by, ver = reads(s, k, 300)
+	if by[2] == 0 || ver[2] != 0 || ver[0] != 0 || ver[3] != by[3] || by[3] == 0 {
+		t.Fatalf("with rack 2 fresh reads went to %v, flagged %v; want rack 3's only flagged", by, ver)
+	}
+	if c := s.Counters(); c.Verified != uint64(flagged+ver[3]) {
+		t.Fatalf("counted %d reads flagged, sent %d", c.Verified, flagged+ver[3])
+	}
+}
+
+// TestSpineClearsAClientsFlag: only the spine sets FlagVerify on what it
+// sends a rack directory, which trusts it from the spine's port.
+func TestSpineClearsAClientsFlag(t *testing.T) {
+	s, k := spineWith(t)
+	s.VSB(spinePkt(wire.OpVSB, k, 0, 5, 0), 2)
+	s.VSB(spinePkt(wire.OpVSB, k, 0, 5, 0), 3)
+	var other wire.KeyHash // partition 1, not spread
+	other[15] = 1 << 4
+	for _, pkt := range [][]byte{spinePkt(wire.OpGet, k, 1, 0, 0), spinePkt(wire.OpGet, other, 1, 0, 0), spinePkt(wire.OpPut, k, 1, 0, 0)} {
+		f := wire.Frame(pkt)
+		f.SetFlags(wire.FlagVerify)
+		s.Request(pkt)
+		if f.Flags()&wire.FlagVerify != 0 {
+			t.Fatalf("%v of a fresh or unspread key left the client's FlagVerify", f.Op())
+		}
 	}
 }
 
@@ -66,11 +104,14 @@ func TestSpineWriteClearsRemoteRacksUntilItsReplyAndANewVSB(t *testing.T) {
 	s, k := spineWith(t)
 	s.VSB(spinePkt(wire.OpVSB, k, 0, 5, 0), 2)
 	s.VSB(spinePkt(wire.OpVSB, k, 0, 5, 0), 3)
+	if by, ver := reads(s, k, 300); ver[2]+ver[3] != 0 || by[2] == 0 || by[3] == 0 {
+		t.Fatalf("with racks 2 and 3 fresh reads went to %v, flagged %v; want none flagged", by, ver)
+	}
 	if r := s.Request(spinePkt(wire.OpPut, k, 7, 0, 0)); r != 0 {
 		t.Fatalf("a write went to rack %d, want its home", r)
 	}
-	if by := reads(s, k, 50); by[0] != 50 {
-		t.Fatalf("with a write pending reads went to %v, want all home", by)
+	if by, ver := reads(s, k, 300); ver[0] != 0 || ver[2] != by[2] || ver[3] != by[3] || by[2] == 0 {
+		t.Fatalf("with a write pending reads went to %v, flagged %v; want every remote one flagged", by, ver)
 	}
 	if s.VSB(spinePkt(wire.OpVSB, k, 0, 5, 0), 2) {
 		t.Fatal("a remote VSB was accepted while a write was pending")
@@ -85,8 +126,8 @@ func TestSpineWriteClearsRemoteRacksUntilItsReplyAndANewVSB(t *testing.T) {
 	if !s.VSB(spinePkt(wire.OpVSB, k, 0, 6, 0), 3) {
 		t.Fatal("rack 3's VSB for the new version was refused")
 	}
-	if by := reads(s, k, 200); by[3] == 0 || by[2] != 0 {
-		t.Fatalf("reads went to %v, want home and rack 3", by)
+	if by, ver := reads(s, k, 300); ver[3] != 0 || ver[2] != by[2] || by[3] == 0 {
+		t.Fatalf("reads went to %v, flagged %v; want rack 2's only flagged", by, ver)
 	}
 }
 
@@ -128,6 +169,34 @@ func TestSpineTwoChoicesPreferTheRackWithLessInFlight(t *testing.T) {
 	}
 	if s.InFlight(1) != 0 {
 		t.Errorf("rack 1 holds no copy but has %d in flight", s.InFlight(1))
+	}
+}
+
+// TestSpineCountsReadsInFlightNotWrites: a write-hot key's writes queue at
+// its chain head in the home rack; counted as the rack's load they would
+// turn every read of the key away from home (issue 20, YCSB B at 1024
+// nodes). Only reads count, and only a read's reply ends one.
+func TestSpineCountsReadsInFlightNotWrites(t *testing.T) {
+	s, k := spineWith(t)
+	for i := range 100 {
+		s.Request(spinePkt(wire.OpPut, k, uint64(i), 0, 0))
+	}
+	if n := s.InFlight(0); n != 0 {
+		t.Fatalf("100 writes pending home count as %d reads in flight", n)
+	}
+	by, _ := reads(s, k, 300)
+	if by[0] < 60 {
+		t.Fatalf("with writes backed up at home reads went to %v, want a third or so home", by)
+	}
+	s.Reply(spinePkt(wire.OpPutReply, k, 1, 6, wire.CodeOK), 0)
+	s.Reply(spinePkt(wire.OpErr, k, 2, 0, wire.CodeStaleVersion), 0)
+	if n := s.InFlight(0); n != int64(by[0]) {
+		t.Fatalf("write replies took reads off rack 0: %d in flight, sent %d", n, by[0])
+	}
+	s.Reply(spinePkt(wire.OpGetReply, k, 3, 6, wire.CodeOK), 0)
+	s.Reply(spinePkt(wire.OpErr, k, 4, 0, wire.CodeNotFound), 0)
+	if n := s.InFlight(0); n != int64(by[0])-2 {
+		t.Fatalf("two read replies left %d in flight of %d", n, by[0])
 	}
 }
 

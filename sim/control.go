@@ -95,13 +95,6 @@ func (c *control) copies(out []wire.NodeID, k int64) []wire.NodeID {
 	return out
 }
 
-// announcesToSpine: node n's VSBs for key k reach the spine if n is k's
-// tail or a remote rack's primary.
-func (c *control) announcesToSpine(k int64, n wire.NodeID) bool {
-	sk := c.spread[k]
-	return sk != nil && slices.Contains(sk.announcers, n)
-}
-
 func (c *control) dirSize() int {
 	n := 0
 	for _, d := range c.s.racks {
@@ -212,9 +205,7 @@ func (c *control) rackRound(r int, reports [][]sched.KeyCount, rr *rackRound) er
 			return err
 		}
 		s.promoted[k] = true
-		for _, x := range locs[len(ch):] {
-			s.sendVSB(2*s.link(), k, x, s.keys[k].committed, 0)
-		}
+		s.sendVSBs(2*s.link(), k, s.keys[k].committed, 0, locs[len(ch):]...)
 	}
 	return nil
 }
@@ -298,6 +289,17 @@ func (c *control) spineRound(rounds []rackRound) error {
 	for _, cd := range dec.Promote {
 		k := s.keyOf[cd.Hash]
 		home := s.spine.Home(cd.Hash)
+		// Only a key promoted in its home rack is spread, seeded with the
+		// highest version its home directory stamped: a write that passed
+		// the spine before the key was spread (not pending there) was
+		// stamped by then, as a request passes the spine and its rack
+		// directory in one event, so it cannot commit above the version a
+		// fresh remote rack serves.
+		homeSlot, ok := s.racks[home].Lookup(cd.Hash)
+		if !ok {
+			c.spine.Forget(cd.Hash)
+			continue
+		}
 		share := float64(cd.Count) / float64(max(all, 1))
 		kr := max(2, sched.RackCount(share, nracks))
 		others := sched.PlaceExtras([]wire.NodeID{wire.NodeID(home)}, rackIDs, rackLoad, kr-1, share/float64(kr))
@@ -327,14 +329,12 @@ func (c *control) spineRound(rounds []rackRound) error {
 			c.spine.Forget(cd.Hash)
 			continue
 		}
-		if err := s.spine.Insert(cd.Hash, sk.racks, s.keys[k].committed); err != nil {
+		if err := s.spine.Insert(cd.Hash, sk.racks, max(homeSlot.VerNext, s.keys[k].committed)); err != nil {
 			return err
 		}
 		c.spread[k] = sk
 		for _, locs := range sk.remote {
-			for _, x := range locs {
-				s.sendVSB(4*s.link(), k, x, s.keys[k].committed, 0)
-			}
+			s.sendVSBs(4*s.link(), k, s.keys[k].committed, 0, locs...)
 		}
 	}
 	return nil

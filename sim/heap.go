@@ -8,7 +8,7 @@ const (
 	evServed                    // node a finishes the request at its queue's head
 	evCommit                    // a write commits at its tail (a = request)
 	evReplyAtPlane              // a reply reaches the data plane (a = request)
-	evVSB                       // a VSB reaches the data plane (a = Sim.vsbs index, node = sender)
+	evVSB                       // VSBs sent together reach the data plane (a = Sim.vsbs index)
 	evVerify                    // a verified read's version query reaches the key's tail (a = request)
 	evRound                     // the controller's hot-key round
 	evEpoch                     // the controller's coarse epoch (HATS)

@@ -110,6 +110,18 @@ type Config struct {
 	Seed       uint64
 	// Progress, if set, is called about every tenth of the requests.
 	Progress func(done, total int64)
+	// CheckReads checks every read as its client gets it: the version it
+	// returns (an extra's or remote rack's copy if served unverified, else
+	// the committed one) must be no older than any write acknowledged, or
+	// any read answered, before it was sent. Run fails on a read that is
+	// older. Off by default: it costs a lookup per read.
+	CheckReads bool
+	// For tests: noSpinePort is a mutant whose rack directories do not
+	// know the spine's port, so clear its FlagVerify as a client's;
+	// copyDelay holds every copy of a commit back (a congested extra), so
+	// that copies lag acknowledged writes as they can in a real cluster.
+	noSpinePort bool
+	copyDelay   time.Duration
 }
 
 func (c *Config) fill() error {
@@ -230,6 +242,7 @@ type request struct {
 	version uint64 // a write's version, once the head assigned it
 	op      int32  // its operation: an operation resent after a timeout has several requests
 	gen     uint32 // counts its sends, so that a timeout of an earlier send is stale
+	minVer  uint64 // with CheckReads, the oldest version a read may return
 }
 
 // operation is what a client waits for: its live request (the latest it
@@ -287,6 +300,21 @@ type keyState struct {
 	version, committed uint64
 }
 
+// linState is what CheckReads knows of a key: the newest version a
+// client got as a write's acknowledgement, and as a read's answer.
+type linState struct{ acked, seen uint64 }
+
+// holdKey names the copy of key held by node.
+type holdKey struct {
+	key  int64
+	node wire.NodeID
+}
+
+// spinePort is the rack directories' ingress port for requests from the
+// spine (directory.PortSpine); a single directory takes them on it too,
+// as a client port.
+const spinePort = 0
+
 // Sim is one run in progress.
 type Sim struct {
 	cfg    Config
@@ -310,6 +338,8 @@ type Sim struct {
 	promoted []bool
 	keyOf    map[wire.KeyHash]int64 // the keys ever promoted
 	vsbs     []vsbMsg               // VSBs in flight, by event.a
+	nearBuf  []wire.NodeID          // announce's copies in the tail's rack
+	farBuf   []wire.NodeID          // and in other racks
 	copyBuf  []wire.NodeID          // announce's list of copies
 	freeVSBs []int32
 
@@ -324,6 +354,11 @@ type Sim struct {
 	ctl          *control
 	lat          *hdrhistogram.Histogram
 	stats        runStats
+	// With CheckReads: per key, and the version of each copy by the VSB
+	// that announced it; the first read found too old.
+	lin   []linState
+	holds map[holdKey]uint64
+	stale error
 }
 
 type runStats struct {
@@ -374,6 +409,9 @@ func New(cfg Config) (*Sim, error) {
 		for _, id := range s.ids {
 			d.SetPort(port(id), directory.PortStorage)
 		}
+		if nracks > 1 && !cfg.noSpinePort {
+			d.SetPort(spinePort, directory.PortSpine)
+		}
 		s.racks = append(s.racks, d)
 	}
 	if nracks > 1 {
@@ -395,6 +433,9 @@ func New(cfg Config) (*Sim, error) {
 	s.keys = make([]keyState, keys)
 	s.promoted = make([]bool, keys)
 	s.ctl = newControl(s)
+	if cfg.CheckReads {
+		s.holds = map[holdKey]uint64{}
+	}
 	return s, nil
 }
 
@@ -504,7 +545,7 @@ func (s *Sim) Run() (bench.Run, error) {
 		case evReplyAtPlane:
 			s.replyAtPlane(e.a)
 		case evVSB:
-			s.vsb(e)
+			s.deliverVSBs(e)
 		case evVerify:
 			s.verifyAtTail(e.a)
 		case evRound:
@@ -517,6 +558,9 @@ func (s *Sim) Run() (bench.Run, error) {
 				return bench.Run{}, err
 			}
 			s.at(uint64(s.cfg.Epoch), event{kind: evEpoch})
+		}
+		if s.stale != nil {
+			return bench.Run{}, s.stale
 		}
 		if s.stats.measuring && s.stats.done >= s.cfg.Requests {
 			s.stats.end = s.now
@@ -671,6 +715,10 @@ func (s *Sim) send(i int32, t uint64) {
 	}
 	_ = h.EncodeHeader(r.hdr[:]) // the buffer is HeaderLen long
 	r.version = 0
+	if s.cfg.CheckReads && h.Op == wire.OpGet {
+		l := s.linOf(r.key)
+		r.minVer = max(l.acked, l.seen)
+	}
 	r.gen++
 	s.stats.issued++
 	s.armTimeout(i, t)
@@ -685,7 +733,7 @@ func (s *Sim) atPlane(i int32) {
 	if s.spine != nil {
 		r.rack = int32(s.spine.Request(r.hdr[:]))
 	}
-	v := s.racks[r.rack].Process(r.hdr[:], 0, s.now)
+	v := s.racks[r.rack].Process(r.hdr[:], spinePort, s.now)
 	if v.Action != directory.Forward {
 		if s.ops[r.op].live == i {
 			s.finish(i, false, s.now)
@@ -766,7 +814,11 @@ func (s *Sim) served(id wire.NodeID) {
 			s.at(s.toTail(id, p), event{kind: evVerify, a: i})
 			return
 		}
-		f.SetStamp(s.keys[r.key].committed)
+		v := s.keys[r.key].committed
+		if pos < 0 && s.cfg.CheckReads {
+			v = s.holds[holdKey{r.key, id}] // served from its copy, unasked
+		}
+		f.SetStamp(v)
 		s.at(s.link(), event{kind: evReplyAtPlane, a: i})
 		return
 	}
@@ -842,28 +894,39 @@ func (s *Sim) commit(i int32) {
 // copies to every extra (and, through a spine, every remote rack), each
 // answered by a VSB.
 func (s *Sim) announce(k int64, tail wire.NodeID, v uint64) {
-	s.sendVSB(s.link(), k, tail, v, 0)
+	s.sendVSBs(s.link(), k, v, 0, tail)
 	s.copyBuf = s.ctl.copies(s.copyBuf[:0], k)
+	near, far := s.nearBuf[:0], s.farBuf[:0]
 	for _, x := range s.copyBuf {
-		d := 2 * s.link()
-		if s.rackOf(x) != s.rackOf(tail) {
-			d += 2 * s.link() // through the spine
+		if s.rackOf(x) == s.rackOf(tail) {
+			near = append(near, x)
+		} else {
+			far = append(far, x)
 		}
-		s.sendVSB(d, k, x, v, 0)
 	}
+	d := 2*s.link() + uint64(s.cfg.copyDelay)
+	s.sendVSBs(d, k, v, 0, near...)
+	s.sendVSBs(d+2*s.link(), k, v, 0, far...) // through the spine
+	s.nearBuf, s.farBuf = near, far
 }
 
-// vsbMsg is a VSB in flight: node n announces key's version v, its
-// attempt'th for that copy.
+// vsbMsg is the VSBs of nodes in flight together: each announces key's
+// version v, its attempt'th for that copy.
 type vsbMsg struct {
 	key     int64
 	v       uint64
 	attempt int
+	nodes   []wire.NodeID
 }
 
-// sendVSB has node n's VSB for key k at version v reach the data plane
-// after d.
-func (s *Sim) sendVSB(d uint64, k int64, n wire.NodeID, v uint64, attempt int) {
+// sendVSBs has the VSBs of nodes for key k at version v reach the data
+// plane after d, in one event: VSBs sent at once with one delay arrive at
+// one time, one after the other in the order sent, with no other event
+// between them; one event for all of them is the same run, cheaper.
+func (s *Sim) sendVSBs(d uint64, k int64, v uint64, attempt int, nodes ...wire.NodeID) {
+	if len(nodes) == 0 {
+		return
+	}
 	var i int32
 	if m := len(s.freeVSBs); m > 0 {
 		i = s.freeVSBs[m-1]
@@ -872,21 +935,36 @@ func (s *Sim) sendVSB(d uint64, k int64, n wire.NodeID, v uint64, attempt int) {
 		s.vsbs = append(s.vsbs, vsbMsg{})
 		i = int32(len(s.vsbs) - 1)
 	}
-	s.vsbs[i] = vsbMsg{key: k, v: v, attempt: attempt}
-	s.at(d, event{kind: evVSB, a: i, node: n})
+	m := &s.vsbs[i]
+	m.key, m.v, m.attempt, m.nodes = k, v, attempt, append(m.nodes[:0], nodes...)
+	s.at(d, event{kind: evVSB, a: i})
 }
 
-// vsb delivers a VSB to its rack's data plane (and the spine, from a tail
-// or a rack primary). An extra whose VSB is refused asks again for the
-// committed version.
-func (s *Sim) vsb(e event) {
+// deliverVSBs delivers the VSBs of event e, in the order sent. The slot
+// is freed after them: a refused VSB's retry takes another.
+func (s *Sim) deliverVSBs(e event) {
 	m := s.vsbs[e.a]
+	h, sk := s.hash(m.key), s.ctl.spread[m.key]
+	for _, n := range m.nodes {
+		s.vsb(m, n, h, sk != nil && slices.Contains(sk.announcers, n))
+	}
 	s.freeVSBs = append(s.freeVSBs, e.a)
-	n := wire.NodeID(e.node)
+}
+
+// vsb delivers node n's VSB for m.key (hash h) to its rack's data plane
+// and, if n announces the key to the spine (its tail or a remote rack's
+// primary), to the spine. An extra whose VSB is refused asks again for the
+// committed version.
+func (s *Sim) vsb(m vsbMsg, n wire.NodeID, h wire.KeyHash, toSpine bool) {
+	if s.cfg.CheckReads {
+		// The copy is at n before its VSB leaves: no later than now.
+		hk := holdKey{m.key, n}
+		s.holds[hk] = max(s.holds[hk], m.v)
+	}
 	var hdr [wire.HeaderLen]byte
-	_ = (&wire.Header{Op: wire.OpVSB, KeyHash: s.hash(m.key), Stamp: m.v, Node: n}).EncodeHeader(hdr[:])
+	_ = (&wire.Header{Op: wire.OpVSB, KeyHash: h, Stamp: m.v, Node: n}).EncodeHeader(hdr[:])
 	rack := s.rackOf(n)
-	if s.spine != nil && s.ctl.announcesToSpine(m.key, n) && !s.spine.VSB(hdr[:], rack) {
+	if s.spine != nil && toSpine && !s.spine.VSB(hdr[:], rack) {
 		s.retryCopy(m, n)
 	}
 	v := s.racks[rack].Process(hdr[:], port(n), s.now)
@@ -898,7 +976,7 @@ func (s *Sim) vsb(e event) {
 // retryCopy: node n asks the head again for key's committed version.
 func (s *Sim) retryCopy(m vsbMsg, n wire.NodeID) {
 	if m.attempt < maxCopyAttempts {
-		s.sendVSB(4*s.link(), m.key, n, s.keys[m.key].committed, m.attempt+1)
+		s.sendVSBs(4*s.link(), m.key, s.keys[m.key].committed, m.attempt+1, n)
 	}
 }
 
@@ -934,7 +1012,36 @@ func (s *Sim) replyAtClient(i int32, t uint64) {
 		s.finish(i, false, t)
 		return
 	}
+	if s.cfg.CheckReads {
+		s.checkRead(r, f)
+	}
 	s.finish(i, true, t)
+}
+
+// checkRead is CheckReads at a client that got reply f to request r: a
+// read no older than r.minVer; what it learns for the reads sent later.
+func (s *Sim) checkRead(r *request, f wire.Frame) {
+	l := s.linOf(r.key)
+	v := f.Stamp()
+	switch f.Op() {
+	case wire.OpGetReply:
+		if v < r.minVer && s.stale == nil {
+			s.stale = fmt.Errorf("sim: at %v a read of key %d at node %d returned version %d, older than %d acknowledged or read before it was sent",
+				time.Duration(s.now), r.key, f.Node(), v, r.minVer)
+		}
+		l.seen = max(l.seen, v)
+	case wire.OpPutReply, wire.OpDelReply:
+		l.acked = max(l.acked, v)
+	}
+}
+
+// linOf is key k's linState, for CheckReads.
+func (s *Sim) linOf(k int64) *linState {
+	if k >= int64(len(s.lin)) {
+		n := max(k+1, int64(len(s.keys)))
+		s.lin = slices.Grow(s.lin, int(n)-len(s.lin))[:n]
+	}
+	return &s.lin[k]
 }
 
 // finish ends request i's operation at client time t with its reply (or

@@ -18,7 +18,9 @@
 //
 //	reset [partition-bits=N (default 1)] [slots=N (default 16)] [mode=tor|host] [policy=P]
 //	partition p=N chain=(1,2,3) [buckets=(...32...)|weights=(...)]
-//	port port=N kind=storage|client
+//	port port=N kind=storage|client   (no spine: directory.PortSpine and the
+//	                             spine's verified reads are the Go core's and
+//	                             sim/'s only, tested in package directory)
 //	insert key=K locs=(...) r=N [ver=V] [inc=I] [buckets=(...)|weights=(...)]
 //	                             (the seed: version V in incarnation I, wire.MakeStamp)
 //	evict key=K
