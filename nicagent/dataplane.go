@@ -699,6 +699,9 @@ func (d *Dataplane) SetSource(src netip.AddrPort, kind directory.PortKind) error
 	if !src.Addr().Is4() {
 		return fmt.Errorf("nicagent: source %s: IPv4 only", src)
 	}
+	if kind != directory.PortClient && kind != directory.PortStorage {
+		return fmt.Errorf("nicagent: source %s: port kind %d not supported (the XDP plane has no spine)", src, kind)
+	}
 	k := netdirNdSrc{Ip: ipWord(src.Addr()), Port: htons(src.Port())}
 	if kind == directory.PortClient {
 		if err := d.objs.Sources.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {

@@ -197,3 +197,16 @@ func TestApplyRefuses(t *testing.T) {
 		t.Errorf("an entry with a chain longer than its LocationList: %v", err)
 	}
 }
+
+// TestSetSourceRefusesSpine: the XDP plane classifies clients and storage
+// nodes only; a spine port (directory.PortSpine, Go core and sim/ only)
+// is refused, not taken for a storage port that would accept its VSBs.
+func TestSetSourceRefusesSpine(t *testing.T) {
+	d := loadTest(t)
+	if err := d.SetSource(portSource(7), directory.PortSpine); err == nil {
+		t.Error("a spine port was accepted")
+	}
+	if err := d.SetSource(portSource(7), directory.PortStorage); err != nil {
+		t.Errorf("a storage port: %v", err)
+	}
+}
