@@ -163,6 +163,9 @@ func measure(ctx context.Context, p sampledTarget, policy string, src *bench.Sou
 		if r := after.Reads[i] - before.Reads[i]; r > 0 {
 			nodes[i].MeanLatency = time.Duration((after.LatSum[i] - before.LatSum[i]) / r)
 		}
+		if i < min(len(after.NodeTime), len(before.NodeTime)) {
+			after.NodeTime[i].stat(before.NodeTime[i], after.At.Sub(before.At), &nodes[i])
+		}
 	}
 	info := bench.RunInfo{
 		Policy: policy, Workload: src.Workload(), Nodes: nodes, DirSize: after.DirSize,
