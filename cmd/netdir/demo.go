@@ -112,7 +112,7 @@ throughput and load max/mean over time.`,
 				ideal = fmt.Sprintf("; at most %.0f ops/s per node from memory, ideal %.0f ops/s", c, c*float64(n))
 			}
 			fmt.Fprintf(out, "==> workload: YCSB %s (%.0f%% reads), zipf %.2f over %d keys, %s%s\n",
-				w.Name, 100*mix.ReadFraction(), zipf, keys, loopName(f), ideal)
+				w.Name, 100*mix.ReadFraction(), zipf, keys, loopName(f, f.inFlight(n)), ideal)
 			fmt.Fprintf(out, "==> nodes: %s\n", sys.CapacityName())
 			var openPols []string
 			for _, pol := range pols {
@@ -142,7 +142,7 @@ throughput and load max/mean over time.`,
 					}
 				}
 				run, err := sys.Run(ctx, pol, system.RunOptions{
-					Workload: w, Workers: f.concurrency, Rate: rate,
+					Workload: w, Workers: f.inFlight(n), Rate: rate,
 					Warmup: f.warmup, Duration: f.duration, Live: record,
 				})
 				if err != nil {
