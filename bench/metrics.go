@@ -523,6 +523,14 @@ func writeLatency(kinds map[string]KindResult) *hdrhistogram.Histogram {
 	return w
 }
 
+// JoinNote appends more to a run's note (Run.Note), after a semicolon.
+func JoinNote(note, more string) string {
+	if note == "" {
+		return more
+	}
+	return note + "; " + more
+}
+
 func us(d time.Duration) float64 { return float64(d) / 1e3 }
 
 func finite(x float64) float64 {

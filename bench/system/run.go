@@ -59,7 +59,7 @@ func (s *System) Run(ctx context.Context, policy string, o RunOptions) (bench.Ru
 	run.Device = s.cfg.Device.Name
 	run.Control = s.controlName(policy)
 	if d := s.drain(ctx, drainLimit); d != "" {
-		run.Note = joinNote(run.Note, d)
+		run.Note = bench.JoinNote(run.Note, d)
 	}
 	if err := p.Close(); err != nil {
 		return run, fmt.Errorf("system: after %s: %w", policy, err)
@@ -98,14 +98,6 @@ func (s *System) drain(ctx context.Context, limit time.Duration) string {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// joinNote appends more to a run's note.
-func joinNote(note, more string) string {
-	if note == "" {
-		return more
-	}
-	return note + "; " + more
 }
 
 // prepare checks o, fills in its defaults and builds its workload.
@@ -220,10 +212,10 @@ func measure(ctx context.Context, p sampledTarget, policy string, src *bench.Sou
 		info.SwitchedFraction = float64(after.Switched-before.Switched) / float64(h+m)
 	}
 	if la := loadAvg(); la != "" {
-		info.Note = joinNote(info.Note, "load average "+la)
+		info.Note = bench.JoinNote(info.Note, "load average "+la)
 	}
 	if d := vsbNote(before, after); d != "" {
-		info.Note = joinNote(info.Note, d)
+		info.Note = bench.JoinNote(info.Note, d)
 	}
 	run := bench.Summarize(info, res)
 	hotKeyFigures(&run, before, after)

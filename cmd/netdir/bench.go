@@ -441,9 +441,19 @@ counters are not read there (no directory hit rate).`,
 								Workload: w, Workers: workers, Rate: f.rate,
 								Warmup: f.warmup, Duration: f.duration, Live: live,
 							})
-							if err != nil {
+							if err != nil && run.Policy == "" {
 								sys.Close()
 								return err
+							}
+							if err != nil {
+								// Measured, then the clean-up failed: keep the
+								// run, say why the sweep stops, write what ran.
+								run.Note = bench.JoinNote(run.Note, "clean-up after the run failed: "+err.Error())
+								bench.WriteSummary(out, []bench.Run{run})
+								fmt.Fprintln(out, "    note:", run.Note)
+								sys.Close()
+								res.Runs = append(res.Runs, run)
+								return errors.Join(err, writeOutputs(res, f.jsonPath, f.htmlPath, "netdir bench"))
 							}
 							res.Runs = append(res.Runs, run)
 							if err := bench.WriteSummary(out, []bench.Run{run}); err != nil {

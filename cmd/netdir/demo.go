@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -145,12 +146,21 @@ throughput and load max/mean over time.`,
 					Workload: w, Workers: f.inFlight(n), Rate: rate,
 					Warmup: f.warmup, Duration: f.duration, Live: record,
 				})
-				if err != nil {
+				if err != nil && run.Policy == "" {
 					return err
+				}
+				if err != nil {
+					// Measured, then the clean-up failed: keep the run and
+					// write what ran before the demo stops.
+					run.Note = bench.JoinNote(run.Note, "clean-up after the run failed: "+err.Error())
 				}
 				// Run has returned, so the live goroutine has stopped.
 				run.Series, run.OfferedOps = series, rate
 				res.Runs = append(res.Runs, run)
+				if err != nil {
+					bench.WriteSummary(out, res.Runs)
+					return errors.Join(err, writeOutputs(res, f.jsonPath, f.htmlPath, fmt.Sprintf("netdir demo: %d nodes", n)))
+				}
 				return nil
 			}
 			for i, pol := range pols {
