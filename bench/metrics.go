@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -389,6 +390,13 @@ type Run struct {
 	OfferedOps float64 `json:"offered_ops,omitempty"`
 	// Series is the run's throughput and load balance second by second.
 	Series []SeriesPoint `json:"series,omitempty"`
+
+	// Per node, on a device (NodeStat): its processor's busy fraction, a
+	// request's mean wait for it, and its device's busy fraction. They say
+	// whether the nodes bind, or the load in front of them.
+	NodeCPUBusy    []float64 `json:"node_cpu_busy,omitempty"`
+	NodeCPUWaitUs  []float64 `json:"node_cpu_wait_us,omitempty"`
+	NodeDeviceBusy []float64 `json:"node_device_busy,omitempty"`
 }
 
 // SeriesPoint is one second of a run: its throughput and its per-node
@@ -416,6 +424,12 @@ type Results struct {
 type NodeStat struct {
 	Requests    float64       // requests served (or per second; only ratios matter)
 	MeanLatency time.Duration // mean service latency
+	// On a device (zero without one): the fraction of the run the node's
+	// processor was busy and a client request's mean wait in its queue;
+	// the fraction of its device's slots busy.
+	CPUBusy    float64
+	CPUWait    time.Duration
+	DeviceBusy float64
 }
 
 // RunInfo is what the caller knows about a run beyond the driver's Result.
@@ -478,6 +492,13 @@ func Summarize(info RunInfo, res *Result) Run {
 			run.NodeLoads[i] = n.Requests
 			run.NodeLatencyUs[i] = us(n.MeanLatency)
 		}
+		if slices.ContainsFunc(info.Nodes, func(n NodeStat) bool { return n.CPUBusy > 0 || n.DeviceBusy > 0 }) {
+			for _, n := range info.Nodes {
+				run.NodeCPUBusy = append(run.NodeCPUBusy, n.CPUBusy)
+				run.NodeCPUWaitUs = append(run.NodeCPUWaitUs, us(n.CPUWait))
+				run.NodeDeviceBusy = append(run.NodeDeviceBusy, n.DeviceBusy)
+			}
+		}
 		run.LoadMaxOverMean = MaxOverMean(run.NodeLoads)
 		run.LoadCoV = CoV(run.NodeLoads)
 		run.NodeLatencyCoV = CoV(servedLatencies(run.NodeLatencyUs))
@@ -502,6 +523,14 @@ func writeLatency(kinds map[string]KindResult) *hdrhistogram.Histogram {
 	return w
 }
 
+// JoinNote appends more to a run's note (Run.Note), after a semicolon.
+func JoinNote(note, more string) string {
+	if note == "" {
+		return more
+	}
+	return note + "; " + more
+}
+
 func us(d time.Duration) float64 { return float64(d) / 1e3 }
 
 func finite(x float64) float64 {
@@ -518,7 +547,7 @@ func (r *Run) sanitize() {
 		&r.HotKeyReadMaxOverMean, &r.HotKeyExtraShare, &r.WriteP99us} {
 		*p = finite(*p)
 	}
-	for _, s := range [][]float64{r.NodeLoads, r.NodeLatencyUs} {
+	for _, s := range [][]float64{r.NodeLoads, r.NodeLatencyUs, r.NodeCPUBusy, r.NodeCPUWaitUs, r.NodeDeviceBusy} {
 		for i := range s {
 			s[i] = finite(s[i])
 		}

@@ -182,7 +182,7 @@ func TestSummarize(t *testing.T) {
 		Workload: src.Workload(),
 		Nodes: []NodeStat{
 			{Requests: 100, MeanLatency: 100 * time.Microsecond},
-			{Requests: 300, MeanLatency: 300 * time.Microsecond},
+			{Requests: 300, MeanLatency: 300 * time.Microsecond, CPUBusy: 0.9, CPUWait: 2 * time.Millisecond, DeviceBusy: 0.5},
 		},
 		DirHitRate: 0.75,
 		CPU:        ProcStats{CPUSeconds: 4, RSSBytes: 1 << 20}.Since(ProcStats{CPUSeconds: 2.5, RSSBytes: 1 << 10}),
@@ -199,12 +199,20 @@ func TestSummarize(t *testing.T) {
 	if run.LoadMaxOverMean != 1.5 || run.LoadCoV != 0.5 || run.NodeLatencyCoV != 0.5 {
 		t.Errorf("balance %g %g %g", run.LoadMaxOverMean, run.LoadCoV, run.NodeLatencyCoV)
 	}
+	// Every node's processor and device figures, the idle one's as zeros.
+	if !reflect.DeepEqual(run.NodeCPUBusy, []float64{0, 0.9}) || !reflect.DeepEqual(run.NodeCPUWaitUs, []float64{0, 2000}) ||
+		!reflect.DeepEqual(run.NodeDeviceBusy, []float64{0, 0.5}) {
+		t.Errorf("node time: processor %v wait %v device %v", run.NodeCPUBusy, run.NodeCPUWaitUs, run.NodeDeviceBusy)
+	}
 	// A node without reads has no latency: it is not a latency of 0.
 	starved := Summarize(RunInfo{Policy: "c3", Workload: src.Workload(), Nodes: []NodeStat{
 		{Requests: 100, MeanLatency: 100 * time.Microsecond},
 		{Requests: 300, MeanLatency: 300 * time.Microsecond},
 		{Requests: 5},
 	}}, res)
+	if starved.NodeCPUBusy != nil || starved.NodeDeviceBusy != nil {
+		t.Errorf("no device, yet node time %v %v", starved.NodeCPUBusy, starved.NodeDeviceBusy)
+	}
 	if starved.NodeLatencyCoV != 0.5 || starved.LoadCoV == 0 {
 		t.Errorf("a node without reads: latency CoV %g (want 0.5), load CoV %g", starved.NodeLatencyCoV, starved.LoadCoV)
 	}

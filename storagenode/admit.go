@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/netdir/netdir/internal/udpbatch"
 	"github.com/netdir/netdir/storagenode/device"
 	"github.com/netdir/netdir/wire"
 )
@@ -28,9 +29,19 @@ import (
 // On a device whose profile has a processor (device.CPU: a time per
 // request and a number of cores), each client request also pays its
 // processor time here: the goroutine books it at its arrival and hands it
-// to its shard when its processing ends, so the node serves at most Cores
-// requests per RequestService however many hit the cache, and those that
-// miss pay the device beside it in the shard.
+// on when its processing ends, so the node serves at most Cores requests
+// per RequestService however many hit the cache, and those that miss pay
+// the device beside it.
+//
+// A GET the goroutine releases goes to the read pool, not to its shard:
+// readers beside the shards serve what fastGet serves and hand the rest
+// to the key's shard. A shard holds a GET while its block reads wait on
+// the device, so a key-serial worker made every GET of its shard wait for
+// another key's device read, a head-of-line block no real store has (it
+// issues reads up to its device's queue depth): on the emulated ssd the
+// slowest reads spent 57-173 ms queued behind such a GET (BENCHMARKS.md,
+// issue 14 (c)). A reader hands to a shard and no shard waits on a reader,
+// so the hand-off cannot deadlock.
 type admission struct {
 	shards []*shard
 	bucket *tokenBucket // nil: unlimited
@@ -39,9 +50,13 @@ type admission struct {
 	writes chan admitted
 	reads  chan admitted
 	qos    qosAdmission
+	// pool holds the admitted GETs for the readers (readPoolSize of
+	// them).
+	pool chan admitted
 	// pending counts the packets submitted and not yet handled: queued
-	// anywhere (bucket, processor, QoS, shard) or in a shard's hands,
-	// which on a device is mostly waiting for its block reads.
+	// anywhere (bucket, processor, QoS, read pool, shard) or in a reader's
+	// or a shard's hands, which on a device is mostly waiting for its
+	// block reads.
 	pending atomic.Int64
 }
 
@@ -64,15 +79,35 @@ func (a *admission) init(n *Node) {
 		a.writes = make(chan admitted, n.opts.QueueLen)
 		a.reads = make(chan admitted, n.opts.QueueLen)
 	}
+	a.pool = make(chan admitted, n.opts.QueueLen)
 	a.qos.init(n)
 }
 
-// start runs the shard workers and the admission goroutine (the bucket's
-// and QoS's) until stop closes.
-func (a *admission) start(wg *sync.WaitGroup, stop <-chan struct{}) {
+// readPoolSize is how many GETs the read pool serves at once: twice the
+// shards, as many requests as QoS lets into service (qosAdmission's
+// maxInflight), and at least the device's queue depth. More readers than
+// the shards so that a GET that hits the cache finds a free reader while
+// others wait on the device; a reader waiting costs no CPU. More would
+// only hold requests that are late anyway: 32 reads queued on the
+// emulated ssd (about 250 reads/s) are 130 ms behind.
+func readPoolSize(n *Node) int {
+	return max(2*n.opts.Workers, n.opts.Device.QueueDepth)
+}
+
+// start runs the shard workers, the readers and the admission goroutine
+// (the bucket's, the processor's and QoS's) until stop closes.
+func (a *admission) start(n *Node, wg *sync.WaitGroup, stop <-chan struct{}) {
 	for _, s := range a.shards {
 		wg.Add(1)
 		go s.run()
+	}
+	for range readPoolSize(n) {
+		wg.Add(1)
+		g := newFastGet(n, 1)
+		go func() {
+			defer wg.Done()
+			a.read(g, stop)
+		}()
 	}
 	wg.Add(1)
 	go func() {
@@ -89,6 +124,11 @@ func (a *admission) shardOf(h wire.KeyHash) *shard {
 // queued reports whether client requests wait in the admission goroutine
 // (the bucket or the processor), not only under QoS.
 func (a *admission) queued() bool { return a.bucket != nil || a.cpu != nil }
+
+// inline reports whether a GET may be served where it arrives (fastGet):
+// no client request waits in admission, for the bucket, the processor or
+// QoS.
+func (a *admission) inline() bool { return !a.queued() && !a.qos.on.Load() }
 
 // submit queues a packet for its key's shard, a client request through the
 // bucket or the processor if there is one; false if the queue is full.
@@ -130,10 +170,17 @@ func (a *admission) enqueue(s *shard, client bool, op wire.Op, it item) bool {
 	}
 }
 
-// handled counts it out of the load once its shard has handled it.
+// handled counts it out of the load once a shard or a reader has answered
+// it, tells QoS if it came through its queues, and frees its buffer.
 func (a *admission) handled(it item) {
 	if it.counted {
 		a.pending.Add(-1)
+	}
+	if it.qos {
+		a.qos.done(wire.Frame(it.b).Tenant())
+	}
+	if it.pool != nil {
+		smallPool.Put(it.pool)
 	}
 }
 
@@ -149,7 +196,8 @@ func (a *admission) load() uint16 {
 }
 
 // run admits requests at the bucket's rate, if there is one, handing each
-// to its shard when the processor, if there is one, is done with it. The
+// on when the processor, if there is one, is done with it: a GET to the
+// read pool, anything else to its shard. The
 // processor's bookings end in the order they are made (one service time,
 // FIFO), so waiting for each in turn keeps its schedule; a late wake-up
 // only hands the next ones on at once.
@@ -167,8 +215,41 @@ func (a *admission) run(stop <-chan struct{}) {
 				a.clock.Sleep(d)
 			}
 		}
+		if wire.Frame(next.it.b).Op() == wire.OpGet {
+			select {
+			case a.pool <- next:
+			case <-stop:
+				return
+			}
+			continue
+		}
 		select {
 		case next.s.ch <- next.it:
+		case <-stop:
+			return
+		}
+	}
+}
+
+// read is one reader of the read pool: it answers each GET that fastGet
+// can (g's serve, its reply sent at once: the next GET may wait on the
+// device), and hands the others (dirty, verified, errors) to their
+// keys' shards, which count them out of the load when they have handled
+// them.
+func (a *admission) read(g *fastGet, stop <-chan struct{}) {
+	for {
+		select {
+		case next := <-a.pool:
+			if !g.serve(next.it.b, udpbatch.PeerOf(next.it.from, g.n.v4)) {
+				select {
+				case next.s.ch <- next.it:
+				case <-stop:
+					return
+				}
+				continue
+			}
+			g.flush()
+			a.handled(next.it)
 		case <-stop:
 			return
 		}

@@ -1,8 +1,11 @@
 package storagenode
 
 import (
+	"context"
 	"testing"
+	"time"
 
+	"github.com/netdir/netdir/storagenode/device"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -37,5 +40,67 @@ func TestLoadCountsRequestsInService(t *testing.T) {
 	a.handled(item{fn: func() {}}) // a shard's own task was never counted
 	if got := a.load(); got != 0 {
 		t.Fatalf("load after an uncounted task: %d, want 0", got)
+	}
+}
+
+// TestCachedGetNotBehindAnotherDeviceRead: with client requests waiting in
+// admission (here MaxOps's bucket, as on a device's processor or under
+// QoS), a GET whose block is cached is answered while a GET of another key
+// of the same shard (the node has one) waits for its block on the device:
+// the read pool serves GETs beside the shards, where a key-serial shard
+// held the second behind the first's device read.
+func TestCachedGetNotBehindAnotherDeviceRead(t *testing.T) {
+	clock := device.NewFakeClock(t0)
+	standStill := autoAdvance(t, clock)
+	ssd, _ := device.Parse("ssd")
+	ssd.RequestService = 0 // no processor: on a clock standing still only the device waits
+	n, cl := startOnDevice(t, ssd, clock, func(o *Options) { o.MaxOps = 1 << 30 })
+	loadCold(t, n, cl, 200)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cached, cold := deviceKey(1), deviceKey(100)
+	if _, _, err := cl.Get(ctx, cached); err != nil {
+		t.Fatal(err)
+	}
+
+	standStill.Lock()
+	still := true
+	defer func() { // before the cleanups: the node closes once its reads are served
+		if still {
+			standStill.Unlock()
+		}
+	}()
+	reads := n.dev.Stats().Class[device.Read].IOs
+	coldDone := make(chan error, 1)
+	go func() {
+		v, _, err := cl.Get(ctx, cold)
+		if err == nil && len(v) != 1000 {
+			t.Errorf("cold GET: %d bytes, want 1000", len(v))
+		}
+		coldDone <- err
+	}()
+	// The cold GET is in service once its block read is booked on the
+	// device, where it waits while the clock stands still.
+	for n.dev.Stats().Class[device.Read].IOs == reads || n.admit.load() != 1 {
+		select {
+		case err := <-coldDone:
+			t.Fatalf("the cold GET was answered (%v) without the clock moving: want it waiting on the device", err)
+		case <-ctx.Done():
+			t.Fatal("the cold GET never reached the device")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if v, _, err := cl.Get(ctx, cached); err != nil || len(v) != 1000 {
+		t.Fatalf("cached GET while another waits on the device: %d bytes, %v", len(v), err)
+	}
+	select {
+	case err := <-coldDone:
+		t.Fatalf("the cold GET was answered (%v) without the clock moving", err)
+	default:
+	}
+	standStill.Unlock()
+	still = false
+	if err := <-coldDone; err != nil {
+		t.Fatalf("cold GET once the device served it: %v", err)
 	}
 }

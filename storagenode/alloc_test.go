@@ -27,11 +27,13 @@ func TestNoAllocsPerGet(t *testing.T) {
 	}
 }
 
-// TestNoAllocsShardGet: a GET through a key's shard (here because MaxOps
-// admits requests through its token bucket) allocates nothing either: the
-// record is read in place, the reply built in the shard's scratch buffer and
-// sent in its batch (udpbatch) without an address or message allocated.
-func TestNoAllocsShardGet(t *testing.T) {
+// TestNoAllocsPooledGet: a GET that waits in admission (here because MaxOps
+// admits requests through its token bucket) and is served by the read pool
+// allocates nothing either: its buffer comes from a pool, the admission
+// goroutine hands it to a reader, which reads the record in place and
+// sends the reply from its own buffer (udpbatch) without an address or
+// message allocated.
+func TestNoAllocsPooledGet(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
@@ -41,7 +43,7 @@ func TestNoAllocsShardGet(t *testing.T) {
 	}
 	defer c.Close()
 	if n := getAllocs(t, c); n != 0 {
-		t.Errorf("%v allocations per GET through a shard, want 0", n)
+		t.Errorf("%v allocations per GET through the read pool, want 0", n)
 	}
 }
 

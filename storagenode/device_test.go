@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,9 +28,11 @@ var t0 = time.Unix(1_000_000, 0)
 
 // autoAdvance moves c to the earliest sleeper's deadline whenever one
 // sleeps: the device's waits take no wall time, and its bookings keep
-// virtual time. Register it before the node, so that it stops after.
-func autoAdvance(t *testing.T, c *device.FakeClock) {
+// virtual time. Register it before the node, so that it stops after. While
+// a test holds the mutex it returns, the clock stands still.
+func autoAdvance(t *testing.T, c *device.FakeClock) *sync.Mutex {
 	stop, done := make(chan struct{}), make(chan struct{})
+	hold := new(sync.Mutex)
 	go func() {
 		defer close(done)
 		for {
@@ -39,7 +42,9 @@ func autoAdvance(t *testing.T, c *device.FakeClock) {
 				return
 			default:
 			}
+			hold.Lock()
 			c.AdvanceToNext()
+			hold.Unlock()
 		}
 	}()
 	t.Cleanup(func() {
@@ -48,11 +53,12 @@ func autoAdvance(t *testing.T, c *device.FakeClock) {
 		<-done
 		c.Advance(time.Hour)
 	})
+	return hold
 }
 
 // startOnDevice starts a one-node, one-tree node on device profile p and
 // clock c, with a small block cache, and a client talking to it directly.
-func startOnDevice(t *testing.T, p device.Profile, c device.Clock) (*Node, *client.Client) {
+func startOnDevice(t *testing.T, p device.Profile, c device.Clock, tweaks ...func(*Options)) (*Node, *client.Client) {
 	t.Helper()
 	l, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
@@ -64,8 +70,12 @@ func startOnDevice(t *testing.T, p device.Profile, c device.Clock) (*Node, *clie
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := Start(Options{ID: 1, Dir: filepath.Join(t.TempDir(), "n"), Layout: m, Workers: 1,
-		CacheBytes: 2 << 20, MemTableBytes: 256 << 10, Device: p, clock: c})
+	o := Options{ID: 1, Dir: filepath.Join(t.TempDir(), "n"), Layout: m, Workers: 1,
+		CacheBytes: 2 << 20, MemTableBytes: 256 << 10, Device: p, clock: c}
+	for _, tweak := range tweaks {
+		tweak(&o)
+	}
+	n, err := Start(o)
 	if err != nil {
 		t.Fatal(err)
 	}

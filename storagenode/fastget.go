@@ -5,10 +5,13 @@ import (
 	"github.com/netdir/netdir/wire"
 )
 
-// fastGet serves GETs on the goroutine that receives them, with no hand-off
-// to a shard and no allocation: the record is read from Pebble (its memtable
-// or block cache) without copying, the reply is built in a buffer of its own
-// and leaves with the rest of the batch's in one sendmmsg.
+// fastGet serves GETs beside their keys' shards, with no allocation: the
+// record is read from Pebble (its memtable, block cache or device) without
+// copying, and the reply is built in a buffer of its own. It serves on the
+// goroutine that receives a GET, the reply leaving with the rest of the
+// batch's in one sendmmsg, when no client request waits in admission;
+// otherwise on a reader of admission's read pool, once admission (MaxOps's
+// bucket, the emulated processor device.CPU, QoS's queues) releases it.
 //
 // It serves what needs no per-key state: a clean record (or, at the tail,
 // the latest) and an extra copy the data plane vouched for (no
@@ -16,8 +19,8 @@ import (
 // sees a whole record, and the shard stores a version before anything
 // about it is acknowledged, so the read linearizes at the Get.
 // Everything else goes to the shard: a dirty record (the tail must be
-// asked), a node under MaxOps (the token bucket), an emulated processor (device.CPU) or QoS (its queues), one not yet recovered,
-// and any request that is answered with an error.
+// asked), a node not yet recovered, and any request that is answered with
+// an error.
 type fastGet struct {
 	n   *Node
 	tx  *udpbatch.Writer
@@ -25,8 +28,9 @@ type fastGet struct {
 	kb  []byte   // the record's Pebble key
 }
 
-func newFastGet(n *Node) *fastGet {
-	return &fastGet{n: n, tx: udpbatch.NewWriter(n.conn, n.v4, readBatch), out: make([][]byte, readBatch),
+// newFastGet is a fastGet whose replies leave in batches of up to batch.
+func newFastGet(n *Node, batch int) *fastGet {
+	return &fastGet{n: n, tx: udpbatch.NewWriter(n.conn, n.v4, batch), out: make([][]byte, batch),
 		kb: make([]byte, 0, 5+wire.MaxKey)}
 }
 
@@ -34,7 +38,7 @@ func newFastGet(n *Node) *fastGet {
 // reports whether it did.
 func (g *fastGet) serve(b []byte, from udpbatch.Peer) bool {
 	n := g.n
-	if wire.Frame(b).Check() != nil || wire.Frame(b).Op() != wire.OpGet || n.admit.queued() || n.admit.qos.on.Load() || !n.ready.Load() {
+	if wire.Frame(b).Check() != nil || wire.Frame(b).Op() != wire.OpGet || !n.ready.Load() {
 		return false
 	}
 	var p wire.NodePacket

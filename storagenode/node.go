@@ -327,7 +327,7 @@ func Start(o Options) (*Node, error) {
 			return fail(err)
 		}
 	}
-	n.admit.start(&n.wg, n.stop)
+	n.admit.start(n, &n.wg, n.stop)
 	n.wg.Add(1)
 	go n.readLoop()
 	if o.Current {

@@ -96,15 +96,8 @@ func (s *shard) do(it item) {
 		it.fn()
 		return
 	}
-	tenant := wire.Frame(it.b).Tenant()
 	s.handle(it.b, it.from)
 	s.n.admit.handled(it)
-	if it.qos {
-		s.n.admit.qos.done(tenant)
-	}
-	if it.pool != nil {
-		smallPool.Put(it.pool)
-	}
 }
 
 // send queues a copy of b for the shard's next batched write (b may be
@@ -155,8 +148,9 @@ func (n *Node) sendNow(to netip.AddrPort, b []byte) {
 }
 
 // readLoop receives datagrams in batches (recvmmsg). It serves the common
-// read itself, where it arrives (fastGet), and dispatches everything else to
-// its key's shard; the replies it makes leave in one sendmmsg per batch.
+// read itself, where it arrives (fastGet), unless client requests wait in
+// admission, and dispatches everything else to its key's shard or to
+// admission; the replies it makes leave in one sendmmsg per batch.
 func (n *Node) readLoop() {
 	defer n.wg.Done()
 	rx, err := udpbatch.NewReader(n.conn, udpbatch.Buffers(readBatch, rxBufLen))
@@ -164,7 +158,7 @@ func (n *Node) readLoop() {
 		n.log.Error("receive", "err", err)
 		return
 	}
-	g := newFastGet(n)
+	g := newFastGet(n, readBatch)
 	for {
 		// Let the goroutines that the last replies made runnable (the
 		// client's calls, the switch) run first: what they send
@@ -183,7 +177,7 @@ func (n *Node) readLoop() {
 		for i := range k {
 			b, from := rx.Msg(i)
 			clearClientReservation(b)
-			if !g.serve(b, from) {
+			if !n.admit.inline() || !g.serve(b, from) {
 				n.dispatch(b, from.AddrPort(n.v4))
 			}
 		}

@@ -165,12 +165,16 @@ type Sample struct {
 	HotReads []uint64
 	HotLocs  []wire.NodeID
 	HotR     int
+
+	// NodeTime per node: its emulated processor's and device's time
+	// (zero without a device).
+	NodeTime []nodeTime
 }
 
 // Sample reads the counters.
 func (p *Plane) Sample() Sample {
 	s := Sample{At: time.Now()}
-	s.Requests, s.Gets, s.DeviceReads = p.sys.nodeCounts()
+	s.Requests, s.Gets, s.DeviceReads, s.NodeTime = p.sys.nodeCounts()
 	s.Reads, s.LatSum = p.acct.latency()
 	if key, reads := p.acct.hot(); key != nil {
 		h := wire.HashKey(key)

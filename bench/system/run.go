@@ -58,10 +58,46 @@ func (s *System) Run(ctx context.Context, policy string, o RunOptions) (bench.Ru
 	run.CapacityOps = s.NodeCapacity(run.DeviceReadsPerGet)
 	run.Device = s.cfg.Device.Name
 	run.Control = s.controlName(policy)
+	if d := s.drain(ctx, drainLimit); d != "" {
+		run.Note = bench.JoinNote(run.Note, d)
+	}
 	if err := p.Close(); err != nil {
 		return run, fmt.Errorf("system: after %s: %w", policy, err)
 	}
 	return run, nil
+}
+
+// drainLimit bounds how long Run waits for the nodes to empty their
+// queues after a run.
+const drainLimit = 2 * time.Minute
+
+// drain waits, up to limit, until no node has a request queued or in
+// service, and says how long that took if it took more than a second. A
+// run that overloaded a node leaves it a backlog (requests the clients
+// gave up on and resent): the plane's clean-up (demotes at the chain
+// heads) queues behind it, and the next run would start against it.
+func (s *System) drain(ctx context.Context, limit time.Duration) string {
+	start := time.Now()
+	most := 0
+	for {
+		backlog := 0
+		for i := range s.N() {
+			if n := s.Node(i); n != nil {
+				backlog += int(n.Stats().Load)
+			}
+		}
+		most = max(most, backlog)
+		waited := time.Since(start)
+		switch {
+		case backlog == 0 && waited < time.Second:
+			return ""
+		case backlog == 0:
+			return fmt.Sprintf("after the run the nodes took %.1f s to serve a backlog of %d requests", waited.Seconds(), most)
+		case waited >= limit || ctx.Err() != nil:
+			return fmt.Sprintf("after the run the nodes still held %d requests after %.0f s", backlog, waited.Seconds())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // prepare checks o, fills in its defaults and builds its workload.
@@ -163,6 +199,9 @@ func measure(ctx context.Context, p sampledTarget, policy string, src *bench.Sou
 		if r := after.Reads[i] - before.Reads[i]; r > 0 {
 			nodes[i].MeanLatency = time.Duration((after.LatSum[i] - before.LatSum[i]) / r)
 		}
+		if i < min(len(after.NodeTime), len(before.NodeTime)) {
+			after.NodeTime[i].stat(before.NodeTime[i], after.At.Sub(before.At), &nodes[i])
+		}
 	}
 	info := bench.RunInfo{
 		Policy: policy, Workload: src.Workload(), Nodes: nodes, DirSize: after.DirSize,
@@ -173,16 +212,10 @@ func measure(ctx context.Context, p sampledTarget, policy string, src *bench.Sou
 		info.SwitchedFraction = float64(after.Switched-before.Switched) / float64(h+m)
 	}
 	if la := loadAvg(); la != "" {
-		if info.Note != "" {
-			info.Note += "; "
-		}
-		info.Note += "load average " + la
+		info.Note = bench.JoinNote(info.Note, "load average "+la)
 	}
 	if d := vsbNote(before, after); d != "" {
-		if info.Note != "" {
-			info.Note += "; "
-		}
-		info.Note += d
+		info.Note = bench.JoinNote(info.Note, d)
 	}
 	run := bench.Summarize(info, res)
 	hotKeyFigures(&run, before, after)

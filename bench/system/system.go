@@ -461,24 +461,48 @@ func (s *System) P4Runtime() (bool, error) { return s.schema != nil, s.p4err }
 func (s *System) Node(i int) *storagenode.Node { return s.cl.Node(i) }
 
 // nodeCounts reads each node's cumulative client requests admitted, GETs
-// among them, and block reads from its device (reads that missed the block
-// cache).
-func (s *System) nodeCounts() (requests, gets, deviceReads []uint64) {
+// among them, block reads from its device (reads that missed the block
+// cache), and its processor's and device's time.
+func (s *System) nodeCounts() (requests, gets, deviceReads []uint64, times []nodeTime) {
 	requests = make([]uint64, s.cl.N())
 	gets = make([]uint64, s.cl.N())
 	deviceReads = make([]uint64, s.cl.N())
+	times = make([]nodeTime, s.cl.N())
 	for i := range requests {
 		if n := s.cl.Node(i); n != nil {
 			st := n.Stats()
 			requests[i], gets[i] = st.Gets+st.Puts+st.Dels, st.Gets
+			times[i] = nodeTime{cpuRequests: st.CPU.Requests, cpuBusy: st.CPU.Busy, cpuWait: st.CPU.Wait,
+				slots: max(1, s.cfg.Device.QueueDepth)}
 			for _, c := range st.Device {
 				if c.Class == device.Read.String() {
 					deviceReads[i] = c.IOs
 				}
+				times[i].deviceBusy += c.Busy
 			}
 		}
 	}
-	return requests, gets, deviceReads
+	return requests, gets, deviceReads, times
+}
+
+// nodeTime is a node's cumulative processor and device time.
+type nodeTime struct {
+	cpuRequests      uint64
+	cpuBusy, cpuWait time.Duration
+	deviceBusy       time.Duration
+	slots            int // the device's I/Os at once
+}
+
+// stat fills n's processor and device figures over the dt from prev to t.
+func (t nodeTime) stat(prev nodeTime, dt time.Duration, n *bench.NodeStat) {
+	if dt <= 0 {
+		return
+	}
+	n.CPUBusy = float64(t.cpuBusy-prev.cpuBusy) / float64(dt)
+	if r := t.cpuRequests - prev.cpuRequests; r > 0 {
+		n.CPUWait = (t.cpuWait - prev.cpuWait) / time.Duration(r)
+	}
+	n.DeviceBusy = float64(t.deviceBusy-prev.deviceBusy) / float64(dt) / float64(t.slots)
 }
 
 // Preload writes the workload's keys straight to their chain heads with

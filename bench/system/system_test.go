@@ -166,6 +166,11 @@ func TestRunPerPolicy(t *testing.T) {
 	if len(runs) != len(Policies()) {
 		t.Fatalf("%d runs for %d policies", len(runs), len(Policies()))
 	}
+	// Every request the runs sent has been served: no node holds one, so
+	// the drain after a run has nothing to say.
+	if d := s.drain(ctx, 0); d != "" {
+		t.Errorf("after the runs: %s", d)
+	}
 	for i, r := range runs {
 		if r.Policy != Policies()[i] || r.Nodes != 4 || r.Workload != "B" {
 			t.Errorf("run %d: policy %q nodes %d workload %q", i, r.Policy, r.Nodes, r.Workload)
@@ -219,5 +224,23 @@ func TestNodeCapacity(t *testing.T) {
 		if got := c.cfg.boundRate(); math.Abs(got-c.bound) > 1e-6*c.bound {
 			t.Errorf("%s: controller bound %.1f, want %.1f", c.name, got, c.bound)
 		}
+	}
+}
+
+// A node's processor and device figures over an interval: busy fractions
+// of the interval (the device's over its slots), wait per request.
+func TestNodeTimeStat(t *testing.T) {
+	prev := nodeTime{cpuRequests: 10, cpuBusy: time.Second, cpuWait: 100 * time.Millisecond, deviceBusy: 2 * time.Second, slots: 4}
+	cur := nodeTime{cpuRequests: 110, cpuBusy: 1500 * time.Millisecond, cpuWait: 300 * time.Millisecond, deviceBusy: 4 * time.Second, slots: 4}
+	var n bench.NodeStat
+	cur.stat(prev, time.Second, &n)
+	if n.CPUBusy != 0.5 || n.CPUWait != 2*time.Millisecond || n.DeviceBusy != 0.5 {
+		t.Errorf("got processor %g wait %v device %g, want 0.5, 2ms, 0.5", n.CPUBusy, n.CPUWait, n.DeviceBusy)
+	}
+	var idle bench.NodeStat
+	cur.stat(cur, time.Second, &idle)
+	cur.stat(prev, 0, &idle)
+	if idle != (bench.NodeStat{}) {
+		t.Errorf("no time or no change: %+v, want zeros", idle)
 	}
 }

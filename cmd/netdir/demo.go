@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -112,7 +113,7 @@ throughput and load max/mean over time.`,
 				ideal = fmt.Sprintf("; at most %.0f ops/s per node from memory, ideal %.0f ops/s", c, c*float64(n))
 			}
 			fmt.Fprintf(out, "==> workload: YCSB %s (%.0f%% reads), zipf %.2f over %d keys, %s%s\n",
-				w.Name, 100*mix.ReadFraction(), zipf, keys, loopName(f), ideal)
+				w.Name, 100*mix.ReadFraction(), zipf, keys, loopName(f, f.inFlight(n)), ideal)
 			fmt.Fprintf(out, "==> nodes: %s\n", sys.CapacityName())
 			var openPols []string
 			for _, pol := range pols {
@@ -142,15 +143,24 @@ throughput and load max/mean over time.`,
 					}
 				}
 				run, err := sys.Run(ctx, pol, system.RunOptions{
-					Workload: w, Workers: f.concurrency, Rate: rate,
+					Workload: w, Workers: f.inFlight(n), Rate: rate,
 					Warmup: f.warmup, Duration: f.duration, Live: record,
 				})
-				if err != nil {
+				if err != nil && run.Policy == "" {
 					return err
+				}
+				if err != nil {
+					// Measured, then the clean-up failed: keep the run and
+					// write what ran before the demo stops.
+					run.Note = bench.JoinNote(run.Note, "clean-up after the run failed: "+err.Error())
 				}
 				// Run has returned, so the live goroutine has stopped.
 				run.Series, run.OfferedOps = series, rate
 				res.Runs = append(res.Runs, run)
+				if err != nil {
+					bench.WriteSummary(out, res.Runs)
+					return errors.Join(err, writeOutputs(res, f.jsonPath, f.htmlPath, fmt.Sprintf("netdir demo: %d nodes", n)))
+				}
 				return nil
 			}
 			for i, pol := range pols {

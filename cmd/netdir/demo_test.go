@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/netdir/netdir/bench"
 )
 
@@ -201,5 +203,31 @@ func TestOpenRate(t *testing.T) {
 	runs[0].CapacityOps, runs[1].CapacityOps = 0, 0
 	if rate, basis := openRate(runs, 0.5); rate != 2500 || !strings.Contains(basis, "no nominal capacity") {
 		t.Errorf("no capacity: %.1f ops/s (%s), want half of netdir's 5000", rate, basis)
+	}
+}
+
+// The closed loop's depth: --concurrency if given; else a number per
+// storage node for demo and bench, so that a bigger cluster is driven as
+// deep per node, and the fixed depth of their sections for experiments.
+func TestInFlightDefaults(t *testing.T) {
+	for _, name := range []string{"demo", "bench"} {
+		cmd := &cobra.Command{Use: name}
+		var f benchFlags
+		f.register(cmd, name == "demo")
+		if err := cmd.Flags().Parse(nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.inFlight(16); got != 16*inFlightPerNode {
+			t.Errorf("%s: 16 nodes, default %d in flight, want %d", name, got, 16*inFlightPerNode)
+		}
+		if got := f.experimentWorkers(); got != experimentInFlight {
+			t.Errorf("%s: experiments' default %d in flight, want %d", name, got, experimentInFlight)
+		}
+		if err := cmd.Flags().Parse([]string{"--concurrency", "100"}); err != nil {
+			t.Fatal(err)
+		}
+		if f.inFlight(16) != 100 || f.experimentWorkers() != 100 {
+			t.Errorf("%s: --concurrency 100 gave %d and %d in flight", name, f.inFlight(16), f.experimentWorkers())
+		}
 	}
 }

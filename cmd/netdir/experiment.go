@@ -168,9 +168,9 @@ func runExperiment(cmd *cobra.Command, f benchFlags, e experimentFlags, workload
 	for _, st := range steps {
 		ph := st.Phase
 		fmt.Fprintf(out, "==> %s, phase %s: %s on %s, %s, %d nodes, %s; background writes %.3g MiB/s on nodes %v, compaction budget %s\n",
-			e.name, ph.Name, st.Policy, st.Workload.Name, distName(dist, theta), n, loopName(f), ph.FillRate/(1<<20), oneBasedList(ph.Fill), system.BudgetName(ph.Budget))
+			e.name, ph.Name, st.Policy, st.Workload.Name, distName(dist, theta), n, loopName(f, f.experimentWorkers()), ph.FillRate/(1<<20), oneBasedList(ph.Fill), system.BudgetName(ph.Budget))
 		run, pr, err := sys.RunStep(ctx, st, system.RunOptions{
-			Workers: f.concurrency, Rate: f.rate, Warmup: f.warmup, Duration: f.duration, Live: live,
+			Workers: f.experimentWorkers(), Rate: f.rate, Warmup: f.warmup, Duration: f.duration, Live: live,
 		})
 		if err != nil {
 			return err
@@ -203,7 +203,7 @@ func runFreshExperiment(ctx context.Context, cmd *cobra.Command, f benchFlags, e
 	}
 	defer fr.Close()
 	x := system.FreshExperiment{Name: e.name, Steps: steps, Load: e.load, Probe: e.probe,
-		Run: system.RunOptions{Workers: f.concurrency, Rate: f.rate, Warmup: f.warmup, Duration: f.duration, Live: live},
+		Run: system.RunOptions{Workers: f.experimentWorkers(), Rate: f.rate, Warmup: f.warmup, Duration: f.duration, Live: live},
 		OnRun: func(st system.ExperimentStep, run bench.Run, pr system.PhaseResult) {
 			ph := st.Phase
 			fmt.Fprintf(out, "==> %s, %s: %s on %s, %d nodes; background writes %.3g MiB/s on nodes %v, compaction budget %s\n",
