@@ -134,6 +134,12 @@ struct local_meta_t {
     bit<32>     qos_done;       // the tenant's completions (TNA: read in the done pass)
     bit<32>     qos_res;        // its reservation-phase completions
     node_t      qos_node;       // a completion's scheduler, whose mark moves (a request's is its target's)
+    // NetdirTail's inputs (pipeline.p4), 1 or 0; on TNA bridged to egress
+    bit<1>      qos_request;    // a GET, PUT or DEL: its tenant totals are read
+    bit<1>      qos_stamp;      // a request leaves for meta.target: stamp δ and ρ
+    bit<1>      qos_complete;   // a completion charged to meta.qos_node
+    bit<1>      count_slot;     // a hit: count it in slot_hits[meta.slot]
+    bit<1>      count_sketch;   // a miss: count it in the sketch
     // TNA only (incremental UDP checksum, 32-bit coherence and latency)
     bit<16>     udp_residual;
     bool        udp_csum_update;

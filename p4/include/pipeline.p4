@@ -8,6 +8,12 @@
 // Every table, counter and register is used at most once per packet, as
 // Tofino requires.
 //
+// Two controls: NetdirPipe decides where the packet goes (and rewrites the
+// headers that decision names); NetdirTail only counts and stamps (dmClock,
+// hot keys), from flags NetdirPipe leaves in meta. v1model applies both in
+// ingress; TNA applies NetdirTail in the egress pipeline, with those flags
+// bridged (p4/tna/netdir.p4), so that ingress's 12 stages hold the decision.
+//
 // Counters (indexed, packets; read over P4Runtime):
 //   events    index EVENT_HIT, EVENT_MISS, EVENT_REPLY, EVENT_VSB, EVENT_PASS
 //   switched  index 0: the fine score picked candidate b
@@ -39,8 +45,6 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
     FineScore() fine_score;
     NodeAddr() node_addr;
     Forwarding() forwarding;
-    HotKeys() hot_keys;
-    Qos() qos;
 
     NETDIR_COUNTER(events, NETDIR_NUM_EVENTS);
     NETDIR_COUNTER(switched, 1);
@@ -133,10 +137,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         bool learn = false;
         bool count_switched = false;
         bool count_event = false;
-        bool qos_complete = false;
         bit<8> event = 0;
-        bool slot_counted = false;
-        bool sketch_counted = false;
 
         // 1. Parse checks and op class, in directory.Process's order.
         if (meta.is_netdir) {
@@ -192,7 +193,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY) {
             learn = true;
             if (hdr.netdir.op != OP_ERR && (hdr.netdir.code == CODE_OK || hdr.netdir.code == CODE_NOT_FOUND)) {
-                qos_complete = true;
+                meta.qos_complete = 1;
             }
             // Charge the completion to the node that scheduled the request:
             // a write's chain head, though the tail replies.
@@ -237,7 +238,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             count_event = true;
             if (meta.slot_hit) {
                 event = EVENT_HIT;
-                slot_counted = true;
+                meta.count_slot = 1;
                 // Either candidate may serve, fresh or not (issue 18): the
                 // fine score (its quotas from 2b) picks, and the pick's
                 // fresh bit sets the marks, in the pick's own branch (on
@@ -256,7 +257,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 }
             } else {
                 event = EVENT_MISS;
-                sketch_counted = true;
+                meta.count_sketch = 1;
                 if (meta.pa_idx == meta.pb_idx) {
                     meta.target = meta.pa_node;
                 } else {
@@ -269,13 +270,13 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             count_event = true;
             if (meta.slot_hit) {
                 event = EVENT_HIT;
-                slot_counted = true;
+                meta.count_slot = 1;
                 meta.target = meta.slot_head;
                 hdr.netdir.stamp = meta.coh_version;
                 hdr.netdir.flags[4:1] = MARKS_STAMPED_HIT;
             } else {
                 event = EVENT_MISS;
-                sketch_counted = true;
+                meta.count_sketch = 1;
                 meta.target = meta.part_head;
                 hdr.netdir.stamp = 0; // only a data plane stamps; the head assigns the version
                 hdr.netdir.flags[4:1] = MARKS_NONE;
@@ -297,29 +298,23 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             meta.verdict = OUT_L2L3; // not netdir traffic
         }
 
-        // 5. Send it. qos_stamp: the request leaves (its target has an
-        // address), straight from node_addr's hit, not through meta.reason.
-        bool qos_stamp = false;
+        // 5. Send it. node_addr's hit sets meta.qos_stamp: the request
+        // leaves (its target has an address), not through meta.reason.
         if (meta.verdict == OUT_FORWARD) {
             hdr.netdir.node = meta.target;
             hdr.netdir.timestamp = meta.now;
-            node_addr.apply(hdr, meta, qos_stamp);
+            node_addr.apply(hdr, meta);
         } else if (meta.verdict == OUT_TO_CLIENT || meta.verdict == OUT_PASS || meta.verdict == OUT_L2L3) {
             forwarding.apply(hdr, meta);
         }
 
-        // 5b. dmClock (qos.p4): stamp δ and ρ on a request that leaves for its
-        // node (not one dropped for want of the node's address), or count a
-        // completion. A request's tenant totals are read whether or not it
-        // leaves (no side effect), so that on Tofino they are read early.
-        bool qos_request = false;
+        // 5b. For NetdirTail's dmClock: a request's tenant totals are read
+        // whether or not it leaves (no side effect).
         if (meta.op_class == CLASS_GET || meta.op_class == CLASS_WRITE) {
-            qos_request = true;
+            meta.qos_request = 1;
         }
-        qos.apply(hdr, meta, qos_request, qos_stamp, qos_complete);
 
-        // 6. Count.
-        hot_keys.apply(hdr, meta, slot_counted, sketch_counted);
+        // 6. Count (the hot keys in NetdirTail).
         if (count_event) {
             NETDIR_COUNT(events, event);
         }
@@ -331,6 +326,22 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         if (meta.reason != REASON_NONE) {
             NETDIR_COUNT(drops, meta.reason);
         }
+    }
+}
+
+// NetdirTail: dmClock (qos.p4) stamps δ and ρ on a request that leaves for
+// its node (not one dropped for want of the node's address) or counts a
+// completion; the hot-key counters count a slot's hits and the sketch's
+// misses. Neither decides where the packet goes, so on Tofino they run in
+// egress (p4/tna/netdir.p4); every input is a header field or meta.slot,
+// meta.target, meta.qos_node and NetdirPipe's flags.
+control NetdirTail(inout headers_t hdr, inout local_meta_t meta) {
+    HotKeys() hot_keys;
+    Qos() qos;
+
+    apply {
+        qos.apply(hdr, meta, meta.qos_request == 1, meta.qos_stamp == 1, meta.qos_complete == 1);
+        hot_keys.apply(hdr, meta, meta.count_slot == 1, meta.count_sketch == 1);
     }
 }
 

@@ -9,9 +9,11 @@
 // checksum residual), Coherence, NodeStats and Qos written with
 // RegisterActions (p4/tna/coherence.p4, p4/tna/node_stats.p4,
 // p4/tna/qos.p4), the MAC timestamp as the
-// clock, and the deparser checksums. Everything happens in ingress; egress
-// is bypassed. A slot's re-seed after a promotion resubmits its first
-// packets once, carrying the key's stamp floor (p4/tna/coherence.p4).
+// clock, and the deparser checksums. Ingress decides where the packet goes
+// (NetdirPipe); egress counts and stamps (NetdirTail: dmClock, hot keys),
+// from flags ingress bridges to it, so that each fits its own 12 stages. A
+// slot's re-seed after a promotion resubmits its first packets once,
+// carrying the key's stamp floor (p4/tna/coherence.p4).
 #include <core.p4>
 #include <tna.p4>
 
@@ -37,16 +39,56 @@ header resubmit_h {
 
 const ResubmitType_t RESUBMIT_RESEED = 1;
 
-// Ingress metadata: the shared local_meta_t and the resubmit data.
+// What ingress tells egress, before the packet's headers: NetdirTail's
+// inputs (local_meta_t's fields of the same names) and how to finish.
+header bridged_h {
+    bit<1> netdir;       // hdr.netdir is valid: egress parses it
+    bit<1> qos_request;
+    bit<1> qos_stamp;
+    bit<1> qos_complete;
+    bit<1> count_slot;
+    bit<1> count_sketch;
+    bit<1> drop;         // dropped after the verdict: counted in egress, dropped there
+    bit<1> csum_update;  // the sender used a UDP checksum: keep it right
+    slot_t slot;
+    node_t target;
+    node_t qos_node;
+}
+
+// Ingress metadata: the shared local_meta_t, the resubmit data and what
+// egress needs.
 struct ingress_meta_t {
     local_meta_t nd;
     resubmit_h   resub;
-}
-
-struct egress_headers_t {
+    bridged_h    bridged;
 }
 
 struct egress_meta_t {
+    local_meta_t nd;
+    bridged_h    bridged;
+}
+
+// local_meta_t at zero, as the shared controls assume (each parser sets
+// its gress's copy; @pa_auto_init_metadata spares the instructions).
+#define NETDIR_META_ZERO { \
+            is_netdir = false, short_pkt = false, now = 0, op_class = 0, \
+            part_hit = false, partition = 0, part_r = 0, part_head = 0, \
+            pa_idx = 0, pa_node = 0, pb_idx = 0, pb_node = 0, \
+            slot_hit = false, slot = 0, slot_n = 0, slot_r = 0, slot_head = 0, slot_gen = 0, slot_ver = 0, \
+            chain_mask = 0, sa_idx = 0, sa_node = 0, sa_bit = 0, \
+            sb_idx = 0, sb_node = 0, sb_bit = 0, sa_fresh = 0, sb_fresh = 0, \
+            coh_cmd = 0, fresh = 0, coh_version = 0, coh_reason = 0, \
+            vsb_idx = 0, vsb_bit = 0, vsb_member = false, vsb_role = 0, from_storage = false, \
+            cand_a = 0, cand_b = 0, lat_a = 0, lat_b = 0, load_a = 0, load_b = 0, \
+            lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, score_diff = 0, a_unlearnt = false, b_unlearnt = false, \
+            verdict = 0, reason = 0, target = 0, egress_port = 0, \
+            mcast_grp = 0, drop = false, rewritten = false, qos_done = 0, qos_res = 0, qos_node = 0, \
+            udp_residual = 0, udp_csum_update = false, sample32 = 0, ts_set = 0, lat_new = 0, \
+            seed32 = 0, vn32 = 0, next_arg = 0, \
+            resubmit = false, resubmitted = false, floor32 = 0, resub_gen = 0, \
+            coh_pass = 0, stamp_high = 0, carry_arg = 0, floor_now = 0, \
+            changed = 0, moved = 0, pending = 0, stamp_is_floor = 0, stamp_is_next = 0, \
+            qos_request = 0, qos_stamp = 0, qos_complete = 0, count_slot = 0, count_sketch = 0 \
 }
 
 parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out ingress_meta_t meta,
@@ -55,25 +97,7 @@ parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out ingress_meta_t 
 
     state start {
         pkt.extract(ig_intr_md);
-        meta.nd = {
-            is_netdir = false, short_pkt = false, now = 0, op_class = 0,
-            part_hit = false, partition = 0, part_r = 0, part_head = 0,
-            pa_idx = 0, pa_node = 0, pb_idx = 0, pb_node = 0,
-            slot_hit = false, slot = 0, slot_n = 0, slot_r = 0, slot_head = 0, slot_gen = 0, slot_ver = 0,
-            chain_mask = 0, sa_idx = 0, sa_node = 0, sa_bit = 0,
-            sb_idx = 0, sb_node = 0, sb_bit = 0, sa_fresh = 0, sb_fresh = 0,
-            coh_cmd = 0, fresh = 0, coh_version = 0, coh_reason = 0,
-            vsb_idx = 0, vsb_bit = 0, vsb_member = false, vsb_role = 0, from_storage = false,
-            cand_a = 0, cand_b = 0, lat_a = 0, lat_b = 0, load_a = 0, load_b = 0,
-            lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, score_diff = 0, a_unlearnt = false, b_unlearnt = false,
-            verdict = 0, reason = 0, target = 0, egress_port = 0,
-            mcast_grp = 0, drop = false, rewritten = false, qos_done = 0, qos_res = 0, qos_node = 0,
-            udp_residual = 0, udp_csum_update = false, sample32 = 0, ts_set = 0, lat_new = 0,
-            seed32 = 0, vn32 = 0, next_arg = 0,
-            resubmit = false, resubmitted = false, floor32 = 0, resub_gen = 0,
-            coh_pass = 0, stamp_high = 0, carry_arg = 0, floor_now = 0,
-            changed = 0, moved = 0, pending = 0, stamp_is_floor = 0, stamp_is_next = 0
-        };
+        meta.nd = NETDIR_META_ZERO;
         meta.nd.now = (bit<64>)ig_intr_md.ingress_mac_tstamp; // ns, set here to spare a stage
         transition select(ig_intr_md.resubmit_flag) {
             1: parse_resubmit;
@@ -112,6 +136,9 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
         meta.nd.udp_csum_update = false;
         if (meta.nd.rewritten && hdr.udp.checksum != 0) {
             meta.nd.udp_csum_update = true;
+            meta.bridged.csum_update = 1;
+        } else {
+            meta.bridged.csum_update = 0;
         }
         // Each decision on its own (a drop overrides the rest), so that none
         // waits for another's stage.
@@ -126,10 +153,32 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
         } else {
             ig_tm_md.ucast_egress_port = meta.nd.egress_port;
         }
-        if (meta.nd.drop || meta.nd.reason != REASON_NONE) {
+        // A reason found before the verdict drops here; the packet has
+        // nothing for the tail. One found after it (no node address) or a
+        // frame no table forwards has (a hit's count, a completion): egress
+        // counts it, then drops it.
+        if (meta.nd.reason != REASON_NONE && meta.nd.reason != REASON_NO_NODE_ADDR) {
             ig_dprsr_md.drop_ctl = 1;
         }
-        ig_tm_md.bypass_egress = 1;
+        if (meta.nd.drop || meta.nd.reason != REASON_NONE) {
+            meta.bridged.drop = 1;
+        } else {
+            meta.bridged.drop = 0;
+        }
+        if (hdr.netdir.isValid()) {
+            meta.bridged.netdir = 1;
+        } else {
+            meta.bridged.netdir = 0;
+        }
+        meta.bridged.setValid();
+        meta.bridged.qos_request = meta.nd.qos_request;
+        meta.bridged.qos_stamp = meta.nd.qos_stamp;
+        meta.bridged.qos_complete = meta.nd.qos_complete;
+        meta.bridged.count_slot = meta.nd.count_slot;
+        meta.bridged.count_sketch = meta.nd.count_sketch;
+        meta.bridged.slot = meta.nd.slot;
+        meta.bridged.target = meta.nd.target;
+        meta.bridged.qos_node = meta.nd.qos_node;
     }
 }
 
@@ -143,6 +192,7 @@ control NetdirIngressDeparser(packet_out pkt, inout headers_t hdr, in ingress_me
         if (ig_dprsr_md.resubmit_type == RESUBMIT_RESEED) {
             resubmit.emit(meta.resub);
         }
+        pkt.emit(meta.bridged);
         if (hdr.ipv4.isValid()) {
             hdr.ipv4.hdr_checksum = ipv4_csum.update({
                 hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn,
@@ -155,32 +205,93 @@ control NetdirIngressDeparser(packet_out pkt, inout headers_t hdr, in ingress_me
             hdr.udp.checksum = udp_csum.update({
                 hdr.ipv4.dst_addr, hdr.udp.dport,
                 hdr.netdir.flags, hdr.netdir.code, hdr.netdir.stamp,
-                hdr.netdir.node, hdr.netdir.timestamp, hdr.netdir.delta, hdr.netdir.rho,
+                hdr.netdir.node, hdr.netdir.timestamp,
                 meta.nd.udp_residual });
         }
         pkt.emit(hdr);
     }
 }
 
-parser NetdirEgressParser(packet_in pkt, out egress_headers_t hdr, out egress_meta_t meta,
+// Egress parses what ingress sent: the bridged flags, then, for a netdir
+// packet, the headers at their fixed offsets (the ingress parser checked
+// them). The UDP checksum is right for ingress's rewrites; egress rewrites
+// δ and ρ, so it subtracts them (and the checksum) for the residual.
+parser NetdirEgressParser(packet_in pkt, out headers_t hdr, out egress_meta_t meta,
                           out egress_intrinsic_metadata_t eg_intr_md) {
+    Checksum() udp_csum;
+
     state start {
         pkt.extract(eg_intr_md);
+        pkt.extract(meta.bridged);
+        meta.nd = NETDIR_META_ZERO;
+        meta.nd.qos_request = meta.bridged.qos_request;
+        meta.nd.qos_stamp = meta.bridged.qos_stamp;
+        meta.nd.qos_complete = meta.bridged.qos_complete;
+        meta.nd.count_slot = meta.bridged.count_slot;
+        meta.nd.count_sketch = meta.bridged.count_sketch;
+        meta.nd.slot = meta.bridged.slot;
+        meta.nd.target = meta.bridged.target;
+        meta.nd.qos_node = meta.bridged.qos_node;
+        transition select(meta.bridged.netdir) {
+            1: parse_ethernet;
+            default: accept;
+        }
+    }
+
+    state parse_ethernet {
+        pkt.extract(hdr.ethernet);
+        transition parse_ipv4;
+    }
+
+    state parse_ipv4 {
+        pkt.extract(hdr.ipv4);
+        transition parse_udp;
+    }
+
+    state parse_udp {
+        pkt.extract(hdr.udp);
+        udp_csum.subtract({ hdr.udp.checksum });
+        transition parse_netdir;
+    }
+
+    state parse_netdir {
+        pkt.extract(hdr.netdir);
+        udp_csum.subtract({ hdr.netdir.delta, hdr.netdir.rho });
+        udp_csum.subtract_all_and_deposit(meta.nd.udp_residual);
         transition accept;
     }
 }
 
-control NetdirEgress(inout egress_headers_t hdr, inout egress_meta_t meta,
+control NetdirEgress(inout headers_t hdr, inout egress_meta_t meta,
                      in egress_intrinsic_metadata_t eg_intr_md,
                      in egress_intrinsic_metadata_from_parser_t eg_prsr_md,
                      inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md,
                      inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {
-    apply { }
+    NetdirTail() tail;
+
+    apply {
+        tail.apply(hdr, meta.nd);
+        // Only a stamp rewrites here (δ, ρ).
+        if (meta.nd.qos_stamp == 1 && meta.bridged.csum_update == 1) {
+            meta.nd.udp_csum_update = true;
+        } else {
+            meta.nd.udp_csum_update = false;
+        }
+        if (meta.bridged.drop == 1) {
+            eg_dprsr_md.drop_ctl = 1;
+        }
+    }
 }
 
-control NetdirEgressDeparser(packet_out pkt, inout egress_headers_t hdr, in egress_meta_t meta,
+control NetdirEgressDeparser(packet_out pkt, inout headers_t hdr, in egress_meta_t meta,
                              in egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
+    Checksum() udp_csum;
+
     apply {
+        if (meta.nd.udp_csum_update) {
+            hdr.udp.checksum = udp_csum.update({
+                hdr.netdir.delta, hdr.netdir.rho, meta.nd.udp_residual });
+        }
         pkt.emit(hdr);
     }
 }
