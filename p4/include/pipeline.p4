@@ -60,6 +60,47 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         meta.reason = reason;
     }
 
+    action set_class(bit<3> op_class) {
+        meta.op_class = op_class;
+    }
+
+    // Section 1 of apply: a netdir packet's parse checks and op class, in
+    // directory.Process's order (entries in priority order), as one
+    // constant table (on Tofino one logical table, not a gateway and an
+    // assignment per case). A short packet has no netdir header.
+    @hidden
+    table classify {
+        key = {
+            meta.short_pkt: exact;
+            hdr.netdir.isValid(): exact;
+            hdr.netdir.magic: ternary;
+            hdr.netdir.version: ternary;
+            hdr.netdir.op: ternary;
+        }
+        actions = {
+            set_class;
+            set_drop_reason;
+            NoAction;
+        }
+        const default_action = NoAction();
+        const entries = {
+            (true, false, _, _, _): set_drop_reason(REASON_SHORT);
+            (false, false, _, _, _): set_drop_reason(REASON_SHORT);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_GET): set_class(CLASS_GET);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_PUT): set_class(CLASS_WRITE);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_DEL): set_class(CLASS_WRITE);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_GET_REPLY): set_class(CLASS_REPLY);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_ERR): set_class(CLASS_REPLY);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_PUT_REPLY): set_class(CLASS_WREPLY);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_DEL_REPLY): set_class(CLASS_WREPLY);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_VSB): set_class(CLASS_VSB);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_NODE_MIN &&& OP_NODE_MASK): set_class(CLASS_NODE_OP);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, _): set_drop_reason(REASON_UNKNOWN_OP);
+            (false, true, NETDIR_MAGIC, _, _): set_drop_reason(REASON_VERSION);
+            (false, true, _, _, _): set_drop_reason(REASON_MAGIC);
+        }
+    }
+
     @hidden
     table commands {
         key = {
@@ -139,29 +180,19 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         bool count_event = false;
         bit<8> event = 0;
 
-        // 1. Parse checks and op class, in directory.Process's order.
+        // 1. Parse checks and op class (classify).
         if (meta.is_netdir) {
-            if (meta.short_pkt || !hdr.netdir.isValid()) {
-                meta.reason = REASON_SHORT;
-            } else if (hdr.netdir.magic != NETDIR_MAGIC) {
-                meta.reason = REASON_MAGIC;
-            } else if (hdr.netdir.version != NETDIR_VERSION) {
-                meta.reason = REASON_VERSION;
-            } else if (hdr.netdir.op == OP_GET) {
-                meta.op_class = CLASS_GET;
-            } else if (hdr.netdir.op == OP_PUT || hdr.netdir.op == OP_DEL) {
-                meta.op_class = CLASS_WRITE;
-            } else if (hdr.netdir.op == OP_GET_REPLY || hdr.netdir.op == OP_ERR) {
-                meta.op_class = CLASS_REPLY;
-            } else if (hdr.netdir.op == OP_PUT_REPLY || hdr.netdir.op == OP_DEL_REPLY) {
-                meta.op_class = CLASS_WREPLY;
-            } else if (hdr.netdir.op == OP_VSB) {
-                meta.op_class = CLASS_VSB;
-            } else if (hdr.netdir.op >= OP_NODE_MIN && hdr.netdir.op <= OP_NODE_MAX) {
-                meta.op_class = CLASS_NODE_OP;
-            } else {
-                meta.reason = REASON_UNKNOWN_OP;
-            }
+            classify.apply();
+        }
+
+        // What is not a directory decision (replies, node ops, other
+        // traffic) is forwarded as soon as the class is known: no later
+        // step drops it (a write reply's reseed race, TNA, drops it all
+        // the same) and nothing else rewrites it, so that on Tofino its
+        // tables do not wait for the verdict.
+        if (meta.reason == REASON_NONE && (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY ||
+                meta.op_class == CLASS_NODE_OP || meta.op_class == CLASS_OTHER)) {
+            forwarding.apply(hdr, meta);
         }
 
         // 2. Lookups: directory, partition, VSB admission. They have no
@@ -216,11 +247,8 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         // Every hit that may touch the slot's state enters, whatever its
         // command (COH_NONE included): on Tofino the slot's gen is checked
         // as soon as the hit is known (p4/tna/coherence.p4).
-        if (meta.slot_hit && meta.op_class != CLASS_REPLY && meta.op_class != CLASS_NODE_OP && meta.op_class != 0) {
+        if (meta.slot_hit && meta.op_class != CLASS_REPLY && meta.op_class != CLASS_NODE_OP && meta.op_class != CLASS_OTHER) {
             coherence.apply(hdr, meta);
-        }
-        if (meta.coh_reason != REASON_NONE) {
-            meta.reason = meta.coh_reason; // for the count; the verdict tests both
         }
         if (meta.resubmit) {
             // TNA: the first pass of a slot's re-seed (p4/tna/coherence.p4).
@@ -229,8 +257,9 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         }
 
         // 4. The verdict. The coherence state's reason (a refused VSB) is
-        // tested beside the others rather than merged into meta.reason
-        // first (after Coherence, for the count), which would cost a stage.
+        // tested beside the others, and merged into meta.reason (for the
+        // count) only after: merged before, the verdict would wait a stage
+        // for it on Tofino.
         if (meta.reason != REASON_NONE || meta.coh_reason != REASON_NONE) {
             meta.verdict = OUT_DROP;
         } else if (meta.op_class == CLASS_GET) {
@@ -298,14 +327,17 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             meta.verdict = OUT_L2L3; // not netdir traffic
         }
 
-        // 5. Send it. node_addr's hit sets meta.qos_stamp: the request
-        // leaves (its target has an address), not through meta.reason.
+        if (meta.coh_reason != REASON_NONE) {
+            meta.reason = meta.coh_reason;
+        }
+
+        // 5. Send a request to its node (the rest went after section 1).
+        // node_addr's hit sets meta.qos_stamp: the request leaves (its
+        // target has an address), not through meta.reason.
         if (meta.verdict == OUT_FORWARD) {
             hdr.netdir.node = meta.target;
             hdr.netdir.timestamp = meta.now;
             node_addr.apply(hdr, meta);
-        } else if (meta.verdict == OUT_TO_CLIENT || meta.verdict == OUT_PASS || meta.verdict == OUT_L2L3) {
-            forwarding.apply(hdr, meta);
         }
 
         // 5b. For NetdirTail's dmClock: a request's tenant totals are read

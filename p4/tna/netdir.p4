@@ -83,7 +83,7 @@ struct egress_meta_t {
             lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, score_diff = 0, a_unlearnt = false, b_unlearnt = false, \
             verdict = 0, reason = 0, target = 0, egress_port = 0, \
             mcast_grp = 0, drop = false, rewritten = false, qos_done = 0, qos_res = 0, qos_node = 0, \
-            udp_residual = 0, udp_csum_update = false, sample32 = 0, ts_set = 0, lat_new = 0, \
+            udp_residual = 0, udp_csum_update = false, sample32 = 0, load32 = 0, ts_set = 0, lat_new = 0, \
             seed32 = 0, vn32 = 0, next_arg = 0, \
             resubmit = false, resubmitted = false, floor32 = 0, resub_gen = 0, \
             coh_pass = 0, stamp_high = 0, carry_arg = 0, floor_now = 0, \
@@ -133,8 +133,10 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
 
     apply {
         netdir.apply(hdr, meta.nd, ig_intr_md.ingress_port);
-        meta.nd.udp_csum_update = false;
-        if (meta.nd.rewritten && hdr.udp.checksum != 0) {
+        // Only a request forwarded to a node is rewritten (one whose node
+        // has no address is dropped): tested on the verdict, a stage before
+        // node_addr's meta.rewritten.
+        if (meta.nd.verdict == OUT_FORWARD && hdr.udp.checksum != 0) {
             meta.nd.udp_csum_update = true;
             meta.bridged.csum_update = 1;
         } else {
@@ -153,11 +155,12 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
         } else {
             ig_tm_md.ucast_egress_port = meta.nd.egress_port;
         }
-        // A reason found before the verdict drops here; the packet has
-        // nothing for the tail. One found after it (no node address) or a
-        // frame no table forwards has (a hit's count, a completion): egress
-        // counts it, then drops it.
-        if (meta.nd.reason != REASON_NONE && meta.nd.reason != REASON_NO_NODE_ADDR) {
+        // A reason the lookups find drops here: the packet has nothing for
+        // the tail. No node address, a reseed race and a frame no table
+        // forwards may have (a hit's count, a completion): egress counts
+        // it, then drops it, as one pipeline would.
+        if (meta.nd.reason != REASON_NONE && meta.nd.reason != REASON_NO_NODE_ADDR &&
+                meta.nd.reason != REASON_RESEED_RACE) {
             ig_dprsr_md.drop_ctl = 1;
         }
         if (meta.nd.drop || meta.nd.reason != REASON_NONE) {

@@ -3,7 +3,8 @@
 // Tofino accesses a register once per packet, and a GET reads two candidates,
 // so each value is kept twice (latency_a/latency_b, load_a/load_b): a reply
 // writes both copies, a GET reads candidate a from the first and b from the
-// second. Tofino's stateful ALU has no shift, so the latency EWMA is the Lpf
+// second (32 bits wide, so that a read lands in the fine score's 32-bit
+// field with no cast, which would cost a stage). Tofino's stateful ALU has no shift, so the latency EWMA is the Lpf
 // extern (a per-node low-pass filter in sample mode; the controller sets its
 // time constant to the contract's weight 0.5); its output is clamped to >= 1
 // and stored in both copies. This approximates v1model's exact
@@ -19,8 +20,8 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
     Lpf<bit<32>, bit<16>>(NETDIR_MAX_NODES) latency_lpf;
     Register<bit<32>, bit<16>>(NETDIR_MAX_NODES, 0) latency_a;
     Register<bit<32>, bit<16>>(NETDIR_MAX_NODES, 0) latency_b;
-    Register<bit<16>, bit<16>>(NETDIR_MAX_NODES, 0) load_a;
-    Register<bit<16>, bit<16>>(NETDIR_MAX_NODES, 0) load_b;
+    Register<bit<32>, bit<16>>(NETDIR_MAX_NODES, 0) load_a;
+    Register<bit<32>, bit<16>>(NETDIR_MAX_NODES, 0) load_b;
 
     // The written latency is at least 1 (0 means unlearnt), clamped here
     // rather than by a condition of its own (a stage).
@@ -60,32 +61,34 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
             }
         }
     };
-    RegisterAction<bit<16>, bit<16>, bit<16>>(load_a) load_a_write = {
-        void apply(inout bit<16> value) {
-            value = hdr.netdir.load;
+    RegisterAction<bit<32>, bit<16>, bit<32>>(load_a) load_a_write = {
+        void apply(inout bit<32> value) {
+            value = meta.load32;
         }
     };
-    RegisterAction<bit<16>, bit<16>, bit<16>>(load_a) load_a_read = {
-        void apply(inout bit<16> value, out bit<16> rv) {
+    RegisterAction<bit<32>, bit<16>, bit<32>>(load_a) load_a_read = {
+        void apply(inout bit<32> value, out bit<32> rv) {
             rv = value;
         }
     };
-    RegisterAction<bit<16>, bit<16>, bit<16>>(load_b) load_b_write = {
-        void apply(inout bit<16> value) {
-            value = hdr.netdir.load;
+    RegisterAction<bit<32>, bit<16>, bit<32>>(load_b) load_b_write = {
+        void apply(inout bit<32> value) {
+            value = meta.load32;
         }
     };
-    RegisterAction<bit<16>, bit<16>, bit<16>>(load_b) load_b_read = {
-        void apply(inout bit<16> value, out bit<16> rv) {
+    RegisterAction<bit<32>, bit<16>, bit<32>>(load_b) load_b_read = {
+        void apply(inout bit<32> value, out bit<32> rv) {
             rv = value;
         }
     };
 
     // The sample in a table's action, so that it reaches the Lpf as a field
-    // (the compiler would fold an assignment into the Lpf's input).
+    // (the compiler would fold an assignment into the Lpf's input); the
+    // load zero-extended for the 32-bit registers.
     action take_sample() {
         meta.sample32 = meta.now[31:0] - hdr.netdir.timestamp[31:0];
         meta.ts_set = hdr.netdir.timestamp[63:32] | hdr.netdir.timestamp[31:0];
+        meta.load32 = (bit<32>)hdr.netdir.load;
     }
 
     @hidden
@@ -99,9 +102,9 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
     apply {
         if (learn) {
             if (hdr.netdir.node < NETDIR_MAX_NODES) {
+                sample.apply();
                 load_a_write.execute(hdr.netdir.node);
                 load_b_write.execute(hdr.netdir.node);
-                sample.apply();
                 // ts != 0 (as the OR of its halves: a condition reads 4 bytes).
                 if (meta.ts_set != 0 && meta.sample32[31:31] == 0) {
                     meta.lat_new = latency_lpf.execute(meta.sample32, hdr.netdir.node);
@@ -113,8 +116,8 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
             // The fine score's keys directly: a 32-bit latency is its own key.
             meta.lat_a_key = lat_a_read.execute(meta.cand_a);
             meta.lat_b_key = lat_b_read.execute(meta.cand_b);
-            meta.load_a = (bit<32>)load_a_read.execute(meta.cand_a);
-            meta.load_b = (bit<32>)load_b_read.execute(meta.cand_b);
+            meta.load_a = load_a_read.execute(meta.cand_a);
+            meta.load_b = load_b_read.execute(meta.cand_b);
         }
     }
 }
