@@ -102,7 +102,6 @@ struct local_meta_t {
     bit<3>      coh_cmd;
     bit<32>     fresh;          // COH_READ result
     version_t   coh_version;    // COH_STAMP result
-    bit<8>      coh_reason;     // COH_EXTRA result (REASON_NONE when accepted)
     loc_t       vsb_idx;        // the VSB sender's LocationList index
     bit<32>     vsb_bit;        // 1 << vsb_idx
     bool        vsb_member;
@@ -157,7 +156,6 @@ struct local_meta_t {
     bit<32>     resub_gen;      // the directory entry's gen in pass 1
     bit<2>      coh_pass;       // COH_PASS_* (p4/tna/coherence.p4)
     bit<1>      stamp_high;     // the stamp has bits above 32 set
-    bit<32>     carry_arg;      // a completion's version, carried to pass 2
     bit<32>     floor_now;      // the key's stamp floor, read in pass 1
     // TNA only: the coherence tables' keys (p4/tna/coherence.p4)
     bit<1>      changed;        // gen: the slot must be re-seeded

@@ -189,9 +189,11 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         // traffic) is forwarded as soon as the class is known: no later
         // step drops it (a write reply's reseed race, TNA, drops it all
         // the same) and nothing else rewrites it, so that on Tofino its
-        // tables do not wait for the verdict.
-        if (meta.reason == REASON_NONE && (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY ||
-                meta.op_class == CLASS_NODE_OP || meta.op_class == CLASS_OTHER)) {
+        // tables do not wait for the verdict. A netdir packet of class
+        // CLASS_OTHER has a reason (classify sets one or the other); the
+        // test spares meta.reason, which later steps write.
+        if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY ||
+                meta.op_class == CLASS_NODE_OP || !meta.is_netdir) {
             forwarding.apply(hdr, meta);
         }
 
@@ -256,11 +258,11 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             return;
         }
 
-        // 4. The verdict. The coherence state's reason (a refused VSB) is
-        // tested beside the others, and merged into meta.reason (for the
-        // count) only after: merged before, the verdict would wait a stage
-        // for it on Tofino.
-        if (meta.reason != REASON_NONE || meta.coh_reason != REASON_NONE) {
+        // 4. The verdict. Coherence writes its reason (a refused VSB, TNA's
+        // reseed race) into meta.reason itself, over the commands' one: a
+        // merge of a separate field would cost Tofino a stage before the
+        // verdict or before node_addr (which writes meta.reason too).
+        if (meta.reason != REASON_NONE) {
             meta.verdict = OUT_DROP;
         } else if (meta.op_class == CLASS_GET) {
             meta.verdict = OUT_FORWARD;
@@ -325,10 +327,6 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             event = EVENT_PASS;
         } else {
             meta.verdict = OUT_L2L3; // not netdir traffic
-        }
-
-        if (meta.coh_reason != REASON_NONE) {
-            meta.reason = meta.coh_reason;
         }
 
         // 5. Send a request to its node (the rest went after section 1).

@@ -77,7 +77,7 @@ struct egress_meta_t {
             slot_hit = false, slot = 0, slot_n = 0, slot_r = 0, slot_head = 0, slot_gen = 0, slot_ver = 0, \
             chain_mask = 0, sa_idx = 0, sa_node = 0, sa_bit = 0, \
             sb_idx = 0, sb_node = 0, sb_bit = 0, sa_fresh = 0, sb_fresh = 0, \
-            coh_cmd = 0, fresh = 0, coh_version = 0, coh_reason = 0, \
+            coh_cmd = 0, fresh = 0, coh_version = 0, \
             vsb_idx = 0, vsb_bit = 0, vsb_member = false, vsb_role = 0, from_storage = false, \
             cand_a = 0, cand_b = 0, lat_a = 0, lat_b = 0, load_a = 0, load_b = 0, \
             lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, score_diff = 0, a_unlearnt = false, b_unlearnt = false, \
@@ -86,7 +86,7 @@ struct egress_meta_t {
             udp_residual = 0, udp_csum_update = false, sample32 = 0, load32 = 0, ts_set = 0, lat_new = 0, \
             seed32 = 0, vn32 = 0, next_arg = 0, \
             resubmit = false, resubmitted = false, floor32 = 0, resub_gen = 0, \
-            coh_pass = 0, stamp_high = 0, carry_arg = 0, floor_now = 0, \
+            coh_pass = 0, stamp_high = 0, floor_now = 0, \
             changed = 0, moved = 0, pending = 0, stamp_is_floor = 0, stamp_is_next = 0, \
             qos_request = 0, qos_stamp = 0, qos_complete = 0, count_slot = 0, count_sketch = 0 \
 }
