@@ -175,7 +175,6 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         // CLASS_OTHER, reason REASON_NONE, coh_cmd COH_NONE, no hits, no
         // target. Assigning those zeros again here would cost Tofino a
         // stage (every later write must follow them).
-        bool learn = false;
         bool count_switched = false;
         bool count_event = false;
         bit<8> event = 0;
@@ -224,7 +223,6 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             }
         }
         if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY) {
-            learn = true;
             if (hdr.netdir.op != OP_ERR && (hdr.netdir.code == CODE_OK || hdr.netdir.code == CODE_NOT_FOUND)) {
                 meta.qos_complete = 1;
             }
@@ -235,8 +233,10 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 meta.qos_node = meta.part_head;
             }
         }
-        if (learn || meta.op_class == CLASS_GET) {
-            node_stats.apply(hdr, meta, learn);
+        // A reply learns, a GET reads: tested on the class itself, which
+        // on Tofino is known a stage before any flag set from it.
+        if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY || meta.op_class == CLASS_GET) {
+            node_stats.apply(hdr, meta, meta.op_class != CLASS_GET);
         }
         if (meta.op_class == CLASS_GET) {
             fine_score.apply(meta);
