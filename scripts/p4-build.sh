@@ -62,7 +62,7 @@ tofino_args=(--target tofino --arch tna --std p4-16 -D__TARGET_TOFINO__=1 "${TOF
 
 # tofino_fit: the whole compile, with the resource logs (-g).
 tofino_fit() {
-	if ! nice -n 10 "$P4C_TOFINO" "${tofino_args[@]}" -g \
+	if ! nice -n 19 "$P4C_TOFINO" "${tofino_args[@]}" -g \
 		--p4runtime-files "$tmp/tofino/out/netdir.p4info.txtpb" --bf-rt-schema "$tmp/tofino/out/bfrt.json" \
 		-o "$tmp/tofino/out" p4/tna/netdir.p4 >"$tmp/tofino-stdout" 2>"$tmp/tofino-stderr"; then
 		cat "$tmp/tofino-stderr" >&2
@@ -98,7 +98,7 @@ tofino_stages() {
 tofino_api() {
 	local dump=$tmp/tofino/dump pid reached="" rc=0
 	mkdir -p "$dump"
-	nice -n 10 "$P4C_TOFINO" "${tofino_args[@]}" --top4 MidEndLast --dump "$dump" \
+	nice -n 19 "$P4C_TOFINO" "${tofino_args[@]}" --top4 MidEndLast --dump "$dump" \
 		--p4runtime-files "$tmp/tofino/out/netdir.p4info.txtpb" --bf-rt-schema "$tmp/tofino/out/bfrt.json" \
 		-o "$tmp/tofino/out" p4/tna/netdir.p4 >/dev/null 2>"$tmp/tofino-stderr" &
 	pid=$!

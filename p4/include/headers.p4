@@ -143,7 +143,6 @@ struct local_meta_t {
     bit<16>     udp_residual;
     bool        udp_csum_update;
     bit<32>     sample32;
-    bit<32>     load32;         // a reply's load, zero-extended
     bit<32>     ts_set;         // the timestamp's halves ORed: nonzero if set
     bit<32>     lat_new;
     bit<32>     seed32;

@@ -29,7 +29,6 @@ control SlotSplit(in headers_t hdr, inout local_meta_t meta) {
         meta.sa_node = meta.slot_head;
     }
 
-    NETDIR_STAGE(2)
     table slot_buckets_a {
         key = {
             meta.slot: exact @name("slot");
@@ -53,7 +52,6 @@ control SlotSplit(in headers_t hdr, inout local_meta_t meta) {
         meta.sb_node = meta.slot_head;
     }
 
-    NETDIR_STAGE(2)
     table slot_buckets_b {
         key = {
             meta.slot: exact @name("slot");

@@ -14,11 +14,6 @@
 #define NETDIR_SCORE_KEY(lat) lat[19:0]
 #define NETDIR_SCORE_KEY_MAX 0xfffff
 
-// A table pinned to a stage: p4c-barefoot's placement fills the stages
-// after the lookups with the coherence chain first and would leave the
-// slot split (and with it node stats and the fine score) until after it.
-#define NETDIR_STAGE(n) @stage(n)
-
 // Ingress may rewrite: IPv4 destination, UDP destination port, netdir
 // flags (with code, one 16-bit word), stamp, node and timestamp (egress
 // rewrites delta and rho, and fixes the checksum for them). Subtract

@@ -39,6 +39,11 @@ header resubmit_h {
 
 const ResubmitType_t RESUBMIT_RESEED = 1;
 
+// The first egress stage of the tail (NetdirEgress).
+#ifndef NETDIR_TAIL_STAGE
+#define NETDIR_TAIL_STAGE 8
+#endif
+
 // What ingress tells egress, before the packet's headers: NetdirTail's
 // inputs (local_meta_t's fields of the same names) and how to finish.
 header bridged_h {
@@ -83,7 +88,7 @@ struct egress_meta_t {
             lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, score_diff = 0, a_unlearnt = false, b_unlearnt = false, \
             verdict = 0, reason = 0, target = 0, egress_port = 0, \
             mcast_grp = 0, drop = false, rewritten = false, qos_done = 0, qos_res = 0, qos_node = 0, \
-            udp_residual = 0, udp_csum_update = false, sample32 = 0, load32 = 0, ts_set = 0, lat_new = 0, \
+            udp_residual = 0, udp_csum_update = false, sample32 = 0, ts_set = 0, lat_new = 0, \
             seed32 = 0, vn32 = 0, next_arg = 0, \
             resubmit = false, resubmitted = false, floor32 = 0, resub_gen = 0, \
             coh_pass = 0, stamp_high = 0, floor_now = 0, \
@@ -227,14 +232,6 @@ parser NetdirEgressParser(packet_in pkt, out headers_t hdr, out egress_meta_t me
         pkt.extract(eg_intr_md);
         pkt.extract(meta.bridged);
         meta.nd = NETDIR_META_ZERO;
-        meta.nd.qos_request = meta.bridged.qos_request;
-        meta.nd.qos_stamp = meta.bridged.qos_stamp;
-        meta.nd.qos_complete = meta.bridged.qos_complete;
-        meta.nd.count_slot = meta.bridged.count_slot;
-        meta.nd.count_sketch = meta.bridged.count_sketch;
-        meta.nd.slot = meta.bridged.slot;
-        meta.nd.target = meta.bridged.target;
-        meta.nd.qos_node = meta.bridged.qos_node;
         transition select(meta.bridged.netdir) {
             1: parse_ethernet;
             default: accept;
@@ -272,7 +269,32 @@ control NetdirEgress(inout headers_t hdr, inout egress_meta_t meta,
                      inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {
     NetdirTail() tail;
 
+    action take_bridged() {
+        meta.nd.qos_request = meta.bridged.qos_request;
+        meta.nd.qos_stamp = meta.bridged.qos_stamp;
+        meta.nd.qos_complete = meta.bridged.qos_complete;
+        meta.nd.count_slot = meta.bridged.count_slot;
+        meta.nd.count_sketch = meta.bridged.count_sketch;
+        meta.nd.slot = meta.bridged.slot;
+        meta.nd.target = meta.bridged.target;
+        meta.nd.qos_node = meta.bridged.qos_node;
+    }
+
+    // Egress shares each stage's tables and memories with ingress, whose
+    // lookups need the first stages. The tail's inputs come from this
+    // table, placed no earlier than NETDIR_TAIL_STAGE, so every table
+    // of the tail comes after it.
+    @hidden
+    @stage(NETDIR_TAIL_STAGE)
+    table bridged_in {
+        actions = {
+            take_bridged;
+        }
+        const default_action = take_bridged();
+    }
+
     apply {
+        bridged_in.apply();
         tail.apply(hdr, meta.nd);
         // Only a stamp rewrites here (δ, ρ).
         if (meta.nd.qos_stamp == 1 && meta.bridged.csum_update == 1) {

@@ -3,8 +3,12 @@
 // Tofino accesses a register once per packet, and a GET reads two candidates,
 // so each value is kept twice (latency_a/latency_b, load_a/load_b): a reply
 // writes both copies, a GET reads candidate a from the first and b from the
-// second (32 bits wide, so that a read lands in the fine score's 32-bit
-// field with no cast, which would cost a stage). Tofino's stateful ALU has no shift, so the latency EWMA is the Lpf
+// second. The loads are 32 bits wide: a read lands in the fine score's
+// 32-bit field with no cast (its copy cost a stage), and a reply's load is
+// zero-extended in the stateful ALU, not by a table before it (a write that
+// waits for a table can be placed before the read's inputs exist, which
+// left p4c-barefoot's placement stuck). Tofino's stateful ALU has no
+// shift, so the latency EWMA is the Lpf
 // extern (a per-node low-pass filter in sample mode; the controller sets its
 // time constant to the contract's weight 0.5); its output is clamped to >= 1
 // and stored in both copies. This approximates v1model's exact
@@ -63,7 +67,7 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
     };
     RegisterAction<bit<32>, bit<16>, bit<32>>(load_a) load_a_write = {
         void apply(inout bit<32> value) {
-            value = meta.load32;
+            value = (bit<32>)hdr.netdir.load;
         }
     };
     RegisterAction<bit<32>, bit<16>, bit<32>>(load_a) load_a_read = {
@@ -73,7 +77,7 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
     };
     RegisterAction<bit<32>, bit<16>, bit<32>>(load_b) load_b_write = {
         void apply(inout bit<32> value) {
-            value = meta.load32;
+            value = (bit<32>)hdr.netdir.load;
         }
     };
     RegisterAction<bit<32>, bit<16>, bit<32>>(load_b) load_b_read = {
@@ -83,12 +87,10 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
     };
 
     // The sample in a table's action, so that it reaches the Lpf as a field
-    // (the compiler would fold an assignment into the Lpf's input); the
-    // load zero-extended for the 32-bit registers.
+    // (the compiler would fold an assignment into the Lpf's input).
     action take_sample() {
         meta.sample32 = meta.now[31:0] - hdr.netdir.timestamp[31:0];
         meta.ts_set = hdr.netdir.timestamp[63:32] | hdr.netdir.timestamp[31:0];
-        meta.load32 = (bit<32>)hdr.netdir.load;
     }
 
     @hidden
@@ -102,9 +104,9 @@ control NodeStats(in headers_t hdr, inout local_meta_t meta, in bool learn) {
     apply {
         if (learn) {
             if (hdr.netdir.node < NETDIR_MAX_NODES) {
-                sample.apply();
                 load_a_write.execute(hdr.netdir.node);
                 load_b_write.execute(hdr.netdir.node);
+                sample.apply();
                 // ts != 0 (as the OR of its halves: a condition reads 4 bytes).
                 if (meta.ts_set != 0 && meta.sample32[31:31] == 0) {
                     meta.lat_new = latency_lpf.execute(meta.sample32, hdr.netdir.node);

@@ -6,7 +6,5 @@
 #define NETDIR_COUNT(name, index) name.count((bit<32>)(index))
 // The fine score's range key: the whole 32-bit latency (p4/tna/arch.p4).
 #define NETDIR_SCORE_KEY(lat) lat
-// A Tofino stage pin (p4/tna/arch.p4); no such thing here.
-#define NETDIR_STAGE(n)
 
 #endif
