@@ -145,6 +145,7 @@ struct local_meta_t {
     bit<32>     sample32;
     bit<32>     ts_set;         // the timestamp's halves ORed: nonzero if set
     bit<32>     lat_new;
+    bit<1>      sample_ok;      // a reply's latency sample is taken (p4/tna/node_stats.p4)
     bit<32>     seed32;
     bit<32>     vn32;           // the stamp, raising the stamp floor
     bit<32>     next_arg;       // the version a completion brings (p4/tna/coherence.p4)

@@ -64,6 +64,47 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         meta.op_class = op_class;
     }
 
+    // Section 2b's candidates, as a table rather than a condition (on
+    // Tofino a condition's branch was placed only after the coherence
+    // chain): a GET's two by the slot's split on a hit, else by the
+    // partition's buckets; a reply's stats node (TNA's node stats index
+    // by the candidates). Only a GET and a reply read them.
+    action cand_slot() {
+        meta.cand_a = meta.sa_node;
+        meta.cand_b = meta.sb_node;
+    }
+
+    action cand_partition() {
+        meta.cand_a = meta.pa_node;
+        meta.cand_b = meta.pb_node;
+    }
+
+    action cand_reply() {
+        meta.cand_a = hdr.netdir.node;
+        meta.cand_b = hdr.netdir.node;
+    }
+
+    @hidden
+    table candidates {
+        key = {
+            meta.op_class: ternary;
+            meta.slot_hit: exact;
+        }
+        actions = {
+            cand_slot;
+            cand_partition;
+            cand_reply;
+        }
+        const default_action = cand_partition();
+        const entries = {
+            (CLASS_REPLY, false): cand_reply();
+            (CLASS_REPLY, true): cand_reply();
+            (CLASS_WREPLY, false): cand_reply();
+            (CLASS_WREPLY, true): cand_reply();
+            (_, true): cand_slot();
+        }
+    }
+
     // Section 1 of apply: a netdir packet's parse checks and op class, in
     // directory.Process's order (entries in priority order), as one
     // constant table (on Tofino one logical table, not a gateway and an
@@ -203,6 +244,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         if (hdr.netdir.isValid()) {
             directory.apply(hdr, meta);
             partition.apply(hdr, meta);
+            split.apply(hdr, meta);
             if (hdr.netdir.op == OP_VSB) {
                 vsb_filter.apply(hdr, meta, ingress_port);
             }
@@ -212,16 +254,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         // (no side effects; on Tofino beside the coherence stages, not
         // after them): the candidates' stats and fine score. A reply's
         // stats are learnt here too.
-        if (meta.op_class == CLASS_GET) {
-            if (meta.slot_hit) {
-                split.apply(hdr, meta);
-                meta.cand_a = meta.sa_node;
-                meta.cand_b = meta.sb_node;
-            } else {
-                meta.cand_a = meta.pa_node;
-                meta.cand_b = meta.pb_node;
-            }
-        }
+        candidates.apply();
         if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY) {
             if (hdr.netdir.op != OP_ERR && (hdr.netdir.code == CODE_OK || hdr.netdir.code == CODE_NOT_FOUND)) {
                 meta.qos_complete = 1;
@@ -235,12 +268,8 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         }
         // A reply learns, a GET reads: tested on the class itself, which
         // on Tofino is known a stage before any flag set from it.
-        if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY || meta.op_class == CLASS_GET) {
-            node_stats.apply(hdr, meta, meta.op_class != CLASS_GET);
-        }
-        if (meta.op_class == CLASS_GET) {
-            fine_score.apply(meta);
-        }
+        node_stats.apply(hdr, meta, meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY);
+        fine_score.apply(meta);
 
         // 3. What the coherence state must do, and the drops decided so far:
         // one constant table (on Tofino one logical table, not a gateway

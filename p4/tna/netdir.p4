@@ -88,7 +88,7 @@ struct egress_meta_t {
             lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, score_diff = 0, a_unlearnt = false, b_unlearnt = false, \
             verdict = 0, reason = 0, target = 0, egress_port = 0, \
             mcast_grp = 0, drop = false, rewritten = false, qos_done = 0, qos_res = 0, qos_node = 0, \
-            udp_residual = 0, udp_csum_update = false, sample32 = 0, ts_set = 0, lat_new = 0, \
+            udp_residual = 0, udp_csum_update = false, sample32 = 0, ts_set = 0, lat_new = 0, sample_ok = 0, \
             seed32 = 0, vn32 = 0, next_arg = 0, \
             resubmit = false, resubmitted = false, floor32 = 0, resub_gen = 0, \
             coh_pass = 0, stamp_high = 0, floor_now = 0, \
