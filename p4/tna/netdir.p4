@@ -46,15 +46,21 @@ const ResubmitType_t RESUBMIT_RESEED = 1;
 
 // What ingress tells egress, before the packet's headers: NetdirTail's
 // inputs (local_meta_t's fields of the same names) and how to finish.
+// The flags that separate tables write each have a byte: two tables that
+// write one container cannot share a stage.
 header bridged_h {
+    bit<7> pad0;
     bit<1> netdir;       // hdr.netdir is valid: egress parses it
+    bit<7> pad1;
+    bit<1> drop;         // dropped after the verdict: counted in egress, dropped there
+    bit<7> pad2;
+    bit<1> csum_update;  // the sender used a UDP checksum: keep it right
+    bit<3> pad3;
     bit<1> qos_request;
     bit<1> qos_stamp;
     bit<1> qos_complete;
     bit<1> count_slot;
     bit<1> count_sketch;
-    bit<1> drop;         // dropped after the verdict: counted in egress, dropped there
-    bit<1> csum_update;  // the sender used a UDP checksum: keep it right
     slot_t slot;
     node_t target;
     node_t qos_node;
@@ -136,48 +142,134 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
                       inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
     NetdirPipe() netdir;
 
+    // The decisions after NetdirPipe as constant tables, not conditions:
+    // p4c-barefoot runs a sequence of conditions one after another, a
+    // stage each, while independent tables share a stage.
+
+    // Only a request forwarded to a node is rewritten (one whose node has
+    // no address is dropped): tested on the verdict, a stage before
+    // node_addr's meta.rewritten; and only if the sender used a checksum.
+    action csum_on() {
+        meta.nd.udp_csum_update = true;
+        meta.bridged.csum_update = 1;
+    }
+    action csum_off() {
+        meta.bridged.csum_update = 0;
+    }
+
+    @hidden
+    table checksum {
+        key = {
+            meta.nd.verdict: exact;
+            hdr.udp.checksum: ternary;
+        }
+        actions = {
+            csum_on;
+            csum_off;
+        }
+        const default_action = csum_off();
+        const entries = {
+            (OUT_FORWARD, 0): csum_off();
+            (OUT_FORWARD, _): csum_on();
+        }
+    }
+
+    // Pass 1 of a re-seed goes back to ingress with the floor and gen;
+    // otherwise multicast or unicast.
+    action resubmit_reseed() {
+        ig_dprsr_md.resubmit_type = RESUBMIT_RESEED;
+        meta.resub.setValid();
+        meta.resub.floor = meta.nd.floor32;
+        meta.resub.gen = meta.nd.slot_gen;
+    }
+    action multicast() {
+        ig_tm_md.mcast_grp_a = meta.nd.mcast_grp;
+    }
+    action unicast() {
+        ig_tm_md.ucast_egress_port = meta.nd.egress_port;
+    }
+
+    @hidden
+    table send {
+        key = {
+            meta.nd.resubmit: exact;
+            meta.nd.mcast_grp: ternary;
+        }
+        actions = {
+            resubmit_reseed;
+            multicast;
+            unicast;
+        }
+        const default_action = unicast();
+        const entries = {
+            (true, _): resubmit_reseed();
+            (false, 0): unicast();
+            (false, _): multicast();
+        }
+    }
+
+    // A reason the lookups find drops here: the packet has nothing for the
+    // tail. No node address, a reseed race and a frame no table forwards
+    // may have (a hit's count, a completion): egress counts it, then drops
+    // it, as one pipeline would.
+    action keep() {
+        meta.bridged.drop = 0;
+    }
+    action drop_in_egress() {
+        meta.bridged.drop = 1;
+    }
+    action drop_here() {
+        ig_dprsr_md.drop_ctl = 1;
+        meta.bridged.drop = 1;
+    }
+
+    @hidden
+    table drops {
+        key = {
+            meta.nd.reason: ternary;
+            meta.nd.drop: exact;
+        }
+        actions = {
+            keep;
+            drop_in_egress;
+            drop_here;
+        }
+        const default_action = drop_here();
+        const entries = {
+            (REASON_NONE, false): keep();
+            (REASON_NONE, true): drop_in_egress();
+            (REASON_NO_NODE_ADDR, false): drop_in_egress();
+            (REASON_NO_NODE_ADDR, true): drop_in_egress();
+            (REASON_RESEED_RACE, false): drop_in_egress();
+            (REASON_RESEED_RACE, true): drop_in_egress();
+        }
+    }
+
+    // Whether egress parses a netdir header.
+    action bridge_netdir(bit<1> valid) {
+        meta.bridged.netdir = valid;
+    }
+
+    @hidden
+    table bridge {
+        key = {
+            hdr.netdir.isValid(): exact;
+        }
+        actions = {
+            bridge_netdir;
+        }
+        const default_action = bridge_netdir(0);
+        const entries = {
+            true: bridge_netdir(1);
+        }
+    }
+
     apply {
         netdir.apply(hdr, meta.nd, ig_intr_md.ingress_port);
-        // Only a request forwarded to a node is rewritten (one whose node
-        // has no address is dropped): tested on the verdict, a stage before
-        // node_addr's meta.rewritten.
-        if (meta.nd.verdict == OUT_FORWARD && hdr.udp.checksum != 0) {
-            meta.nd.udp_csum_update = true;
-            meta.bridged.csum_update = 1;
-        } else {
-            meta.bridged.csum_update = 0;
-        }
-        // Each decision on its own (a drop overrides the rest), so that none
-        // waits for another's stage.
-        if (meta.nd.resubmit) {
-            // Pass 1 of a re-seed: back to ingress with the floor and gen.
-            ig_dprsr_md.resubmit_type = RESUBMIT_RESEED;
-            meta.resub.setValid();
-            meta.resub.floor = meta.nd.floor32;
-            meta.resub.gen = meta.nd.slot_gen;
-        } else if (meta.nd.mcast_grp != 0) {
-            ig_tm_md.mcast_grp_a = meta.nd.mcast_grp;
-        } else {
-            ig_tm_md.ucast_egress_port = meta.nd.egress_port;
-        }
-        // A reason the lookups find drops here: the packet has nothing for
-        // the tail. No node address, a reseed race and a frame no table
-        // forwards may have (a hit's count, a completion): egress counts
-        // it, then drops it, as one pipeline would.
-        if (meta.nd.reason != REASON_NONE && meta.nd.reason != REASON_NO_NODE_ADDR &&
-                meta.nd.reason != REASON_RESEED_RACE) {
-            ig_dprsr_md.drop_ctl = 1;
-        }
-        if (meta.nd.drop || meta.nd.reason != REASON_NONE) {
-            meta.bridged.drop = 1;
-        } else {
-            meta.bridged.drop = 0;
-        }
-        if (hdr.netdir.isValid()) {
-            meta.bridged.netdir = 1;
-        } else {
-            meta.bridged.netdir = 0;
-        }
+        checksum.apply();
+        send.apply();
+        drops.apply();
+        bridge.apply();
         meta.bridged.setValid();
         meta.bridged.qos_request = meta.nd.qos_request;
         meta.bridged.qos_stamp = meta.nd.qos_stamp;
