@@ -224,7 +224,7 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
     }
 
     @hidden
-    table drops {
+    table drop_flags {
         key = {
             meta.nd.reason: ternary;
             meta.nd.drop: exact;
@@ -251,7 +251,7 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
     }
 
     @hidden
-    table bridge {
+    table netdir_valid {
         key = {
             hdr.netdir.isValid(): exact;
         }
@@ -268,8 +268,8 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
         netdir.apply(hdr, meta.nd, ig_intr_md.ingress_port);
         checksum.apply();
         send.apply();
-        drops.apply();
-        bridge.apply();
+        drop_flags.apply();
+        netdir_valid.apply();
         meta.bridged.setValid();
         meta.bridged.qos_request = meta.nd.qos_request;
         meta.bridged.qos_stamp = meta.nd.qos_stamp;
