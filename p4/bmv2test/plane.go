@@ -88,8 +88,8 @@ const (
 	cEvents         = pfx + "events"
 	cSwitched       = pfx + "switched"
 	cDrops          = pfx + "drops"
-	cSlotHits       = pfx + "hot_keys.slot_hits"
-	cSketchRow      = pfx + "hot_keys.sketch_row" // + 0..3
+	cSlotHits       = "NetdirIngress.tail.hot_keys.slot_hits"
+	cSketchRow      = "NetdirIngress.tail.hot_keys.sketch_row" // + 0..3
 	rVerNext        = pfx + "coherence.ver_next"
 	rVerDone        = pfx + "coherence.ver_done"
 	rFresh          = pfx + "coherence.fresh"

@@ -70,7 +70,7 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
             } else if (meta.vsb_role == VSB_ROLE_EXTRA) {
                 cmd = COH_EXTRA;
             } else {
-                meta.coh_reason = REASON_VSB_NOT_MEMBER;
+                meta.reason = REASON_VSB_NOT_MEMBER;
                 return;
             }
         }
@@ -81,7 +81,6 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
         bit<32> g;
         bit<32> fi = (bit<32>)hdr.netdir.keyhash[NETDIR_FLOOR_BITS-1:0]; // directory.FloorIndex
         version_t fl = 0;
-        meta.coh_reason = REASON_NONE;
         gen.read(g, s);
         bool reseed = g != meta.slot_gen;
         if (reseed || cmd == COH_STAMP) {
@@ -125,9 +124,9 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
             ver_next.read(vn, s);
             ver_done.read(vd, s);
             if (vn != vd) {
-                meta.coh_reason = REASON_VSB_PENDING;
+                meta.reason = REASON_VSB_PENDING;
             } else if (hdr.netdir.stamp != vd) {
-                meta.coh_reason = REASON_VSB_VERSION;
+                meta.reason = REASON_VSB_VERSION;
             } else {
                 fresh.read(f, s);
                 fresh.write(s, f | meta.vsb_bit);

@@ -70,7 +70,7 @@ const bit<8> OP_PUT_REPLY = 0x82;
 const bit<8> OP_DEL_REPLY = 0x83;
 const bit<8> OP_ERR       = 0xff;
 const bit<8> OP_NODE_MIN  = 0x20;       // OpChainWrite
-const bit<8> OP_NODE_MAX  = 0x3f;       // node ops, including the reserved ones (wire.Op.IsNodeOp)
+const bit<8> OP_NODE_MASK = 0xe0;       // node ops 0x20..0x3f, the reserved ones too (wire.Op.IsNodeOp): op & mask == OP_NODE_MIN
 
 // wire flags: 0x01 stale-ok (the client's; no data plane reads it), 0x02
 // stamped, 0x04 hit, 0x08 reservation (on a reply: served in dmClock's
@@ -123,6 +123,7 @@ const bit<16> VSB_MCAST_GROUP = 1;
 // ---- Op classes (metadata) ----
 // 0, the metadata's initial value: not netdir, or a packet dropped before
 // its class is known (short, magic, version, unknown op).
+const bit<3> CLASS_OTHER   = 0;
 const bit<3> CLASS_GET     = 1;
 const bit<3> CLASS_WRITE   = 2; // PUT, DEL
 const bit<3> CLASS_REPLY   = 3; // GET reply, ERR

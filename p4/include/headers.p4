@@ -102,7 +102,6 @@ struct local_meta_t {
     bit<3>      coh_cmd;
     bit<32>     fresh;          // COH_READ result
     version_t   coh_version;    // COH_STAMP result
-    bit<8>      coh_reason;     // COH_EXTRA result (REASON_NONE when accepted)
     loc_t       vsb_idx;        // the VSB sender's LocationList index
     bit<32>     vsb_bit;        // 1 << vsb_idx
     bool        vsb_member;
@@ -134,12 +133,19 @@ struct local_meta_t {
     bit<32>     qos_done;       // the tenant's completions (TNA: read in the done pass)
     bit<32>     qos_res;        // its reservation-phase completions
     node_t      qos_node;       // a completion's scheduler, whose mark moves (a request's is its target's)
+    // NetdirTail's inputs (pipeline.p4), 1 or 0; on TNA bridged to egress
+    bit<1>      qos_request;    // a GET, PUT or DEL: its tenant totals are read
+    bit<1>      qos_stamp;      // a request leaves for meta.target: stamp δ and ρ
+    bit<1>      qos_complete;   // a completion charged to meta.qos_node
+    bit<1>      count_slot;     // a hit: count it in slot_hits[meta.slot]
+    bit<1>      count_sketch;   // a miss: count it in the sketch
     // TNA only (incremental UDP checksum, 32-bit coherence and latency)
     bit<16>     udp_residual;
     bool        udp_csum_update;
     bit<32>     sample32;
     bit<32>     ts_set;         // the timestamp's halves ORed: nonzero if set
     bit<32>     lat_new;
+    bit<1>      sample_ok;      // a reply's latency sample is taken (p4/tna/node_stats.p4)
     bit<32>     seed32;
     bit<32>     vn32;           // the stamp, raising the stamp floor
     bit<32>     next_arg;       // the version a completion brings (p4/tna/coherence.p4)
@@ -150,7 +156,6 @@ struct local_meta_t {
     bit<32>     resub_gen;      // the directory entry's gen in pass 1
     bit<2>      coh_pass;       // COH_PASS_* (p4/tna/coherence.p4)
     bit<1>      stamp_high;     // the stamp has bits above 32 set
-    bit<32>     carry_arg;      // a completion's version, carried to pass 2
     bit<32>     floor_now;      // the key's stamp floor, read in pass 1
     // TNA only: the coherence tables' keys (p4/tna/coherence.p4)
     bit<1>      changed;        // gen: the slot must be re-seeded

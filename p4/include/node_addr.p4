@@ -10,13 +10,14 @@
 
 #include "headers.p4"
 
-control NodeAddr(inout headers_t hdr, inout local_meta_t meta, out bool known) {
+control NodeAddr(inout headers_t hdr, inout local_meta_t meta) {
     action set_node_addr(bit<48> mac, bit<32> ip, bit<16> udp_port, port_t port) {
         hdr.ethernet.dst_addr = mac;
         hdr.ipv4.dst_addr = ip;
         hdr.udp.dport = udp_port;
         meta.egress_port = port;
         meta.rewritten = true;
+        meta.qos_stamp = 1; // the request leaves for its node: NetdirTail stamps it
     }
 
     action unknown_node() {
@@ -36,11 +37,7 @@ control NodeAddr(inout headers_t hdr, inout local_meta_t meta, out bool known) {
     }
 
     apply {
-        if (node_addr.apply().hit) {
-            known = true;
-        } else {
-            known = false;
-        }
+        node_addr.apply();
     }
 }
 

@@ -8,6 +8,12 @@
 // Every table, counter and register is used at most once per packet, as
 // Tofino requires.
 //
+// Two controls: NetdirPipe decides where the packet goes (and rewrites the
+// headers that decision names); NetdirTail only counts and stamps (dmClock,
+// hot keys), from flags NetdirPipe leaves in meta. v1model applies both in
+// ingress; TNA applies NetdirTail in the egress pipeline, with those flags
+// bridged (p4/tna/netdir.p4), so that ingress's 12 stages hold the decision.
+//
 // Counters (indexed, packets; read over P4Runtime):
 //   events    index EVENT_HIT, EVENT_MISS, EVENT_REPLY, EVENT_VSB, EVENT_PASS
 //   switched  index 0: the fine score picked candidate b
@@ -39,8 +45,6 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
     FineScore() fine_score;
     NodeAddr() node_addr;
     Forwarding() forwarding;
-    HotKeys() hot_keys;
-    Qos() qos;
 
     NETDIR_COUNTER(events, NETDIR_NUM_EVENTS);
     NETDIR_COUNTER(switched, 1);
@@ -54,6 +58,88 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
 
     action set_drop_reason(bit<8> reason) {
         meta.reason = reason;
+    }
+
+    action set_class(bit<3> op_class) {
+        meta.op_class = op_class;
+    }
+
+    // Section 2b's candidates, as a table rather than a condition (on
+    // Tofino a condition's branch was placed only after the coherence
+    // chain): a GET's two by the slot's split on a hit, else by the
+    // partition's buckets; a reply's stats node (TNA's node stats index
+    // by the candidates). Only a GET and a reply read them.
+    action cand_slot() {
+        meta.cand_a = meta.sa_node;
+        meta.cand_b = meta.sb_node;
+    }
+
+    action cand_partition() {
+        meta.cand_a = meta.pa_node;
+        meta.cand_b = meta.pb_node;
+    }
+
+    action cand_reply() {
+        meta.cand_a = hdr.netdir.node;
+        meta.cand_b = hdr.netdir.node;
+    }
+
+    @hidden
+    table candidates {
+        key = {
+            meta.op_class: ternary;
+            meta.slot_hit: exact;
+        }
+        actions = {
+            cand_slot;
+            cand_partition;
+            cand_reply;
+        }
+        const default_action = cand_partition();
+        const entries = {
+            (CLASS_REPLY, false): cand_reply();
+            (CLASS_REPLY, true): cand_reply();
+            (CLASS_WREPLY, false): cand_reply();
+            (CLASS_WREPLY, true): cand_reply();
+            (_, true): cand_slot();
+        }
+    }
+
+    // Section 1 of apply: a netdir packet's parse checks and op class, in
+    // directory.Process's order (entries in priority order), as one
+    // constant table (on Tofino one logical table, not a gateway and an
+    // assignment per case). A short packet has no netdir header.
+    @hidden
+    table classify {
+        key = {
+            meta.short_pkt: exact;
+            hdr.netdir.isValid(): exact;
+            hdr.netdir.magic: ternary;
+            hdr.netdir.version: ternary;
+            hdr.netdir.op: ternary;
+        }
+        actions = {
+            set_class;
+            set_drop_reason;
+            NoAction;
+        }
+        const default_action = NoAction();
+        const entries = {
+            (true, false, _, _, _): set_drop_reason(REASON_SHORT);
+            (false, false, _, _, _): set_drop_reason(REASON_SHORT);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_GET): set_class(CLASS_GET);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_PUT): set_class(CLASS_WRITE);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_DEL): set_class(CLASS_WRITE);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_GET_REPLY): set_class(CLASS_REPLY);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_ERR): set_class(CLASS_REPLY);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_PUT_REPLY): set_class(CLASS_WREPLY);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_DEL_REPLY): set_class(CLASS_WREPLY);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_VSB): set_class(CLASS_VSB);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, OP_NODE_MIN &&& OP_NODE_MASK): set_class(CLASS_NODE_OP);
+            (false, true, NETDIR_MAGIC, NETDIR_VERSION, _): set_drop_reason(REASON_UNKNOWN_OP);
+            (false, true, NETDIR_MAGIC, _, _): set_drop_reason(REASON_VERSION);
+            (false, true, _, _, _): set_drop_reason(REASON_MAGIC);
+        }
     }
 
     @hidden
@@ -130,37 +216,25 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         // CLASS_OTHER, reason REASON_NONE, coh_cmd COH_NONE, no hits, no
         // target. Assigning those zeros again here would cost Tofino a
         // stage (every later write must follow them).
-        bool learn = false;
         bool count_switched = false;
         bool count_event = false;
-        bool qos_complete = false;
         bit<8> event = 0;
-        bool slot_counted = false;
-        bool sketch_counted = false;
 
-        // 1. Parse checks and op class, in directory.Process's order.
+        // 1. Parse checks and op class (classify).
         if (meta.is_netdir) {
-            if (meta.short_pkt || !hdr.netdir.isValid()) {
-                meta.reason = REASON_SHORT;
-            } else if (hdr.netdir.magic != NETDIR_MAGIC) {
-                meta.reason = REASON_MAGIC;
-            } else if (hdr.netdir.version != NETDIR_VERSION) {
-                meta.reason = REASON_VERSION;
-            } else if (hdr.netdir.op == OP_GET) {
-                meta.op_class = CLASS_GET;
-            } else if (hdr.netdir.op == OP_PUT || hdr.netdir.op == OP_DEL) {
-                meta.op_class = CLASS_WRITE;
-            } else if (hdr.netdir.op == OP_GET_REPLY || hdr.netdir.op == OP_ERR) {
-                meta.op_class = CLASS_REPLY;
-            } else if (hdr.netdir.op == OP_PUT_REPLY || hdr.netdir.op == OP_DEL_REPLY) {
-                meta.op_class = CLASS_WREPLY;
-            } else if (hdr.netdir.op == OP_VSB) {
-                meta.op_class = CLASS_VSB;
-            } else if (hdr.netdir.op >= OP_NODE_MIN && hdr.netdir.op <= OP_NODE_MAX) {
-                meta.op_class = CLASS_NODE_OP;
-            } else {
-                meta.reason = REASON_UNKNOWN_OP;
-            }
+            classify.apply();
+        }
+
+        // What is not a directory decision (replies, node ops, other
+        // traffic) is forwarded as soon as the class is known: no later
+        // step drops it (a write reply's reseed race, TNA, drops it all
+        // the same) and nothing else rewrites it, so that on Tofino its
+        // tables do not wait for the verdict. A netdir packet of class
+        // CLASS_OTHER has a reason (classify sets one or the other); the
+        // test spares meta.reason, which later steps write.
+        if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY ||
+                meta.op_class == CLASS_NODE_OP || !meta.is_netdir) {
+            forwarding.apply(hdr, meta);
         }
 
         // 2. Lookups: directory, partition, VSB admission. They have no
@@ -170,6 +244,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         if (hdr.netdir.isValid()) {
             directory.apply(hdr, meta);
             partition.apply(hdr, meta);
+            split.apply(hdr, meta);
             if (hdr.netdir.op == OP_VSB) {
                 vsb_filter.apply(hdr, meta, ingress_port);
             }
@@ -179,20 +254,10 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         // (no side effects; on Tofino beside the coherence stages, not
         // after them): the candidates' stats and fine score. A reply's
         // stats are learnt here too.
-        if (meta.op_class == CLASS_GET) {
-            if (meta.slot_hit) {
-                split.apply(hdr, meta);
-                meta.cand_a = meta.sa_node;
-                meta.cand_b = meta.sb_node;
-            } else {
-                meta.cand_a = meta.pa_node;
-                meta.cand_b = meta.pb_node;
-            }
-        }
+        candidates.apply();
         if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY) {
-            learn = true;
             if (hdr.netdir.op != OP_ERR && (hdr.netdir.code == CODE_OK || hdr.netdir.code == CODE_NOT_FOUND)) {
-                qos_complete = true;
+                meta.qos_complete = 1;
             }
             // Charge the completion to the node that scheduled the request:
             // a write's chain head, though the tail replies.
@@ -201,12 +266,10 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 meta.qos_node = meta.part_head;
             }
         }
-        if (learn || meta.op_class == CLASS_GET) {
-            node_stats.apply(hdr, meta, learn);
-        }
-        if (meta.op_class == CLASS_GET) {
-            fine_score.apply(meta);
-        }
+        // A reply learns, a GET reads: tested on the class itself, which
+        // on Tofino is known a stage before any flag set from it.
+        node_stats.apply(hdr, meta, meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY);
+        fine_score.apply(meta);
 
         // 3. What the coherence state must do, and the drops decided so far:
         // one constant table (on Tofino one logical table, not a gateway
@@ -215,11 +278,8 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         // Every hit that may touch the slot's state enters, whatever its
         // command (COH_NONE included): on Tofino the slot's gen is checked
         // as soon as the hit is known (p4/tna/coherence.p4).
-        if (meta.slot_hit && meta.op_class != CLASS_REPLY && meta.op_class != CLASS_NODE_OP && meta.op_class != 0) {
+        if (meta.slot_hit && meta.op_class != CLASS_REPLY && meta.op_class != CLASS_NODE_OP && meta.op_class != CLASS_OTHER) {
             coherence.apply(hdr, meta);
-        }
-        if (meta.coh_reason != REASON_NONE) {
-            meta.reason = meta.coh_reason; // for the count; the verdict tests both
         }
         if (meta.resubmit) {
             // TNA: the first pass of a slot's re-seed (p4/tna/coherence.p4).
@@ -227,17 +287,18 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             return;
         }
 
-        // 4. The verdict. The coherence state's reason (a refused VSB) is
-        // tested beside the others rather than merged into meta.reason
-        // first (after Coherence, for the count), which would cost a stage.
-        if (meta.reason != REASON_NONE || meta.coh_reason != REASON_NONE) {
+        // 4. The verdict. Coherence writes its reason (a refused VSB, TNA's
+        // reseed race) into meta.reason itself, over the commands' one: a
+        // merge of a separate field would cost Tofino a stage before the
+        // verdict or before node_addr (which writes meta.reason too).
+        if (meta.reason != REASON_NONE) {
             meta.verdict = OUT_DROP;
         } else if (meta.op_class == CLASS_GET) {
             meta.verdict = OUT_FORWARD;
             count_event = true;
             if (meta.slot_hit) {
                 event = EVENT_HIT;
-                slot_counted = true;
+                meta.count_slot = 1;
                 // Either candidate may serve, fresh or not (issue 18): the
                 // fine score (its quotas from 2b) picks, and the pick's
                 // fresh bit sets the marks, in the pick's own branch (on
@@ -256,7 +317,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
                 }
             } else {
                 event = EVENT_MISS;
-                sketch_counted = true;
+                meta.count_sketch = 1;
                 if (meta.pa_idx == meta.pb_idx) {
                     meta.target = meta.pa_node;
                 } else {
@@ -269,13 +330,13 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             count_event = true;
             if (meta.slot_hit) {
                 event = EVENT_HIT;
-                slot_counted = true;
+                meta.count_slot = 1;
                 meta.target = meta.slot_head;
                 hdr.netdir.stamp = meta.coh_version;
                 hdr.netdir.flags[4:1] = MARKS_STAMPED_HIT;
             } else {
                 event = EVENT_MISS;
-                sketch_counted = true;
+                meta.count_sketch = 1;
                 meta.target = meta.part_head;
                 hdr.netdir.stamp = 0; // only a data plane stamps; the head assigns the version
                 hdr.netdir.flags[4:1] = MARKS_NONE;
@@ -297,29 +358,22 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             meta.verdict = OUT_L2L3; // not netdir traffic
         }
 
-        // 5. Send it. qos_stamp: the request leaves (its target has an
-        // address), straight from node_addr's hit, not through meta.reason.
-        bool qos_stamp = false;
+        // 5. Send a request to its node (the rest went after section 1).
+        // node_addr's hit sets meta.qos_stamp: the request leaves (its
+        // target has an address), not through meta.reason.
         if (meta.verdict == OUT_FORWARD) {
             hdr.netdir.node = meta.target;
             hdr.netdir.timestamp = meta.now;
-            node_addr.apply(hdr, meta, qos_stamp);
-        } else if (meta.verdict == OUT_TO_CLIENT || meta.verdict == OUT_PASS || meta.verdict == OUT_L2L3) {
-            forwarding.apply(hdr, meta);
+            node_addr.apply(hdr, meta);
         }
 
-        // 5b. dmClock (qos.p4): stamp δ and ρ on a request that leaves for its
-        // node (not one dropped for want of the node's address), or count a
-        // completion. A request's tenant totals are read whether or not it
-        // leaves (no side effect), so that on Tofino they are read early.
-        bool qos_request = false;
+        // 5b. For NetdirTail's dmClock: a request's tenant totals are read
+        // whether or not it leaves (no side effect).
         if (meta.op_class == CLASS_GET || meta.op_class == CLASS_WRITE) {
-            qos_request = true;
+            meta.qos_request = 1;
         }
-        qos.apply(hdr, meta, qos_request, qos_stamp, qos_complete);
 
-        // 6. Count.
-        hot_keys.apply(hdr, meta, slot_counted, sketch_counted);
+        // 6. Count (the hot keys in NetdirTail).
         if (count_event) {
             NETDIR_COUNT(events, event);
         }
@@ -331,6 +385,22 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         if (meta.reason != REASON_NONE) {
             NETDIR_COUNT(drops, meta.reason);
         }
+    }
+}
+
+// NetdirTail: dmClock (qos.p4) stamps δ and ρ on a request that leaves for
+// its node (not one dropped for want of the node's address) or counts a
+// completion; the hot-key counters count a slot's hits and the sketch's
+// misses. Neither decides where the packet goes, so on Tofino they run in
+// egress (p4/tna/netdir.p4); every input is a header field or meta.slot,
+// meta.target, meta.qos_node and NetdirPipe's flags.
+control NetdirTail(inout headers_t hdr, inout local_meta_t meta) {
+    HotKeys() hot_keys;
+    Qos() qos;
+
+    apply {
+        qos.apply(hdr, meta, meta.qos_request == 1, meta.qos_stamp == 1, meta.qos_complete == 1);
+        hot_keys.apply(hdr, meta, meta.count_slot == 1, meta.count_sketch == 1);
     }
 }
 

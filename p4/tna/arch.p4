@@ -14,8 +14,9 @@
 #define NETDIR_SCORE_KEY(lat) lat[19:0]
 #define NETDIR_SCORE_KEY_MAX 0xfffff
 
-// The pipeline may rewrite: IPv4 destination, UDP destination port, netdir
-// flags (with code, one 16-bit word), stamp, node, timestamp, delta and rho. Subtract
+// Ingress may rewrite: IPv4 destination, UDP destination port, netdir
+// flags (with code, one 16-bit word), stamp, node and timestamp (egress
+// rewrites delta and rho, and fixes the checksum for them). Subtract
 // them and the old checksum; what is left (pseudo-header, unchanged fields,
 // key and value) is the residual the deparser adds back.
 #define NETDIR_PARSER_DECLS Checksum() udp_csum;
@@ -23,8 +24,7 @@
 #define NETDIR_PARSER_UDP_HOOK udp_csum.subtract({ hdr.udp.dport, hdr.udp.checksum });
 #define NETDIR_PARSER_NETDIR_HOOK \
         udp_csum.subtract({ hdr.netdir.flags, hdr.netdir.code, hdr.netdir.stamp, \
-                            hdr.netdir.node, hdr.netdir.timestamp, \
-                            hdr.netdir.delta, hdr.netdir.rho }); \
+                            hdr.netdir.node, hdr.netdir.timestamp }); \
         udp_csum.subtract_all_and_deposit(meta.udp_residual);
 
 #endif

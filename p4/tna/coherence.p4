@@ -190,8 +190,8 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
     Register<bit<32>, bit<1>>(1, 0) seed_cmp;
     RegisterAction<bit<32>, bit<1>, bit<32>>(seed_cmp) seed_max = {
         void apply(inout bit<32> value, out bit<32> rv) {
-            if (meta.carry_arg > meta.seed32) {
-                value = meta.carry_arg;
+            if (meta.next_arg > meta.seed32) {
+                value = meta.next_arg;
             } else {
                 value = meta.seed32;
             }
@@ -365,7 +365,7 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
     }
     action fresh_chain_refuse(bit<8> reason) {
         fresh_chain.execute(meta.slot);
-        meta.coh_reason = reason;
+        meta.reason = reason;
     }
     action fresh_add_cmd() {
         fresh_add.execute(meta.slot);
@@ -374,7 +374,7 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
         fresh_add_seed.execute(meta.slot);
     }
     action refuse(bit<8> reason) {
-        meta.coh_reason = reason;
+        meta.reason = reason;
     }
 
     @hidden
@@ -456,7 +456,6 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
             // Pass 1: carry max(seed, floor, the completion's version) and
             // the entry's gen to pass 2; nothing else in this pass.
             meta.resubmit = true;
-            meta.carry_arg = meta.next_arg;
             meta.seed32 = seed_max.execute(0);
         }
         ver_next_op.apply();

@@ -9,9 +9,11 @@
 // checksum residual), Coherence, NodeStats and Qos written with
 // RegisterActions (p4/tna/coherence.p4, p4/tna/node_stats.p4,
 // p4/tna/qos.p4), the MAC timestamp as the
-// clock, and the deparser checksums. Everything happens in ingress; egress
-// is bypassed. A slot's re-seed after a promotion resubmits its first
-// packets once, carrying the key's stamp floor (p4/tna/coherence.p4).
+// clock, and the deparser checksums. Ingress decides where the packet goes
+// (NetdirPipe); egress counts and stamps (NetdirTail: dmClock, hot keys),
+// from flags ingress bridges to it, so that each fits its own 12 stages. A
+// slot's re-seed after a promotion resubmits its first packets once,
+// carrying the key's stamp floor (p4/tna/coherence.p4).
 #include <core.p4>
 #include <tna.p4>
 
@@ -37,16 +39,67 @@ header resubmit_h {
 
 const ResubmitType_t RESUBMIT_RESEED = 1;
 
-// Ingress metadata: the shared local_meta_t and the resubmit data.
+// The first egress stage of the tail (NetdirEgress).
+#ifndef NETDIR_TAIL_STAGE
+#define NETDIR_TAIL_STAGE 8
+#endif
+
+// What ingress tells egress, before the packet's headers: NetdirTail's
+// inputs (local_meta_t's fields of the same names) and how to finish.
+// The flags that separate tables write each have a byte: two tables that
+// write one container cannot share a stage.
+header bridged_h {
+    bit<7> pad0;
+    bit<1> netdir;       // hdr.netdir is valid: egress parses it
+    bit<7> pad1;
+    bit<1> drop;         // dropped after the verdict: counted in egress, dropped there
+    bit<7> pad2;
+    bit<1> csum_update;  // the sender used a UDP checksum: keep it right
+    bit<3> pad3;
+    bit<1> qos_request;
+    bit<1> qos_stamp;
+    bit<1> qos_complete;
+    bit<1> count_slot;
+    bit<1> count_sketch;
+    slot_t slot;
+    node_t target;
+    node_t qos_node;
+}
+
+// Ingress metadata: the shared local_meta_t, the resubmit data and what
+// egress needs.
 struct ingress_meta_t {
     local_meta_t nd;
     resubmit_h   resub;
-}
-
-struct egress_headers_t {
+    bridged_h    bridged;
 }
 
 struct egress_meta_t {
+    local_meta_t nd;
+    bridged_h    bridged;
+}
+
+// local_meta_t at zero, as the shared controls assume (each parser sets
+// its gress's copy; @pa_auto_init_metadata spares the instructions).
+#define NETDIR_META_ZERO { \
+            is_netdir = false, short_pkt = false, now = 0, op_class = 0, \
+            part_hit = false, partition = 0, part_r = 0, part_head = 0, \
+            pa_idx = 0, pa_node = 0, pb_idx = 0, pb_node = 0, \
+            slot_hit = false, slot = 0, slot_n = 0, slot_r = 0, slot_head = 0, slot_gen = 0, slot_ver = 0, \
+            chain_mask = 0, sa_idx = 0, sa_node = 0, sa_bit = 0, \
+            sb_idx = 0, sb_node = 0, sb_bit = 0, sa_fresh = 0, sb_fresh = 0, \
+            coh_cmd = 0, fresh = 0, coh_version = 0, \
+            vsb_idx = 0, vsb_bit = 0, vsb_member = false, vsb_role = 0, from_storage = false, \
+            cand_a = 0, cand_b = 0, lat_a = 0, lat_b = 0, load_a = 0, load_b = 0, \
+            lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, score_diff = 0, a_unlearnt = false, b_unlearnt = false, \
+            verdict = 0, reason = 0, target = 0, egress_port = 0, \
+            mcast_grp = 0, drop = false, rewritten = false, qos_done = 0, qos_res = 0, qos_node = 0, \
+            udp_residual = 0, udp_csum_update = false, sample32 = 0, ts_set = 0, lat_new = 0, sample_ok = 0, \
+            seed32 = 0, vn32 = 0, next_arg = 0, \
+            resubmit = false, resubmitted = false, floor32 = 0, resub_gen = 0, \
+            coh_pass = 0, stamp_high = 0, floor_now = 0, \
+            changed = 0, moved = 0, pending = 0, stamp_is_floor = 0, stamp_is_next = 0, \
+            qos_request = 0, qos_stamp = 0, qos_complete = 0, count_slot = 0, count_sketch = 0 \
 }
 
 parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out ingress_meta_t meta,
@@ -55,25 +108,7 @@ parser NetdirIngressParser(packet_in pkt, out headers_t hdr, out ingress_meta_t 
 
     state start {
         pkt.extract(ig_intr_md);
-        meta.nd = {
-            is_netdir = false, short_pkt = false, now = 0, op_class = 0,
-            part_hit = false, partition = 0, part_r = 0, part_head = 0,
-            pa_idx = 0, pa_node = 0, pb_idx = 0, pb_node = 0,
-            slot_hit = false, slot = 0, slot_n = 0, slot_r = 0, slot_head = 0, slot_gen = 0, slot_ver = 0,
-            chain_mask = 0, sa_idx = 0, sa_node = 0, sa_bit = 0,
-            sb_idx = 0, sb_node = 0, sb_bit = 0, sa_fresh = 0, sb_fresh = 0,
-            coh_cmd = 0, fresh = 0, coh_version = 0, coh_reason = 0,
-            vsb_idx = 0, vsb_bit = 0, vsb_member = false, vsb_role = 0, from_storage = false,
-            cand_a = 0, cand_b = 0, lat_a = 0, lat_b = 0, load_a = 0, load_b = 0,
-            lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, score_diff = 0, a_unlearnt = false, b_unlearnt = false,
-            verdict = 0, reason = 0, target = 0, egress_port = 0,
-            mcast_grp = 0, drop = false, rewritten = false, qos_done = 0, qos_res = 0, qos_node = 0,
-            udp_residual = 0, udp_csum_update = false, sample32 = 0, ts_set = 0, lat_new = 0,
-            seed32 = 0, vn32 = 0, next_arg = 0,
-            resubmit = false, resubmitted = false, floor32 = 0, resub_gen = 0,
-            coh_pass = 0, stamp_high = 0, carry_arg = 0, floor_now = 0,
-            changed = 0, moved = 0, pending = 0, stamp_is_floor = 0, stamp_is_next = 0
-        };
+        meta.nd = NETDIR_META_ZERO;
         meta.nd.now = (bit<64>)ig_intr_md.ingress_mac_tstamp; // ns, set here to spare a stage
         transition select(ig_intr_md.resubmit_flag) {
             1: parse_resubmit;
@@ -107,29 +142,143 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
                       inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
     NetdirPipe() netdir;
 
+    // The decisions after NetdirPipe as constant tables, not conditions:
+    // p4c-barefoot runs a sequence of conditions one after another, a
+    // stage each, while independent tables share a stage.
+
+    // Only a request forwarded to a node is rewritten (one whose node has
+    // no address is dropped): tested on the verdict, a stage before
+    // node_addr's meta.rewritten; and only if the sender used a checksum.
+    action csum_on() {
+        meta.nd.udp_csum_update = true;
+        meta.bridged.csum_update = 1;
+    }
+    action csum_off() {
+        meta.bridged.csum_update = 0;
+    }
+
+    @hidden
+    table checksum {
+        key = {
+            meta.nd.verdict: exact;
+            hdr.udp.checksum: ternary;
+        }
+        actions = {
+            csum_on;
+            csum_off;
+        }
+        const default_action = csum_off();
+        const entries = {
+            (OUT_FORWARD, 0): csum_off();
+            (OUT_FORWARD, _): csum_on();
+        }
+    }
+
+    // Pass 1 of a re-seed goes back to ingress with the floor and gen;
+    // otherwise multicast or unicast.
+    action resubmit_reseed() {
+        ig_dprsr_md.resubmit_type = RESUBMIT_RESEED;
+        meta.resub.setValid();
+        meta.resub.floor = meta.nd.floor32;
+        meta.resub.gen = meta.nd.slot_gen;
+    }
+    action multicast() {
+        ig_tm_md.mcast_grp_a = meta.nd.mcast_grp;
+    }
+    action unicast() {
+        ig_tm_md.ucast_egress_port = meta.nd.egress_port;
+    }
+
+    @hidden
+    table send {
+        key = {
+            meta.nd.resubmit: exact;
+            meta.nd.mcast_grp: ternary;
+        }
+        actions = {
+            resubmit_reseed;
+            multicast;
+            unicast;
+        }
+        const default_action = unicast();
+        const entries = {
+            (true, _): resubmit_reseed();
+            (false, 0): unicast();
+            (false, _): multicast();
+        }
+    }
+
+    // A reason the lookups find drops here: the packet has nothing for the
+    // tail. No node address, a reseed race and a frame no table forwards
+    // may have (a hit's count, a completion): egress counts it, then drops
+    // it, as one pipeline would.
+    action keep() {
+        meta.bridged.drop = 0;
+    }
+    action drop_in_egress() {
+        meta.bridged.drop = 1;
+    }
+    action drop_here() {
+        ig_dprsr_md.drop_ctl = 1;
+        meta.bridged.drop = 1;
+    }
+
+    @hidden
+    table drop_flags {
+        key = {
+            meta.nd.reason: ternary;
+            meta.nd.drop: exact;
+        }
+        actions = {
+            keep;
+            drop_in_egress;
+            drop_here;
+        }
+        const default_action = drop_here();
+        const entries = {
+            (REASON_NONE, false): keep();
+            (REASON_NONE, true): drop_in_egress();
+            (REASON_NO_NODE_ADDR, false): drop_in_egress();
+            (REASON_NO_NODE_ADDR, true): drop_in_egress();
+            (REASON_RESEED_RACE, false): drop_in_egress();
+            (REASON_RESEED_RACE, true): drop_in_egress();
+        }
+    }
+
+    // Whether egress parses a netdir header.
+    action bridge_netdir(bit<1> valid) {
+        meta.bridged.netdir = valid;
+    }
+
+    @hidden
+    table netdir_valid {
+        key = {
+            hdr.netdir.isValid(): exact;
+        }
+        actions = {
+            bridge_netdir;
+        }
+        const default_action = bridge_netdir(0);
+        const entries = {
+            true: bridge_netdir(1);
+        }
+    }
+
     apply {
         netdir.apply(hdr, meta.nd, ig_intr_md.ingress_port);
-        meta.nd.udp_csum_update = false;
-        if (meta.nd.rewritten && hdr.udp.checksum != 0) {
-            meta.nd.udp_csum_update = true;
-        }
-        // Each decision on its own (a drop overrides the rest), so that none
-        // waits for another's stage.
-        if (meta.nd.resubmit) {
-            // Pass 1 of a re-seed: back to ingress with the floor and gen.
-            ig_dprsr_md.resubmit_type = RESUBMIT_RESEED;
-            meta.resub.setValid();
-            meta.resub.floor = meta.nd.floor32;
-            meta.resub.gen = meta.nd.slot_gen;
-        } else if (meta.nd.mcast_grp != 0) {
-            ig_tm_md.mcast_grp_a = meta.nd.mcast_grp;
-        } else {
-            ig_tm_md.ucast_egress_port = meta.nd.egress_port;
-        }
-        if (meta.nd.drop || meta.nd.reason != REASON_NONE) {
-            ig_dprsr_md.drop_ctl = 1;
-        }
-        ig_tm_md.bypass_egress = 1;
+        checksum.apply();
+        send.apply();
+        drop_flags.apply();
+        netdir_valid.apply();
+        meta.bridged.setValid();
+        meta.bridged.qos_request = meta.nd.qos_request;
+        meta.bridged.qos_stamp = meta.nd.qos_stamp;
+        meta.bridged.qos_complete = meta.nd.qos_complete;
+        meta.bridged.count_slot = meta.nd.count_slot;
+        meta.bridged.count_sketch = meta.nd.count_sketch;
+        meta.bridged.slot = meta.nd.slot;
+        meta.bridged.target = meta.nd.target;
+        meta.bridged.qos_node = meta.nd.qos_node;
     }
 }
 
@@ -143,6 +292,7 @@ control NetdirIngressDeparser(packet_out pkt, inout headers_t hdr, in ingress_me
         if (ig_dprsr_md.resubmit_type == RESUBMIT_RESEED) {
             resubmit.emit(meta.resub);
         }
+        pkt.emit(meta.bridged);
         if (hdr.ipv4.isValid()) {
             hdr.ipv4.hdr_checksum = ipv4_csum.update({
                 hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn,
@@ -155,32 +305,110 @@ control NetdirIngressDeparser(packet_out pkt, inout headers_t hdr, in ingress_me
             hdr.udp.checksum = udp_csum.update({
                 hdr.ipv4.dst_addr, hdr.udp.dport,
                 hdr.netdir.flags, hdr.netdir.code, hdr.netdir.stamp,
-                hdr.netdir.node, hdr.netdir.timestamp, hdr.netdir.delta, hdr.netdir.rho,
+                hdr.netdir.node, hdr.netdir.timestamp,
                 meta.nd.udp_residual });
         }
         pkt.emit(hdr);
     }
 }
 
-parser NetdirEgressParser(packet_in pkt, out egress_headers_t hdr, out egress_meta_t meta,
+// Egress parses what ingress sent: the bridged flags, then, for a netdir
+// packet, the headers at their fixed offsets (the ingress parser checked
+// them). The UDP checksum is right for ingress's rewrites; egress rewrites
+// δ and ρ, so it subtracts them (and the checksum) for the residual.
+parser NetdirEgressParser(packet_in pkt, out headers_t hdr, out egress_meta_t meta,
                           out egress_intrinsic_metadata_t eg_intr_md) {
+    Checksum() udp_csum;
+
     state start {
         pkt.extract(eg_intr_md);
+        pkt.extract(meta.bridged);
+        meta.nd = NETDIR_META_ZERO;
+        transition select(meta.bridged.netdir) {
+            1: parse_ethernet;
+            default: accept;
+        }
+    }
+
+    state parse_ethernet {
+        pkt.extract(hdr.ethernet);
+        transition parse_ipv4;
+    }
+
+    state parse_ipv4 {
+        pkt.extract(hdr.ipv4);
+        transition parse_udp;
+    }
+
+    state parse_udp {
+        pkt.extract(hdr.udp);
+        udp_csum.subtract({ hdr.udp.checksum });
+        transition parse_netdir;
+    }
+
+    state parse_netdir {
+        pkt.extract(hdr.netdir);
+        udp_csum.subtract({ hdr.netdir.delta, hdr.netdir.rho });
+        udp_csum.subtract_all_and_deposit(meta.nd.udp_residual);
         transition accept;
     }
 }
 
-control NetdirEgress(inout egress_headers_t hdr, inout egress_meta_t meta,
+control NetdirEgress(inout headers_t hdr, inout egress_meta_t meta,
                      in egress_intrinsic_metadata_t eg_intr_md,
                      in egress_intrinsic_metadata_from_parser_t eg_prsr_md,
                      inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md,
                      inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {
-    apply { }
+    NetdirTail() tail;
+
+    action take_bridged() {
+        meta.nd.qos_request = meta.bridged.qos_request;
+        meta.nd.qos_stamp = meta.bridged.qos_stamp;
+        meta.nd.qos_complete = meta.bridged.qos_complete;
+        meta.nd.count_slot = meta.bridged.count_slot;
+        meta.nd.count_sketch = meta.bridged.count_sketch;
+        meta.nd.slot = meta.bridged.slot;
+        meta.nd.target = meta.bridged.target;
+        meta.nd.qos_node = meta.bridged.qos_node;
+    }
+
+    // Egress shares each stage's tables and memories with ingress, whose
+    // lookups need the first stages. The tail's inputs come from this
+    // table, placed no earlier than NETDIR_TAIL_STAGE, so every table
+    // of the tail comes after it.
+    @hidden
+    @stage(NETDIR_TAIL_STAGE)
+    table bridged_in {
+        actions = {
+            take_bridged;
+        }
+        const default_action = take_bridged();
+    }
+
+    apply {
+        bridged_in.apply();
+        tail.apply(hdr, meta.nd);
+        // Only a stamp rewrites here (δ, ρ).
+        if (meta.nd.qos_stamp == 1 && meta.bridged.csum_update == 1) {
+            meta.nd.udp_csum_update = true;
+        } else {
+            meta.nd.udp_csum_update = false;
+        }
+        if (meta.bridged.drop == 1) {
+            eg_dprsr_md.drop_ctl = 1;
+        }
+    }
 }
 
-control NetdirEgressDeparser(packet_out pkt, inout egress_headers_t hdr, in egress_meta_t meta,
+control NetdirEgressDeparser(packet_out pkt, inout headers_t hdr, in egress_meta_t meta,
                              in egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
+    Checksum() udp_csum;
+
     apply {
+        if (meta.nd.udp_csum_update) {
+            hdr.udp.checksum = udp_csum.update({
+                hdr.netdir.delta, hdr.netdir.rho, meta.nd.udp_residual });
+        }
         pkt.emit(hdr);
     }
 }

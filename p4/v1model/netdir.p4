@@ -38,10 +38,14 @@ control NetdirIngress(inout headers_t hdr, inout local_meta_t meta,
                       inout standard_metadata_t standard_metadata) {
     Clock() clock;
     NetdirPipe() netdir;
+    NetdirTail() tail;
 
     apply {
         clock.apply(meta, standard_metadata.ingress_global_timestamp);
         netdir.apply(hdr, meta, standard_metadata.ingress_port);
+        // One pipeline here: the tail (dmClock, hot keys) right after the
+        // decision, before any drop, as the contract counts.
+        tail.apply(hdr, meta);
         if (meta.drop || meta.reason != REASON_NONE) {
             mark_to_drop(standard_metadata);
         } else if (meta.mcast_grp != 0) {
