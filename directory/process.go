@@ -113,7 +113,7 @@ func (d *Directory) Process(pkt []byte, port uint32, now uint64) Verdict {
 	h := f.KeyHash()
 	switch op := f.Op(); op {
 	case wire.OpGet:
-		return d.get(f, &h, now, f.Flags()&wire.FlagVerify != 0 && d.ports[port] == PortSpine)
+		return d.get(f, &h, now, f.Flags()&wire.FlagVerify != 0 && d.portKind(port) == PortSpine)
 	case wire.OpPut, wire.OpDel:
 		return d.write(f, &h, now)
 	case wire.OpGetReply, wire.OpPutReply, wire.OpDelReply, wire.OpErr:
@@ -130,10 +130,14 @@ func (d *Directory) Process(pkt []byte, port uint32, now uint64) Verdict {
 }
 
 func (d *Directory) slot(h *wire.KeyHash) *Slot {
+	if d.lastOK && d.last == *h {
+		return &d.slots[d.lastSlot]
+	}
 	i, ok := d.index[*h]
 	if !ok {
 		return nil
 	}
+	d.last, d.lastSlot, d.lastOK = *h, i, true
 	return &d.slots[i]
 }
 
@@ -367,7 +371,7 @@ func (d *Directory) learn(f wire.Frame, now uint64) {
 }
 
 func (d *Directory) vsb(f wire.Frame, h *wire.KeyHash, port uint32) Verdict {
-	if d.ports[port] != PortStorage {
+	if d.portKind(port) != PortStorage {
 		return d.drop(ReasonVSBPort)
 	}
 	s := d.slot(h)
