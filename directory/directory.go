@@ -206,15 +206,16 @@ type Directory struct {
 	// hash per packet); farPorts holds the rest. Unset ports are clients.
 	ports    []PortKind
 	farPorts map[uint32]PortKind
-	// last is the slot the previous key lookup found (lastOK): a VSB
-	// burst, a commit's copies announcing one key, probes the index once.
-	last     wire.KeyHash
-	lastSlot uint32
-	lastOK   bool
-	sketch   [SketchRows][SketchCols]uint32
-	floors   []uint64 // by FloorIndex: the highest stamp issued, kept across evictions
-	counter  Counters
-	qos      qosCounters
+	// lastVSB is the key whose slot the previous VSB found (lastVSBOK):
+	// a burst of VSBs, a commit's copies announcing one key, probes the
+	// index once.
+	lastVSB     wire.KeyHash
+	lastVSBSlot uint32
+	lastVSBOK   bool
+	sketch      [SketchRows][SketchCols]uint32
+	floors      []uint64 // by FloorIndex: the highest stamp issued, kept across evictions
+	counter     Counters
+	qos         qosCounters
 }
 
 // New returns an empty directory; partitions have no chain until set.
@@ -513,7 +514,7 @@ func (d *Directory) Evict(h wire.KeyHash) error {
 		return ErrNotFound
 	}
 	delete(d.index, h)
-	d.lastOK = false
+	d.lastVSBOK = false
 	d.slots[i] = Slot{}
 	d.free = append(d.free, i)
 	return nil

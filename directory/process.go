@@ -130,14 +130,24 @@ func (d *Directory) Process(pkt []byte, port uint32, now uint64) Verdict {
 }
 
 func (d *Directory) slot(h *wire.KeyHash) *Slot {
-	if d.lastOK && d.last == *h {
-		return &d.slots[d.lastSlot]
+	i, ok := d.index[*h]
+	if !ok {
+		return nil
+	}
+	return &d.slots[i]
+}
+
+// vsbSlot is slot for a VSB: the copies of one commit announce one key
+// one after the other, so the slot the previous VSB found is tried first.
+func (d *Directory) vsbSlot(h *wire.KeyHash) *Slot {
+	if d.lastVSBOK && d.lastVSB == *h {
+		return &d.slots[d.lastVSBSlot]
 	}
 	i, ok := d.index[*h]
 	if !ok {
 		return nil
 	}
-	d.last, d.lastSlot, d.lastOK = *h, i, true
+	d.lastVSB, d.lastVSBSlot, d.lastVSBOK = *h, i, true
 	return &d.slots[i]
 }
 
@@ -374,7 +384,7 @@ func (d *Directory) vsb(f wire.Frame, h *wire.KeyHash, port uint32) Verdict {
 	if d.portKind(port) != PortStorage {
 		return d.drop(ReasonVSBPort)
 	}
-	s := d.slot(h)
+	s := d.vsbSlot(h)
 	if s == nil {
 		return d.drop(ReasonVSBNotCached)
 	}
