@@ -196,17 +196,26 @@ const (
 // Directory is the state machine. It is not safe for concurrent use; the
 // shells around it serialise access.
 type Directory struct {
-	cfg     Config
-	parts   []Partition
-	slots   []Slot
-	index   map[wire.KeyHash]uint32
-	free    []uint32
-	nodes   []NodeStats
-	ports   map[uint32]PortKind
-	sketch  [SketchRows][SketchCols]uint32
-	floors  []uint64 // by FloorIndex: the highest stamp issued, kept across evictions
-	counter Counters
-	qos     qosCounters
+	cfg   Config
+	parts []Partition
+	slots []Slot
+	index map[wire.KeyHash]uint32
+	free  []uint32
+	nodes []NodeStats
+	// ports classifies ingress ports below maxListedPort by index (no
+	// hash per packet); farPorts holds the rest. Unset ports are clients.
+	ports    []PortKind
+	farPorts map[uint32]PortKind
+	// lastVSB is the key whose slot the previous VSB found (lastVSBOK):
+	// a burst of VSBs, a commit's copies announcing one key, probes the
+	// index once.
+	lastVSB     wire.KeyHash
+	lastVSBSlot uint32
+	lastVSBOK   bool
+	sketch      [SketchRows][SketchCols]uint32
+	floors      []uint64 // by FloorIndex: the highest stamp issued, kept across evictions
+	counter     Counters
+	qos         qosCounters
 }
 
 // New returns an empty directory; partitions have no chain until set.
@@ -215,14 +224,14 @@ func New(cfg Config) (*Directory, error) {
 		return nil, err
 	}
 	d := &Directory{
-		cfg:    cfg,
-		parts:  make([]Partition, 1<<cfg.PartitionBits),
-		slots:  make([]Slot, cfg.Slots),
-		index:  make(map[wire.KeyHash]uint32, cfg.Slots),
-		free:   make([]uint32, 0, cfg.Slots),
-		nodes:  make([]NodeStats, cfg.MaxNodes),
-		ports:  make(map[uint32]PortKind),
-		floors: make([]uint64, StampFloors),
+		cfg:      cfg,
+		parts:    make([]Partition, 1<<cfg.PartitionBits),
+		slots:    make([]Slot, cfg.Slots),
+		index:    make(map[wire.KeyHash]uint32, cfg.Slots),
+		free:     make([]uint32, 0, cfg.Slots),
+		nodes:    make([]NodeStats, cfg.MaxNodes),
+		farPorts: make(map[uint32]PortKind),
+		floors:   make([]uint64, StampFloors),
 	}
 	for i := cfg.Slots - 1; i >= 0; i-- {
 		d.free = append(d.free, uint32(i))
@@ -422,11 +431,31 @@ func RunChanges(old, b []uint8) (del, same, add []Run) {
 
 // SetPort classifies an ingress port.
 func (d *Directory) SetPort(port uint32, kind PortKind) {
-	if kind == PortClient {
-		delete(d.ports, port)
-		return
+	switch {
+	case port < uint32(len(d.ports)):
+		d.ports[port] = kind
+	case port < maxListedPort:
+		if kind != PortClient {
+			d.ports = append(d.ports, make([]PortKind, int(port)+1-len(d.ports))...)
+			d.ports[port] = kind
+		}
+	case kind == PortClient:
+		delete(d.farPorts, port)
+	default:
+		d.farPorts[port] = kind
 	}
-	d.ports[port] = kind
+}
+
+// maxListedPort bounds the ports classified by index: a switch's or a
+// simulator's port numbers are small, any other kept in a map.
+const maxListedPort = 1 << 16
+
+// portKind classifies ingress port.
+func (d *Directory) portKind(port uint32) PortKind {
+	if port < uint32(len(d.ports)) {
+		return d.ports[port]
+	}
+	return d.farPorts[port]
 }
 
 // Insert promotes a key: locs is its LocationList, whose first r entries are
@@ -485,6 +514,7 @@ func (d *Directory) Evict(h wire.KeyHash) error {
 		return ErrNotFound
 	}
 	delete(d.index, h)
+	d.lastVSBOK = false
 	d.slots[i] = Slot{}
 	d.free = append(d.free, i)
 	return nil

@@ -510,3 +510,44 @@ func TestBucketsMovedIgnoresOneBucketOfNoise(t *testing.T) {
 		t.Errorf("BucketShares(even) = %v", got)
 	}
 }
+
+// TestVSBAfterEvictAndPortKinds: a VSB for an evicted key is refused even
+// when the VSB before it found that key and another key took its slot;
+// storage ports are told apart below and above 1<<16, and unset again.
+func TestVSBAfterEvictAndPortKinds(t *testing.T) {
+	d := populated(t, directory.Config{})
+	vsb := func(k string, port uint32) directory.Verdict {
+		return d.Process(pkt(t, wire.OpVSB, k, 0, 7, 4), port, 0)
+	}
+	if v := vsb("hot", 4); v.Action != directory.Multicast {
+		t.Fatalf("extra's VSB = %v", v)
+	}
+	if err := d.Evict(key("hot")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Insert(key("warm"), []wire.NodeID{1, 2, 3, 4}, 3, 7, nil); err != nil {
+		t.Fatal(err)
+	}
+	if v := vsb("hot", 4); v.Reason != directory.ReasonVSBNotCached {
+		t.Errorf("VSB of the evicted key = %v, want vsb-not-cached", v)
+	}
+	if v := vsb("warm", 4); v.Action != directory.Multicast {
+		t.Errorf("VSB of the key in its slot = %v", v)
+	}
+	d.SetPort(70000, directory.PortStorage)
+	for _, tc := range []struct {
+		port uint32
+		want directory.Action
+	}{{70000, directory.Multicast}, {5000, directory.Drop}, {9, directory.Drop}} {
+		if v := vsb("warm", tc.port); v.Action != tc.want {
+			t.Errorf("VSB on port %d = %v, want %v", tc.port, v, tc.want)
+		}
+	}
+	d.SetPort(70000, directory.PortClient)
+	d.SetPort(4, directory.PortClient)
+	for _, port := range []uint32{70000, 4} {
+		if v := vsb("warm", port); v.Reason != directory.ReasonVSBPort {
+			t.Errorf("VSB on client port %d = %v, want vsb-port", port, v)
+		}
+	}
+}

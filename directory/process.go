@@ -113,7 +113,7 @@ func (d *Directory) Process(pkt []byte, port uint32, now uint64) Verdict {
 	h := f.KeyHash()
 	switch op := f.Op(); op {
 	case wire.OpGet:
-		return d.get(f, &h, now, f.Flags()&wire.FlagVerify != 0 && d.ports[port] == PortSpine)
+		return d.get(f, &h, now, f.Flags()&wire.FlagVerify != 0 && d.portKind(port) == PortSpine)
 	case wire.OpPut, wire.OpDel:
 		return d.write(f, &h, now)
 	case wire.OpGetReply, wire.OpPutReply, wire.OpDelReply, wire.OpErr:
@@ -134,6 +134,20 @@ func (d *Directory) slot(h *wire.KeyHash) *Slot {
 	if !ok {
 		return nil
 	}
+	return &d.slots[i]
+}
+
+// vsbSlot is slot for a VSB: the copies of one commit announce one key
+// one after the other, so the slot the previous VSB found is tried first.
+func (d *Directory) vsbSlot(h *wire.KeyHash) *Slot {
+	if d.lastVSBOK && d.lastVSB == *h {
+		return &d.slots[d.lastVSBSlot]
+	}
+	i, ok := d.index[*h]
+	if !ok {
+		return nil
+	}
+	d.lastVSB, d.lastVSBSlot, d.lastVSBOK = *h, i, true
 	return &d.slots[i]
 }
 
@@ -367,10 +381,10 @@ func (d *Directory) learn(f wire.Frame, now uint64) {
 }
 
 func (d *Directory) vsb(f wire.Frame, h *wire.KeyHash, port uint32) Verdict {
-	if d.ports[port] != PortStorage {
+	if d.portKind(port) != PortStorage {
 		return d.drop(ReasonVSBPort)
 	}
-	s := d.slot(h)
+	s := d.vsbSlot(h)
 	if s == nil {
 		return d.drop(ReasonVSBNotCached)
 	}

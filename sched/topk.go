@@ -2,6 +2,7 @@ package sched
 
 import (
 	"cmp"
+	"encoding/binary"
 	"slices"
 	"unsafe"
 )
@@ -19,11 +20,22 @@ type TopK struct {
 }
 
 // topItem is a counter's place in the heap: its count and key inline, so
-// that ordering reads no pointer.
+// that ordering reads no pointer, and the key's first 16 bytes as two
+// big-endian numbers, so that ties of count between keys of up to 16
+// bytes (YCSB's are) order without a string comparison.
 type topItem struct {
 	count uint64
+	head  [2]uint64
 	key   string
 	e     *topEntry
+}
+
+// keyHead is key's first 16 bytes, big-endian, zero-padded: a smaller
+// head means a smaller key, and equal heads leave the order to the keys.
+func keyHead(key string) [2]uint64 {
+	var b [16]byte
+	copy(b[:], key)
+	return [2]uint64{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
 }
 
 // topEntry is a counter's key and heap index. Its key is a string over
@@ -63,7 +75,7 @@ func (t *TopK) Add(key []byte) {
 		e := &topEntry{at: len(t.heap)}
 		e.setKey(key)
 		t.counts[e.key] = e
-		t.heap = append(t.heap, topItem{count: 1, key: e.key, e: e})
+		t.heap = append(t.heap, topItem{count: 1, head: keyHead(e.key), key: e.key, e: e})
 		t.up(e.at)
 		return
 	}
@@ -72,6 +84,7 @@ func (t *TopK) Add(key []byte) {
 	delete(t.counts, min.key)
 	min.e.setKey(key)
 	min.key = min.e.key
+	min.head = keyHead(min.key)
 	min.count++
 	t.counts[min.key] = min.e
 	t.down(0)
@@ -79,7 +92,15 @@ func (t *TopK) Add(key []byte) {
 
 // below: a comes before b in the heap, by (count, key).
 func (a *topItem) below(b *topItem) bool {
-	return a.count < b.count || (a.count == b.count && a.key < b.key)
+	switch {
+	case a.count != b.count:
+		return a.count < b.count
+	case a.head[0] != b.head[0]:
+		return a.head[0] < b.head[0]
+	case a.head[1] != b.head[1]:
+		return a.head[1] < b.head[1]
+	}
+	return a.key < b.key
 }
 
 // up and down move the item at i to its place, shifting the others into

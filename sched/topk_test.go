@@ -79,35 +79,61 @@ func TestTopKNoAllocs(t *testing.T) {
 }
 
 // TestTopKMatchesScan: the heap picks the same counter to take over as a
-// scan for the smallest (count, key), so the counts match Space-Saving's.
+// scan for the smallest (count, key), so the counts match Space-Saving's;
+// for short keys and for keys that share their first 16 bytes, end in
+// zero bytes or prefix one another (the heap orders by a key's first 16
+// bytes before the key).
 func TestTopKMatchesScan(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 4))
-	tk := NewTopK(8)
-	ref := map[string]uint64{}
-	for range 20000 {
-		key := fmt.Sprintf("k%d", int(r.ExpFloat64()*20))
-		tk.Add([]byte(key))
-		if _, ok := ref[key]; ok || len(ref) < 8 {
-			ref[key]++
-			continue
-		}
-		min := ""
-		for k, c := range ref {
-			if min == "" || c < ref[min] || (c == ref[min] && k < min) {
-				min = k
+	// Keys of 15 to 19 bytes over 'a' and the zero byte, so that many
+	// share their first 16 bytes or prefix one another.
+	tails := rand.New(rand.NewPCG(5, 6))
+	mixed := make([]string, 200)
+	for i := range mixed {
+		b := []byte("aaaaaaaa")
+		for j := range 7 + tails.IntN(5) {
+			if j < 4 || j >= 7 {
+				b = append(b, "\x00a"[tails.IntN(2)])
+			} else {
+				b = append(b, 'a')
 			}
 		}
-		ref[key] = ref[min] + 1
-		delete(ref, min)
+		mixed[i] = string(b)
 	}
-	top := tk.Top(8)
-	if len(top) != len(ref) {
-		t.Fatalf("%d counters, want %d", len(top), len(ref))
+	keys := map[string]func(i int) string{
+		"short": func(i int) string { return fmt.Sprintf("k%d", i) },
+		"mixed": func(i int) string { return mixed[i%len(mixed)] },
 	}
-	for _, kc := range top {
-		if ref[string(kc.Key)] != kc.Count {
-			t.Errorf("%s: count %d, want %d", kc.Key, kc.Count, ref[string(kc.Key)])
-		}
+	for name, keyOf := range keys {
+		t.Run(name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(3, 4))
+			tk := NewTopK(8)
+			ref := map[string]uint64{}
+			for range 20000 {
+				key := keyOf(int(r.ExpFloat64() * 20))
+				tk.Add([]byte(key))
+				if _, ok := ref[key]; ok || len(ref) < 8 {
+					ref[key]++
+					continue
+				}
+				min := ""
+				for k, c := range ref {
+					if min == "" || c < ref[min] || (c == ref[min] && k < min) {
+						min = k
+					}
+				}
+				ref[key] = ref[min] + 1
+				delete(ref, min)
+			}
+			top := tk.Top(8)
+			if len(top) != len(ref) {
+				t.Fatalf("%d counters, want %d", len(top), len(ref))
+			}
+			for _, kc := range top {
+				if ref[string(kc.Key)] != kc.Count {
+					t.Errorf("%q: count %d, want %d", kc.Key, kc.Count, ref[string(kc.Key)])
+				}
+			}
+		})
 	}
 }
 

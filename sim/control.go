@@ -34,7 +34,24 @@ type spreadKey struct {
 	remote [][]wire.NodeID // per rack after the home, its LocationList
 	// announcers are the nodes whose VSBs reach the spine: the key's tail
 	// and the remote racks' primaries.
-	announcers []wire.NodeID
+	announcers nodeSet
+}
+
+// nodeSet is a set of node ids, a bit each: a commit's copies ask it once
+// per VSB, up to a rack's worth at a time.
+type nodeSet []uint64
+
+func (ns *nodeSet) add(n wire.NodeID) {
+	w := int(n) / 64
+	if w >= len(*ns) {
+		*ns = append(*ns, make([]uint64, w+1-len(*ns))...)
+	}
+	(*ns)[w] |= 1 << (n % 64)
+}
+
+func (ns nodeSet) has(n wire.NodeID) bool {
+	w := int(n) / 64
+	return w < len(ns) && ns[w]&(1<<(n%64)) != 0
 }
 
 func newControl(s *Sim) *control {
@@ -304,7 +321,8 @@ func (c *control) spineRound(rounds []rackRound) error {
 		kr := max(2, sched.RackCount(share, nracks))
 		others := sched.PlaceExtras([]wire.NodeID{wire.NodeID(home)}, rackIDs, rackLoad, kr-1, share/float64(kr))
 		ch := s.chains[cd.Hash.Partition(s.cfg.PartitionBits)]
-		sk := &spreadKey{racks: []int{home}, announcers: []wire.NodeID{ch[len(ch)-1]}}
+		sk := &spreadKey{racks: []int{home}}
+		sk.announcers.add(ch[len(ch)-1])
 		local := min(1, share/float64(kr)*float64(nracks)) // its share of a rack's requests
 		for _, id := range others {
 			r := int(id)
@@ -323,7 +341,7 @@ func (c *control) spineRound(rounds []rackRound) error {
 			}
 			sk.racks = append(sk.racks, r)
 			sk.remote = append(sk.remote, locs)
-			sk.announcers = append(sk.announcers, locs[0])
+			sk.announcers.add(locs[0])
 		}
 		if len(sk.racks) < 2 {
 			c.spine.Forget(cd.Hash)

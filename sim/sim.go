@@ -944,30 +944,32 @@ func (s *Sim) sendVSBs(d uint64, k int64, v uint64, attempt int, nodes ...wire.N
 // is freed after them: a refused VSB's retry takes another.
 func (s *Sim) deliverVSBs(e event) {
 	m := s.vsbs[e.a]
-	h, sk := s.hash(m.key), s.ctl.spread[m.key]
+	sk := s.ctl.spread[m.key]
+	// One header for all: neither the spine nor a directory rewrites a VSB.
+	var hdr [wire.HeaderLen]byte
+	_ = (&wire.Header{Op: wire.OpVSB, KeyHash: s.hash(m.key), Stamp: m.v}).EncodeHeader(hdr[:])
 	for _, n := range m.nodes {
-		s.vsb(m, n, h, sk != nil && slices.Contains(sk.announcers, n))
+		wire.Frame(hdr[:]).SetNode(n)
+		s.vsb(m, n, hdr[:], sk != nil && sk.announcers.has(n))
 	}
 	s.freeVSBs = append(s.freeVSBs, e.a)
 }
 
-// vsb delivers node n's VSB for m.key (hash h) to its rack's data plane
+// vsb delivers node n's VSB for m.key (header hdr) to its rack's data plane
 // and, if n announces the key to the spine (its tail or a remote rack's
 // primary), to the spine. An extra whose VSB is refused asks again for the
 // committed version.
-func (s *Sim) vsb(m vsbMsg, n wire.NodeID, h wire.KeyHash, toSpine bool) {
+func (s *Sim) vsb(m vsbMsg, n wire.NodeID, hdr []byte, toSpine bool) {
 	if s.cfg.CheckReads {
 		// The copy is at n before its VSB leaves: no later than now.
 		hk := holdKey{m.key, n}
 		s.holds[hk] = max(s.holds[hk], m.v)
 	}
-	var hdr [wire.HeaderLen]byte
-	_ = (&wire.Header{Op: wire.OpVSB, KeyHash: h, Stamp: m.v, Node: n}).EncodeHeader(hdr[:])
 	rack := s.rackOf(n)
-	if s.spine != nil && toSpine && !s.spine.VSB(hdr[:], rack) {
+	if s.spine != nil && toSpine && !s.spine.VSB(hdr, rack) {
 		s.retryCopy(m, n)
 	}
-	v := s.racks[rack].Process(hdr[:], port(n), s.now)
+	v := s.racks[rack].Process(hdr, port(n), s.now)
 	if v.Action == directory.Drop && (v.Reason == directory.ReasonVSBPending || v.Reason == directory.ReasonVSBVersion) {
 		s.retryCopy(m, n)
 	}
