@@ -442,6 +442,14 @@ func TestStampedDuplicateStorm(t *testing.T) {
 		t.Fatalf("stamped write: %s %s v%d", r.Op, r.Code, r.Stamp)
 	}
 	waitVSB(ch[2], 2)
+	// v2's ack reaches the head through the middle: the middle goes down
+	// once it has, else the resends would repeat v2 itself, uncommitted.
+	for deadline := time.Now().Add(5 * time.Second); c.Node(int(ch[0])-1).Stats().Pending != 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("v2 not acked at the head")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	mid := int(ch[1]) - 1
 	if err := c.Crash(mid); err != nil {
 		t.Fatal(err)
