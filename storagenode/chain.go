@@ -29,11 +29,40 @@ type chain struct {
 type chainShard struct {
 	pending map[pendKey]*pendingWrite
 	waits   map[wire.KeyHash]*verWait
-	npend   atomic.Int64 // len(pending), for Stats
+	noops   map[wire.KeyHash]*noopSlot // keys with a no-op version in flight
+	npend   atomic.Int64               // len(pending), for Stats
 }
 
 func newChainShard() chainShard {
-	return chainShard{pending: make(map[pendKey]*pendingWrite), waits: make(map[wire.KeyHash]*verWait)}
+	return chainShard{pending: make(map[pendKey]*pendingWrite), waits: make(map[wire.KeyHash]*verWait),
+		noops: make(map[wire.KeyHash]*noopSlot)}
+}
+
+// noopSlot is a key's no-op version in flight at the head (flaw F) and the
+// stamp owed by the stamped duplicates that arrived while it was: one no-op
+// at the highest owed stamp, made once the one in flight is acked, covers
+// them all, since the data plane's ver_done takes the highest stamp it is
+// told of. Without the slot a storm of resends made one synced no-op
+// version each, every one held dirty with the key's value in the record
+// that each of them rewrote.
+type noopSlot struct {
+	key      []byte
+	inFlight uint64 // the no-op's version
+	owed     uint64 // highest stamp owed (incarnation and version), 0: none
+	tenant   uint16
+}
+
+// owe records a stamped duplicate's stamp: a newer incarnation's replaces
+// an older one's (only the newest incarnation's slot can be completed),
+// and within one incarnation the higher version is kept.
+func (sl *noopSlot) owe(stamp uint64, tenant uint16) {
+	if sl.owed != 0 {
+		oi, si := wire.StampIncarnation(sl.owed), wire.StampIncarnation(stamp)
+		if wire.IncarnationBefore(si, oi) || (si == oi && wire.StampVersion(stamp) <= wire.StampVersion(sl.owed)) {
+			return
+		}
+	}
+	sl.owed, sl.tenant = stamp, tenant
 }
 
 type pendKey struct {
@@ -524,6 +553,18 @@ func (s *shard) extraAnswer(w *verWait, p *wire.NodePacket) {
 	s.query(w, p.KeyHash, ch[len(ch)-1])
 }
 
+// maxDirtyPerKey bounds the uncommitted versions of one key at its head,
+// beyond which a write is refused as unavailable. A record holds its dirty
+// versions with their values and every write of the key rewrites it whole,
+// so without a bound a hot key whose commits lag (acks refused by a full
+// shard queue, a slow successor) made each write cost more: at N=16 its
+// head's record grew past 500 KB (1 KB values), every write of it filled
+// a memtable, and the tree sat in Pebble's memtable write stall for
+// minutes after the clients stopped (BENCHMARKS.md, the write stall).
+// About 70 writes/s of the hottest key committing in ~150 ms keep ~10
+// dirty.
+const maxDirtyPerKey = 32
+
 // write is a PUT or DEL arriving at the head.
 func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 	n := s.n
@@ -551,7 +592,7 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 			s.send(from, n.appendReply(s.pkt(), &p.Header, wire.Op(e.Op).Reply(), wire.CodeOK, e.Ver, nil))
 		}
 		if p.Flags&wire.FlagStamped != 0 {
-			s.noop(p, part, ch)
+			s.noop(p.Key, p.KeyHash, p.Stamp, p.Tenant, part, ch)
 		}
 		return
 	}
@@ -563,6 +604,13 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 	rec, err := s.getRecord(t, part, p.Key)
 	if err != nil {
 		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
+		return
+	}
+	if len(rec.Dirty) >= maxDirtyPerKey {
+		// Refused like a write beyond the pending limit: nothing applied,
+		// the client retries (a stamped retry gets a new stamp).
+		n.ctr.dirtyKeyFull.Add(1)
+		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
 		return
 	}
 	latest := rec.Latest().Ver
@@ -636,23 +684,34 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 // A no-op version changes no value, so reads stay linearizable; in the
 // record it is an ordinary version (retransmitted until acked, synced,
 // recovered). A stamp at or below the latest version is covered already.
-// (spec/README.md, flaw F.)
-func (s *shard) noop(p *wire.NodePacket, part uint32, ch []wire.NodeID) {
+// At most one no-op version of a key is in flight: a stamp that arrives
+// while one is owes a no-op (noopSlot), made when the one in flight is
+// acked (settleNoop). (spec/README.md, flaw F.)
+func (s *shard) noop(key []byte, h wire.KeyHash, stamp uint64, tenant uint16, part uint32, ch []wire.NodeID) {
 	n := s.n
+	if sl := s.noops[h]; sl != nil && s.pending[pendKey{h, sl.inFlight}] != nil {
+		sl.owe(stamp, tenant)
+		n.ctr.noopsOwed.Add(1)
+		return
+	}
+	delete(s.noops, h)
 	if !n.serves(part) || len(s.pending) >= max(1, n.opts.MaxPending/len(n.admit.shards)) {
 		return // the key's next write completes past the stamp
 	}
 	t := n.treeOf(part)
-	rec, err := s.getRecord(t, part, p.Key)
+	rec, err := s.getRecord(t, part, key)
 	if err != nil {
 		return
 	}
 	cur := rec.Latest()
+	if len(rec.Dirty) >= maxDirtyPerKey {
+		return // as at the pending limit
+	}
 	// A stamp of an older incarnation is no slot's to complete (flaw G).
-	if wire.StampVersion(p.Stamp) <= cur.Ver || n.copies.staleIncarnation(p.KeyHash, wire.StampIncarnation(p.Stamp)) {
+	if wire.StampVersion(stamp) <= cur.Ver || n.copies.staleIncarnation(h, wire.StampIncarnation(stamp)) {
 		return
 	}
-	nv := version{Ver: wire.StampVersion(p.Stamp), Del: cur.Del || cur.Ver == 0, Tenant: p.Tenant, Op: uint8(wire.OpPut)}
+	nv := version{Ver: wire.StampVersion(stamp), Del: cur.Del || cur.Ver == 0, Tenant: tenant, Op: uint8(wire.OpPut)}
 	if nv.Del {
 		nv.Op = uint8(wire.OpDel)
 	} else {
@@ -660,17 +719,32 @@ func (s *shard) noop(p *wire.NodePacket, part uint32, ch []wire.NodeID) {
 	}
 	alone := len(ch) == 1
 	rec.place(nv, alone)
-	if err := s.putRecord(t, part, p.Key, &rec, &s.commit); err != nil {
+	if err := s.putRecord(t, part, key, &rec, &s.commit); err != nil {
 		return
 	}
 	n.ctr.noops.Add(1)
 	if alone {
-		if extras, promoted := n.copies.promoted(p.KeyHash); promoted {
-			s.announce(p.KeyHash, p.Key, &rec.Clean, extras)
+		if extras, promoted := n.copies.promoted(h); promoted {
+			s.announce(h, key, &rec.Clean, extras)
 		}
 		return
 	}
-	s.launch(p.Key, p.KeyHash, nv, ch)
+	s.launch(key, h, nv, ch)
+	s.noops[h] = &noopSlot{key: slices.Clone(key), inFlight: nv.Ver}
+}
+
+// settleNoop ends a key's no-op slot whose no-op is no longer in flight
+// (acked, or dropped since this node no longer heads the key's chain) and
+// makes the no-op it owes, if this node still heads the chain: noop
+// skips a stamp the key's versions have passed since.
+func (s *shard) settleNoop(h wire.KeyHash, sl *noopSlot) {
+	delete(s.noops, h)
+	if sl.owed == 0 {
+		return
+	}
+	if part, ch, pos := s.n.where(h); pos == 0 {
+		s.noop(sl.key, h, sl.owed, sl.tenant, part, ch)
+	}
 }
 
 // launch makes a version the head stored dirty pending and forwards it.
@@ -791,6 +865,9 @@ func (s *shard) chainAck(p *wire.NodePacket) {
 		return
 	}
 	delete(s.pending, pendKey{p.KeyHash, p.Stamp})
+	if sl := s.noops[p.KeyHash]; sl != nil && p.Stamp >= sl.inFlight {
+		s.settleNoop(p.KeyHash, sl)
+	}
 	if extras, ok := n.copies.promoted(p.KeyHash); ok && len(rec.Dirty) == 0 && rec.Clean.Ver > 0 {
 		// Covers writes forwarded before the promotion, which the tail
 		// did not announce.
@@ -815,6 +892,11 @@ func (s *shard) housekeep() {
 		n.ctr.retransmits.Add(1)
 		pw.tries++
 		s.forward(pw, ch)
+	}
+	for h, sl := range s.noops {
+		if s.pending[pendKey{h, sl.inFlight}] == nil {
+			s.settleNoop(h, sl)
+		}
 	}
 	for h, w := range s.waits {
 		if now.Sub(w.sent) < n.opts.RetransmitAfter {

@@ -323,17 +323,22 @@ func TestStampsAndDedup(t *testing.T) {
 	waitGet("get after a duplicate del", "", 22)
 }
 
-// TestStampedDuplicateNoop: a client's write that timed out is resent with
-// the same request id; the data plane stamps the resend again. The head
-// answers it from its dedup table with the write's first version and makes
-// the second stamp a no-op version: the latest value under that stamp,
-// committed down the chain with no client reply and announced by the tail's
-// VSB, which completes the stamp at the data plane (spec/README.md, flaw F).
-func TestStampedDuplicateNoop(t *testing.T) {
+// promotedKey is hotKeyCluster's key, written ("v1", v1) and promoted to
+// the extra, with a peer to drive its head and a wait for its VSBs at the
+// data plane.
+type promotedKey struct {
+	c       *cluster.Cluster
+	extra   wire.NodeID
+	key     []byte
+	h       wire.KeyHash
+	ch      []wire.NodeID
+	head    netip.AddrPort
+	p       *peer
+	waitVSB func(node wire.NodeID, ver uint64)
+}
+
+func promotedHotKey(t *testing.T) promotedKey {
 	c, dp, extra, key := hotKeyCluster(t)
-	h := wire.HashKey(key)
-	ch := c.Layout.ChainOf(h)
-	head := addrOf(c, ch[0])
 	cl, _ := c.Client(client.Options{})
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -344,9 +349,22 @@ func TestStampedDuplicateNoop(t *testing.T) {
 	if _, err := cl.Promote(ctx, key, []wire.NodeID{extra}); err != nil {
 		t.Fatal(err)
 	}
+	h := wire.HashKey(key)
 	waitVSB := vsbWatcher(t, dp, h)
 	waitVSB(extra, 1)
-	p := newPeer(t).sealing(c)
+	ch := c.Layout.ChainOf(h)
+	return promotedKey{c: c, extra: extra, key: key, h: h, ch: ch, head: addrOf(c, ch[0]), p: newPeer(t).sealing(c), waitVSB: waitVSB}
+}
+
+// TestStampedDuplicateNoop: a client's write that timed out is resent with
+// the same request id; the data plane stamps the resend again. The head
+// answers it from its dedup table with the write's first version and makes
+// the second stamp a no-op version: the latest value under that stamp,
+// committed down the chain with no client reply and announced by the tail's
+// VSB, which completes the stamp at the data plane (spec/README.md, flaw F).
+func TestStampedDuplicateNoop(t *testing.T) {
+	k := promotedHotKey(t)
+	c, extra, key, h, ch, head, p, waitVSB := k.c, k.extra, k.key, k.h, k.ch, k.head, k.p, k.waitVSB
 	put := func(reqid, stamp uint64, val string) wire.Packet {
 		return p.call(head, raw(wire.Header{Op: wire.OpPut, Flags: wire.FlagStamped, Stamp: stamp, ReqID: reqid, KeyHash: h, Timestamp: 777}, key, []byte(val)))
 	}
@@ -404,6 +422,120 @@ func TestStampedDuplicateNoop(t *testing.T) {
 	// The next write follows the no-op versions.
 	if r := put(12, 5, "v5"); r.Op != wire.OpPutReply || r.Stamp != 5 {
 		t.Fatalf("write after no-ops: %s %s v%d", r.Op, r.Code, r.Stamp)
+	}
+}
+
+// TestStampedDuplicateStorm: while a key's no-op version is in flight (its
+// chain's middle is down, so nothing acks it), a storm of stamped resends
+// makes no further no-op version: each owes its stamp, and once the no-op
+// in flight is acked one no-op at the highest stamp covers them all. Before,
+// each resend made a synced no-op version of its own, all held dirty in the
+// record each of them rewrote: at N=16 that kept a hot key's head in a
+// Pebble write stall for minutes after the clients stopped.
+func TestStampedDuplicateStorm(t *testing.T) {
+	k := promotedHotKey(t)
+	c, key, h, ch, head, p, waitVSB := k.c, k.key, k.h, k.ch, k.head, k.p, k.waitVSB
+	put := func(stamp uint64, val string) wire.Packet {
+		return p.call(head, raw(wire.Header{Op: wire.OpPut, Flags: wire.FlagStamped, Stamp: stamp, ReqID: 10, KeyHash: h}, key, []byte(val)))
+	}
+	if r := put(2, "v2"); r.Op != wire.OpPutReply || r.Stamp != 2 {
+		t.Fatalf("stamped write: %s %s v%d", r.Op, r.Code, r.Stamp)
+	}
+	waitVSB(ch[2], 2)
+	// v2's ack reaches the head through the middle: the middle goes down
+	// once it has, else the resends would repeat v2 itself, uncommitted.
+	for deadline := time.Now().Add(5 * time.Second); c.Node(int(ch[0])-1).Stats().Pending != 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("v2 not acked at the head")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mid := int(ch[1]) - 1
+	if err := c.Crash(mid); err != nil {
+		t.Fatal(err)
+	}
+	const resends = 20
+	for stamp := uint64(3); stamp < 3+resends; stamp++ {
+		if r := put(stamp, "resent"); r.Op != wire.OpPutReply || r.Stamp != 2 {
+			t.Fatalf("resend stamped %d: %s %s v%d, want the first version 2", stamp, r.Op, r.Code, r.Stamp)
+		}
+	}
+	hs := c.Node(int(ch[0]) - 1).Stats()
+	if hs.Noops != 1 || hs.NoopsOwed != resends-1 {
+		t.Fatalf("%d no-op versions and %d owed stamps after %d resends, want 1 and %d", hs.Noops, hs.NoopsOwed, resends, resends-1)
+	}
+	if err := c.Restart(mid); err != nil {
+		t.Fatal(err)
+	}
+	// The first no-op (v3) is acked, then the one owed at the highest stamp
+	// commits: the tail announces it and every member reads it.
+	last := uint64(2 + resends)
+	waitVSB(ch[2], last)
+	for i, id := range []wire.NodeID{ch[2], ch[1], ch[0]} {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			r := p.call(addrOf(c, id), raw(wire.Header{Op: wire.OpGet, ReqID: uint64(100 + i), KeyHash: h}, key, nil))
+			if r.Op == wire.OpGetReply && string(r.Value) == "v2" && r.Stamp == last {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("read at node %d: %s %s %q v%d, want \"v2\" v%d", id, r.Op, r.Code, r.Value, r.Stamp, last)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if n := c.Node(int(ch[0]) - 1).Stats().Noops; n != 2 {
+		t.Fatalf("%d no-op versions, want 2: the one in flight and the owed one", n)
+	}
+}
+
+// TestDirtyVersionsBounded: while a key's chain cannot commit (its middle
+// is down), its head takes at most maxDirtyPerKey (32) versions of it and
+// refuses the next write as unavailable, applying nothing; once the chain
+// commits again the key takes writes again. Before, the versions piled up
+// in the key's record, which every write rewrites whole.
+func TestDirtyVersionsBounded(t *testing.T) {
+	c := startCluster(t, cluster.Options{N: 3})
+	key := []byte("bounded")
+	h := wire.HashKey(key)
+	ch := c.Layout.ChainOf(h)
+	head := addrOf(c, ch[0])
+	p := newPeer(t).sealing(c)
+	put := func(id uint64) []byte {
+		return raw(wire.Header{Op: wire.OpPut, ReqID: id, KeyHash: h}, key, []byte(fmt.Sprintf("v%d", id)))
+	}
+	mid := int(ch[1]) - 1
+	if err := c.Crash(mid); err != nil {
+		t.Fatal(err)
+	}
+	const bound = 32
+	for id := uint64(1); id <= bound; id++ {
+		p.send(head, put(id))
+	}
+	if r := p.call(head, put(bound+1)); r.Op != wire.OpErr || r.Code != wire.CodeUnavailable {
+		t.Fatalf("write beyond %d uncommitted versions: %s %s v%d, want unavailable", bound, r.Op, r.Code, r.Stamp)
+	}
+	if n := c.Node(int(ch[0]) - 1).Stats().DirtyKeyFull; n != 1 {
+		t.Fatalf("%d writes refused at the bound, want 1", n)
+	}
+	if err := c.Restart(mid); err != nil {
+		t.Fatal(err)
+	}
+	// The versions taken commit (the tail answers each), then the key
+	// takes the refused write as the next version.
+	committed := map[uint64]bool{}
+	for deadline := time.Now().Add(10 * time.Second); len(committed) < bound; {
+		r, ok := p.recvWithin(0, time.Until(deadline))
+		if !ok {
+			t.Fatalf("%d of the %d writes committed after the restart", len(committed), bound)
+		}
+		if r.Op != wire.OpPutReply || r.Stamp != r.ReqID {
+			t.Fatalf("write %d after the restart: %s %s v%d", r.ReqID, r.Op, r.Code, r.Stamp)
+		}
+		committed[r.ReqID] = true
+	}
+	if r := p.call(head, put(bound+1)); r.Op != wire.OpPutReply || r.Stamp != bound+1 {
+		t.Fatalf("the refused write again: %s %s v%d, want v%d", r.Op, r.Code, r.Stamp, bound+1)
 	}
 }
 

@@ -42,16 +42,18 @@ type TreeStats struct {
 
 // Stats is a node's counters.
 type Stats struct {
-	ID        uint16 `json:"id"`
-	Ready     bool   `json:"ready"`
-	Load      uint16 `json:"load"` // queue depth
-	Gets      uint64 `json:"gets"`
-	Puts      uint64 `json:"puts"`
-	Dels      uint64 `json:"dels"`
-	Errors    uint64 `json:"errors"`
-	QueueFull uint64 `json:"queue_full"`
-	DupWrites uint64 `json:"dup_writes"`
-	Noops     uint64 `json:"noops"` // no-op versions made for stamped duplicates
+	ID           uint16 `json:"id"`
+	Ready        bool   `json:"ready"`
+	Load         uint16 `json:"load"` // queue depth
+	Gets         uint64 `json:"gets"`
+	Puts         uint64 `json:"puts"`
+	Dels         uint64 `json:"dels"`
+	Errors       uint64 `json:"errors"`
+	QueueFull    uint64 `json:"queue_full"`
+	DupWrites    uint64 `json:"dup_writes"`
+	Noops        uint64 `json:"noops"`          // no-op versions made for stamped duplicates
+	NoopsOwed    uint64 `json:"noops_owed"`     // stamped duplicates deferred to the key's next no-op (one in flight)
+	DirtyKeyFull uint64 `json:"dirty_key_full"` // writes refused: their key had maxDirtyPerKey versions uncommitted
 	// StaleIncarnation counts stamped writes refused for a stamp of an
 	// older incarnation than the key's promotion (spec/README.md, flaw G).
 	StaleIncarnation uint64 `json:"stale_incarnation"`
@@ -123,6 +125,8 @@ type counters struct {
 	unavailableGets                    atomic.Uint64 // reads of a chain this node catches up with
 	staleLayoutGets                    atomic.Uint64 // reads refused while a neighbour's epoch is newer
 	noops                              atomic.Uint64 // no-op versions made for stamped duplicates
+	noopsOwed                          atomic.Uint64 // stamped duplicates deferred to the key's next no-op
+	dirtyKeyFull                       atomic.Uint64 // writes refused at maxDirtyPerKey
 	staleIncarnation                   atomic.Uint64 // stamped writes of an older incarnation, refused
 	unknownSender                      atomic.Uint64 // node ops from no node of the layout at that address
 	extraGets                          atomic.Uint64 // reads served from an extra copy unverified
@@ -165,6 +169,8 @@ func (n *Node) Stats() Stats {
 		Gets: n.ctr.gets.Load(), Puts: n.ctr.puts.Load(), Dels: n.ctr.dels.Load(),
 		Errors: n.ctr.errs.Load(), QueueFull: n.ctr.queueFull.Load(), DupWrites: n.ctr.dupWrites.Load(),
 		Noops:            n.ctr.noops.Load(),
+		NoopsOwed:        n.ctr.noopsOwed.Load(),
+		DirtyKeyFull:     n.ctr.dirtyKeyFull.Load(),
 		StaleIncarnation: n.ctr.staleIncarnation.Load(),
 		Retransmits:      n.ctr.retransmits.Load(), VerQueries: n.ctr.verQueries.Load(),
 		UnavailableGets: n.ctr.unavailableGets.Load(),
