@@ -83,15 +83,19 @@ func (a *admission) init(n *Node) {
 	a.qos.init(n)
 }
 
-// readPoolSize is how many GETs the read pool serves at once: twice the
-// shards, as many requests as QoS lets into service (qosAdmission's
-// maxInflight), and at least the device's queue depth. More readers than
-// the shards so that a GET that hits the cache finds a free reader while
-// others wait on the device; a reader waiting costs no CPU. More would
-// only hold requests that are late anyway: 32 reads queued on the
-// emulated ssd (about 250 reads/s) are 130 ms behind.
+// readPoolSize is how many GETs the read pool serves at once: the device's
+// queue depth, as a real node issues its reads; the shard count on a
+// device whose reads take no time (none). Measured on the emulated ssd
+// (BENCHMARKS.md, issue 14 (d)): 4 readers held a p99 SLO up to 2,777
+// ops/s where 32 held it to 2,177, and at the closed loop's saturation
+// gave a p99 of 163-167 ms against 375-403 at the same throughput: more
+// readers let cache hits pass, but queue more misses on the device, and
+// the tail is the misses'.
 func readPoolSize(n *Node) int {
-	return max(2*n.opts.Workers, n.opts.Device.QueueDepth)
+	if n.opts.Device.ReadService <= 0 {
+		return n.opts.Workers
+	}
+	return max(1, n.opts.Device.QueueDepth)
 }
 
 // start runs the shard workers, the readers and the admission goroutine
