@@ -15,7 +15,11 @@
 // slot's re-seed after a promotion resubmits its first packets once,
 // carrying the key's stamp floor (p4/tna/coherence.p4).
 #include <core.p4>
+#if __TARGET_TOFINO__ == 2
+#include <t2na.p4>
+#else
 #include <tna.p4>
+#endif
 
 // Metadata the parser does not set starts at zero, as the shared controls
 // assume; no initialising instructions in the pipeline.
