@@ -237,6 +237,15 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             forwarding.apply(hdr, meta);
         }
 
+        // For NetdirTail's dmClock: a request's tenant totals are read
+        // whether or not it leaves (no side effect). Set by the class
+        // alone, as soon as it is known: on Tofino a table after the
+        // verdict shared its bridged container with the top level's flags
+        // and took their stage.
+        if (meta.op_class == CLASS_GET || meta.op_class == CLASS_WRITE) {
+            meta.qos_request = 1;
+        }
+
         // 2. Lookups: directory, partition, VSB admission. They have no
         // side effects, so they run for every netdir header, whatever its
         // class: a lookup that waited for the class would take a stage
@@ -365,12 +374,6 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             hdr.netdir.node = meta.target;
             hdr.netdir.timestamp = meta.now;
             node_addr.apply(hdr, meta);
-        }
-
-        // 5b. For NetdirTail's dmClock: a request's tenant totals are read
-        // whether or not it leaves (no side effect).
-        if (meta.op_class == CLASS_GET || meta.op_class == CLASS_WRITE) {
-            meta.qos_request = 1;
         }
 
         // 6. Count (the hot keys in NetdirTail).

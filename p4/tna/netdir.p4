@@ -15,7 +15,11 @@
 // slot's re-seed after a promotion resubmits its first packets once,
 // carrying the key's stamp floor (p4/tna/coherence.p4).
 #include <core.p4>
+#if __TARGET_TOFINO__ == 2
+#include <t2na.p4>
+#else
 #include <tna.p4>
+#endif
 
 // Metadata the parser does not set starts at zero, as the shared controls
 // assume; no initialising instructions in the pipeline.
@@ -146,31 +150,30 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
     // p4c-barefoot runs a sequence of conditions one after another, a
     // stage each, while independent tables share a stage.
 
-    // Only a request forwarded to a node is rewritten (one whose node has
-    // no address is dropped): tested on the verdict, a stage before
-    // node_addr's meta.rewritten; and only if the sender used a checksum.
-    action csum_on() {
+    // The deparser updates the UDP checksum of every netdir packet whose
+    // sender used one (the parser deposits a residual for those alone):
+    // for fields left unchanged the update gives the sender's checksum
+    // back. Decided from the parser's output alone (decided on the
+    // verdict, the deparser's condition took a stage of its own at the
+    // end).
+    action udp_checksummed() {
         meta.nd.udp_csum_update = true;
-        meta.bridged.csum_update = 1;
-    }
-    action csum_off() {
-        meta.bridged.csum_update = 0;
     }
 
     @hidden
-    table checksum {
+    table udp_checksum {
         key = {
-            meta.nd.verdict: exact;
+            hdr.netdir.isValid(): exact;
             hdr.udp.checksum: ternary;
         }
         actions = {
-            csum_on;
-            csum_off;
+            udp_checksummed;
+            NoAction;
         }
-        const default_action = csum_off();
+        const default_action = NoAction();
         const entries = {
-            (OUT_FORWARD, 0): csum_off();
-            (OUT_FORWARD, _): csum_on();
+            (true, 0): NoAction();
+            (true, _): udp_checksummed();
         }
     }
 
@@ -211,23 +214,31 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
     // A reason the lookups find drops here: the packet has nothing for the
     // tail. No node address, a reseed race and a frame no table forwards
     // may have (a hit's count, a completion): egress counts it, then drops
-    // it, as one pipeline would.
-    action keep() {
+    // it, as one pipeline would. A request that leaves for its node tells
+    // egress whether its sender used a UDP checksum (δ and ρ are
+    // rewritten there). One table for both: two tables writing the bridged
+    // flags took a stage each.
+    action keep(bit<1> csum_update) {
         meta.bridged.drop = 0;
+        meta.bridged.csum_update = csum_update;
     }
     action drop_in_egress() {
         meta.bridged.drop = 1;
+        meta.bridged.csum_update = 0;
     }
     action drop_here() {
         ig_dprsr_md.drop_ctl = 1;
         meta.bridged.drop = 1;
+        meta.bridged.csum_update = 0;
     }
 
     @hidden
     table drop_flags {
         key = {
             meta.nd.reason: ternary;
-            meta.nd.drop: exact;
+            meta.nd.drop: ternary;
+            meta.nd.verdict: ternary;
+            hdr.udp.checksum: ternary;
         }
         actions = {
             keep;
@@ -236,12 +247,12 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
         }
         const default_action = drop_here();
         const entries = {
-            (REASON_NONE, false): keep();
-            (REASON_NONE, true): drop_in_egress();
-            (REASON_NO_NODE_ADDR, false): drop_in_egress();
-            (REASON_NO_NODE_ADDR, true): drop_in_egress();
-            (REASON_RESEED_RACE, false): drop_in_egress();
-            (REASON_RESEED_RACE, true): drop_in_egress();
+            (REASON_NONE, false, OUT_FORWARD, 0): keep(0);
+            (REASON_NONE, false, OUT_FORWARD, _): keep(1);
+            (REASON_NONE, false, _, _): keep(0);
+            (REASON_NONE, true, _, _): drop_in_egress();
+            (REASON_NO_NODE_ADDR, _, _, _): drop_in_egress();
+            (REASON_RESEED_RACE, _, _, _): drop_in_egress();
         }
     }
 
@@ -266,7 +277,7 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
 
     apply {
         netdir.apply(hdr, meta.nd, ig_intr_md.ingress_port);
-        checksum.apply();
+        udp_checksum.apply();
         send.apply();
         drop_flags.apply();
         netdir_valid.apply();
