@@ -42,9 +42,13 @@ type TreeStats struct {
 
 // Stats is a node's counters.
 type Stats struct {
-	ID           uint16 `json:"id"`
-	Ready        bool   `json:"ready"`
-	Load         uint16 `json:"load"` // queue depth
+	ID    uint16 `json:"id"`
+	Ready bool   `json:"ready"`
+	// Load is the requests queued or in service (admission.load), without
+	// the staggered-compaction penalty that replies add (Node.load): a
+	// bench waiting for a node to drain, and the queue-depth metric, need
+	// the requests, and a node in its turn with none queued has none.
+	Load         uint16 `json:"load"`
 	Gets         uint64 `json:"gets"`
 	Puts         uint64 `json:"puts"`
 	Dels         uint64 `json:"dels"`
@@ -165,7 +169,7 @@ func (c *counters) topKeys(max int) []sched.KeyCount {
 // Stats returns the node's counters and per-tree figures.
 func (n *Node) Stats() Stats {
 	s := Stats{
-		ID: n.id, Ready: n.Ready(), Load: n.load(),
+		ID: n.id, Ready: n.Ready(), Load: n.admit.load(),
 		Gets: n.ctr.gets.Load(), Puts: n.ctr.puts.Load(), Dels: n.ctr.dels.Load(),
 		Errors: n.ctr.errs.Load(), QueueFull: n.ctr.queueFull.Load(), DupWrites: n.ctr.dupWrites.Load(),
 		Noops:            n.ctr.noops.Load(),
