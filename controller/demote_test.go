@@ -59,15 +59,21 @@ func deafController(t *testing.T, deaf int) (*Controller, *deafHead) {
 	return c, st
 }
 
+// promoteHot promotes the key "hot" as a hot-key round would.
+func promoteHot(ctx context.Context, c *Controller) error {
+	c.keysMu.Lock()
+	defer c.keysMu.Unlock()
+	_, err := c.promote(ctx, []byte("hot"), 0.5, map[wire.NodeID]float64{}, false)
+	return err
+}
+
 // A head that missed both a promote's answer and the demote that undoes
 // it would refuse the key's unstamped writes for good: the controller asks
 // it again each round until it answers.
 func TestUnansweredDemoteRetried(t *testing.T) {
 	ctx := context.Background()
 	c, st := deafController(t, 3)
-	c.keysMu.Lock()
-	_, err := c.promote(ctx, []byte("hot"), 0.5, map[wire.NodeID]float64{}, false)
-	c.keysMu.Unlock()
+	err := promoteHot(ctx, c)
 	if err == nil || !st.holds("hot") {
 		t.Fatalf("promote: err %v, head holds it %v: want a failed promote the head went through", err, st.holds("hot"))
 	}
@@ -91,17 +97,15 @@ func TestUnansweredDemoteRetried(t *testing.T) {
 func TestPromoteSupersedesOwedDemote(t *testing.T) {
 	ctx := context.Background()
 	c, st := deafController(t, 2)
-	c.keysMu.Lock()
-	if _, err := c.promote(ctx, []byte("hot"), 0.5, map[wire.NodeID]float64{}, false); err == nil {
+	if err := promoteHot(ctx, c); err == nil {
 		t.Fatal("promote answered; want it failed")
 	}
 	st.mu.Lock()
 	st.promote = nil // the head answers again
 	st.mu.Unlock()
-	if _, err := c.promote(ctx, []byte("hot"), 0.5, map[wire.NodeID]float64{}, false); err != nil {
+	if err := promoteHot(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	c.keysMu.Unlock()
 	for range 3 {
 		if err := c.HotKeyRound(ctx); err != nil {
 			t.Fatal(err)
@@ -117,9 +121,7 @@ func TestPromoteSupersedesOwedDemote(t *testing.T) {
 func TestOwedDemoteWaitsForDownHead(t *testing.T) {
 	ctx := context.Background()
 	c, st := deafController(t, 1)
-	c.keysMu.Lock()
-	_, err := c.promote(ctx, []byte("hot"), 0.5, map[wire.NodeID]float64{}, false)
-	c.keysMu.Unlock()
+	err := promoteHot(ctx, c)
 	if err == nil || len(c.demotes) != 1 {
 		t.Fatalf("promote: err %v, demotes owed %d: want a failed promote owing one", err, len(c.demotes))
 	}
