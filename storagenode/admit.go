@@ -166,13 +166,31 @@ func (a *admission) enqueue(s *shard, client bool, op wire.Op, it item) bool {
 			return false
 		}
 	}
+	q := s.ch
+	if controlOp(op) {
+		q = s.ctl
+	}
 	select {
-	case s.ch <- it:
+	case q <- it:
 		return true
 	default:
 		return false
 	}
 }
+
+// controlOp reports whether op goes in its shard's control lane (shard.ctl),
+// which the worker drains first and client requests cannot fill: a chain
+// ack, which commits a version at every member above the tail and ends the
+// head's retransmissions of it. It is small (header and key) and each is
+// owed to a version already taken, so the lane's bound (the queue's
+// length) holds few bytes. Applied ahead of the items queued before it,
+// the ack stays key-serial (one worker) and is only reordered as the
+// network may reorder it: at a member that has not yet handled a
+// retransmitted copy of the chain-write, the copy later finds the version
+// clean and is acked again. Node ops that carry a value or make work
+// (chain writes, version queries and answers, copies) stay in the queue,
+// where a full queue still sheds them.
+func controlOp(op wire.Op) bool { return op == wire.OpChainAck }
 
 // handled counts it out of the load once a shard or a reader has answered
 // it, tells QoS if it came through its queues, and frees its buffer.

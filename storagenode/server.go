@@ -35,12 +35,17 @@ type item struct {
 	counted bool
 }
 
-// shard is one worker and its queue; every packet about a key is handled
+// shard is one worker and its queues; every packet about a key is handled
 // by the key's shard.
 type shard struct {
-	n       *Node
-	idx     int
-	ch      chan item
+	n   *Node
+	idx int
+	ch  chan item
+	// ctl is the control lane (controlOp: chain acks), which the worker
+	// drains before ch and which client requests never fill: an ack
+	// refused by a full ch left its version dirty at the head until a
+	// retransmission, and a hot key's versions piled up to the dirty cap.
+	ctl     chan item
 	tx      *udpbatch.Writer // the packets to send, after commit
 	bufs    [][]byte         // tx's packets, one buffer each, reused
 	scratch []byte           // see pkt
@@ -52,7 +57,7 @@ type shard struct {
 }
 
 func newShard(n *Node, i int) *shard {
-	s := &shard{n: n, idx: i, ch: make(chan item, n.opts.QueueLen), chainShard: newChainShard(),
+	s := &shard{n: n, idx: i, ch: make(chan item, n.opts.QueueLen), ctl: make(chan item, n.opts.QueueLen), chainShard: newChainShard(),
 		tx: udpbatch.NewWriter(n.conn, n.v4, writeBatch), bufs: make([][]byte, writeBatch), scratch: make([]byte, 0, smallBuf),
 		kb: make([]byte, 0, 5+wire.MaxKey), held: newHeldRecords(max(1, n.opts.MaxPending/max(1, n.opts.Workers)))}
 	if n.auth != nil {
@@ -67,19 +72,10 @@ func (s *shard) run() {
 	defer tick.Stop()
 	for {
 		select {
+		case it := <-s.ctl:
+			s.batch(it)
 		case it := <-s.ch:
-			s.do(it)
-			for i := 0; i < 64; i++ {
-				select {
-				case it := <-s.ch:
-					s.do(it)
-					continue
-				default:
-				}
-				break
-			}
-			s.flush()
-			s.npend.Store(int64(len(s.pending)))
+			s.batch(it)
 		case <-tick.C:
 			s.housekeep()
 			s.flush()
@@ -88,6 +84,36 @@ func (s *shard) run() {
 			s.commit.wait()
 			return
 		}
+	}
+}
+
+// batch handles it and up to 64 more queued items, then sends what they
+// made.
+func (s *shard) batch(it item) {
+	s.do(it)
+	for range 64 {
+		next, ok := s.next()
+		if !ok {
+			break
+		}
+		s.do(next)
+	}
+	s.flush()
+	s.npend.Store(int64(len(s.pending)))
+}
+
+// next is the next queued item, if any: the control lane's first.
+func (s *shard) next() (item, bool) {
+	select {
+	case it := <-s.ctl:
+		return it, true
+	default:
+	}
+	select {
+	case it := <-s.ch:
+		return it, true
+	default:
+		return item{}, false
 	}
 }
 
@@ -235,11 +261,15 @@ func (n *Node) dispatch(b []byte, from netip.AddrPort) {
 	if it.pool != nil {
 		smallPool.Put(it.pool)
 	}
-	n.ctr.queueFull.Add(1)
-	if client {
+	switch {
+	case client:
+		n.ctr.clientsFull.Add(1)
 		n.sendNow(from, n.errPacket(b, wire.CodeQueueFull, 0))
+	case controlOp(op):
+		n.ctr.controlDrops.Add(1) // its lane is full too
+	default:
+		n.ctr.nodeOpDrops.Add(1) // its sender retransmits
 	}
-	// Node ops are dropped: their senders retransmit.
 }
 
 // errPacket builds an ERR reply to the request in b (at least a header).

@@ -48,16 +48,21 @@ type Stats struct {
 	// the staggered-compaction penalty that replies add (Node.load): a
 	// bench waiting for a node to drain, and the queue-depth metric, need
 	// the requests, and a node in its turn with none queued has none.
-	Load         uint16 `json:"load"`
-	Gets         uint64 `json:"gets"`
-	Puts         uint64 `json:"puts"`
-	Dels         uint64 `json:"dels"`
-	Errors       uint64 `json:"errors"`
-	QueueFull    uint64 `json:"queue_full"`
-	DupWrites    uint64 `json:"dup_writes"`
-	Noops        uint64 `json:"noops"`          // no-op versions made for stamped duplicates
-	NoopsOwed    uint64 `json:"noops_owed"`     // stamped duplicates deferred to the key's next no-op (one in flight)
-	DirtyKeyFull uint64 `json:"dirty_key_full"` // writes refused: their key had maxDirtyPerKey versions uncommitted
+	Load      uint16 `json:"load"`
+	Gets      uint64 `json:"gets"`
+	Puts      uint64 `json:"puts"`
+	Dels      uint64 `json:"dels"`
+	Errors    uint64 `json:"errors"`
+	QueueFull uint64 `json:"queue_full"` // packets refused at a full queue: client requests and node ops
+	// QueueFullNodeOps counts the node ops among them (dropped: their
+	// senders retransmit), and QueueFullControl the chain acks dropped at
+	// a full control lane (controlOp), which client requests cannot fill.
+	QueueFullNodeOps uint64 `json:"queue_full_node_ops"`
+	QueueFullControl uint64 `json:"queue_full_control"`
+	DupWrites        uint64 `json:"dup_writes"`
+	Noops            uint64 `json:"noops"`          // no-op versions made for stamped duplicates
+	NoopsOwed        uint64 `json:"noops_owed"`     // stamped duplicates deferred to the key's next no-op (one in flight)
+	DirtyKeyFull     uint64 `json:"dirty_key_full"` // writes refused: their key had maxDirtyPerKey versions uncommitted
 	// StaleIncarnation counts stamped writes refused for a stamp of an
 	// older incarnation than the key's promotion (spec/README.md, flaw G).
 	StaleIncarnation uint64 `json:"stale_incarnation"`
@@ -122,21 +127,23 @@ type Stats struct {
 // counters is the stats role: the node's request and packet counters, and
 // the keys of the client requests served, counted for the controller.
 type counters struct {
-	gets, puts, dels, errs, queueFull  atomic.Uint64
-	dupWrites, retransmits, verQueries atomic.Uint64
-	rxPackets, txPackets               atomic.Uint64
-	syncKeys, syncBytes                atomic.Uint64
-	unavailableGets                    atomic.Uint64 // reads of a chain this node catches up with
-	staleLayoutGets                    atomic.Uint64 // reads refused while a neighbour's epoch is newer
-	noops                              atomic.Uint64 // no-op versions made for stamped duplicates
-	noopsOwed                          atomic.Uint64 // stamped duplicates deferred to the key's next no-op
-	dirtyKeyFull                       atomic.Uint64 // writes refused at maxDirtyPerKey
-	staleIncarnation                   atomic.Uint64 // stamped writes of an older incarnation, refused
-	unknownSender                      atomic.Uint64 // node ops from no node of the layout at that address
-	extraGets                          atomic.Uint64 // reads served from an extra copy unverified
-	verifiedGets                       atomic.Uint64 // reads at an extra answered after the tail's version answer
-	verifiedOwnCopy                    atomic.Uint64 // tail answers that confirmed the extra's copy
-	verAnswersValue, verAnswersSame    atomic.Uint64 // this tail's version answers with, without the value
+	gets, puts, dels, errs, clientsFull atomic.Uint64 // clientsFull: answered queue-full
+	dupWrites, retransmits, verQueries  atomic.Uint64
+	rxPackets, txPackets                atomic.Uint64
+	syncKeys, syncBytes                 atomic.Uint64
+	unavailableGets                     atomic.Uint64 // reads of a chain this node catches up with
+	staleLayoutGets                     atomic.Uint64 // reads refused while a neighbour's epoch is newer
+	noops                               atomic.Uint64 // no-op versions made for stamped duplicates
+	noopsOwed                           atomic.Uint64 // stamped duplicates deferred to the key's next no-op
+	dirtyKeyFull                        atomic.Uint64 // writes refused at maxDirtyPerKey
+	staleIncarnation                    atomic.Uint64 // stamped writes of an older incarnation, refused
+	unknownSender                       atomic.Uint64 // node ops from no node of the layout at that address
+	nodeOpDrops                         atomic.Uint64 // node ops (not controlOp) dropped at a full shard queue
+	controlDrops                        atomic.Uint64 // chain acks dropped at a full control lane
+	extraGets                           atomic.Uint64 // reads served from an extra copy unverified
+	verifiedGets                        atomic.Uint64 // reads at an extra answered after the tail's version answer
+	verifiedOwnCopy                     atomic.Uint64 // tail answers that confirmed the extra's copy
+	verAnswersValue, verAnswersSame     atomic.Uint64 // this tail's version answers with, without the value
 
 	mu  sync.Mutex
 	hot *sched.TopK
@@ -171,7 +178,8 @@ func (n *Node) Stats() Stats {
 	s := Stats{
 		ID: n.id, Ready: n.Ready(), Load: n.admit.load(),
 		Gets: n.ctr.gets.Load(), Puts: n.ctr.puts.Load(), Dels: n.ctr.dels.Load(),
-		Errors: n.ctr.errs.Load(), QueueFull: n.ctr.queueFull.Load(), DupWrites: n.ctr.dupWrites.Load(),
+		Errors: n.ctr.errs.Load(), DupWrites: n.ctr.dupWrites.Load(),
+		QueueFullNodeOps: n.ctr.nodeOpDrops.Load(), QueueFullControl: n.ctr.controlDrops.Load(),
 		Noops:            n.ctr.noops.Load(),
 		NoopsOwed:        n.ctr.noopsOwed.Load(),
 		DirtyKeyFull:     n.ctr.dirtyKeyFull.Load(),
@@ -231,6 +239,7 @@ func (n *Node) Stats() Stats {
 		}
 		s.Trees = append(s.Trees, ts)
 	}
+	s.QueueFull = n.ctr.clientsFull.Load() + s.QueueFullNodeOps + s.QueueFullControl
 	for _, sh := range n.admit.shards {
 		s.Pending += int(sh.npend.Load())
 	}
@@ -270,6 +279,7 @@ var (
 	descLoad        = prometheus.NewDesc("netdir_node_queue_depth", "Requests queued at the node.", []string{"node"}, nil)
 	descOps         = prometheus.NewDesc("netdir_node_requests_total", "Client requests by op.", []string{"node", "op"}, nil)
 	descPending     = prometheus.NewDesc("netdir_node_pending_writes", "Uncommitted writes at this head.", []string{"node"}, nil)
+	descQueueFull   = prometheus.NewDesc("netdir_node_queue_full_total", "Packets refused at a full queue, by kind: client (answered queue-full), node-op (dropped; the sender retransmits), control (a chain ack dropped at a full control lane).", []string{"node", "kind"}, nil)
 	descRetransmits = prometheus.NewDesc("netdir_node_retransmits_total", "Chain writes retransmitted by this head.", []string{"node"}, nil)
 	descSyncBytes   = prometheus.NewDesc("netdir_node_sync_bytes_total", "Bytes taken from chain neighbours by catch-ups (restart, rejoin, spare fill), paced.", []string{"node"}, nil)
 	descSyncKeys    = prometheus.NewDesc("netdir_node_sync_keys_total", "Keys updated by catch-ups.", []string{"node"}, nil)
@@ -296,7 +306,7 @@ var (
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descRetransmits, descSyncBytes, descSyncKeys, descBehind, descExtraGets, descVerAnswers, descOpDrops,
+	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descQueueFull, descRetransmits, descSyncBytes, descSyncKeys, descBehind, descExtraGets, descVerAnswers, descOpDrops,
 		descDevSlots, descDevIOs, descDevBytes, descDevBusy, descDevWait, descDevHits, descTreeBusy, descCPUBusy, descCPUWait,
 		descQoSQueued, descQoSInflight, descQoSServed, descQoSThrottled, descQoSDelay} {
 		ch <- d
@@ -334,6 +344,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descOps, prometheus.CounterValue, float64(s.Puts), id, "put")
 	ch <- prometheus.MustNewConstMetric(descOps, prometheus.CounterValue, float64(s.Dels), id, "del")
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(s.Pending), id)
+	ch <- prometheus.MustNewConstMetric(descQueueFull, prometheus.CounterValue, float64(s.QueueFull-s.QueueFullNodeOps-s.QueueFullControl), id, "client")
+	ch <- prometheus.MustNewConstMetric(descQueueFull, prometheus.CounterValue, float64(s.QueueFullNodeOps), id, "node-op")
+	ch <- prometheus.MustNewConstMetric(descQueueFull, prometheus.CounterValue, float64(s.QueueFullControl), id, "control")
 	ch <- prometheus.MustNewConstMetric(descRetransmits, prometheus.CounterValue, float64(s.Retransmits), id)
 	ch <- prometheus.MustNewConstMetric(descSyncBytes, prometheus.CounterValue, float64(s.SyncedBytes), id)
 	ch <- prometheus.MustNewConstMetric(descSyncKeys, prometheus.CounterValue, float64(s.SyncedKeys), id)

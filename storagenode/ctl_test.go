@@ -1,0 +1,190 @@
+package storagenode
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/netdir/netdir/layout"
+	"github.com/netdir/netdir/wire"
+)
+
+// udpEnd is a test's UDP socket on loopback: a client, or a chain member
+// played by the test.
+type udpEnd struct {
+	t    *testing.T
+	conn *net.UDPConn
+}
+
+func newUDPEnd(t *testing.T) *udpEnd {
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &udpEnd{t: t, conn: c}
+}
+
+func (u *udpEnd) addr() netip.AddrPort { return u.conn.LocalAddr().(*net.UDPAddr).AddrPort() }
+
+func (u *udpEnd) send(to netip.AddrPort, h wire.Header, key, val []byte) {
+	if _, err := u.conn.WriteToUDPAddrPort(wire.AppendNodeOp(nil, &h, key, val, nil), to); err != nil {
+		u.t.Fatal(err)
+	}
+}
+
+// recv waits (5 s at most) for the next packet that match accepts.
+func (u *udpEnd) recv(what string, match func(*wire.NodePacket) bool) wire.NodePacket {
+	u.t.Helper()
+	buf := make([]byte, 70000)
+	u.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		k, _, err := u.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			u.t.Fatalf("waiting for %s: %v", what, err)
+		}
+		var p wire.NodePacket
+		if p.Decode(append([]byte(nil), buf[:k]...)) == nil && match(&p) {
+			return p
+		}
+	}
+}
+
+// holdShard holds s's worker, once it is free, until release is called (by
+// a cleanup at the latest, which runs before the node's Close, registered
+// earlier).
+func holdShard(t *testing.T, s *shard) (release func()) {
+	held, free := make(chan struct{}), make(chan struct{})
+	s.ch <- item{fn: func() { close(held); <-free }}
+	<-held
+	var once sync.Once
+	release = func() { once.Do(func() { close(free) }) }
+	t.Cleanup(release)
+	return release
+}
+
+// waitFor polls cond until it holds; a bound of 10 s only keeps a broken
+// node from hanging the test.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: not after 10 s", what)
+		}
+	}
+}
+
+// TestChainAckPassesAFullQueue: a tail's chain ack that reaches the head
+// while the key's shard queue is full of client requests is not dropped:
+// it commits the key's version before the requests queued ahead of it are
+// handled (writes of the same key among them), with no retransmission.
+// Other node ops are still dropped at the full queue, and acks at a full
+// control lane; both are counted. The test plays the tail and the client.
+func TestChainAckPassesAFullQueue(t *testing.T) {
+	tail, cl := newUDPEnd(t), newUDPEnd(t)
+	headEnd := newUDPEnd(t)
+	headAddr := headEnd.addr()
+	headEnd.conn.Close()
+	m, err := layout.New(layout.Config{PartitionBits: 2, Replicas: 2, Nodes: []layout.Node{
+		{ID: 1, Addr: headAddr.String()}, {ID: 2, Addr: tail.addr().String()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key []byte
+	for i := 0; key == nil; i++ {
+		if k := fmt.Appendf(nil, "key-%d", i); m.ChainOf(wire.HashKey(k))[0] == 1 {
+			key = k
+		}
+	}
+	h, part := wire.HashKey(key), m.Partition(wire.HashKey(key))
+	const queueLen = 4
+	n, err := Start(Options{ID: 1, Dir: filepath.Join(t.TempDir(), "n"), Layout: m, Workers: 1, QueueLen: queueLen,
+		RetransmitAfter: time.Hour, Current: true}) // no retransmission within the test
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	if !n.WaitReady(10 * time.Second) {
+		t.Fatal("node not ready")
+	}
+	s := n.admit.shards[0]
+	hold := func() func() { return holdShard(t, s) }
+	put := func(id uint64) {
+		cl.send(headAddr, wire.Header{Op: wire.OpPut, ReqID: id, KeyHash: h}, key, []byte("v"))
+	}
+	refused := func(id uint64) {
+		t.Helper()
+		r := cl.recv(fmt.Sprintf("the reply to request %d", id), func(p *wire.NodePacket) bool { return p.ReqID == id })
+		if r.Op != wire.OpErr || r.Code != wire.CodeQueueFull {
+			t.Fatalf("request %d: %s %s, want err queue-full (a full queue)", id, r.Op, r.Code)
+		}
+	}
+	stats := func(id uint64) Stats {
+		t.Helper()
+		cl.send(headAddr, wire.Header{Op: wire.OpStats, ReqID: id}, nil, nil)
+		r := cl.recv("the stats", func(p *wire.NodePacket) bool { return p.Op == wire.OpStats && p.ReqID == id })
+		var st Stats
+		if err := json.Unmarshal(r.Value, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+
+	// The head takes a version of key and forwards it to the tail.
+	put(1)
+	w := tail.recv("the chain-write", func(p *wire.NodePacket) bool { return p.Op == wire.OpChainWrite && p.ReqID == 1 })
+	v := w.Stamp
+
+	// The worker is held; its queue fills with a probe, that reports
+	// whether v is still pending when the worker reaches it, and client
+	// writes of key behind it; one more is refused.
+	release := hold()
+	probed := make(chan string, 1)
+	s.ch <- item{fn: func() {
+		rec, err := s.getRecord(n.treeOf(part), part, key)
+		_, pending := s.pending[pendKey{h, v}]
+		probed <- fmt.Sprintf("pending %v, clean version %d (%v)", pending, rec.Clean.Ver, err)
+	}}
+	for i := range queueLen - 1 {
+		put(uint64(10 + i))
+	}
+	put(20)
+	refused(20)
+
+	// The tail's ack, and a version query (a node op that is no ack),
+	// arrive at the full queue; a client write after them is refused, so
+	// the head has dispatched both.
+	ack := wire.Header{Op: wire.OpChainAck, KeyHash: h, Stamp: v, Node: 2, Epoch: m.Epoch()}
+	tail.send(headAddr, ack, key, nil)
+	tail.send(headAddr, wire.Header{Op: wire.OpVerQuery, ReqID: 7, KeyHash: h, Node: 2, Epoch: m.Epoch()}, key, nil)
+	put(21)
+	refused(21)
+	if st := stats(30); st.QueueFullNodeOps != 1 || st.QueueFullControl != 0 || st.QueueFull != 3 {
+		t.Errorf("queue full: %d (node ops %d, acks %d), want 3 (the version query, no ack)", st.QueueFull, st.QueueFullNodeOps, st.QueueFullControl)
+	}
+
+	release()
+	if got, want := <-probed, fmt.Sprintf("pending %v, clean version %d (<nil>)", false, v); got != want {
+		t.Fatalf("when the worker reached the requests queued before the ack: %s, want %s", got, want)
+	}
+	// The queued writes of key took the versions after v.
+	for range queueLen - 1 {
+		tail.recv("a queued write's chain-write", func(p *wire.NodePacket) bool { return p.Op == wire.OpChainWrite && p.ReqID >= 10 })
+	}
+
+	// A full control lane drops the ack beyond it, counted.
+	release = hold()
+	for range queueLen + 1 {
+		tail.send(headAddr, ack, key, nil)
+	}
+	st := stats(31)
+	release()
+	if st.QueueFullControl != 1 || st.Retransmits != 0 {
+		t.Fatalf("%d acks dropped at a full control lane, %d retransmits: want 1, 0", st.QueueFullControl, st.Retransmits)
+	}
+}
