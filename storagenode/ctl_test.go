@@ -55,6 +55,49 @@ func (u *udpEnd) recv(what string, match func(*wire.NodePacket) bool) wire.NodeP
 	}
 }
 
+// startAmong starts node 1, one worker, in a layout of it and the test's
+// ends (ids 2, 3, ... in order) in chains of replicas over 16 partitions,
+// and returns it, the layout and its address.
+func startAmong(t *testing.T, replicas int, ends []*udpEnd, tweak func(*Options)) (*Node, *layout.Map, netip.AddrPort) {
+	t.Helper()
+	self := newUDPEnd(t)
+	addr := self.addr()
+	self.conn.Close()
+	nodes := []layout.Node{{ID: 1, Addr: addr.String()}}
+	for i, e := range ends {
+		nodes = append(nodes, layout.Node{ID: wire.NodeID(i + 2), Addr: e.addr().String()})
+	}
+	m, err := layout.New(layout.Config{PartitionBits: 4, Replicas: replicas, Nodes: nodes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{ID: 1, Dir: filepath.Join(t.TempDir(), "n"), Layout: m, Workers: 1, Current: true}
+	if tweak != nil {
+		tweak(&o)
+	}
+	n, err := Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	if !n.WaitReady(10 * time.Second) {
+		t.Fatal("node not ready")
+	}
+	return n, m, addr
+}
+
+// keyAt is a key whose chain in m has node 1 at position pos.
+func keyAt(t *testing.T, m *layout.Map, pos int) []byte {
+	t.Helper()
+	for i := range 10000 {
+		if k := fmt.Appendf(nil, "key-%d", i); m.ChainOf(wire.HashKey(k))[pos] == 1 {
+			return k
+		}
+	}
+	t.Fatalf("node 1 is at position %d of no chain", pos)
+	return nil
+}
+
 // holdShard holds s's worker, once it is free, until release is called (by
 // a cleanup at the latest, which runs before the node's Close, registered
 // earlier).
@@ -87,33 +130,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // control lane; both are counted. The test plays the tail and the client.
 func TestChainAckPassesAFullQueue(t *testing.T) {
 	tail, cl := newUDPEnd(t), newUDPEnd(t)
-	headEnd := newUDPEnd(t)
-	headAddr := headEnd.addr()
-	headEnd.conn.Close()
-	m, err := layout.New(layout.Config{PartitionBits: 2, Replicas: 2, Nodes: []layout.Node{
-		{ID: 1, Addr: headAddr.String()}, {ID: 2, Addr: tail.addr().String()}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var key []byte
-	for i := 0; key == nil; i++ {
-		if k := fmt.Appendf(nil, "key-%d", i); m.ChainOf(wire.HashKey(k))[0] == 1 {
-			key = k
-		}
-	}
-	h, part := wire.HashKey(key), m.Partition(wire.HashKey(key))
 	const queueLen = 4
-	n, err := Start(Options{ID: 1, Dir: filepath.Join(t.TempDir(), "n"), Layout: m, Workers: 1, QueueLen: queueLen,
-		RetransmitAfter: time.Hour, Current: true}) // no retransmission within the test
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	if !n.WaitReady(10 * time.Second) {
-		t.Fatal("node not ready")
-	}
+	n, m, headAddr := startAmong(t, 2, []*udpEnd{tail}, func(o *Options) {
+		o.QueueLen, o.RetransmitAfter = queueLen, time.Hour // no retransmission within the test
+	})
+	key := keyAt(t, m, 0)
+	h, part := wire.HashKey(key), m.Partition(wire.HashKey(key))
 	s := n.admit.shards[0]
-	hold := func() func() { return holdShard(t, s) }
 	put := func(id uint64) {
 		cl.send(headAddr, wire.Header{Op: wire.OpPut, ReqID: id, KeyHash: h}, key, []byte("v"))
 	}
@@ -143,7 +166,7 @@ func TestChainAckPassesAFullQueue(t *testing.T) {
 	// The worker is held; its queue fills with a probe, that reports
 	// whether v is still pending when the worker reaches it, and client
 	// writes of key behind it; one more is refused.
-	release := hold()
+	release := holdShard(t, s)
 	probed := make(chan string, 1)
 	s.ch <- item{fn: func() {
 		rec, err := s.getRecord(n.treeOf(part), part, key)
@@ -178,7 +201,7 @@ func TestChainAckPassesAFullQueue(t *testing.T) {
 	}
 
 	// A full control lane drops the ack beyond it, counted.
-	release = hold()
+	release = holdShard(t, s)
 	for range queueLen + 1 {
 		tail.send(headAddr, ack, key, nil)
 	}
@@ -187,4 +210,46 @@ func TestChainAckPassesAFullQueue(t *testing.T) {
 	if st.QueueFullControl != 1 || st.Retransmits != 0 {
 		t.Fatalf("%d acks dropped at a full control lane, %d retransmits: want 1, 0", st.QueueFullControl, st.Retransmits)
 	}
+}
+
+// TestAckBeforeRetransmittedChainWrite: at a middle member an ack may be
+// handled before a retransmitted copy of its chain-write queued ahead of
+// it (the control lane is drained first). The ack commits the version and
+// goes up to the head; the copy, handled after it, finds the version
+// clean: the record stays clean and the copy goes on to the tail, which
+// acks it again. The test plays the head and the tail.
+func TestAckBeforeRetransmittedChainWrite(t *testing.T) {
+	ends := []*udpEnd{newUDPEnd(t), newUDPEnd(t)} // nodes 2 and 3
+	n, m, midAddr := startAmong(t, 3, ends, nil)
+	key := keyAt(t, m, 1)
+	h, part, ch := wire.HashKey(key), m.Partition(wire.HashKey(key)), m.ChainOf(wire.HashKey(key))
+	head, tail := ends[ch[0]-2], ends[ch[2]-2]
+	const v = 1
+	write := wire.Header{Op: wire.OpChainWrite, ReqID: 5, KeyHash: h, Stamp: v, Node: ch[0], Epoch: m.Epoch()}
+	ext := (&wire.ChainExt{Op: wire.OpPut, Addr: head.addr()}).Append(nil)
+	sendWrite := func() {
+		if _, err := head.conn.WriteToUDPAddrPort(wire.AppendNodeOp(nil, &write, key, []byte("v"), ext), midAddr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	atTail := func(p *wire.NodePacket) bool { return p.Op == wire.OpChainWrite && p.Stamp == v }
+	sendWrite()
+	tail.recv("the chain-write at the tail", atTail)
+
+	s := n.admit.shards[0]
+	release := holdShard(t, s)
+	sendWrite() // the head's retransmission, queued
+	tail.send(midAddr, wire.Header{Op: wire.OpChainAck, KeyHash: h, Stamp: v, Node: ch[2], Epoch: m.Epoch()}, key, nil)
+	waitFor(t, "the ack in the control lane", func() bool { return len(s.ctl) == 1 && len(s.ch) == 1 })
+	probed := make(chan string, 1)
+	s.ch <- item{fn: func() {
+		rec, err := s.getRecord(n.treeOf(part), part, key)
+		probed <- fmt.Sprintf("clean %d, dirty %d (%v)", rec.Clean.Ver, len(rec.Dirty), err)
+	}}
+	release()
+	head.recv("the ack at the head", func(p *wire.NodePacket) bool { return p.Op == wire.OpChainAck && p.Stamp == v })
+	if got, want := <-probed, fmt.Sprintf("clean %d, dirty 0 (<nil>)", v); got != want {
+		t.Fatalf("after the ack and then the retransmitted chain-write: %s, want %s", got, want)
+	}
+	tail.recv("the retransmitted chain-write at the tail", atTail)
 }
