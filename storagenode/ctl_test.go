@@ -75,6 +75,13 @@ func startAmong(t *testing.T, replicas int, ends []*udpEnd, tweak func(*Options)
 	if tweak != nil {
 		tweak(&o)
 	}
+	return startReady(t, o), m, addr
+}
+
+// startReady starts a node with o, closed when the test ends, and waits
+// until it serves.
+func startReady(t *testing.T, o Options) *Node {
+	t.Helper()
 	n, err := Start(o)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +90,7 @@ func startAmong(t *testing.T, replicas int, ends []*udpEnd, tweak func(*Options)
 	if !n.WaitReady(10 * time.Second) {
 		t.Fatal("node not ready")
 	}
-	return n, m, addr
+	return n
 }
 
 // keyAt is a key whose chain in m has node 1 at position pos.

@@ -75,14 +75,7 @@ func startOnDevice(t *testing.T, p device.Profile, c device.Clock, tweaks ...fun
 	for _, tweak := range tweaks {
 		tweak(&o)
 	}
-	n, err := Start(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	if !n.WaitReady(10 * time.Second) {
-		t.Fatal("node not ready")
-	}
+	n := startReady(t, o)
 	cl, err := client.New(client.Options{Layout: m, Timeout: 2 * time.Second}) // no resends: the tests count reads
 	if err != nil {
 		t.Fatal(err)
