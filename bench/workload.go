@@ -240,7 +240,10 @@ func (s *Source) Workload() Workload { return s.w }
 
 // Key returns the name of key index i: KeyPrefix followed by i in 12 decimal
 // digits (user000000000042).
-func (s *Source) Key(i int64) []byte { return appendKey(nil, s.w.KeyPrefix, i) }
+func (s *Source) Key(i int64) []byte { return s.AppendKey(nil, i) }
+
+// AppendKey appends the name of key i to dst.
+func (s *Source) AppendKey(dst []byte, i int64) []byte { return appendKey(dst, s.w.KeyPrefix, i) }
 
 func appendKey(dst []byte, prefix string, i int64) []byte {
 	dst = append(dst, prefix...)

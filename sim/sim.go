@@ -229,20 +229,22 @@ func (c *Config) fill() error {
 }
 
 // request is one send of an operation, from its client to its reply: an
-// operation resent after a timeout has several.
+// operation resent after a timeout has several. Two cache lines, the
+// header and the rest: a request is touched at every event of its way,
+// thousands of others between, so each line is a cache miss.
 type request struct {
 	hdr     [wire.HeaderLen]byte
-	kind    bench.OpKind
-	key     int64
-	keyName []byte
+	key     int64  // the key's index (its name is the workload's for it)
 	issued  uint64 // when the operation was first issued
+	version uint64 // a write's version, once the head assigned it
+	minVer  uint64 // with CheckReads, the oldest version a read may return
 	rack    int32  // the rack the spine sent it to
 	client  int32
-	retries uint8
-	version uint64 // a write's version, once the head assigned it
 	op      int32  // its operation: an operation resent after a timeout has several requests
 	gen     uint32 // counts its sends, so that a timeout of an earlier send is stale
-	minVer  uint64 // with CheckReads, the oldest version a read may return
+	kind    bench.OpKind
+	retries uint8
+	_       [14]byte // to 128 bytes, so that a request starts a cache line
 }
 
 // operation is what a client waits for: its live request (the latest it
@@ -326,10 +328,14 @@ type Sim struct {
 
 	lay    *layout.Map
 	chains [][]wire.NodeID
-	racks  []*directory.Directory
-	spine  *directory.Spine
-	nodes  []node // by id − 1
-	ids    []wire.NodeID
+	// flatChains is chains in one array, Replicas a partition: a
+	// request's chain is one cache miss, not a slice header's and its
+	// array's.
+	flatChains []wire.NodeID
+	racks      []*directory.Directory
+	spine      *directory.Spine
+	nodes      []node // by id − 1
+	ids        []wire.NodeID
 
 	// What the storage nodes hold, by key index (keys), and whether the
 	// key is promoted in its home rack's directory (the head refuses
@@ -341,6 +347,7 @@ type Sim struct {
 	nearBuf  []wire.NodeID          // announce's copies in the tail's rack
 	farBuf   []wire.NodeID          // and in other racks
 	copyBuf  []wire.NodeID          // announce's list of copies
+	keyName  []byte                 // served's key name for the node's top-k
 	freeVSBs []int32
 
 	reqs     []request
@@ -465,7 +472,19 @@ func (s *Sim) buildLayout() error {
 		return err
 	}
 	s.lay, s.chains = m, m.Chains()
+	for p, ch := range s.chains {
+		if len(ch) != s.cfg.Replicas {
+			return fmt.Errorf("sim: partition %d's chain has %d nodes, want %d", p, len(ch), s.cfg.Replicas)
+		}
+		s.flatChains = append(s.flatChains, ch...)
+	}
 	return nil
+}
+
+// chain is partition p's chain.
+func (s *Sim) chain(p uint32) []wire.NodeID {
+	r := s.cfg.Replicas
+	return s.flatChains[int(p)*r : int(p+1)*r]
 }
 
 func (s *Sim) rackOf(id wire.NodeID) int { return (int(id) - 1) / s.cfg.RackSize }
@@ -620,7 +639,6 @@ func (s *Sim) issue(c int32, t uint64) {
 	i := s.newRequest()
 	r := &s.reqs[i]
 	r.kind, r.key, r.issued, r.client, r.retries = op.Kind, op.Index, t, c, 0
-	r.keyName = append(r.keyName[:0], op.Key...)
 	r.op = s.newOp(i)
 	s.send(i, t)
 }
@@ -698,7 +716,6 @@ func (s *Sim) timeout(d deadline) {
 	r = &s.reqs[d.req] // newRequest may have moved the slab
 	n := &s.reqs[j]
 	n.kind, n.key, n.issued, n.client, n.retries, n.op = r.kind, r.key, r.issued, r.client, r.retries, r.op
-	n.keyName = append(n.keyName[:0], r.keyName...)
 	o.live = j
 	s.send(j, s.now)
 }
@@ -786,7 +803,8 @@ func (s *Sim) served(id wire.NodeID) {
 	f := wire.Frame(r.hdr[:])
 	h := f.KeyHash()
 	p := h.Partition(s.cfg.PartitionBits)
-	pos := slices.Index(s.chains[p], id)
+	ch := s.chain(p)
+	pos := slices.Index(ch, id)
 	if pos >= 0 {
 		n.byPos[pos]++
 	}
@@ -796,7 +814,8 @@ func (s *Sim) served(id wire.NodeID) {
 		// cached keys among the candidates, so counting only misses
 		// changes no decision except that hits no longer take top-k
 		// counters from misses (and it halves the simulator's top-k time).
-		n.top.Add(r.keyName)
+		s.keyName = s.src.AppendKey(s.keyName[:0], r.key)
+		n.top.Add(s.keyName)
 	}
 	if s.stats.measuring {
 		n.measured++
@@ -839,13 +858,13 @@ func (s *Sim) served(id wire.NodeID) {
 		ks.version++
 	}
 	r.version = ks.version
-	s.at(uint64(len(s.chains[p])-1)*s.link(), event{kind: evCommit, a: i})
+	s.at(uint64(len(ch)-1)*s.link(), event{kind: evCommit, a: i})
 }
 
 // toTail is the way between node n and partition p's tail: a link to the
 // data plane and one on, and through the spine from another rack.
 func (s *Sim) toTail(n wire.NodeID, p uint32) uint64 {
-	ch := s.chains[p]
+	ch := s.chain(p)
 	d := 2 * s.link()
 	if s.rackOf(n) != s.rackOf(ch[len(ch)-1]) {
 		d += 2 * s.link()
@@ -877,7 +896,8 @@ func (s *Sim) commit(i int32) {
 	r := &s.reqs[i]
 	f := wire.Frame(r.hdr[:])
 	p := f.KeyHash().Partition(s.cfg.PartitionBits)
-	tail := s.chains[p][len(s.chains[p])-1]
+	ch := s.chain(p)
+	tail := ch[len(ch)-1]
 	k := r.key
 	s.keys[k].committed = max(s.keys[k].committed, r.version)
 	f.SetOp(wire.OpPutReply)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/netdir/netdir/bench"
 	"github.com/netdir/netdir/sched"
@@ -196,4 +197,13 @@ func TestSpineReadsAreLinearizable(t *testing.T) {
 		t.Fatal("racks that drop the spine's FlagVerify passed the linearizability check")
 	}
 	t.Log("mutant:", err)
+}
+
+// TestRequestIsTwoCacheLines: a request is touched cold at each event of
+// its way, so its size is kept to two cache lines, each request starting
+// one (the slab is page-aligned).
+func TestRequestIsTwoCacheLines(t *testing.T) {
+	if n := unsafe.Sizeof(request{}); n != 128 {
+		t.Errorf("request is %d bytes, want 128", n)
+	}
 }
