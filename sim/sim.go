@@ -240,17 +240,20 @@ type request struct {
 	minVer  uint64 // with CheckReads, the oldest version a read may return
 	rack    int32  // the rack the spine sent it to
 	client  int32
-	op      int32  // its operation: an operation resent after a timeout has several requests
-	gen     uint32 // counts its sends, so that a timeout of an earlier send is stale
+	op      int32 // its operation: an operation resent after a timeout has several requests
 	kind    bench.OpKind
 	retries uint8
-	_       [14]byte // to 128 bytes, so that a request starts a cache line
+	_       [18]byte // to 128 bytes, so that a request starts a cache line
 }
 
 // operation is what a client waits for: its live request (the latest it
-// sent; -1 once given up) and its current timeout.
+// sent; -1 once given up) and its current timeout. sends counts the sends
+// of the operations this slot has held, so that a deadline of an earlier
+// send is stale: a timeout tells so from the operation alone, without
+// the request (a cache miss for each of the many answered in time).
 type operation struct {
 	live    int32
+	sends   uint32
 	timeout uint64
 }
 
@@ -263,9 +266,9 @@ type timeouts struct {
 }
 
 type deadline struct {
-	t   uint64
-	req int32
-	gen uint32
+	t     uint64
+	op    int32
+	sends uint32 // the operation's sends when it was sent
 }
 
 // node is a storage node: one server behind two FIFO queues, writes
@@ -644,14 +647,13 @@ func (s *Sim) issue(c int32, t uint64) {
 }
 
 func (s *Sim) newOp(live int32) int32 {
-	o := operation{live: live, timeout: uint64(s.cfg.ClientTimeout)}
 	if n := len(s.freeOps); n > 0 {
 		i := s.freeOps[n-1]
 		s.freeOps = s.freeOps[:n-1]
-		s.ops[i] = o
+		s.ops[i].live, s.ops[i].timeout = live, uint64(s.cfg.ClientTimeout) // sends go on counting
 		return i
 	}
-	s.ops = append(s.ops, o)
+	s.ops = append(s.ops, operation{live: live, timeout: uint64(s.cfg.ClientTimeout)})
 	return int32(len(s.ops) - 1)
 }
 
@@ -674,10 +676,11 @@ func (s *Sim) popTimeout() deadline {
 	return d
 }
 
-// armTimeout notes request i's deadline for the send at time t.
-func (s *Sim) armTimeout(i int32, t uint64) {
-	r := &s.reqs[i]
-	d := s.ops[r.op].timeout
+// armTimeout notes operation op's deadline for its send at time t.
+func (s *Sim) armTimeout(op int32, t uint64) {
+	o := &s.ops[op]
+	o.sends++
+	d := o.timeout
 	j := 0
 	for j < len(s.timeouts) && s.timeouts[j].d != d {
 		j++
@@ -687,7 +690,7 @@ func (s *Sim) armTimeout(i int32, t uint64) {
 		j = len(s.timeouts) - 1
 	}
 	tq := &s.timeouts[j]
-	tq.push(deadline{t + d, i, r.gen})
+	tq.push(deadline{t + d, op, o.sends})
 	if tq.len() == 1 && (t+d < s.nextDeadline || t+d == s.nextDeadline && j < s.nextTimeout) {
 		s.nextTimeout, s.nextDeadline = j, t+d
 	}
@@ -698,11 +701,12 @@ func (s *Sim) armTimeout(i int32, t uint64) {
 // sends it again as a new request with twice the timeout; the first stays
 // queued where it is, and its reply will be dropped.
 func (s *Sim) timeout(d deadline) {
-	r := &s.reqs[d.req]
-	if r.gen != d.gen || s.ops[r.op].live != d.req {
+	o := &s.ops[d.op]
+	if o.live < 0 || o.sends != d.sends {
 		return // answered, resent or given up since
 	}
-	o := &s.ops[r.op]
+	live := o.live
+	r := &s.reqs[live]
 	if s.now-r.issued >= uint64(s.cfg.OpTimeout) {
 		o.live = -1
 		s.endOp(r, false, s.now)
@@ -713,7 +717,7 @@ func (s *Sim) timeout(d deadline) {
 	}
 	o.timeout = min(2*o.timeout, uint64(s.cfg.ClientMaxTimeout))
 	j := s.newRequest()
-	r = &s.reqs[d.req] // newRequest may have moved the slab
+	r = &s.reqs[live] // newRequest may have moved the slab
 	n := &s.reqs[j]
 	n.kind, n.key, n.issued, n.client, n.retries, n.op = r.kind, r.key, r.issued, r.client, r.retries, r.op
 	o.live = j
@@ -736,9 +740,8 @@ func (s *Sim) send(i int32, t uint64) {
 		l := s.linOf(r.key)
 		r.minVer = max(l.acked, l.seen)
 	}
-	r.gen++
 	s.stats.issued++
-	s.armTimeout(i, t)
+	s.armTimeout(r.op, t)
 	s.at(t-s.now+s.link(), event{kind: evAtPlane, a: i})
 }
 
