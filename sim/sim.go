@@ -611,7 +611,8 @@ func (s *Sim) warmNext(l *lane) {
 }
 
 // warm reads the request or node event e touches first and, deeper, what
-// that leads to: the request in service, a reply's operation.
+// that leads to: the request in service, a request's node, a reply's
+// operation.
 func (s *Sim) warm(e *event, deeper bool) {
 	switch e.kind {
 	case evServed:
@@ -628,7 +629,14 @@ func (s *Sim) warm(e *event, deeper bool) {
 		} else {
 			s.warmed += int32(r.hdr[0])
 		}
-	case evAtPlane, evAtNode, evCommit, evVerify:
+	case evAtNode:
+		r := &s.reqs[e.a]
+		if deeper {
+			s.warmed += s.node(wire.Frame(r.hdr[:]).Node()).serving
+		} else {
+			s.warmed += int32(r.hdr[0])
+		}
+	case evAtPlane, evCommit, evVerify:
 		s.warmed += int32(s.reqs[e.a].hdr[0])
 	}
 }
