@@ -164,6 +164,10 @@ type Source struct {
 	cum   [numOpKinds]float64
 	zetan float64
 	theta float64
+	// zipfTable is the zipf draw's table (tabledZipf), built by the first
+	// stream.
+	zipfOnce  sync.Once
+	zipfTable []int32
 
 	ins *ackCounter
 }
@@ -315,16 +319,24 @@ type keyGen interface{ Next(*rand.Rand) int64 }
 // one.
 func (s *Source) Stream(i int) *Stream {
 	seed := s.w.Seed*1_000_003 + int64(i)*7919 + 1
+	draws := &drawSource{Source64: rand.NewSource(seed).(rand.Source64)}
 	st := &Stream{
 		src: s,
-		r:   rand.New(rand.NewSource(seed)),
+		r:   rand.New(draws),
 		key: make([]byte, 0, len(s.w.KeyPrefix)+12),
 	}
 	switch s.w.Dist {
 	case DistZipf:
 		// The zeta sum is computed once in Build and passed in, so a stream
-		// costs O(1) to set up.
-		st.keys = generator.NewZipfian(0, s.w.Keys-1, s.theta, s.zetan)
+		// costs O(1) to set up; the table once per source.
+		z := generator.NewZipfian(0, s.w.Keys-1, s.theta, s.zetan)
+		s.zipfOnce.Do(func() { s.zipfTable = newZipfTable(s.w.Keys, s.theta, s.zetan) })
+		if s.zipfTable == nil {
+			st.keys = z
+			break
+		}
+		again := &replaySource{}
+		st.keys = &tabledZipf{z: z, table: s.zipfTable, draws: draws, again: again, replay: rand.New(again)}
 	default:
 		st.keys = generator.NewUniform(0, s.w.Keys-1)
 	}
