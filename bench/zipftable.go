@@ -10,10 +10,11 @@ import (
 // zipfTableBits: the zipf draw's table has 2^zipfTableBits ranges of u.
 const zipfTableBits = 14
 
-// zipfMargin is how far from an integer the generator's formula must be,
-// at both ends of a range, for the range to draw one rank: math.Pow's
-// rounding moves N·x^α by about 1e-9 at 100k keys, far less.
-const zipfMargin = 1e-6
+// zipfMargin is how far from an integer the generator's formula over n
+// keys must be, at both ends of a range, for the range to draw one rank:
+// math.Pow's rounding moves n·x^α by about n·1e-14 (1e-9 at 100k keys),
+// far less.
+func zipfMargin(n int64) float64 { return 1e-6 + float64(n)*1e-10 }
 
 // tabledZipf is go-ycsb's Zipfian through a table of the rank it draws
 // for each of 2^zipfTableBits equal ranges of its uniform u, where that
@@ -93,7 +94,7 @@ func newZipfTable(n int64, theta, zetan float64) []int32 {
 		}
 		return 2, float64(n) * math.Pow(eta*u-eta+1, alpha)
 	}
-	m := 1 << zipfTableBits
+	m, margin := 1<<zipfTableBits, zipfMargin(n)
 	table := make([]int32, m)
 	for b := range table {
 		table[b] = -1
@@ -108,7 +109,7 @@ func newZipfTable(n int64, theta, zetan float64) []int32 {
 		if blo != bhi {
 			continue
 		}
-		if blo == 2 && (int64(vlo) != k || int64(vhi) != k || vlo-float64(k) < zipfMargin || float64(k+1)-vhi < zipfMargin) {
+		if blo == 2 && (int64(vlo) != k || int64(vhi) != k || vlo-float64(k) < margin || float64(k+1)-vhi < margin) {
 			continue
 		}
 		table[b] = int32(k)
