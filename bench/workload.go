@@ -407,6 +407,15 @@ func (st *Stream) Kind() OpKind {
 // Next draws the next operation. An insert must be passed to Done once it has
 // completed (successfully or not), so that read-latest reads can see it.
 func (st *Stream) Next() Op {
+	op := st.Draw()
+	st.key = appendKey(st.key[:0], st.src.w.KeyPrefix, op.Index)
+	op.Key = st.key
+	return op
+}
+
+// Draw is Next without the key's name (Key is nil), for a caller that
+// knows keys by index (Source.AppendKey names them): the same draws.
+func (st *Stream) Draw() Op {
 	op := Op{Kind: st.Kind()}
 	switch op.Kind {
 	case OpInsert:
@@ -419,8 +428,6 @@ func (st *Stream) Next() Op {
 			op.Index = r
 		}
 	}
-	st.key = appendKey(st.key[:0], st.src.w.KeyPrefix, op.Index)
-	op.Key = st.key
 	switch op.Kind {
 	case OpUpdate, OpInsert, OpReadModifyWrite:
 		op.Value = st.value(st.ValueSize())

@@ -704,7 +704,7 @@ func (s *Sim) issue(c int32, t uint64) {
 // nextOp is the stream's next operation (its kind and key index only).
 func (s *Sim) nextOp() bench.Op {
 	draw := func() bench.Op {
-		op := s.stream.Next()
+		op := s.stream.Draw()
 		return bench.Op{Kind: op.Kind, Index: op.Index}
 	}
 	if s.noAhead {
