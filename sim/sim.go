@@ -285,7 +285,7 @@ type node struct {
 	byPos    []uint64
 	measured uint64
 	latency  time.Duration // mean service time, for HATS's T
-	top      *sched.TopK
+	top      sched.TopK    // in the node, not behind a pointer: one cache miss less per count
 }
 
 // backlog is the requests queued or in service: the load a reply reports.
@@ -444,7 +444,7 @@ func New(cfg Config) (*Sim, error) {
 	s.nodes = make([]node, cfg.Nodes)
 	for i, id := range s.ids {
 		s.nodes[i] = node{id: id, rack: s.rackOf(id), serving: -1, byPos: make([]uint64, cfg.Replicas),
-			latency: s.serviceMean(), top: sched.NewTopK(64)}
+			latency: s.serviceMean(), top: *sched.NewTopK(64)}
 	}
 	keys := src.Workload().Keys
 	s.keys = make([]keyState, keys)
