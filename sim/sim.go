@@ -25,6 +25,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+	"unsafe"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
@@ -329,8 +330,8 @@ type Sim struct {
 	stream *bench.Stream
 	src    *bench.Source
 	// ahead is the stream's next operation (kind and key index), drawn
-	// one issue early so that its key's state is read ahead (a cache miss
-	// then overlaps other events); not with workload D (noAhead), whose
+	// one issue early so that its key's state is prefetched (its cache
+	// miss then overlaps other events); not with workload D (noAhead), whose
 	// reads of the latest key depend on the inserts acknowledged by then.
 	ahead             bench.Op
 	hasAhead, noAhead bool
@@ -368,7 +369,6 @@ type Sim struct {
 	nextTimeout  int
 	nextDeadline uint64
 	ctl          *control
-	warmed       int32 // the sum of warm's reads, so that the compiler keeps them
 	lat          *hdrhistogram.Histogram
 	stats        runStats
 	// With CheckReads: per key, and the version of each copy by the VSB
@@ -602,11 +602,11 @@ func (s *Sim) Run() (bench.Run, error) {
 	return bench.Run{}, errors.New("sim: no events left before the requests were done")
 }
 
-// warmNext reads, ahead of time, what the next events of lane l touch
-// first, so that their cache misses overlap the event in hand instead of
-// stalling the loop one after the other (at 1024 nodes the requests,
-// nodes and operations are megabytes, touched at random). The lane's
-// first event is likely the next handled: its reads go one step deeper.
+// warmNext prefetches what the next events of lane l touch first, so
+// that their cache misses overlap the event in hand instead of stalling
+// the loop one after the other (at 1024 nodes the requests, nodes and
+// operations are megabytes, touched at random). The lane's first event is
+// likely the next handled: for it, warm goes one step deeper.
 func (s *Sim) warmNext(l *lane) {
 	if l.len() > 1 {
 		s.warm(l.at(1), false)
@@ -616,34 +616,34 @@ func (s *Sim) warmNext(l *lane) {
 	}
 }
 
-// warm reads the request or node event e touches first and, deeper, what
-// that leads to: the request in service, a request's node, a reply's
-// operation.
+// warm prefetches the request or node event e touches first or, deeper,
+// what that leads to (read from the first, prefetched one event before):
+// the request in service, a request's node, a reply's operation.
 func (s *Sim) warm(e *event, deeper bool) {
 	switch e.kind {
 	case evServed:
 		n := &s.nodes[e.node-1]
 		if deeper && n.serving >= 0 {
-			s.warmed += int32(s.reqs[n.serving].hdr[0])
+			prefetch(uintptr(unsafe.Pointer(&s.reqs[n.serving])))
 		} else {
-			s.warmed += n.serving
+			prefetch(uintptr(unsafe.Pointer(n)))
 		}
 	case evReplyAtPlane:
 		r := &s.reqs[e.a]
 		if deeper {
-			s.warmed += s.ops[r.op].live
+			prefetch(uintptr(unsafe.Pointer(&s.ops[r.op])))
 		} else {
-			s.warmed += int32(r.hdr[0])
+			prefetch(uintptr(unsafe.Pointer(r)))
 		}
 	case evAtNode:
 		r := &s.reqs[e.a]
 		if deeper {
-			s.warmed += s.node(wire.Frame(r.hdr[:]).Node()).serving
+			prefetch(uintptr(unsafe.Pointer(s.node(wire.Frame(r.hdr[:]).Node()))))
 		} else {
-			s.warmed += int32(r.hdr[0])
+			prefetch(uintptr(unsafe.Pointer(r)))
 		}
 	case evAtPlane, evCommit, evVerify:
-		s.warmed += int32(s.reqs[e.a].hdr[0])
+		prefetch(uintptr(unsafe.Pointer(&s.reqs[e.a])))
 	}
 }
 
@@ -716,7 +716,7 @@ func (s *Sim) nextOp() bench.Op {
 	op := s.ahead
 	s.ahead = draw()
 	if k := s.ahead.Index; k < int64(len(s.keys)) {
-		s.warmed += int32(s.keys[k].version)
+		prefetch(uintptr(unsafe.Pointer(&s.keys[k])))
 	}
 	return op
 }
