@@ -606,43 +606,54 @@ func (s *Sim) Run() (bench.Run, error) {
 // that their cache misses overlap the event in hand instead of stalling
 // the loop one after the other (at 1024 nodes the requests, nodes and
 // operations are megabytes, touched at random). The lane's first event is
-// likely the next handled: for it, warm goes one step deeper.
+// likely the next handled: warm goes deeper the nearer an event is.
 func (s *Sim) warmNext(l *lane) {
-	if l.len() > 1 {
-		s.warm(l.at(1), false)
-	}
-	if l.len() > 0 {
-		s.warm(l.first(), true)
+	for i := min(l.len(), 3) - 1; i >= 0; i-- {
+		s.warm(l.at(i), 2-i)
 	}
 }
 
-// warm prefetches the request or node event e touches first or, deeper,
-// what that leads to (read from the first, prefetched one event before):
-// the request in service, a request's node, a reply's operation.
-func (s *Sim) warm(e *event, deeper bool) {
+// warm prefetches, at depth 0, the request or node event e touches first;
+// deeper, what that leads to (read from the lines prefetched one event
+// before): the request in service and then its key's state and chain, a
+// request's node, a reply's operation, a commit's key state.
+func (s *Sim) warm(e *event, depth int) {
 	switch e.kind {
 	case evServed:
 		n := &s.nodes[e.node-1]
-		if deeper && n.serving >= 0 {
-			prefetch(uintptr(unsafe.Pointer(&s.reqs[n.serving])))
-		} else {
+		switch {
+		case depth == 0 || n.serving < 0:
 			prefetch(uintptr(unsafe.Pointer(n)))
+		case depth == 1:
+			prefetch(uintptr(unsafe.Pointer(&s.reqs[n.serving])))
+		default:
+			r := &s.reqs[n.serving]
+			prefetch(uintptr(unsafe.Pointer(&s.keys[r.key])))
+			p := wire.Frame(r.hdr[:]).KeyHash().Partition(s.cfg.PartitionBits)
+			prefetch(uintptr(unsafe.Pointer(&s.flatChains[int(p)*s.cfg.Replicas])))
 		}
 	case evReplyAtPlane:
 		r := &s.reqs[e.a]
-		if deeper {
+		if depth > 0 {
 			prefetch(uintptr(unsafe.Pointer(&s.ops[r.op])))
 		} else {
 			prefetch(uintptr(unsafe.Pointer(r)))
 		}
 	case evAtNode:
 		r := &s.reqs[e.a]
-		if deeper {
+		if depth > 0 {
 			prefetch(uintptr(unsafe.Pointer(s.node(wire.Frame(r.hdr[:]).Node()))))
 		} else {
 			prefetch(uintptr(unsafe.Pointer(r)))
 		}
-	case evAtPlane, evCommit, evVerify:
+	case evCommit:
+		r := &s.reqs[e.a]
+		if depth > 0 {
+			prefetch(uintptr(unsafe.Pointer(&s.keys[r.key])))
+		} else {
+			prefetch(uintptr(unsafe.Pointer(r)))
+		}
+	case evAtPlane, evVerify:
 		prefetch(uintptr(unsafe.Pointer(&s.reqs[e.a])))
 	}
 }
