@@ -623,40 +623,31 @@ func (s *Sim) warm(e *event, depth int) {
 		n := &s.nodes[e.node-1]
 		switch {
 		case depth == 0 || n.serving < 0:
-			prefetch(uintptr(unsafe.Pointer(n)))
+			prefetchAt(n)
 		case depth == 1:
-			prefetch(uintptr(unsafe.Pointer(&s.reqs[n.serving])))
+			prefetchAt(&s.reqs[n.serving])
 		default:
 			r := &s.reqs[n.serving]
-			prefetch(uintptr(unsafe.Pointer(&s.keys[r.key])))
-			p := wire.Frame(r.hdr[:]).KeyHash().Partition(s.cfg.PartitionBits)
-			prefetch(uintptr(unsafe.Pointer(&s.flatChains[int(p)*s.cfg.Replicas])))
+			prefetchAt(&s.keys[r.key])
+			prefetchAt(&s.chain(wire.Frame(r.hdr[:]).KeyHash().Partition(s.cfg.PartitionBits))[0])
 		}
-	case evReplyAtPlane:
+	case evAtPlane, evVerify, evAtNode, evCommit, evReplyAtPlane:
 		r := &s.reqs[e.a]
-		if depth > 0 {
-			prefetch(uintptr(unsafe.Pointer(&s.ops[r.op])))
-		} else {
-			prefetch(uintptr(unsafe.Pointer(r)))
+		switch {
+		case depth == 0 || e.kind == evAtPlane || e.kind == evVerify:
+			prefetchAt(r)
+		case e.kind == evAtNode:
+			prefetchAt(s.node(wire.Frame(r.hdr[:]).Node()))
+		case e.kind == evCommit:
+			prefetchAt(&s.keys[r.key])
+		default:
+			prefetchAt(&s.ops[r.op])
 		}
-	case evAtNode:
-		r := &s.reqs[e.a]
-		if depth > 0 {
-			prefetch(uintptr(unsafe.Pointer(s.node(wire.Frame(r.hdr[:]).Node()))))
-		} else {
-			prefetch(uintptr(unsafe.Pointer(r)))
-		}
-	case evCommit:
-		r := &s.reqs[e.a]
-		if depth > 0 {
-			prefetch(uintptr(unsafe.Pointer(&s.keys[r.key])))
-		} else {
-			prefetch(uintptr(unsafe.Pointer(r)))
-		}
-	case evAtPlane, evVerify:
-		prefetch(uintptr(unsafe.Pointer(&s.reqs[e.a])))
 	}
 }
+
+// prefetchAt prefetches the cache line at p.
+func prefetchAt[T any](p *T) { prefetch(uintptr(unsafe.Pointer(p))) }
 
 func (s *Sim) startMeasuring() {
 	s.stats.measuring = true
@@ -727,7 +718,7 @@ func (s *Sim) nextOp() bench.Op {
 	op := s.ahead
 	s.ahead = draw()
 	if k := s.ahead.Index; k < int64(len(s.keys)) {
-		prefetch(uintptr(unsafe.Pointer(&s.keys[k])))
+		prefetchAt(&s.keys[k])
 	}
 	return op
 }
