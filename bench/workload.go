@@ -164,6 +164,10 @@ type Source struct {
 	cum   [numOpKinds]float64
 	zetan float64
 	theta float64
+	// zipfTable is the zipf draw's table (tabledZipf), built by the first
+	// stream.
+	zipfOnce  sync.Once
+	zipfTable []int32
 
 	ins *ackCounter
 }
@@ -240,7 +244,10 @@ func (s *Source) Workload() Workload { return s.w }
 
 // Key returns the name of key index i: KeyPrefix followed by i in 12 decimal
 // digits (user000000000042).
-func (s *Source) Key(i int64) []byte { return appendKey(nil, s.w.KeyPrefix, i) }
+func (s *Source) Key(i int64) []byte { return s.AppendKey(nil, i) }
+
+// AppendKey appends the name of key i to dst.
+func (s *Source) AppendKey(dst []byte, i int64) []byte { return appendKey(dst, s.w.KeyPrefix, i) }
 
 func appendKey(dst []byte, prefix string, i int64) []byte {
 	dst = append(dst, prefix...)
@@ -312,16 +319,24 @@ type keyGen interface{ Next(*rand.Rand) int64 }
 // one.
 func (s *Source) Stream(i int) *Stream {
 	seed := s.w.Seed*1_000_003 + int64(i)*7919 + 1
+	draws := &drawSource{Source64: rand.NewSource(seed).(rand.Source64)}
 	st := &Stream{
 		src: s,
-		r:   rand.New(rand.NewSource(seed)),
+		r:   rand.New(draws),
 		key: make([]byte, 0, len(s.w.KeyPrefix)+12),
 	}
 	switch s.w.Dist {
 	case DistZipf:
 		// The zeta sum is computed once in Build and passed in, so a stream
-		// costs O(1) to set up.
-		st.keys = generator.NewZipfian(0, s.w.Keys-1, s.theta, s.zetan)
+		// costs O(1) to set up; the table once per source.
+		z := generator.NewZipfian(0, s.w.Keys-1, s.theta, s.zetan)
+		s.zipfOnce.Do(func() { s.zipfTable = newZipfTable(s.w.Keys, s.theta, s.zetan) })
+		if s.zipfTable == nil {
+			st.keys = z
+			break
+		}
+		again := &replaySource{}
+		st.keys = &tabledZipf{z: z, table: s.zipfTable, draws: draws, again: again, replay: rand.New(again)}
 	default:
 		st.keys = generator.NewUniform(0, s.w.Keys-1)
 	}
@@ -392,6 +407,15 @@ func (st *Stream) Kind() OpKind {
 // Next draws the next operation. An insert must be passed to Done once it has
 // completed (successfully or not), so that read-latest reads can see it.
 func (st *Stream) Next() Op {
+	op := st.Draw()
+	st.key = appendKey(st.key[:0], st.src.w.KeyPrefix, op.Index)
+	op.Key = st.key
+	return op
+}
+
+// Draw is Next without the key's name (Key is nil), for a caller that
+// knows keys by index (Source.AppendKey names them): the same draws.
+func (st *Stream) Draw() Op {
 	op := Op{Kind: st.Kind()}
 	switch op.Kind {
 	case OpInsert:
@@ -404,8 +428,6 @@ func (st *Stream) Next() Op {
 			op.Index = r
 		}
 	}
-	st.key = appendKey(st.key[:0], st.src.w.KeyPrefix, op.Index)
-	op.Key = st.key
 	switch op.Kind {
 	case OpUpdate, OpInsert, OpReadModifyWrite:
 		op.Value = st.value(st.ValueSize())

@@ -387,3 +387,20 @@ func TestScanReadsFirstKey(t *testing.T) {
 		t.Fatal("no scans drawn")
 	}
 }
+
+// TestDrawIsNextUnnamed: Draw gives Next's operations, but for the key's
+// name, which Source.AppendKey gives.
+func TestDrawIsNextUnnamed(t *testing.T) {
+	src, err := Workload{Name: "A", Keys: 1000, Seed: 4}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	named, unnamed := src.Stream(1), src.Stream(1)
+	for i := range 10_000 {
+		a, b := named.Next(), unnamed.Draw()
+		if a.Kind != b.Kind || a.Index != b.Index || string(a.Value) != string(b.Value) || b.Key != nil ||
+			string(a.Key) != string(src.AppendKey(nil, b.Index)) {
+			t.Fatalf("draw %d: Next %v %d %q, Draw %v %d %q", i, a.Kind, a.Index, a.Key, b.Kind, b.Index, b.Key)
+		}
+	}
+}

@@ -212,10 +212,13 @@ type Directory struct {
 	lastVSB     wire.KeyHash
 	lastVSBSlot uint32
 	lastVSBOK   bool
-	sketch      [SketchRows][SketchCols]uint32
-	floors      []uint64 // by FloorIndex: the highest stamp issued, kept across evictions
-	counter     Counters
-	qos         qosCounters
+	// lastVSBMember is the LocationList index of the previous VSB's
+	// node: the next VSB tries the one after it first.
+	lastVSBMember int
+	sketch        [SketchRows][SketchCols]uint32
+	floors        []uint64 // by FloorIndex: the highest stamp issued, kept across evictions
+	counter       Counters
+	qos           qosCounters
 }
 
 // New returns an empty directory; partitions have no chain until set.

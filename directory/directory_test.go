@@ -551,3 +551,42 @@ func TestVSBAfterEvictAndPortKinds(t *testing.T) {
 		}
 	}
 }
+
+// TestVSBMembersInAnyOrder: a VSB's node is found in the LocationList
+// whatever the order VSBs come in (the next index after the previous
+// VSB's is only tried first): in order, reversed, shuffled, with nodes
+// outside the list and chain members that are not the tail between them.
+func TestVSBMembersInAnyOrder(t *testing.T) {
+	d := populated(t, directory.Config{MaxNodes: 64})
+	locs := []wire.NodeID{1, 2, 3}
+	for n := wire.NodeID(10); n < 22; n++ {
+		locs = append(locs, n)
+	}
+	if _, err := d.Insert(key("wide"), locs, 3, 7, nil); err != nil {
+		t.Fatal(err)
+	}
+	for n := uint32(1); n < 40; n++ {
+		d.SetPort(n, directory.PortStorage)
+	}
+	// want: a member at or after the tail is accepted, any other refused.
+	want := func(n wire.NodeID) directory.Verdict {
+		if slices.Index(locs, n) >= 2 {
+			return directory.Verdict{Action: directory.Multicast}
+		}
+		return directory.Verdict{Action: directory.Drop, Reason: directory.ReasonVSBNotMember}
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	inOrder := slices.Clone(locs)
+	reversed := slices.Clone(locs)
+	slices.Reverse(reversed)
+	mixed := append(slices.Clone(locs), 30, 31, 1, 2, 32)
+	r.Shuffle(len(mixed), func(i, j int) { mixed[i], mixed[j] = mixed[j], mixed[i] })
+	skipping := []wire.NodeID{10, 30, 12, 11, 31, 13, 2, 14, 21, 20, 3, 1}
+	for name, order := range map[string][]wire.NodeID{"in order": inOrder, "reversed": reversed, "mixed": mixed, "skipping": skipping} {
+		for _, n := range order {
+			if v := d.Process(pkt(t, wire.OpVSB, "wide", 0, 7, n), uint32(n), 0); v != want(n) {
+				t.Errorf("%s: VSB of node %d = %v, want %v", name, n, v, want(n))
+			}
+		}
+	}
+}

@@ -151,6 +151,18 @@ func (d *Directory) vsbSlot(h *wire.KeyHash) *Slot {
 	return &d.slots[i]
 }
 
+// vsbMember is s.member(n) for a VSB: the copies of one commit announce
+// in LocationList order, so the index after the previous VSB's is tried
+// first (a LocationList's nodes are distinct: a match is the member).
+func (d *Directory) vsbMember(s *Slot, n wire.NodeID) int {
+	i := d.lastVSBMember + 1
+	if i >= int(s.N) || s.Locs[i] != n {
+		i = s.member(n)
+	}
+	d.lastVSBMember = i
+	return i
+}
+
 // requestFlags are the flags only a data plane or a node sets; a request
 // arrives with them cleared, so no client can forge them.
 const requestFlags = wire.FlagStamped | wire.FlagHit | wire.FlagReservation | wire.FlagVerify
@@ -388,7 +400,7 @@ func (d *Directory) vsb(f wire.Frame, h *wire.KeyHash, port uint32) Verdict {
 	if s == nil {
 		return d.drop(ReasonVSBNotCached)
 	}
-	i := s.member(f.Node())
+	i := d.vsbMember(s, f.Node())
 	v := f.Stamp()
 	switch {
 	case i < 0 || (i < int(s.R)-1):

@@ -82,7 +82,8 @@ func TestTopKNoAllocs(t *testing.T) {
 // scan for the smallest (count, key), so the counts match Space-Saving's;
 // for short keys and for keys that share their first 16 bytes, end in
 // zero bytes or prefix one another (the heap orders by a key's first 16
-// bytes before the key).
+// bytes before the key); its index finds every key counted after others
+// leave it.
 func TestTopKMatchesScan(t *testing.T) {
 	// Keys of 15 to 19 bytes over 'a' and the zero byte, so that many
 	// share their first 16 bytes or prefix one another.
@@ -102,6 +103,7 @@ func TestTopKMatchesScan(t *testing.T) {
 	keys := map[string]func(i int) string{
 		"short": func(i int) string { return fmt.Sprintf("k%d", i) },
 		"mixed": func(i int) string { return mixed[i%len(mixed)] },
+		"long":  func(i int) string { return fmt.Sprintf("%016d%d", 0, i) },
 	}
 	for name, keyOf := range keys {
 		t.Run(name, func(t *testing.T) {

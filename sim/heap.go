@@ -168,6 +168,9 @@ func (f *queue[T]) push(x T) {
 // first is the head; the queue must not be empty.
 func (f *queue[T]) first() *T { return &f.buf[f.head] }
 
+// at is the i'th from the head; i must be below len.
+func (f *queue[T]) at(i int) *T { return &f.buf[(f.head+i)&(len(f.buf)-1)] }
+
 func (f *queue[T]) pop() T {
 	x := f.buf[f.head]
 	f.head = (f.head + 1) & (len(f.buf) - 1)

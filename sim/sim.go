@@ -25,6 +25,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+	"unsafe"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
@@ -229,26 +230,31 @@ func (c *Config) fill() error {
 }
 
 // request is one send of an operation, from its client to its reply: an
-// operation resent after a timeout has several.
+// operation resent after a timeout has several. Two cache lines, the
+// header and the rest: a request is touched at every event of its way,
+// thousands of others between, so each line is a cache miss.
 type request struct {
 	hdr     [wire.HeaderLen]byte
-	kind    bench.OpKind
-	key     int64
-	keyName []byte
+	key     int64  // the key's index (its name is the workload's for it)
 	issued  uint64 // when the operation was first issued
+	version uint64 // a write's version, once the head assigned it
+	minVer  uint64 // with CheckReads, the oldest version a read may return
 	rack    int32  // the rack the spine sent it to
 	client  int32
+	op      int32 // its operation: an operation resent after a timeout has several requests
+	kind    bench.OpKind
 	retries uint8
-	version uint64 // a write's version, once the head assigned it
-	op      int32  // its operation: an operation resent after a timeout has several requests
-	gen     uint32 // counts its sends, so that a timeout of an earlier send is stale
-	minVer  uint64 // with CheckReads, the oldest version a read may return
+	_       [18]byte // to 128 bytes, so that a request starts a cache line
 }
 
 // operation is what a client waits for: its live request (the latest it
-// sent; -1 once given up) and its current timeout.
+// sent; -1 once given up) and its current timeout. sends counts the sends
+// of the operations this slot has held, so that a deadline of an earlier
+// send is stale: a timeout tells so from the operation alone, without
+// the request (a cache miss for each of the many answered in time).
 type operation struct {
 	live    int32
+	sends   uint32
 	timeout uint64
 }
 
@@ -261,9 +267,9 @@ type timeouts struct {
 }
 
 type deadline struct {
-	t   uint64
-	req int32
-	gen uint32
+	t     uint64
+	op    int32
+	sends uint32 // the operation's sends when it was sent
 }
 
 // node is a storage node: one server behind two FIFO queues, writes
@@ -280,7 +286,7 @@ type node struct {
 	byPos    []uint64
 	measured uint64
 	latency  time.Duration // mean service time, for HATS's T
-	top      *sched.TopK
+	top      sched.TopK    // in the node, not behind a pointer: one cache miss less per count
 }
 
 // backlog is the requests queued or in service: the load a reply reports.
@@ -323,13 +329,23 @@ type Sim struct {
 	ev     events
 	stream *bench.Stream
 	src    *bench.Source
+	// ahead is the stream's next operation (kind and key index), drawn
+	// one issue early so that its key's state is prefetched (its cache
+	// miss then overlaps other events); not with workload D (noAhead), whose
+	// reads of the latest key depend on the inserts acknowledged by then.
+	ahead             bench.Op
+	hasAhead, noAhead bool
 
 	lay    *layout.Map
 	chains [][]wire.NodeID
-	racks  []*directory.Directory
-	spine  *directory.Spine
-	nodes  []node // by id − 1
-	ids    []wire.NodeID
+	// flatChains is chains in one array, Replicas a partition: a
+	// request's chain is one cache miss, not a slice header's and its
+	// array's.
+	flatChains []wire.NodeID
+	racks      []*directory.Directory
+	spine      *directory.Spine
+	nodes      []node // by id − 1
+	ids        []wire.NodeID
 
 	// What the storage nodes hold, by key index (keys), and whether the
 	// key is promoted in its home rack's directory (the head refuses
@@ -341,6 +357,7 @@ type Sim struct {
 	nearBuf  []wire.NodeID          // announce's copies in the tail's rack
 	farBuf   []wire.NodeID          // and in other racks
 	copyBuf  []wire.NodeID          // announce's list of copies
+	keyName  []byte                 // served's key name for the node's top-k
 	freeVSBs []int32
 
 	reqs     []request
@@ -390,7 +407,7 @@ func New(cfg Config) (*Sim, error) {
 		return nil, err
 	}
 	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x6e65746469720a)), src: src,
-		stream: src.Stream(0), keyOf: map[wire.KeyHash]int64{}, lat: bench.NewHistogram(),
+		stream: src.Stream(0), noAhead: src.Workload().Name == "D", keyOf: map[wire.KeyHash]int64{}, lat: bench.NewHistogram(),
 		nextTimeout: -1, nextDeadline: math.MaxUint64}
 	if err := s.buildLayout(); err != nil {
 		return nil, err
@@ -427,7 +444,7 @@ func New(cfg Config) (*Sim, error) {
 	s.nodes = make([]node, cfg.Nodes)
 	for i, id := range s.ids {
 		s.nodes[i] = node{id: id, rack: s.rackOf(id), serving: -1, byPos: make([]uint64, cfg.Replicas),
-			latency: s.serviceMean(), top: sched.NewTopK(64)}
+			latency: s.serviceMean(), top: *sched.NewTopK(64)}
 	}
 	keys := src.Workload().Keys
 	s.keys = make([]keyState, keys)
@@ -465,7 +482,19 @@ func (s *Sim) buildLayout() error {
 		return err
 	}
 	s.lay, s.chains = m, m.Chains()
+	for p, ch := range s.chains {
+		if len(ch) != s.cfg.Replicas {
+			return fmt.Errorf("sim: partition %d's chain has %d nodes, want %d", p, len(ch), s.cfg.Replicas)
+		}
+		s.flatChains = append(s.flatChains, ch...)
+	}
 	return nil
+}
+
+// chain is partition p's chain.
+func (s *Sim) chain(p uint32) []wire.NodeID {
+	r := s.cfg.Replicas
+	return s.flatChains[int(p)*r : int(p+1)*r]
 }
 
 func (s *Sim) rackOf(id wire.NodeID) int { return (int(id) - 1) / s.cfg.RackSize }
@@ -528,6 +557,9 @@ func (s *Sim) Run() (bench.Run, error) {
 		}
 		e := s.ev.take(src)
 		s.now = e.t
+		if src >= 0 {
+			s.warmNext(&s.ev.lanes[src])
+		}
 		if !s.stats.measuring && s.now >= warm {
 			s.startMeasuring()
 		}
@@ -569,6 +601,53 @@ func (s *Sim) Run() (bench.Run, error) {
 	}
 	return bench.Run{}, errors.New("sim: no events left before the requests were done")
 }
+
+// warmNext prefetches what the next events of lane l touch first, so
+// that their cache misses overlap the event in hand instead of stalling
+// the loop one after the other (at 1024 nodes the requests, nodes and
+// operations are megabytes, touched at random). The lane's first event is
+// likely the next handled: warm goes deeper the nearer an event is.
+func (s *Sim) warmNext(l *lane) {
+	for i := min(l.len(), 3) - 1; i >= 0; i-- {
+		s.warm(l.at(i), 2-i)
+	}
+}
+
+// warm prefetches, at depth 0, the request or node event e touches first;
+// deeper, what that leads to (read from the lines prefetched one event
+// before): the request in service and then its key's state and chain, a
+// request's node, a reply's operation, a commit's key state.
+func (s *Sim) warm(e *event, depth int) {
+	switch e.kind {
+	case evServed:
+		n := &s.nodes[e.node-1]
+		switch {
+		case depth == 0 || n.serving < 0:
+			prefetchAt(n)
+		case depth == 1:
+			prefetchAt(&s.reqs[n.serving])
+		default:
+			r := &s.reqs[n.serving]
+			prefetchAt(&s.keys[r.key])
+			prefetchAt(&s.chain(wire.Frame(r.hdr[:]).KeyHash().Partition(s.cfg.PartitionBits))[0])
+		}
+	case evAtPlane, evVerify, evAtNode, evCommit, evReplyAtPlane:
+		r := &s.reqs[e.a]
+		switch {
+		case depth == 0 || e.kind == evAtPlane || e.kind == evVerify:
+			prefetchAt(r)
+		case e.kind == evAtNode:
+			prefetchAt(s.node(wire.Frame(r.hdr[:]).Node()))
+		case e.kind == evCommit:
+			prefetchAt(&s.keys[r.key])
+		default:
+			prefetchAt(&s.ops[r.op])
+		}
+	}
+}
+
+// prefetchAt prefetches the cache line at p.
+func prefetchAt[T any](p *T) { prefetch(uintptr(unsafe.Pointer(p))) }
 
 func (s *Sim) startMeasuring() {
 	s.stats.measuring = true
@@ -616,24 +695,42 @@ func (s *Sim) issue(c int32, t uint64) {
 			return
 		}
 	}
-	op := s.stream.Next()
+	op := s.nextOp()
 	i := s.newRequest()
 	r := &s.reqs[i]
 	r.kind, r.key, r.issued, r.client, r.retries = op.Kind, op.Index, t, c, 0
-	r.keyName = append(r.keyName[:0], op.Key...)
 	r.op = s.newOp(i)
 	s.send(i, t)
 }
 
+// nextOp is the stream's next operation (its kind and key index only).
+func (s *Sim) nextOp() bench.Op {
+	draw := func() bench.Op {
+		op := s.stream.Draw()
+		return bench.Op{Kind: op.Kind, Index: op.Index}
+	}
+	if s.noAhead {
+		return draw()
+	}
+	if !s.hasAhead {
+		s.ahead, s.hasAhead = draw(), true
+	}
+	op := s.ahead
+	s.ahead = draw()
+	if k := s.ahead.Index; k < int64(len(s.keys)) {
+		prefetchAt(&s.keys[k])
+	}
+	return op
+}
+
 func (s *Sim) newOp(live int32) int32 {
-	o := operation{live: live, timeout: uint64(s.cfg.ClientTimeout)}
 	if n := len(s.freeOps); n > 0 {
 		i := s.freeOps[n-1]
 		s.freeOps = s.freeOps[:n-1]
-		s.ops[i] = o
+		s.ops[i].live, s.ops[i].timeout = live, uint64(s.cfg.ClientTimeout) // sends go on counting
 		return i
 	}
-	s.ops = append(s.ops, o)
+	s.ops = append(s.ops, operation{live: live, timeout: uint64(s.cfg.ClientTimeout)})
 	return int32(len(s.ops) - 1)
 }
 
@@ -656,10 +753,11 @@ func (s *Sim) popTimeout() deadline {
 	return d
 }
 
-// armTimeout notes request i's deadline for the send at time t.
-func (s *Sim) armTimeout(i int32, t uint64) {
-	r := &s.reqs[i]
-	d := s.ops[r.op].timeout
+// armTimeout notes operation op's deadline for its send at time t.
+func (s *Sim) armTimeout(op int32, t uint64) {
+	o := &s.ops[op]
+	o.sends++
+	d := o.timeout
 	j := 0
 	for j < len(s.timeouts) && s.timeouts[j].d != d {
 		j++
@@ -669,7 +767,7 @@ func (s *Sim) armTimeout(i int32, t uint64) {
 		j = len(s.timeouts) - 1
 	}
 	tq := &s.timeouts[j]
-	tq.push(deadline{t + d, i, r.gen})
+	tq.push(deadline{t + d, op, o.sends})
 	if tq.len() == 1 && (t+d < s.nextDeadline || t+d == s.nextDeadline && j < s.nextTimeout) {
 		s.nextTimeout, s.nextDeadline = j, t+d
 	}
@@ -680,11 +778,12 @@ func (s *Sim) armTimeout(i int32, t uint64) {
 // sends it again as a new request with twice the timeout; the first stays
 // queued where it is, and its reply will be dropped.
 func (s *Sim) timeout(d deadline) {
-	r := &s.reqs[d.req]
-	if r.gen != d.gen || s.ops[r.op].live != d.req {
+	o := &s.ops[d.op]
+	if o.live < 0 || o.sends != d.sends {
 		return // answered, resent or given up since
 	}
-	o := &s.ops[r.op]
+	live := o.live
+	r := &s.reqs[live]
 	if s.now-r.issued >= uint64(s.cfg.OpTimeout) {
 		o.live = -1
 		s.endOp(r, false, s.now)
@@ -695,10 +794,9 @@ func (s *Sim) timeout(d deadline) {
 	}
 	o.timeout = min(2*o.timeout, uint64(s.cfg.ClientMaxTimeout))
 	j := s.newRequest()
-	r = &s.reqs[d.req] // newRequest may have moved the slab
+	r = &s.reqs[live] // newRequest may have moved the slab
 	n := &s.reqs[j]
 	n.kind, n.key, n.issued, n.client, n.retries, n.op = r.kind, r.key, r.issued, r.client, r.retries, r.op
-	n.keyName = append(n.keyName[:0], r.keyName...)
 	o.live = j
 	s.send(j, s.now)
 }
@@ -719,9 +817,8 @@ func (s *Sim) send(i int32, t uint64) {
 		l := s.linOf(r.key)
 		r.minVer = max(l.acked, l.seen)
 	}
-	r.gen++
 	s.stats.issued++
-	s.armTimeout(i, t)
+	s.armTimeout(r.op, t)
 	s.at(t-s.now+s.link(), event{kind: evAtPlane, a: i})
 }
 
@@ -786,7 +883,8 @@ func (s *Sim) served(id wire.NodeID) {
 	f := wire.Frame(r.hdr[:])
 	h := f.KeyHash()
 	p := h.Partition(s.cfg.PartitionBits)
-	pos := slices.Index(s.chains[p], id)
+	ch := s.chain(p)
+	pos := slices.Index(ch, id)
 	if pos >= 0 {
 		n.byPos[pos]++
 	}
@@ -796,7 +894,8 @@ func (s *Sim) served(id wire.NodeID) {
 		// cached keys among the candidates, so counting only misses
 		// changes no decision except that hits no longer take top-k
 		// counters from misses (and it halves the simulator's top-k time).
-		n.top.Add(r.keyName)
+		s.keyName = s.src.AppendKey(s.keyName[:0], r.key)
+		n.top.Add(s.keyName)
 	}
 	if s.stats.measuring {
 		n.measured++
@@ -839,13 +938,13 @@ func (s *Sim) served(id wire.NodeID) {
 		ks.version++
 	}
 	r.version = ks.version
-	s.at(uint64(len(s.chains[p])-1)*s.link(), event{kind: evCommit, a: i})
+	s.at(uint64(len(ch)-1)*s.link(), event{kind: evCommit, a: i})
 }
 
 // toTail is the way between node n and partition p's tail: a link to the
 // data plane and one on, and through the spine from another rack.
 func (s *Sim) toTail(n wire.NodeID, p uint32) uint64 {
-	ch := s.chains[p]
+	ch := s.chain(p)
 	d := 2 * s.link()
 	if s.rackOf(n) != s.rackOf(ch[len(ch)-1]) {
 		d += 2 * s.link()
@@ -877,7 +976,8 @@ func (s *Sim) commit(i int32) {
 	r := &s.reqs[i]
 	f := wire.Frame(r.hdr[:])
 	p := f.KeyHash().Partition(s.cfg.PartitionBits)
-	tail := s.chains[p][len(s.chains[p])-1]
+	ch := s.chain(p)
+	tail := ch[len(ch)-1]
 	k := r.key
 	s.keys[k].committed = max(s.keys[k].committed, r.version)
 	f.SetOp(wire.OpPutReply)

@@ -2,8 +2,10 @@ package sim
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/netdir/netdir/bench"
 	"github.com/netdir/netdir/sched"
@@ -196,4 +198,42 @@ func TestSpineReadsAreLinearizable(t *testing.T) {
 		t.Fatal("racks that drop the spine's FlagVerify passed the linearizability check")
 	}
 	t.Log("mutant:", err)
+}
+
+// TestRequestIsTwoCacheLines: a request is touched cold at each event of
+// its way, so its size is kept to two cache lines, each request starting
+// one (the slab is page-aligned).
+func TestRequestIsTwoCacheLines(t *testing.T) {
+	if n := unsafe.Sizeof(request{}); n != 128 {
+		t.Errorf("request is %d bytes, want 128", n)
+	}
+}
+
+// TestDrawingAheadIsTheSameRun: drawing each operation one issue early
+// (to read its key's state ahead) gives the run drawing it at its issue
+// gives, inserts included; not for workload D, whose reads follow the
+// inserts acknowledged so far, so it draws at the issue.
+func TestDrawingAheadIsTheSameRun(t *testing.T) {
+	run := func(w string, noAhead bool) string {
+		cfg := smallConfig(5)
+		cfg.Workload.Name, cfg.Requests = w, 10_000
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.noAhead = noAhead
+		r, err := s.Run()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%+v", r)
+	}
+	for _, w := range []string{"A", "E"} {
+		if run(w, false) != run(w, true) {
+			t.Errorf("workload %s: drawn ahead, another run", w)
+		}
+	}
+	if run("D", false) == run("D", true) {
+		t.Error("workload D: drawn ahead, the same run; then it need not draw at the issue")
+	}
 }
