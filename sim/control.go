@@ -242,7 +242,9 @@ func (c *control) slotLoads(r int, counts map[wire.KeyHash]uint64) []sched.HotKe
 // spine's two choices can even out the racks' load (DistCache), its
 // home first and the others placed by sched.PlaceExtras against the racks'
 // load of keys already spread; in each other rack, a LocationList of
-// every node of the rack, its least loaded first: the rack primary.
+// sched.RackCopies nodes by the key's load there, placed by
+// sched.PlaceExtras against the rack's nodes' load of its directory keys,
+// its least loaded first: the rack primary.
 func (c *control) spineRound(rounds []rackRound) error {
 	s := c.s
 	nracks := len(s.racks)
@@ -303,6 +305,7 @@ func (c *control) spineRound(rounds []rackRound) error {
 	for r := range rackIDs {
 		rackIDs[r] = wire.NodeID(r)
 	}
+	nodeLoad := make([]map[wire.NodeID]float64, nracks) // per rack, as placing needs it
 	for _, cd := range dec.Promote {
 		k := s.keyOf[cd.Hash]
 		home := s.spine.Home(cd.Hash)
@@ -327,12 +330,14 @@ func (c *control) spineRound(rounds []rackRound) error {
 		for _, id := range others {
 			r := int(id)
 			nodes := s.rackNodes(r)
-			nodeLoad := sched.CopyLoad(c.slotLoads(r, rounds[r].counts), rounds[r].all)
-			// Every node of the rack, least loaded (the primary) first:
-			// the spine's two choices see a rack's requests in flight,
-			// not those of the key's nodes, so its share of a rack must
-			// be spread over the whole rack.
-			locs := sched.PlaceExtras(nil, nodes, nodeLoad, len(nodes), local/float64(len(nodes)))
+			if nodeLoad[r] == nil {
+				nodeLoad[r] = sched.CopyLoad(c.slotLoads(r, rounds[r].counts), rounds[r].all)
+			}
+			// As many nodes as the key's load in the rack needs, least
+			// loaded (the primary) first; the load placed adds up over
+			// the round's keys, or they would all take the same nodes.
+			k := sched.RackCopies(share, kr, nracks, len(nodes))
+			locs := sched.PlaceExtras(nil, nodes, nodeLoad[r], k, local/float64(k))
 			if _, err := s.racks[r].Insert(cd.Hash, locs, 1, wire.MakeStamp(0, s.keys[k].committed), nil); err != nil {
 				if errors.Is(err, directory.ErrFull) {
 					continue
