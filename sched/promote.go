@@ -79,28 +79,20 @@ func RackCount(share float64, racks int) int {
 	return min(max(want, 1), racks, 32)
 }
 
-// RackCopyHeadroom is how far above its fair share a node holding a copy
-// of a spread key in a remote rack may be expected to run. It is tighter
-// than CopyHeadroom: in a home rack a hot key's reads can still fall back
-// on its chain and the partitions' reads on chain-mates, while in a remote
-// rack the key has only its copies, and the spine's two choices see the
-// rack's reads in flight, not its copies' queues, so what the copies run
-// over must be small enough for the coarse loop's settle band to move
-// their partitions' reads off them (at 1024 nodes, YCSB C: 0.25 gave 0.94
-// of the ideal, 0.1 gave 0.97; BENCHMARKS, "Simulator").
-const RackCopyHeadroom = 0.1
-
 // RackCopies is the LocationList length, in each rack other than its
 // home, of a key that draws share of all requests and that the spine
 // spreads over spread of racks racks of nodes nodes each: CopyCount's rule
-// with RackCopyHeadroom for the key's share of one rack's requests,
+// with the given headroom for the key's share of one rack's requests,
 // share·racks/spread (the spine's two choices even its reads over its
 // racks), at least one node (the rack primary) and at most the rack and
-// 32. A remote rack copies the key only to as many nodes as that load
-// needs, not to every node of the rack: each copy costs a write and a
-// VSB per commit.
-func RackCopies(share float64, spread, racks, nodes int) int {
+// 32. It copies the key only to as many nodes as its load there needs,
+// where listing the whole rack costs a copy and a VSB per commit at every
+// node. The headroom must be small: a remote rack's copies have no chain
+// to fall back on, and their excess is left to the coarse loop, which
+// moves load only past its settle band (BENCHMARKS, "Simulator": at 1024
+// nodes 0.1 and even 0.03 put the open loop's max/mean over 1.05).
+func RackCopies(share float64, spread, racks, nodes int, headroom float64) int {
 	local := min(1, share*float64(racks)/float64(max(spread, 1)))
-	want := int(math.Ceil(local * float64(nodes) / (RackCopyHeadroom + local)))
+	want := int(math.Ceil(local * float64(nodes) / (headroom + local)))
 	return min(max(want, 1), nodes, 32)
 }

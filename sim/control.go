@@ -242,7 +242,8 @@ func (c *control) slotLoads(r int, counts map[wire.KeyHash]uint64) []sched.HotKe
 // spine's two choices can even out the racks' load (DistCache), its
 // home first and the others placed by sched.PlaceExtras against the racks'
 // load of keys already spread; in each other rack, a LocationList of
-// sched.RackCopies nodes by the key's load there, placed by
+// every node of the rack (or, with Config.RackCopyHeadroom,
+// sched.RackCopies nodes by the key's load there), placed by
 // sched.PlaceExtras against the rack's nodes' load of its directory keys,
 // its least loaded first: the rack primary.
 func (c *control) spineRound(rounds []rackRound) error {
@@ -330,14 +331,22 @@ func (c *control) spineRound(rounds []rackRound) error {
 		for _, id := range others {
 			r := int(id)
 			nodes := s.rackNodes(r)
-			if nodeLoad[r] == nil {
+			if nodeLoad[r] == nil || s.cfg.RackCopyHeadroom == 0 {
+				// Every node takes the whole rack's copies: its primary
+				// is chosen against the last round's loads, as it was.
 				nodeLoad[r] = sched.CopyLoad(c.slotLoads(r, rounds[r].counts), rounds[r].all)
 			}
-			// As many nodes as the key's load in the rack needs, least
-			// loaded (the primary) first; the load placed adds up over
+			// Every node of the rack, least loaded (the primary) first:
+			// the spine's two choices see a rack's reads in flight, not
+			// those of the key's nodes, so its share of a rack is spread
+			// over the whole rack. With Config.RackCopyHeadroom, as many
+			// nodes as its load there needs; the load placed adds up over
 			// the round's keys, or they would all take the same nodes.
-			k := sched.RackCopies(share, kr, nracks, len(nodes))
-			locs := sched.PlaceExtras(nil, nodes, nodeLoad[r], k, local/float64(k))
+			copies := len(nodes)
+			if h := s.cfg.RackCopyHeadroom; h > 0 {
+				copies = sched.RackCopies(share, kr, nracks, len(nodes), h)
+			}
+			locs := sched.PlaceExtras(nil, nodes, nodeLoad[r], copies, local/float64(copies))
 			if _, err := s.racks[r].Insert(cd.Hash, locs, 1, wire.MakeStamp(0, s.keys[k].committed), nil); err != nil {
 				if errors.Is(err, directory.ErrFull) {
 					continue

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"math"
 	"testing"
 	"time"
 
@@ -121,6 +122,7 @@ func TestBadConfigIsAnError(t *testing.T) {
 		"workload": {Workload: bench.Workload{Name: "Z"}},
 		"epoch":    {Epoch: time.Second},
 		"settle":   {Settle: sched.Settle{Tolerance: -0.1}},
+		"copies":   {RackCopyHeadroom: math.NaN()},
 	} {
 		if _, err := Run(cfg); err == nil {
 			t.Errorf("%s: no error", name)
@@ -196,4 +198,47 @@ func TestSpineReadsAreLinearizable(t *testing.T) {
 		t.Fatal("racks that drop the spine's FlagVerify passed the linearizability check")
 	}
 	t.Log("mutant:", err)
+}
+
+// TestRackCopiesByLoad: with Config.RackCopyHeadroom a remote rack lists
+// a spread key on the nodes its load there needs, the rack primary among
+// them, and reads stay linearizable; without it, on every node of the rack.
+func TestRackCopiesByLoad(t *testing.T) {
+	remoteLens := func(headroom float64) map[int]int {
+		cfg := smallConfig(2)
+		cfg.Nodes, cfg.RackSize, cfg.Concurrency = 64, 16, 512
+		cfg.Workload.Name, cfg.Requests, cfg.CheckReads, cfg.RackCopyHeadroom = "A", 40_000, true, headroom
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Run(); err != nil {
+			t.Fatalf("headroom %g: %v", headroom, err)
+		}
+		lens := map[int]int{}
+		for k, sk := range s.ctl.spread {
+			for i, locs := range sk.remote {
+				sl, ok := s.racks[sk.racks[i+1]].Lookup(s.hash(k))
+				if !ok || int(sl.N) != len(locs) || sl.Locs[0] != locs[0] || !sk.announcers.has(locs[0]) {
+					t.Fatalf("headroom %g: key %d's slot in rack %d is not its LocationList %v, primary first", headroom, k, sk.racks[i+1], locs)
+				}
+				lens[len(locs)]++
+			}
+		}
+		return lens
+	}
+	if lens := remoteLens(0); len(lens) != 1 || lens[16] == 0 {
+		t.Errorf("whole racks: remote LocationList lengths %v, want 16 only", lens)
+	}
+	lens := remoteLens(0.1)
+	t.Log("remote LocationList lengths by load:", lens)
+	short := 0
+	for n, c := range lens {
+		if n < 16 {
+			short += c
+		}
+	}
+	if short == 0 {
+		t.Errorf("by load: remote LocationList lengths %v, want some shorter than the rack", lens)
+	}
 }
