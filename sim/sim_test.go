@@ -123,6 +123,7 @@ func TestBadConfigIsAnError(t *testing.T) {
 		"epoch":    {Epoch: time.Second},
 		"settle":   {Settle: sched.Settle{Tolerance: -0.1}},
 		"copies":   {RackCopyHeadroom: math.NaN()},
+		"headroom": {RackCopyHeadroom: -0.1},
 	} {
 		if _, err := Run(cfg); err == nil {
 			t.Errorf("%s: no error", name)
@@ -200,37 +201,37 @@ func TestSpineReadsAreLinearizable(t *testing.T) {
 	t.Log("mutant:", err)
 }
 
-// TestRackCopiesByLoad: with Config.RackCopyHeadroom a remote rack lists
-// a spread key on the nodes its load there needs, the rack primary among
-// them, and reads stay linearizable; without it, on every node of the rack.
+// TestRackCopiesByLoad: a remote rack lists a spread key on the nodes its
+// load there needs, the rack primary first, and reads stay linearizable;
+// with Config.WholeRacks, on every node of the rack.
 func TestRackCopiesByLoad(t *testing.T) {
-	remoteLens := func(headroom float64) map[int]int {
+	remoteLens := func(wholeRacks bool) map[int]int {
 		cfg := smallConfig(2)
 		cfg.Nodes, cfg.RackSize, cfg.Concurrency = 64, 16, 512
-		cfg.Workload.Name, cfg.Requests, cfg.CheckReads, cfg.RackCopyHeadroom = "A", 40_000, true, headroom
+		cfg.Workload.Name, cfg.Requests, cfg.CheckReads, cfg.WholeRacks = "A", 40_000, true, wholeRacks
 		s, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.Run(); err != nil {
-			t.Fatalf("headroom %g: %v", headroom, err)
+			t.Fatalf("whole racks %v: %v", wholeRacks, err)
 		}
 		lens := map[int]int{}
 		for k, sk := range s.ctl.spread {
 			for i, locs := range sk.remote {
 				sl, ok := s.racks[sk.racks[i+1]].Lookup(s.hash(k))
 				if !ok || int(sl.N) != len(locs) || sl.Locs[0] != locs[0] || !sk.announcers.has(locs[0]) {
-					t.Fatalf("headroom %g: key %d's slot in rack %d is not its LocationList %v, primary first", headroom, k, sk.racks[i+1], locs)
+					t.Fatalf("whole racks %v: key %d's slot in rack %d is not its LocationList %v, primary first", wholeRacks, k, sk.racks[i+1], locs)
 				}
 				lens[len(locs)]++
 			}
 		}
 		return lens
 	}
-	if lens := remoteLens(0); len(lens) != 1 || lens[16] == 0 {
+	if lens := remoteLens(true); len(lens) != 1 || lens[16] == 0 {
 		t.Errorf("whole racks: remote LocationList lengths %v, want 16 only", lens)
 	}
-	lens := remoteLens(0.1)
+	lens := remoteLens(false)
 	t.Log("remote LocationList lengths by load:", lens)
 	short := 0
 	for n, c := range lens {
