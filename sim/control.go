@@ -310,7 +310,7 @@ func (c *control) spineRound(rounds []rackRound) error {
 	for _, k := range c.spreadKeys() {
 		spreadOver[s.hash(k)] = len(c.spread[k].racks)
 	}
-	for _, cd := range dec.Promote {
+	for _, cd := range dec.Promote { // at least two racks, for two choices
 		spreadOver[cd.Hash] = max(2, sched.RackCount(float64(cd.Count)/float64(max(all, 1)), nracks))
 	}
 	nodeLoad := make([]map[wire.NodeID]float64, nracks) // per rack, as placing needs it
@@ -329,7 +329,7 @@ func (c *control) spineRound(rounds []rackRound) error {
 			continue
 		}
 		share := float64(cd.Count) / float64(max(all, 1))
-		kr := max(2, sched.RackCount(share, nracks))
+		kr := spreadOver[cd.Hash]
 		others := sched.PlaceExtras([]wire.NodeID{wire.NodeID(home)}, rackIDs, rackLoad, kr-1, share/float64(kr))
 		ch := s.chains[cd.Hash.Partition(s.cfg.PartitionBits)]
 		sk := &spreadKey{racks: []int{home}}
@@ -340,8 +340,8 @@ func (c *control) spineRound(rounds []rackRound) error {
 			nodes := s.rackNodes(r)
 			switch {
 			case s.cfg.WholeRacks:
-				// Every node takes the whole rack's copies: its primary
-				// is chosen against the last round's loads, as it was.
+				// Every node holds a copy; the primary is chosen against
+				// the last round's loads, as before.
 				nodeLoad[r] = sched.CopyLoad(c.slotLoads(r, rounds[r].counts), rounds[r].all)
 			case nodeLoad[r] == nil:
 				nodeLoad[r] = c.placeLoads(r, &rounds[r], spreadOver)
