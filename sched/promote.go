@@ -78,3 +78,27 @@ func RackCount(share float64, racks int) int {
 	want := int(math.Ceil(share * float64(racks) / (RackHeadroom + share)))
 	return min(max(want, 1), racks, 32)
 }
+
+// RackCopyHeadroom is RackCopies' default headroom: how far above its fair
+// share a node holding a copy of a spread key in a remote rack may be
+// expected to run. It is much tighter than CopyHeadroom: a remote rack's
+// copies have no chain to fall back on, and the coarse loop moves load off
+// them only past its settle band. At 1024 nodes (BENCHMARKS, "Simulator")
+// 0.03 keeps the open loop's max/mean where listing the whole rack has it
+// (1.046) with half the copies; 0.1 (a third of them) gave 1.049–1.054.
+const RackCopyHeadroom = 0.03
+
+// RackCopies is the LocationList length, in each rack other than its
+// home, of a key that draws share of all requests and that the spine
+// spreads over spread of racks racks of nodes nodes each: CopyCount's rule
+// with the given headroom for the key's share of one rack's requests,
+// share·racks/spread (the spine's two choices even its reads over its
+// racks), at least one node (the rack primary) and at most the rack and
+// 32. It copies the key only to as many nodes as its load there needs,
+// where listing the whole rack costs a copy and a VSB per commit at every
+// node.
+func RackCopies(share float64, spread, racks, nodes int, headroom float64) int {
+	local := min(1, share*float64(racks)/float64(max(spread, 1)))
+	want := int(math.Ceil(local * float64(nodes) / (headroom + local)))
+	return min(max(want, 1), nodes, 32)
+}

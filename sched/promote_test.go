@@ -71,3 +71,37 @@ func TestRackCountSpreadsByTheRackHeadroom(t *testing.T) {
 		}
 	}
 }
+
+func TestRackCopiesSizesARemoteRackByTheKeysLoadThere(t *testing.T) {
+	for _, c := range []struct {
+		share         float64
+		spread, racks int
+		want          int
+	}{
+		{0.065, 30, 32, 14}, // zipf 0.99's hottest: 6.9 % of a rack, 2.2 nodes' worth
+		{0.19, 32, 32, 21},  // zipf 1.2's hottest: 19 % of a rack
+		{0.001, 6, 32, 2},   // 0.5 % of a rack
+		{0.0001, 1, 32, 1},  // 0.3 % of a rack: the rack primary alone
+		{0.5, 2, 2, 27},     // half a rack's requests
+		{0.9, 2, 64, 30},    // all of a rack's requests
+		{0.01, 0, 32, 25},   // no racks to spread over counts as one
+	} {
+		got := RackCopies(c.share, c.spread, c.racks, 32, 0.1)
+		if got != c.want {
+			t.Errorf("RackCopies(%g, %d, %d, 32) = %d, want %d", c.share, c.spread, c.racks, got, c.want)
+		}
+		// A node holding one of the copies stays within the headroom (0.1)
+		// of its fair share of the rack, 1/32; with one copy fewer it would not.
+		local := min(1, c.share*float64(c.racks)/float64(max(c.spread, 1)))
+		over := func(k int) bool { return (1-local)/32+local/float64(k) > (1+0.1)/32+1e-12 }
+		if over(got) || got > 1 && !over(got-1) {
+			t.Errorf("RackCopies(%g, %d, %d, 32) = %d copies: not the fewest within the headroom", c.share, c.spread, c.racks, got)
+		}
+	}
+	if got := RackCopies(0.5, 2, 8, 4, 0.1); got != 4 {
+		t.Errorf("RackCopies(0.5, 2, 8, 4, 0.1) = %d, want at most the rack's 4 nodes", got)
+	}
+	if a, b := RackCopies(0.065, 30, 32, 32, 0.25), RackCopies(0.065, 30, 32, 32, 0.03); a != 7 || b != 23 {
+		t.Errorf("headroom 0.25 and 0.03 give %d and %d copies, want 7 and 23", a, b)
+	}
+}

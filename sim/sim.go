@@ -102,6 +102,13 @@ type Config struct {
 	// Settle is how the coarse loop settles (default: the controller's,
 	// sched.DefaultSettle).
 	Settle sched.Settle
+	// RackCopyHeadroom sizes a spread key's LocationList in each remote
+	// rack by its load there: sched.RackCopies within this headroom
+	// (default sched.RackCopyHeadroom). WholeRacks lists every node of
+	// the rack instead, as the spine did before: a copy and a VSB per
+	// commit at every node.
+	RackCopyHeadroom float64
+	WholeRacks       bool
 	// PromoteMin is the requests per round that make a key hot in a rack
 	// directory and in the spine; default as bench/system, 0.5% of a
 	// rack's capacity per round.
@@ -210,6 +217,12 @@ func (c *Config) fill() error {
 	}
 	if st := c.Settle; !(st.Tolerance >= 0 && st.Sigmas >= 0 && st.Damping >= 0 && st.Damping <= 1 && st.MinChange >= 0) {
 		return fmt.Errorf("sim: settle %+v: want band, sigmas and min change ≥ 0, damping in [0, 1]", st)
+	}
+	if c.RackCopyHeadroom == 0 {
+		c.RackCopyHeadroom = sched.RackCopyHeadroom
+	}
+	if h := c.RackCopyHeadroom; !(h > 0) || math.IsInf(h, 0) {
+		return fmt.Errorf("sim: rack copy headroom %g: want > 0", h)
 	}
 	if c.Epoch < sched.MinEpoch || c.Epoch > sched.MaxEpoch {
 		return fmt.Errorf("sim: epoch %v: want %v..%v", c.Epoch, sched.MinEpoch, sched.MaxEpoch)
@@ -1200,6 +1213,11 @@ func (s *Sim) result() bench.Run {
 	run.OfferedOps = s.cfg.Rate
 	run.Note = fmt.Sprintf("simulated: %d racks of ≤%d, %d partitions, link %v, seed %d, %d retries, %d resent after a timeout, %d reads verified at the tail",
 		len(s.racks), s.cfg.RackSize, 1<<s.cfg.PartitionBits, s.cfg.Link, s.cfg.Seed, s.stats.retried, s.stats.timedOut, s.stats.verified)
+	if s.spine != nil && s.cfg.WholeRacks {
+		run.Note += ", remote racks' copies on every node"
+	} else if h := s.cfg.RackCopyHeadroom; s.spine != nil && h != sched.RackCopyHeadroom {
+		run.Note += fmt.Sprintf(", remote racks' copies by load within %g", h)
+	}
 	if st := s.cfg.Settle; st != sched.DefaultSettle {
 		run.Note += fmt.Sprintf(", coarse loop settling within %g + %gσ (damping %g, min change %g)", st.Tolerance, st.Sigmas, st.Damping, st.MinChange)
 	}

@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 	"unsafe"
@@ -123,6 +124,8 @@ func TestBadConfigIsAnError(t *testing.T) {
 		"workload": {Workload: bench.Workload{Name: "Z"}},
 		"epoch":    {Epoch: time.Second},
 		"settle":   {Settle: sched.Settle{Tolerance: -0.1}},
+		"copies":   {RackCopyHeadroom: math.NaN()},
+		"headroom": {RackCopyHeadroom: -0.1},
 	} {
 		if _, err := Run(cfg); err == nil {
 			t.Errorf("%s: no error", name)
@@ -235,5 +238,48 @@ func TestDrawingAheadIsTheSameRun(t *testing.T) {
 	}
 	if run("D", false) == run("D", true) {
 		t.Error("workload D: drawn ahead, the same run; then it need not draw at the issue")
+	}
+}
+
+// TestRackCopiesByLoad: a remote rack lists a spread key on the nodes its
+// load there needs, the rack primary first, and reads stay linearizable;
+// with Config.WholeRacks, on every node of the rack.
+func TestRackCopiesByLoad(t *testing.T) {
+	remoteLens := func(wholeRacks bool) map[int]int {
+		cfg := smallConfig(2)
+		cfg.Nodes, cfg.RackSize, cfg.Concurrency = 64, 16, 512
+		cfg.Workload.Name, cfg.Requests, cfg.CheckReads, cfg.WholeRacks = "A", 40_000, true, wholeRacks
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Run(); err != nil {
+			t.Fatalf("whole racks %v: %v", wholeRacks, err)
+		}
+		lens := map[int]int{}
+		for k, sk := range s.ctl.spread {
+			for i, locs := range sk.remote {
+				sl, ok := s.racks[sk.racks[i+1]].Lookup(s.hash(k))
+				if !ok || int(sl.N) != len(locs) || sl.Locs[0] != locs[0] || !sk.announcers.has(locs[0]) {
+					t.Fatalf("whole racks %v: key %d's slot in rack %d is not its LocationList %v, primary first", wholeRacks, k, sk.racks[i+1], locs)
+				}
+				lens[len(locs)]++
+			}
+		}
+		return lens
+	}
+	if lens := remoteLens(true); len(lens) != 1 || lens[16] == 0 {
+		t.Errorf("whole racks: remote LocationList lengths %v, want 16 only", lens)
+	}
+	lens := remoteLens(false)
+	t.Log("remote LocationList lengths by load:", lens)
+	short := 0
+	for n, c := range lens {
+		if n < 16 {
+			short += c
+		}
+	}
+	if short == 0 {
+		t.Errorf("by load: remote LocationList lengths %v, want some shorter than the rack", lens)
 	}
 }

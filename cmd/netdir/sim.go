@@ -194,6 +194,9 @@ comma lists of --nodes, --workload, --zipf and --policies sweep.`,
 		"and past this many standard deviations of the two utilisations' measured difference (the controller's)")
 	fl.Float64Var(&cfg.Settle.MinChange, "settle-min-change", sched.DefaultSettle.MinChange,
 		"the smallest change of a member's share of a partition that rewrites its weights (the controller's)")
+	fl.Float64Var(&cfg.RackCopyHeadroom, "rack-copy-headroom", sched.RackCopyHeadroom,
+		"a spread key's copies in each remote rack are as many as its load there needs within this headroom over a node's share")
+	fl.BoolVar(&cfg.WholeRacks, "whole-racks", false, "copy a spread key to every node of each remote rack instead")
 	fl.DurationVar(&cfg.Warmup, "warmup", sim.DefaultWarmup, "virtual time before measuring")
 	fl.Int64Var(&cfg.Requests, "requests", sim.DefaultRequests, "operations measured after the warm-up")
 	fl.Uint64Var(&seed, "seed", 1, "seed of the simulation and the workload")
