@@ -260,3 +260,56 @@ func TestAckBeforeRetransmittedChainWrite(t *testing.T) {
 	}
 	tail.recv("the retransmitted chain-write at the tail", atTail)
 }
+
+// TestPromoteDemotePassAFullQueue: a controller's promote and demote that
+// reach a head whose key's shard queue is full of client requests go in
+// the control lane: neither is dropped, and both are answered, in their
+// order, once the worker runs. The test plays the tail, the client and
+// the controller.
+func TestPromoteDemotePassAFullQueue(t *testing.T) {
+	tail, cl, ctl := newUDPEnd(t), newUDPEnd(t), newUDPEnd(t)
+	const queueLen = 4
+	n, m, headAddr := startAmong(t, 2, []*udpEnd{tail}, func(o *Options) {
+		o.QueueLen, o.RetransmitAfter = queueLen, time.Hour
+	})
+	key := keyAt(t, m, 0)
+	h := wire.HashKey(key)
+	put := func(id uint64) {
+		cl.send(headAddr, wire.Header{Op: wire.OpPut, ReqID: id, KeyHash: h}, key, []byte("v"))
+	}
+	refused := func(id uint64) {
+		t.Helper()
+		r := cl.recv(fmt.Sprintf("the reply to request %d", id), func(p *wire.NodePacket) bool { return p.ReqID == id })
+		if r.Op != wire.OpErr || r.Code != wire.CodeQueueFull {
+			t.Fatalf("request %d: %s %s, want err queue-full (a full queue)", id, r.Op, r.Code)
+		}
+	}
+	release := holdShard(t, n.admit.shards[0])
+	for i := range queueLen {
+		put(uint64(10 + i))
+	}
+	put(20)
+	refused(20)
+	promote := wire.NewPromote(key, nil, true)
+	promote.ReqID, promote.Epoch = 40, m.Epoch()
+	demote := wire.NewDemote(key)
+	demote.ReqID, demote.Epoch = 41, m.Epoch()
+	for _, p := range []wire.Packet{promote, demote} {
+		ctl.send(headAddr, p.Header, p.Key, p.Value)
+	}
+	put(21)
+	refused(21)
+	if st := n.Stats(); st.QueueFullNodeOps != 0 || st.QueueFullControl != 0 {
+		t.Fatalf("dropped at the full queue: %d node ops, %d control ops; want none", st.QueueFullNodeOps, st.QueueFullControl)
+	}
+	release()
+	for _, want := range []wire.Op{wire.OpPromote, wire.OpDemote} {
+		r := ctl.recv("the controller's reply", func(p *wire.NodePacket) bool { return p.Node == 1 })
+		if r.Op != want || r.Code != wire.CodeOK {
+			t.Fatalf("reply %s %s (request %d), want %s ok", r.Op, r.Code, r.ReqID, want)
+		}
+	}
+	if promoted, _ := n.copies.counts(); promoted != 0 {
+		t.Fatalf("%d keys promoted after the promote and the demote, want 0", promoted)
+	}
+}

@@ -55,8 +55,9 @@ type Stats struct {
 	Errors    uint64 `json:"errors"`
 	QueueFull uint64 `json:"queue_full"` // packets refused at a full queue: client requests and node ops
 	// QueueFullNodeOps counts the node ops among them (dropped: their
-	// senders retransmit), and QueueFullControl the chain acks dropped at
-	// a full control lane (controlOp), which client requests cannot fill.
+	// senders retransmit), and QueueFullControl the control ops (chain
+	// acks, a controller's promotes and demotes) dropped at a full control
+	// lane (controlOp), which client requests cannot fill.
 	QueueFullNodeOps uint64 `json:"queue_full_node_ops"`
 	QueueFullControl uint64 `json:"queue_full_control"`
 	DupWrites        uint64 `json:"dup_writes"`
@@ -142,7 +143,7 @@ type counters struct {
 	staleIncarnation                    atomic.Uint64 // stamped writes of an older incarnation, refused
 	unknownSender                       atomic.Uint64 // node ops from no node of the layout at that address
 	nodeOpDrops                         atomic.Uint64 // node ops (not controlOp) dropped at a full shard queue
-	controlDrops                        atomic.Uint64 // chain acks dropped at a full control lane
+	controlDrops                        atomic.Uint64 // control ops dropped at a full control lane
 	extraGets                           atomic.Uint64 // reads served from an extra copy unverified
 	verifiedGets                        atomic.Uint64 // reads at an extra answered after the tail's version answer
 	verifiedOwnCopy                     atomic.Uint64 // tail answers that confirmed the extra's copy
@@ -304,7 +305,7 @@ var (
 	descLoad        = prometheus.NewDesc("netdir_node_queue_depth", "Requests queued at the node.", []string{"node"}, nil)
 	descOps         = prometheus.NewDesc("netdir_node_requests_total", "Client requests by op.", []string{"node", "op"}, nil)
 	descPending     = prometheus.NewDesc("netdir_node_pending_writes", "Uncommitted writes at this head.", []string{"node"}, nil)
-	descQueueFull   = prometheus.NewDesc("netdir_node_queue_full_total", "Packets refused at a full queue, by kind: client (answered queue-full), node-op (dropped; the sender retransmits), control (a chain ack dropped at a full control lane).", []string{"node", "kind"}, nil)
+	descQueueFull   = prometheus.NewDesc("netdir_node_queue_full_total", "Packets refused at a full queue, by kind: client (answered queue-full), node-op (dropped; the sender retransmits), control (a chain ack or a controller's promote or demote dropped at a full control lane).", []string{"node", "kind"}, nil)
 	descRetransmits = prometheus.NewDesc("netdir_node_retransmits_total", "Chain writes retransmitted by this head.", []string{"node"}, nil)
 	descChainRTO    = prometheus.NewDesc("netdir_node_chain_rto_seconds", "Resend timeout of this head's chain writes down the link to next (from the measured ack times, RFC 6298), the largest over its shards.", []string{"node", "next"}, nil)
 	descSyncBytes   = prometheus.NewDesc("netdir_node_sync_bytes_total", "Bytes taken from chain neighbours by catch-ups (restart, rejoin, spare fill), paced.", []string{"node"}, nil)
