@@ -208,6 +208,9 @@ func (a *admission) enqueue(s *shard, client bool, op wire.Op, it item) bool {
 // carry a value or make work (chain writes, version queries and answers,
 // copies) stay in the queue, where a full queue still sheds them.
 func controlOp(f wire.Frame) bool {
+	if len(f) < wire.HeaderLen {
+		return false
+	}
 	switch f.Op() {
 	case wire.OpChainAck:
 		return true
