@@ -167,7 +167,7 @@ func (a *admission) enqueue(s *shard, client bool, op wire.Op, it item) bool {
 		}
 	}
 	q := s.ch
-	if controlOp(op) {
+	if controlOp(wire.Frame(it.b)) {
 		q = s.ctl
 	}
 	select {
@@ -178,19 +178,47 @@ func (a *admission) enqueue(s *shard, client bool, op wire.Op, it item) bool {
 	}
 }
 
-// controlOp reports whether op goes in its shard's control lane (shard.ctl),
-// which the worker drains first and client requests cannot fill: a chain
-// ack, which commits a version at every member above the tail and ends the
-// head's retransmissions of it. It is small (header and key) and each is
-// owed to a version already taken, so the lane's bound (the queue's
-// length) holds few bytes. Applied ahead of the items queued before it,
-// the ack stays key-serial (one worker) and is only reordered as the
-// network may reorder it: at a member that has not yet handled a
-// retransmitted copy of the chain-write, the copy later finds the version
-// clean and is acked again. Node ops that carry a value or make work
-// (chain writes, version queries and answers, copies) stay in the queue,
-// where a full queue still sheds them.
-func controlOp(op wire.Op) bool { return op == wire.OpChainAck }
+// controlOp reports whether the node op in f goes in its shard's control
+// lane (shard.ctl), which the worker drains first and client requests
+// cannot fill. Its items are small (header, key, at most a promotion's
+// extras), so the lane's bound (the queue's length) holds few bytes.
+//
+// A chain ack commits a version at every member above the tail and ends
+// the head's retransmissions of it; each is owed to a version already
+// taken. Applied ahead of the items queued before it, the ack stays
+// key-serial (one worker) and is only reordered as the network may
+// reorder it: at a member that has not yet handled a retransmitted copy
+// of the chain-write, the copy later finds the version clean and is
+// acked again.
+//
+// A controller's promote and demote (sent as node 0; stall16 saw a
+// demote time out, dropped at a full queue) are safe ahead of the queue
+// too. Key order holds: one worker still applies everything of the key,
+// one item at a time. What changes is only the order between them and
+// the items already queued, and those came from other senders (clients,
+// data planes, chain members): no order between two senders' datagrams
+// exists to keep, the network may deliver them either way, and each
+// handler already decides by the state it finds (a head refuses an
+// unstamped write of a key promoted by then, and accepts one after a
+// demote; a promote answers the latest version, clean or dirty, that
+// the head holds when it runs). The controller's own requests keep their
+// order among themselves (one lane, first in first out). A head's demote
+// pushed to an extra (node id set) stays in the queue behind the copies
+// the same head sent before it, as its other node ops do. Node ops that
+// carry a value or make work (chain writes, version queries and answers,
+// copies) stay in the queue, where a full queue still sheds them.
+func controlOp(f wire.Frame) bool {
+	if len(f) < wire.HeaderLen {
+		return false
+	}
+	switch f.Op() {
+	case wire.OpChainAck:
+		return true
+	case wire.OpPromote, wire.OpDemote:
+		return f.Node() == 0
+	}
+	return false
+}
 
 // handled counts it out of the load once a shard or a reader has answered
 // it, tells QoS if it came through its queues, and frees its buffer.

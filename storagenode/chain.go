@@ -24,18 +24,20 @@ type chain struct {
 
 // chainShard is the chain role's state for one shard's keys, owned by the
 // shard's worker (no lock): the writes this head forwarded and retransmits
-// until the tail acks them, and the reads of dirty keys waiting for the
-// tail's version answer.
+// until the tail acks them, the resend timeouts of its chain links, and
+// the reads of dirty keys waiting for the tail's version answer.
 type chainShard struct {
 	pending map[pendKey]*pendingWrite
+	rto     map[wire.NodeID]*rtoEstimator // by successor
 	waits   map[wire.KeyHash]*verWait
 	noops   map[wire.KeyHash]*noopSlot // keys with a no-op version in flight
 	npend   atomic.Int64               // len(pending), for Stats
+	rtoSnap atomic.Pointer[[]LinkRTO]  // rto as of the last tick, for Stats
 }
 
 func newChainShard() chainShard {
-	return chainShard{pending: make(map[pendKey]*pendingWrite), waits: make(map[wire.KeyHash]*verWait),
-		noops: make(map[wire.KeyHash]*noopSlot)}
+	return chainShard{pending: make(map[pendKey]*pendingWrite), rto: make(map[wire.NodeID]*rtoEstimator),
+		waits: make(map[wire.KeyHash]*verWait), noops: make(map[wire.KeyHash]*noopSlot)}
 }
 
 // noopSlot is a key's no-op version in flight at the head (flaw F) and the
@@ -75,8 +77,9 @@ type pendingWrite struct {
 	key   []byte
 	h     wire.KeyHash // key's
 	v     version
-	sent  time.Time
-	tries int // retransmissions so far: the interval doubles, up to 16×
+	to    wire.NodeID // the successor it was last sent to
+	sent  time.Time   // zero: never sent (loaded after a restart, or made due)
+	tries int         // retransmissions so far: the wait doubles, up to 16×
 }
 
 type getWaiter struct {
@@ -436,7 +439,7 @@ func (s *shard) verifyAtExtra(p *wire.NodePacket, from netip.AddrPort, ch []wire
 // askTail makes p's read wait for the tail's version answer: it joins the
 // query in flight for the key, or sends one naming asked.
 func (s *shard) askTail(p *wire.NodePacket, from netip.AddrPort, ch []wire.NodeID, asked version, extra bool) {
-	gw := getWaiter{from: from, h: p.Header, at: time.Now()}
+	gw := getWaiter{from: from, h: p.Header, at: s.n.opts.clock.Now()}
 	if w := s.waits[p.KeyHash]; w != nil {
 		w.next = append(w.next, gw)
 		return
@@ -452,7 +455,7 @@ func (s *shard) askTail(p *wire.NodePacket, from netip.AddrPort, ch []wire.NodeI
 func (s *shard) query(w *verWait, h wire.KeyHash, tail wire.NodeID) {
 	n := s.n
 	w.qid = n.chain.queryIDs.Add(1)
-	w.sent = time.Now()
+	w.sent = s.n.opts.clock.Now()
 	n.ctr.verQueries.Add(1)
 	q := wire.Header{Op: wire.OpVerQuery, ReqID: w.qid, KeyHash: h, Stamp: w.asked.Ver, Node: n.id, Epoch: n.layout().Epoch()}
 	if w.extra {
@@ -758,7 +761,7 @@ func (s *shard) launch(key []byte, h wire.KeyHash, v version, ch []wire.NodeID) 
 func (s *shard) forward(pw *pendingWrite, ch []wire.NodeID) {
 	n := s.n
 	extras, promoted := n.copies.promoted(pw.h)
-	pw.sent = time.Now()
+	pw.to, pw.sent = ch[1], n.opts.clock.Now()
 	s.send(n.peers[ch[1]], n.chainPacket(s.pkt(), pw.h, pw.key, &pw.v, promoted, extras))
 }
 
@@ -864,7 +867,11 @@ func (s *shard) chainAck(p *wire.NodePacket) {
 		s.send(n.peers[ch[pos-1]], wire.AppendNodeOp(s.pkt(), &ack, p.Key, nil, nil))
 		return
 	}
-	delete(s.pending, pendKey{p.KeyHash, p.Stamp})
+	k := pendKey{p.KeyHash, p.Stamp}
+	if pw := s.pending[k]; pw != nil && pw.tries == 0 && !pw.sent.IsZero() {
+		s.linkRTO(pw.to).sample(n.opts.clock.Now().Sub(pw.sent)) // Karn: sent once
+	}
+	delete(s.pending, k)
 	if sl := s.noops[p.KeyHash]; sl != nil && p.Stamp >= sl.inFlight {
 		s.settleNoop(p.KeyHash, sl)
 	}
@@ -875,19 +882,22 @@ func (s *shard) chainAck(p *wire.NodePacket) {
 	}
 }
 
-// housekeep retransmits unacknowledged writes and re-asks lost version
-// queries.
+// housekeep retransmits unacknowledged writes, each once its link's
+// timeout (rtoEstimator) has run out, and re-asks lost version queries.
 func (s *shard) housekeep() {
 	n := s.n
-	now := time.Now()
+	now := n.opts.clock.Now()
 	for k, pw := range s.pending {
-		if now.Sub(pw.sent) < n.opts.RetransmitAfter<<min(pw.tries, 4) {
+		if !pw.sent.IsZero() && !s.linkRTO(pw.to).due(pw.sent, now, pw.tries) {
 			continue
 		}
 		_, ch, pos := n.where(k.h)
 		if pos != 0 || len(ch) < 2 {
 			delete(s.pending, k)
 			continue
+		}
+		if !pw.sent.IsZero() {
+			s.linkRTO(pw.to).timedOut(now)
 		}
 		n.ctr.retransmits.Add(1)
 		pw.tries++
@@ -919,6 +929,7 @@ func (s *shard) housekeep() {
 		}
 		s.query(w, h, ch[len(ch)-1])
 	}
+	s.publishRTO()
 }
 
 // remember records, at a chain member below the head, the request id of a

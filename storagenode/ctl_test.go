@@ -55,6 +55,16 @@ func (u *udpEnd) recv(what string, match func(*wire.NodePacket) bool) wire.NodeP
 	}
 }
 
+// queueFull waits for the reply to request id and fails the test unless
+// it is err queue-full.
+func (u *udpEnd) queueFull(id uint64) {
+	u.t.Helper()
+	r := u.recv(fmt.Sprintf("the reply to request %d", id), func(p *wire.NodePacket) bool { return p.ReqID == id })
+	if r.Op != wire.OpErr || r.Code != wire.CodeQueueFull {
+		u.t.Fatalf("request %d: %s %s, want err queue-full (a full queue)", id, r.Op, r.Code)
+	}
+}
+
 // startAmong starts node 1, one worker, in a layout of it and the test's
 // ends (ids 2, 3, ... in order) in chains of replicas over 16 partitions,
 // and returns it, the layout and its address.
@@ -147,13 +157,6 @@ func TestChainAckPassesAFullQueue(t *testing.T) {
 	put := func(id uint64) {
 		cl.send(headAddr, wire.Header{Op: wire.OpPut, ReqID: id, KeyHash: h}, key, []byte("v"))
 	}
-	refused := func(id uint64) {
-		t.Helper()
-		r := cl.recv(fmt.Sprintf("the reply to request %d", id), func(p *wire.NodePacket) bool { return p.ReqID == id })
-		if r.Op != wire.OpErr || r.Code != wire.CodeQueueFull {
-			t.Fatalf("request %d: %s %s, want err queue-full (a full queue)", id, r.Op, r.Code)
-		}
-	}
 	stats := func(id uint64) Stats {
 		t.Helper()
 		cl.send(headAddr, wire.Header{Op: wire.OpStats, ReqID: id}, nil, nil)
@@ -184,7 +187,7 @@ func TestChainAckPassesAFullQueue(t *testing.T) {
 		put(uint64(10 + i))
 	}
 	put(20)
-	refused(20)
+	cl.queueFull(20)
 
 	// The tail's ack, and a version query (a node op that is no ack),
 	// arrive at the full queue; a client write after them is refused, so
@@ -193,7 +196,7 @@ func TestChainAckPassesAFullQueue(t *testing.T) {
 	tail.send(headAddr, ack, key, nil)
 	tail.send(headAddr, wire.Header{Op: wire.OpVerQuery, ReqID: 7, KeyHash: h, Node: 2, Epoch: m.Epoch()}, key, nil)
 	put(21)
-	refused(21)
+	cl.queueFull(21)
 	if st := stats(30); st.QueueFullNodeOps != 1 || st.QueueFullControl != 0 || st.QueueFull != 3 {
 		t.Errorf("queue full: %d (node ops %d, acks %d), want 3 (the version query, no ack)", st.QueueFull, st.QueueFullNodeOps, st.QueueFullControl)
 	}
@@ -259,4 +262,50 @@ func TestAckBeforeRetransmittedChainWrite(t *testing.T) {
 		t.Fatalf("after the ack and then the retransmitted chain-write: %s, want %s", got, want)
 	}
 	tail.recv("the retransmitted chain-write at the tail", atTail)
+}
+
+// TestPromoteDemotePassAFullQueue: a controller's promote and demote that
+// reach a head whose key's shard queue is full of client requests go in
+// the control lane: neither is dropped, and both are answered, in their
+// order, once the worker runs. The test plays the tail, the client and
+// the controller.
+func TestPromoteDemotePassAFullQueue(t *testing.T) {
+	tail, cl, ctl := newUDPEnd(t), newUDPEnd(t), newUDPEnd(t)
+	const queueLen = 4
+	n, m, headAddr := startAmong(t, 2, []*udpEnd{tail}, func(o *Options) {
+		o.QueueLen, o.RetransmitAfter = queueLen, time.Hour
+	})
+	key := keyAt(t, m, 0)
+	h := wire.HashKey(key)
+	put := func(id uint64) {
+		cl.send(headAddr, wire.Header{Op: wire.OpPut, ReqID: id, KeyHash: h}, key, []byte("v"))
+	}
+	release := holdShard(t, n.admit.shards[0])
+	for i := range queueLen {
+		put(uint64(10 + i))
+	}
+	put(20)
+	cl.queueFull(20)
+	promote := wire.NewPromote(key, nil, true)
+	promote.ReqID, promote.Epoch = 40, m.Epoch()
+	demote := wire.NewDemote(key)
+	demote.ReqID, demote.Epoch = 41, m.Epoch()
+	for _, p := range []wire.Packet{promote, demote} {
+		ctl.send(headAddr, p.Header, p.Key, p.Value)
+	}
+	put(21)
+	cl.queueFull(21)
+	if st := n.Stats(); st.QueueFullNodeOps != 0 || st.QueueFullControl != 0 {
+		t.Fatalf("dropped at the full queue: %d node ops, %d control ops; want none", st.QueueFullNodeOps, st.QueueFullControl)
+	}
+	release()
+	for _, want := range []wire.Op{wire.OpPromote, wire.OpDemote} {
+		r := ctl.recv("the controller's reply", func(p *wire.NodePacket) bool { return p.Node == 1 })
+		if r.Op != want || r.Code != wire.CodeOK {
+			t.Fatalf("reply %s %s (request %d), want %s ok", r.Op, r.Code, r.ReqID, want)
+		}
+	}
+	if promoted, _ := n.copies.counts(); promoted != 0 {
+		t.Fatalf("%d keys promoted after the promote and the demote, want 0", promoted)
+	}
 }

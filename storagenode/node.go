@@ -141,9 +141,15 @@ type Options struct {
 	// rank-local QoS): the bench's baseline, not a production setting.
 	QoSRankLocal bool
 
-	DedupEntries    int           // bounded dedup table at the head
-	MaxPending      int           // uncommitted writes at the head before ERR unavailable
-	RetransmitAfter time.Duration // head retransmits an unacknowledged chain write after this
+	DedupEntries int // bounded dedup table at the head
+	MaxPending   int // uncommitted writes at the head before ERR unavailable
+	// RetransmitAfter is the shortest wait of the head for the tail's ack
+	// of a chain write before it resends it, and the wait until acks down
+	// the write's chain link have been timed: from then on the wait is the
+	// link's measured timeout (RFC 6298, rtoEstimator) where that is
+	// longer, at most 16× RetransmitAfter, as the old fixed timer's
+	// backoff. The shards' timer ticks every RetransmitAfter/2.
+	RetransmitAfter time.Duration
 
 	Logger *slog.Logger
 

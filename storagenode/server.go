@@ -41,10 +41,11 @@ type shard struct {
 	n   *Node
 	idx int
 	ch  chan item
-	// ctl is the control lane (controlOp: chain acks), which the worker
-	// drains before ch and which client requests never fill: an ack
-	// refused by a full ch left its version dirty at the head until a
-	// retransmission, and a hot key's versions piled up to the dirty cap.
+	// ctl is the control lane (controlOp: chain acks, a controller's
+	// promotes and demotes), which the worker drains before ch and which
+	// client requests never fill: an ack refused by a full ch left its
+	// version dirty at the head until a retransmission, and a hot key's
+	// versions piled up to the dirty cap.
 	ctl     chan item
 	tx      *udpbatch.Writer // the packets to send, after commit
 	bufs    [][]byte         // tx's packets, one buffer each, reused
@@ -265,7 +266,7 @@ func (n *Node) dispatch(b []byte, from netip.AddrPort) {
 	case client:
 		n.ctr.clientsFull.Add(1)
 		n.sendNow(from, n.errPacket(b, wire.CodeQueueFull, 0))
-	case controlOp(op):
+	case controlOp(wire.Frame(b)):
 		n.ctr.controlDrops.Add(1) // its lane is full too
 	default:
 		n.ctr.nodeOpDrops.Add(1) // its sender retransmits

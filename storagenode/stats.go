@@ -55,8 +55,9 @@ type Stats struct {
 	Errors    uint64 `json:"errors"`
 	QueueFull uint64 `json:"queue_full"` // packets refused at a full queue: client requests and node ops
 	// QueueFullNodeOps counts the node ops among them (dropped: their
-	// senders retransmit), and QueueFullControl the chain acks dropped at
-	// a full control lane (controlOp), which client requests cannot fill.
+	// senders retransmit), and QueueFullControl the control ops (chain
+	// acks, a controller's promotes and demotes) dropped at a full control
+	// lane (controlOp), which client requests cannot fill.
 	QueueFullNodeOps uint64 `json:"queue_full_node_ops"`
 	QueueFullControl uint64 `json:"queue_full_control"`
 	DupWrites        uint64 `json:"dup_writes"`
@@ -67,7 +68,10 @@ type Stats struct {
 	// older incarnation than the key's promotion (spec/README.md, flaw G).
 	StaleIncarnation uint64 `json:"stale_incarnation"`
 	Retransmits      uint64 `json:"retransmits"`
-	VerQueries       uint64 `json:"ver_queries"`
+	// ChainRTO is, per chain link from this head, the resend timeout of
+	// its chain writes (rtoEstimator), as of the shards' last tick.
+	ChainRTO   []LinkRTO `json:"chain_rto,omitempty"`
+	VerQueries uint64    `json:"ver_queries"`
 	// UnavailableGets counts reads of a chain answered ERR unavailable
 	// because this node was still catching up with it (a recovery, a
 	// rejoin, a spare's fill): reads its read set should not have sent.
@@ -139,7 +143,7 @@ type counters struct {
 	staleIncarnation                    atomic.Uint64 // stamped writes of an older incarnation, refused
 	unknownSender                       atomic.Uint64 // node ops from no node of the layout at that address
 	nodeOpDrops                         atomic.Uint64 // node ops (not controlOp) dropped at a full shard queue
-	controlDrops                        atomic.Uint64 // chain acks dropped at a full control lane
+	controlDrops                        atomic.Uint64 // control ops dropped at a full control lane
 	extraGets                           atomic.Uint64 // reads served from an extra copy unverified
 	verifiedGets                        atomic.Uint64 // reads at an extra answered after the tail's version answer
 	verifiedOwnCopy                     atomic.Uint64 // tail answers that confirmed the extra's copy
@@ -243,7 +247,29 @@ func (n *Node) Stats() Stats {
 	for _, sh := range n.admit.shards {
 		s.Pending += int(sh.npend.Load())
 	}
+	s.ChainRTO = n.chainRTO()
 	return s
+}
+
+// chainRTO merges the shards' link timeouts: per successor, the largest.
+func (n *Node) chainRTO() []LinkRTO {
+	var out []LinkRTO
+	for _, sh := range n.admit.shards {
+		links := sh.rtoSnap.Load()
+		if links == nil {
+			continue
+		}
+		for _, l := range *links {
+			i := slices.IndexFunc(out, func(o LinkRTO) bool { return o.Next == l.Next })
+			if i < 0 {
+				out = append(out, l)
+			} else if l.RTO > out[i].RTO {
+				out[i] = l
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b LinkRTO) int { return int(a.Next) - int(b.Next) })
+	return out
 }
 
 // deviceClasses gives device figures per class: the counters of cur, and
@@ -279,8 +305,9 @@ var (
 	descLoad        = prometheus.NewDesc("netdir_node_queue_depth", "Requests queued at the node.", []string{"node"}, nil)
 	descOps         = prometheus.NewDesc("netdir_node_requests_total", "Client requests by op.", []string{"node", "op"}, nil)
 	descPending     = prometheus.NewDesc("netdir_node_pending_writes", "Uncommitted writes at this head.", []string{"node"}, nil)
-	descQueueFull   = prometheus.NewDesc("netdir_node_queue_full_total", "Packets refused at a full queue, by kind: client (answered queue-full), node-op (dropped; the sender retransmits), control (a chain ack dropped at a full control lane).", []string{"node", "kind"}, nil)
+	descQueueFull   = prometheus.NewDesc("netdir_node_queue_full_total", "Packets refused at a full queue, by kind: client (answered queue-full), node-op (dropped; the sender retransmits), control (a chain ack or a controller's promote or demote dropped at a full control lane).", []string{"node", "kind"}, nil)
 	descRetransmits = prometheus.NewDesc("netdir_node_retransmits_total", "Chain writes retransmitted by this head.", []string{"node"}, nil)
+	descChainRTO    = prometheus.NewDesc("netdir_node_chain_rto_seconds", "Resend timeout of this head's chain writes down the link to next (from the measured ack times, RFC 6298), the largest over its shards.", []string{"node", "next"}, nil)
 	descSyncBytes   = prometheus.NewDesc("netdir_node_sync_bytes_total", "Bytes taken from chain neighbours by catch-ups (restart, rejoin, spare fill), paced.", []string{"node"}, nil)
 	descSyncKeys    = prometheus.NewDesc("netdir_node_sync_keys_total", "Keys updated by catch-ups.", []string{"node"}, nil)
 	descBehind      = prometheus.NewDesc("netdir_node_chains_behind", "Partitions this node joined as tail and is still filling.", []string{"node"}, nil)
@@ -306,7 +333,7 @@ var (
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descQueueFull, descRetransmits, descSyncBytes, descSyncKeys, descBehind, descExtraGets, descVerAnswers, descOpDrops,
+	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descQueueFull, descRetransmits, descChainRTO, descSyncBytes, descSyncKeys, descBehind, descExtraGets, descVerAnswers, descOpDrops,
 		descDevSlots, descDevIOs, descDevBytes, descDevBusy, descDevWait, descDevHits, descTreeBusy, descCPUBusy, descCPUWait,
 		descQoSQueued, descQoSInflight, descQoSServed, descQoSThrottled, descQoSDelay} {
 		ch <- d
@@ -348,6 +375,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descQueueFull, prometheus.CounterValue, float64(s.QueueFullNodeOps), id, "node-op")
 	ch <- prometheus.MustNewConstMetric(descQueueFull, prometheus.CounterValue, float64(s.QueueFullControl), id, "control")
 	ch <- prometheus.MustNewConstMetric(descRetransmits, prometheus.CounterValue, float64(s.Retransmits), id)
+	for _, l := range s.ChainRTO {
+		ch <- prometheus.MustNewConstMetric(descChainRTO, prometheus.GaugeValue, l.RTO.Seconds(), id, fmt.Sprint(l.Next))
+	}
 	ch <- prometheus.MustNewConstMetric(descSyncBytes, prometheus.CounterValue, float64(s.SyncedBytes), id)
 	ch <- prometheus.MustNewConstMetric(descSyncKeys, prometheus.CounterValue, float64(s.SyncedKeys), id)
 	ch <- prometheus.MustNewConstMetric(descBehind, prometheus.GaugeValue, float64(s.Behind), id)
