@@ -247,17 +247,18 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         }
 
         // 2. Lookups: directory, partition, VSB admission. They have no
-        // side effects, so they run for every netdir header, whatever its
-        // class: a lookup that waited for the class would take a stage
-        // more on Tofino, and only the classes that use a result read it.
-        if (hdr.netdir.isValid()) {
-            directory.apply(hdr, meta);
-            partition.apply(hdr, meta);
-            split.apply(hdr, meta);
-            if (hdr.netdir.op == OP_VSB) {
-                vsb_filter.apply(hdr, meta, ingress_port);
-            }
-        }
+        // side effects, so they run for every packet, whatever its class,
+        // in no condition's branch: a lookup that waited for the class
+        // would take a stage more on Tofino, and Tofino 1 places all of a
+        // placed condition's branch before any other table of its block
+        // (so a branch of lookups kept `classify` out of their stages).
+        // Only the classes that use a result read it: a packet with no
+        // netdir header has class CLASS_OTHER, whose every later step
+        // (commands, coherence, the verdict) ignores the lookups.
+        directory.apply(hdr, meta);
+        partition.apply(hdr, meta);
+        split.apply(hdr, meta);
+        vsb_filter.apply(hdr, meta, ingress_port);
 
         // 2b. What a GET may need, read before the coherence state decides
         // (no side effects; on Tofino beside the coherence stages, not
@@ -284,12 +285,15 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         // one constant table (on Tofino one logical table, not a gateway
         // and an assignment per case).
         commands.apply();
-        // Every hit that may touch the slot's state enters, whatever its
-        // command (COH_NONE included): on Tofino the slot's gen is checked
-        // as soon as the hit is known (p4/tna/coherence.p4).
-        if (meta.slot_hit && meta.op_class != CLASS_REPLY && meta.op_class != CLASS_NODE_OP && meta.op_class != CLASS_OTHER) {
-            coherence.apply(hdr, meta);
-        }
+        // Applied to every packet, not in a condition's branch: Tofino 1
+        // places everything a placed condition guards before any other
+        // table of the sequence around it, so the GET path (candidates,
+        // node stats, fine score) waited for the whole coherence chain.
+        // Each Coherence admits only what may touch the slot's state: a
+        // command (v1model), or any hit of a GET, PUT/DEL, write reply or
+        // VSB, whatever its command (TNA, whose slot's gen is checked as
+        // soon as the hit is known: gen_op's key, p4/tna/coherence.p4).
+        coherence.apply(hdr, meta);
         if (meta.resubmit) {
             // TNA: the first pass of a slot's re-seed (p4/tna/coherence.p4).
             // The packet comes back unchanged; it is counted and sent then.
