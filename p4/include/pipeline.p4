@@ -37,8 +37,6 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
     Partition() partition;
     SlotSplit() split;
     CandidatesFresh() candidates_fresh;
-    FinePick() pick_hit;
-    FinePick() pick_miss;
     Coherence() coherence;
     VsbFilter() vsb_filter;
     NodeStats() node_stats;
@@ -67,8 +65,9 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
     // Section 2b's candidates, as a table rather than a condition (on
     // Tofino a condition's branch was placed only after the coherence
     // chain): a GET's two by the slot's split on a hit, else by the
-    // partition's buckets; a reply's stats node (TNA's node stats index
-    // by the candidates). Only a GET and a reply read them.
+    // partition's buckets; a write's head (candidate a, whose address
+    // node_addr reads); a reply's stats node (TNA's node stats index by
+    // the candidates). Only a GET, a write and a reply read them.
     action cand_slot() {
         meta.cand_a = meta.sa_node;
         meta.cand_b = meta.sb_node;
@@ -84,6 +83,14 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         meta.cand_b = hdr.netdir.node;
     }
 
+    action cand_slot_head() {
+        meta.cand_a = meta.slot_head;
+    }
+
+    action cand_part_head() {
+        meta.cand_a = meta.part_head;
+    }
+
     @hidden
     table candidates {
         key = {
@@ -94,9 +101,13 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             cand_slot;
             cand_partition;
             cand_reply;
+            cand_slot_head;
+            cand_part_head;
         }
         const default_action = cand_partition();
         const entries = {
+            (CLASS_WRITE, false): cand_part_head();
+            (CLASS_WRITE, true): cand_slot_head();
             (CLASS_REPLY, false): cand_reply();
             (CLASS_REPLY, true): cand_reply();
             (CLASS_WREPLY, false): cand_reply();
@@ -210,16 +221,226 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         }
     }
 
+    // Section 4, the verdict, as one constant table (on Tofino one logical
+    // table, not a gateway and an assignment per branch; its counts in the
+    // actions). A GET's target by the fine score, as directory.finer: an
+    // unlearnt a first (latency key 0), then an unlearnt b, then the larger
+    // score (the sign of FineScore's difference), ties to a. Two
+    // candidates of one bucket are one node, whose two stats reads agree,
+    // so the score keeps a for them, as the contract's equal-bucket case
+    // does, and needs no test of its own. A hit's marks: hit here, verify
+    // after (`marks`) when the candidate taken is not fresh (issue 18).
+    // The target's address: node_addr read both candidates' (section 2b),
+    // the verdict's action copies the one it takes, in the verdict's
+    // stage. leaves: the target has an address, and the request leaves for
+    // its node (NetdirTail stamps it); else addr_reason drops it
+    // (REASON_NO_NODE_ADDR) and the address copied, none, is never sent.
+    action address_a(bit<8> addr_reason, bit<1> leaves) {
+        hdr.ethernet.dst_addr = meta.addr_a_mac;
+        hdr.ipv4.dst_addr = meta.addr_a_ip;
+        hdr.udp.dport = meta.addr_a_udp;
+        meta.egress_port = meta.addr_a_port;
+        meta.rewritten = true;
+        meta.qos_stamp = leaves;
+        meta.reason = addr_reason;
+        meta.target = meta.cand_a;
+        hdr.netdir.node = meta.cand_a;
+        hdr.netdir.timestamp = meta.now;
+        meta.verdict = OUT_FORWARD;
+    }
+
+    action address_b(bit<8> addr_reason, bit<1> leaves) {
+        hdr.ethernet.dst_addr = meta.addr_b_mac;
+        hdr.ipv4.dst_addr = meta.addr_b_ip;
+        hdr.udp.dport = meta.addr_b_udp;
+        meta.egress_port = meta.addr_b_port;
+        meta.rewritten = true;
+        meta.qos_stamp = leaves;
+        meta.reason = addr_reason;
+        meta.target = meta.cand_b;
+        hdr.netdir.node = meta.cand_b;
+        hdr.netdir.timestamp = meta.now;
+        meta.verdict = OUT_FORWARD;
+    }
+
+    action get_hit_a(bit<8> addr_reason, bit<1> leaves) {
+        address_a(addr_reason, leaves);
+        NETDIR_COUNT(events, EVENT_HIT);
+        meta.count_slot = 1;
+        meta.pick = PICK_A;
+        hdr.netdir.flags[4:1] = MARKS_HIT;
+    }
+
+    action get_hit_b(bit<8> addr_reason, bit<1> leaves) {
+        address_b(addr_reason, leaves);
+        NETDIR_COUNT(events, EVENT_HIT);
+        meta.count_slot = 1;
+        meta.pick = PICK_B;
+        hdr.netdir.flags[4:1] = MARKS_HIT;
+    }
+
+    action get_miss_a(bit<8> addr_reason, bit<1> leaves) {
+        address_a(addr_reason, leaves);
+        NETDIR_COUNT(events, EVENT_MISS);
+        meta.count_sketch = 1;
+        meta.pick = PICK_A;
+        hdr.netdir.flags[4:1] = MARKS_NONE;
+    }
+
+    action get_miss_b(bit<8> addr_reason, bit<1> leaves) {
+        address_b(addr_reason, leaves);
+        NETDIR_COUNT(events, EVENT_MISS);
+        meta.count_sketch = 1;
+        meta.pick = PICK_B;
+        hdr.netdir.flags[4:1] = MARKS_NONE;
+    }
+
+    // A write's target is its head, candidate a (the candidates table).
+    action write_hit(bit<8> addr_reason, bit<1> leaves) {
+        address_a(addr_reason, leaves);
+        NETDIR_COUNT(events, EVENT_HIT);
+        meta.count_slot = 1;
+        hdr.netdir.stamp = meta.coh_version;
+        hdr.netdir.flags[4:1] = MARKS_STAMPED_HIT;
+    }
+
+    action write_miss(bit<8> addr_reason, bit<1> leaves) {
+        address_a(addr_reason, leaves);
+        NETDIR_COUNT(events, EVENT_MISS);
+        meta.count_sketch = 1;
+        hdr.netdir.stamp = 0; // only a data plane stamps; the head assigns the version
+        hdr.netdir.flags[4:1] = MARKS_NONE;
+    }
+
+    action to_client() {
+        meta.verdict = OUT_TO_CLIENT;
+        NETDIR_COUNT(events, EVENT_REPLY);
+    }
+
+    action vsb_multicast() {
+        meta.verdict = OUT_MULTICAST;
+        NETDIR_COUNT(events, EVENT_VSB);
+        meta.mcast_grp = VSB_MCAST_GROUP;
+    }
+
+    action pass() {
+        meta.verdict = OUT_PASS;
+        NETDIR_COUNT(events, EVENT_PASS);
+    }
+
+    action l2l3() {
+        meta.verdict = OUT_L2L3; // not netdir traffic
+    }
+
+    action verdict_drop() {
+        meta.verdict = OUT_DROP;
+    }
+
+    // A packet with a reason misses.
+    @hidden
+    table verdict {
+        key = {
+            meta.reason: ternary;
+            meta.op_class: ternary;
+            meta.slot_hit: exact;
+            NETDIR_SCORE_KEY(meta.lat_a_key): ternary @name("lat_a_key");
+            NETDIR_SCORE_KEY(meta.lat_b_key): ternary @name("lat_b_key");
+            meta.score_diff[31:31]: ternary @name("score_sign");
+            meta.addr_a_known: ternary;
+            meta.addr_b_known: ternary;
+        }
+        actions = {
+            get_hit_a;
+            get_hit_b;
+            get_miss_a;
+            get_miss_b;
+            write_hit;
+            write_miss;
+            to_client;
+            vsb_multicast;
+            pass;
+            l2l3;
+            verdict_drop;
+        }
+        const default_action = verdict_drop();
+        const entries = {
+            (REASON_NONE, CLASS_GET, true, 0, _, _, 1, _): get_hit_a(REASON_NONE, 1);
+            (REASON_NONE, CLASS_GET, true, 0, _, _, 0, _): get_hit_a(REASON_NO_NODE_ADDR, 0);
+            (REASON_NONE, CLASS_GET, true, _, 0, _, _, 1): get_hit_b(REASON_NONE, 1);
+            (REASON_NONE, CLASS_GET, true, _, 0, _, _, 0): get_hit_b(REASON_NO_NODE_ADDR, 0);
+            (REASON_NONE, CLASS_GET, true, _, _, 1, _, 1): get_hit_b(REASON_NONE, 1);
+            (REASON_NONE, CLASS_GET, true, _, _, 1, _, 0): get_hit_b(REASON_NO_NODE_ADDR, 0);
+            (REASON_NONE, CLASS_GET, true, _, _, _, 1, _): get_hit_a(REASON_NONE, 1);
+            (REASON_NONE, CLASS_GET, true, _, _, _, 0, _): get_hit_a(REASON_NO_NODE_ADDR, 0);
+            (REASON_NONE, CLASS_GET, false, 0, _, _, 1, _): get_miss_a(REASON_NONE, 1);
+            (REASON_NONE, CLASS_GET, false, 0, _, _, 0, _): get_miss_a(REASON_NO_NODE_ADDR, 0);
+            (REASON_NONE, CLASS_GET, false, _, 0, _, _, 1): get_miss_b(REASON_NONE, 1);
+            (REASON_NONE, CLASS_GET, false, _, 0, _, _, 0): get_miss_b(REASON_NO_NODE_ADDR, 0);
+            (REASON_NONE, CLASS_GET, false, _, _, 1, _, 1): get_miss_b(REASON_NONE, 1);
+            (REASON_NONE, CLASS_GET, false, _, _, 1, _, 0): get_miss_b(REASON_NO_NODE_ADDR, 0);
+            (REASON_NONE, CLASS_GET, false, _, _, _, 1, _): get_miss_a(REASON_NONE, 1);
+            (REASON_NONE, CLASS_GET, false, _, _, _, 0, _): get_miss_a(REASON_NO_NODE_ADDR, 0);
+            (REASON_NONE, CLASS_WRITE, true, _, _, _, 1, _): write_hit(REASON_NONE, 1);
+            (REASON_NONE, CLASS_WRITE, true, _, _, _, 0, _): write_hit(REASON_NO_NODE_ADDR, 0);
+            (REASON_NONE, CLASS_WRITE, false, _, _, _, 1, _): write_miss(REASON_NONE, 1);
+            (REASON_NONE, CLASS_WRITE, false, _, _, _, 0, _): write_miss(REASON_NO_NODE_ADDR, 0);
+            (REASON_NONE, CLASS_REPLY, false, _, _, _, _, _): to_client();
+            (REASON_NONE, CLASS_REPLY, true, _, _, _, _, _): to_client();
+            (REASON_NONE, CLASS_WREPLY, false, _, _, _, _, _): to_client();
+            (REASON_NONE, CLASS_WREPLY, true, _, _, _, _, _): to_client();
+            (REASON_NONE, CLASS_VSB, false, _, _, _, _, _): vsb_multicast();
+            (REASON_NONE, CLASS_VSB, true, _, _, _, _, _): vsb_multicast();
+            (REASON_NONE, CLASS_NODE_OP, false, _, _, _, _, _): pass();
+            (REASON_NONE, CLASS_NODE_OP, true, _, _, _, _, _): pass();
+            (REASON_NONE, _, false, _, _, _, _, _): l2l3();
+            (REASON_NONE, _, true, _, _, _, _, _): l2l3();
+        }
+    }
+
+    // After the verdict: a hit's verify mark (the candidate taken is not
+    // fresh), and the switched count (the score took b). A table of its
+    // own: Tofino addresses every counter of a table's actions alike.
+    action mark_verify() {
+        hdr.netdir.flags[4:1] = MARKS_VERIFY_HIT;
+    }
+
+    action mark_verify_switched() {
+        hdr.netdir.flags[4:1] = MARKS_VERIFY_HIT;
+        NETDIR_COUNT(switched, 0);
+    }
+
+    action count_switched() {
+        NETDIR_COUNT(switched, 0);
+    }
+
+    @hidden
+    table marks {
+        key = {
+            meta.pick: exact;
+            meta.count_slot: ternary @name("hit");
+            meta.sa_fresh: ternary;
+            meta.sb_fresh: ternary;
+        }
+        actions = {
+            mark_verify;
+            mark_verify_switched;
+            count_switched;
+            NoAction;
+        }
+        const default_action = NoAction();
+        const entries = {
+            (PICK_A, 1, 0, _): mark_verify();
+            (PICK_B, 1, _, 0): mark_verify_switched();
+            (PICK_B, _, _, _): count_switched();
+        }
+    }
+
     apply {
         // meta starts at zero (BMv2 zeroes user metadata per packet; the
         // TNA parser sets it, and @pa_auto_init_metadata): op_class
         // CLASS_OTHER, reason REASON_NONE, coh_cmd COH_NONE, no hits, no
         // target. Assigning those zeros again here would cost Tofino a
         // stage (every later write must follow them).
-        bool count_switched = false;
-        bool count_event = false;
-        bit<8> event = 0;
-
         // 1. Parse checks and op class (classify).
         if (meta.is_netdir) {
             classify.apply();
@@ -265,6 +486,7 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         // after them): the candidates' stats and fine score. A reply's
         // stats are learnt here too.
         candidates.apply();
+        node_addr.apply(meta);
         if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY) {
             if (hdr.netdir.op != OP_ERR && (hdr.netdir.code == CODE_OK || hdr.netdir.code == CODE_NOT_FOUND)) {
                 meta.qos_complete = 1;
@@ -300,93 +522,19 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             return;
         }
 
-        // 4. The verdict. Coherence writes its reason (a refused VSB, TNA's
-        // reseed race) into meta.reason itself, over the commands' one: a
-        // merge of a separate field would cost Tofino a stage before the
-        // verdict or before node_addr (which writes meta.reason too).
-        if (meta.reason != REASON_NONE) {
-            meta.verdict = OUT_DROP;
-        } else if (meta.op_class == CLASS_GET) {
-            meta.verdict = OUT_FORWARD;
-            count_event = true;
-            if (meta.slot_hit) {
-                event = EVENT_HIT;
-                meta.count_slot = 1;
-                // Either candidate may serve, fresh or not (issue 18): the
-                // fine score (its quotas from 2b) picks, and the pick's
-                // fresh bit sets the marks, in the pick's own branch (on
-                // Tofino the marks then wait for nothing the target does
-                // not).
-                candidates_fresh.apply(meta);
-                if (meta.sa_idx == meta.sb_idx) {
-                    meta.target = meta.sa_node;
-                    if (meta.sa_fresh != 0) {
-                        hdr.netdir.flags[4:1] = MARKS_HIT;
-                    } else {
-                        hdr.netdir.flags[4:1] = MARKS_VERIFY_HIT;
-                    }
-                } else {
-                    pick_hit.apply(hdr, meta, count_switched, 1);
-                }
-            } else {
-                event = EVENT_MISS;
-                meta.count_sketch = 1;
-                if (meta.pa_idx == meta.pb_idx) {
-                    meta.target = meta.pa_node;
-                } else {
-                    pick_miss.apply(hdr, meta, count_switched, 0);
-                }
-                hdr.netdir.flags[4:1] = MARKS_NONE;
-            }
-        } else if (meta.op_class == CLASS_WRITE) {
-            meta.verdict = OUT_FORWARD;
-            count_event = true;
-            if (meta.slot_hit) {
-                event = EVENT_HIT;
-                meta.count_slot = 1;
-                meta.target = meta.slot_head;
-                hdr.netdir.stamp = meta.coh_version;
-                hdr.netdir.flags[4:1] = MARKS_STAMPED_HIT;
-            } else {
-                event = EVENT_MISS;
-                meta.count_sketch = 1;
-                meta.target = meta.part_head;
-                hdr.netdir.stamp = 0; // only a data plane stamps; the head assigns the version
-                hdr.netdir.flags[4:1] = MARKS_NONE;
-            }
-        } else if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY) {
-            meta.verdict = OUT_TO_CLIENT;
-            count_event = true;
-            event = EVENT_REPLY;
-        } else if (meta.op_class == CLASS_VSB) {
-            meta.verdict = OUT_MULTICAST;
-            count_event = true;
-            event = EVENT_VSB;
-            meta.mcast_grp = VSB_MCAST_GROUP;
-        } else if (meta.op_class == CLASS_NODE_OP) {
-            meta.verdict = OUT_PASS;
-            count_event = true;
-            event = EVENT_PASS;
-        } else {
-            meta.verdict = OUT_L2L3; // not netdir traffic
-        }
+        // 4. The verdict (the verdict table) and the target's address
+        // (address: a request is sent to its node; the rest
+        // went after section 1). Coherence writes its reason
+        // (a refused VSB, TNA's reseed race) into meta.reason itself, over
+        // the commands' one (a merge of a separate field would cost Tofino
+        // a stage). The fresh masks are side-effect free: read for every
+        // packet, beside the verdict.
+        candidates_fresh.apply(meta);
+        verdict.apply();
+        marks.apply();
 
-        // 5. Send a request to its node (the rest went after section 1).
-        // node_addr's hit sets meta.qos_stamp: the request leaves (its
-        // target has an address), not through meta.reason.
-        if (meta.verdict == OUT_FORWARD) {
-            hdr.netdir.node = meta.target;
-            hdr.netdir.timestamp = meta.now;
-            node_addr.apply(hdr, meta);
-        }
-
-        // 6. Count (the hot keys in NetdirTail).
-        if (count_event) {
-            NETDIR_COUNT(events, event);
-        }
-        if (count_switched) {
-            NETDIR_COUNT(switched, 0);
-        }
+        // 5. Count the drops (events in the verdict's actions, switched in
+        // marks', the hot keys in NetdirTail).
         // A packet with a reason is dropped (the top level reads
         // meta.reason, not a flag set here: on Tofino a stage less).
         if (meta.reason != REASON_NONE) {

@@ -25,6 +25,14 @@
 // assume; no initialising instructions in the pipeline.
 @pa_auto_init_metadata
 
+// The range keys' fields in containers whose bytes fit one ternary group of
+// the input crossbar: in a 32-bit container p4c-barefoot spread the fine
+// score's and the partition buckets' keys over two groups, which doubled
+// their TCAM (22 blocks a score table, not 11) and took stages.
+@pa_container_size("ingress", "meta.nd.lat_a_key", 16)
+@pa_container_size("ingress", "meta.nd.lat_b_key", 16)
+@pa_container_size("ingress", "meta.nd.partition", 8, 16)
+
 #include "arch.p4"
 #include "../include/defines.p4"
 #include "../include/headers.p4"
@@ -95,8 +103,10 @@ struct egress_meta_t {
             coh_cmd = 0, fresh = 0, coh_version = 0, \
             vsb_idx = 0, vsb_bit = 0, vsb_member = false, vsb_role = 0, from_storage = false, \
             cand_a = 0, cand_b = 0, lat_a = 0, lat_b = 0, load_a = 0, load_b = 0, \
-            lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, score_diff = 0, a_unlearnt = false, b_unlearnt = false, \
-            verdict = 0, reason = 0, target = 0, egress_port = 0, \
+            lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, score_diff = 0, \
+            verdict = 0, pick = 0, reason = 0, target = 0, egress_port = 0, \
+            addr_a_mac = 0, addr_a_ip = 0, addr_a_udp = 0, addr_a_port = 0, addr_a_known = 0, \
+            addr_b_mac = 0, addr_b_ip = 0, addr_b_udp = 0, addr_b_port = 0, addr_b_known = 0, \
             mcast_grp = 0, drop = false, rewritten = false, qos_done = 0, qos_res = 0, qos_node = 0, \
             udp_residual = 0, udp_csum_update = false, sample32 = 0, ts_set = 0, lat_new = 0, sample_ok = 0, \
             seed32 = 0, vn32 = 0, next_arg = 0, \
