@@ -520,10 +520,10 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             }
         }
 
-        // 2b. What a GET may need, read before the coherence state decides
-        // (no side effects; on Tofino beside the coherence stages, not
-        // after them): the candidates' stats and fine score. A reply's
-        // stats are learnt here too.
+        // 2b. What a GET or a write may need, read before the coherence
+        // state decides (no side effects; on Tofino beside the coherence
+        // stages, not after them): the candidates' addresses, stats and
+        // fine score. A reply's stats are learnt here too.
         candidates.apply();
         node_addr.apply(meta);
         if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY) {
