@@ -185,8 +185,7 @@ if [ -n "$tofino" ]; then
 	else
 		tofino_api
 	fi
-	# A whole compile that fits prints one empty line to stderr: only
-	# text is a warning.
+	# A whole compile that passes prints one empty line on stderr.
 	if grep -q '[^[:space:]]' "$tmp/tofino-stderr"; then
 		cat "$tmp/tofino-stderr" >&2
 		echo "p4-build: p4c-barefoot printed warnings; the program must compile without any" >&2

@@ -139,7 +139,7 @@ const bit<3> OUT_MULTICAST = 3;
 const bit<3> OUT_PASS      = 4;
 const bit<3> OUT_L2L3      = 5; // not netdir traffic
 
-// ---- The candidate a GET takes (pipeline.p4's verdict, for marks and switched; 0: none) ----
+// ---- The candidate an unlearnt latency picks (fine_score.p4's score_pick; 0: the score) ----
 const bit<2> PICK_A    = 1;
 const bit<2> PICK_B    = 2;
 

@@ -3,7 +3,7 @@
 // score = Window / t - load, t the node's latency EWMA. A node whose latency is
 // not yet learnt (t = 0) scores highest, so that it gets probed; ties keep
 // candidate a. Exactly directory.finer; the pick itself is in the verdict
-// table (pipeline.p4), keyed by the latency keys and this difference.
+// table (pipeline.p4), keyed by score_pick and this difference.
 //
 // P4 has no division. Window / t is realised exactly by a range table on t:
 // floor(W / t) takes about 2 * sqrt(W) distinct values, each on one range of
@@ -54,17 +54,38 @@ control FineScore(inout local_meta_t meta) {
     }
 
     // The difference in a table's action, so that the condition tests a
-    // field (the compiler would fold an assignment into it).
+    // field (the compiler would fold an assignment into it). An unlearnt
+    // latency is 0, and so is its key: then the pick needs no difference
+    // (score_pick: PICK_A, an unlearnt a; PICK_B, an unlearnt b and a
+    // learnt a; 0, by the difference's sign).
     action compare_scores() {
         meta.score_diff = meta.quota_a - meta.quota_b;
     }
 
+    action a_unlearnt() {
+        meta.score_pick = PICK_A;
+    }
+
+    action b_unlearnt() {
+        meta.score_pick = PICK_B;
+    }
+
     @hidden
     table compare {
+        key = {
+            NETDIR_SCORE_KEY(meta.lat_a_key): ternary @name("lat_a_key");
+            NETDIR_SCORE_KEY(meta.lat_b_key): ternary @name("lat_b_key");
+        }
         actions = {
             compare_scores;
+            a_unlearnt;
+            b_unlearnt;
         }
         const default_action = compare_scores();
+        const entries = {
+            (0, _): a_unlearnt();
+            (_, 0): b_unlearnt();
+        }
     }
 
     apply {

@@ -119,9 +119,9 @@ struct local_meta_t {
     bit<32>     quota_a;        // Window / latency a, plus load b (fine_score.p4)
     bit<32>     quota_b;        // Window / latency b, plus load a
     bit<32>     score_diff;     // quota_a - quota_b: its sign picks b
+    bit<2>      score_pick;     // PICK_* of an unlearnt candidate, else 0: by the sign
     // outcome
     bit<3>      verdict;
-    bit<2>      pick;           // PICK_*: the candidate a GET takes (marks, switched)
     bit<8>      reason;
     node_t      target;
     port_t      egress_port;

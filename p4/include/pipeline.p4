@@ -224,66 +224,67 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
     // Section 4, the verdict, as one constant table (on Tofino one logical
     // table, not a gateway and an assignment per branch; its counts in the
     // actions). A GET's target by the fine score, as directory.finer: an
-    // unlearnt a first (latency key 0), then an unlearnt b, then the larger
-    // score (the sign of FineScore's difference), ties to a. Two
-    // candidates of one bucket are one node, whose two stats reads agree,
-    // so the score keeps a for them, as the contract's equal-bucket case
-    // does, and needs no test of its own. A hit's marks: hit here, verify
-    // after (`marks`) when the candidate taken is not fresh (issue 18).
+    // unlearnt a first, then an unlearnt b (FineScore's score_pick), then
+    // the larger score (the sign of FineScore's difference), ties to a.
+    // Two candidates of one bucket are one node, whose two stats reads
+    // agree, so the score keeps a for them, as the contract's equal-bucket
+    // case does, and needs no test of its own. A hit's marks: verify when
+    // the candidate taken is not fresh (issue 18).
     // The target's address: node_addr read both candidates' (section 2b),
     // the verdict's action copies the one it takes, in the verdict's
     // stage. leaves: the target has an address, and the request leaves for
     // its node (NetdirTail stamps it); else addr_reason drops it
-    // (REASON_NO_NODE_ADDR) and the address copied, none, is never sent.
-    action address_a(bit<8> addr_reason, bit<1> leaves) {
+    // (REASON_NO_NODE_ADDR) and the address copied, none, is never sent
+    // (NETDIR_ADDR_REASON: v1model's top level drops by it; TNA reads none).
+    // On Tofino everything after the verdict (switched and drops here, the
+    // top level's drop and send tables) is keyed by the verdict's own
+    // inputs, not its outputs, so that all of it shares the verdict's stage.
+    action address_a(@noWarn("unused") bit<8> addr_reason, bit<1> leaves) {
         hdr.ethernet.dst_addr = meta.addr_a_mac;
         hdr.ipv4.dst_addr = meta.addr_a_ip;
         hdr.udp.dport = meta.addr_a_udp;
-        meta.egress_port = meta.addr_a_port;
+        NETDIR_NODE_PORT(meta.addr_a_port);
         meta.rewritten = true;
         meta.qos_stamp = leaves;
-        meta.reason = addr_reason;
+        NETDIR_ADDR_REASON(addr_reason);
         meta.target = meta.cand_a;
         hdr.netdir.node = meta.cand_a;
         hdr.netdir.timestamp = meta.now;
         meta.verdict = OUT_FORWARD;
     }
 
-    action address_b(bit<8> addr_reason, bit<1> leaves) {
+    action address_b(@noWarn("unused") bit<8> addr_reason, bit<1> leaves) {
         hdr.ethernet.dst_addr = meta.addr_b_mac;
         hdr.ipv4.dst_addr = meta.addr_b_ip;
         hdr.udp.dport = meta.addr_b_udp;
-        meta.egress_port = meta.addr_b_port;
+        NETDIR_NODE_PORT(meta.addr_b_port);
         meta.rewritten = true;
         meta.qos_stamp = leaves;
-        meta.reason = addr_reason;
+        NETDIR_ADDR_REASON(addr_reason);
         meta.target = meta.cand_b;
         hdr.netdir.node = meta.cand_b;
         hdr.netdir.timestamp = meta.now;
         meta.verdict = OUT_FORWARD;
     }
 
-    action get_hit_a(bit<8> addr_reason, bit<1> leaves) {
+    action get_hit_a(bit<8> addr_reason, bit<1> leaves, bit<4> marks) {
         address_a(addr_reason, leaves);
         NETDIR_COUNT(events, EVENT_HIT);
         meta.count_slot = 1;
-        meta.pick = PICK_A;
-        hdr.netdir.flags[4:1] = MARKS_HIT;
+        hdr.netdir.flags[4:1] = marks;
     }
 
-    action get_hit_b(bit<8> addr_reason, bit<1> leaves) {
+    action get_hit_b(bit<8> addr_reason, bit<1> leaves, bit<4> marks) {
         address_b(addr_reason, leaves);
         NETDIR_COUNT(events, EVENT_HIT);
         meta.count_slot = 1;
-        meta.pick = PICK_B;
-        hdr.netdir.flags[4:1] = MARKS_HIT;
+        hdr.netdir.flags[4:1] = marks;
     }
 
     action get_miss_a(bit<8> addr_reason, bit<1> leaves) {
         address_a(addr_reason, leaves);
         NETDIR_COUNT(events, EVENT_MISS);
         meta.count_sketch = 1;
-        meta.pick = PICK_A;
         hdr.netdir.flags[4:1] = MARKS_NONE;
     }
 
@@ -291,7 +292,6 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         address_b(addr_reason, leaves);
         NETDIR_COUNT(events, EVENT_MISS);
         meta.count_sketch = 1;
-        meta.pick = PICK_B;
         hdr.netdir.flags[4:1] = MARKS_NONE;
     }
 
@@ -336,18 +336,20 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         meta.verdict = OUT_DROP;
     }
 
-    // A packet with a reason misses.
+    // The keys' candidate taken: a by (PICK_A, _) and (0, 0), b by
+    // (PICK_B, _) and (0, 1). A packet with a reason misses.
     @hidden
     table verdict {
         key = {
             meta.reason: ternary;
             meta.op_class: ternary;
             meta.slot_hit: exact;
-            NETDIR_SCORE_KEY(meta.lat_a_key): ternary @name("lat_a_key");
-            NETDIR_SCORE_KEY(meta.lat_b_key): ternary @name("lat_b_key");
+            meta.score_pick: ternary;
             meta.score_diff[31:31]: ternary @name("score_sign");
             meta.addr_a_known: ternary;
             meta.addr_b_known: ternary;
+            meta.sa_fresh: ternary;
+            meta.sb_fresh: ternary;
         }
         actions = {
             get_hit_a;
@@ -364,74 +366,112 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         }
         const default_action = verdict_drop();
         const entries = {
-            (REASON_NONE, CLASS_GET, true, 0, _, _, 1, _): get_hit_a(REASON_NONE, 1);
-            (REASON_NONE, CLASS_GET, true, 0, _, _, 0, _): get_hit_a(REASON_NO_NODE_ADDR, 0);
-            (REASON_NONE, CLASS_GET, true, _, 0, _, _, 1): get_hit_b(REASON_NONE, 1);
-            (REASON_NONE, CLASS_GET, true, _, 0, _, _, 0): get_hit_b(REASON_NO_NODE_ADDR, 0);
-            (REASON_NONE, CLASS_GET, true, _, _, 1, _, 1): get_hit_b(REASON_NONE, 1);
-            (REASON_NONE, CLASS_GET, true, _, _, 1, _, 0): get_hit_b(REASON_NO_NODE_ADDR, 0);
-            (REASON_NONE, CLASS_GET, true, _, _, _, 1, _): get_hit_a(REASON_NONE, 1);
-            (REASON_NONE, CLASS_GET, true, _, _, _, 0, _): get_hit_a(REASON_NO_NODE_ADDR, 0);
-            (REASON_NONE, CLASS_GET, false, 0, _, _, 1, _): get_miss_a(REASON_NONE, 1);
-            (REASON_NONE, CLASS_GET, false, 0, _, _, 0, _): get_miss_a(REASON_NO_NODE_ADDR, 0);
-            (REASON_NONE, CLASS_GET, false, _, 0, _, _, 1): get_miss_b(REASON_NONE, 1);
-            (REASON_NONE, CLASS_GET, false, _, 0, _, _, 0): get_miss_b(REASON_NO_NODE_ADDR, 0);
-            (REASON_NONE, CLASS_GET, false, _, _, 1, _, 1): get_miss_b(REASON_NONE, 1);
-            (REASON_NONE, CLASS_GET, false, _, _, 1, _, 0): get_miss_b(REASON_NO_NODE_ADDR, 0);
-            (REASON_NONE, CLASS_GET, false, _, _, _, 1, _): get_miss_a(REASON_NONE, 1);
-            (REASON_NONE, CLASS_GET, false, _, _, _, 0, _): get_miss_a(REASON_NO_NODE_ADDR, 0);
-            (REASON_NONE, CLASS_WRITE, true, _, _, _, 1, _): write_hit(REASON_NONE, 1);
-            (REASON_NONE, CLASS_WRITE, true, _, _, _, 0, _): write_hit(REASON_NO_NODE_ADDR, 0);
-            (REASON_NONE, CLASS_WRITE, false, _, _, _, 1, _): write_miss(REASON_NONE, 1);
-            (REASON_NONE, CLASS_WRITE, false, _, _, _, 0, _): write_miss(REASON_NO_NODE_ADDR, 0);
-            (REASON_NONE, CLASS_REPLY, false, _, _, _, _, _): to_client();
-            (REASON_NONE, CLASS_REPLY, true, _, _, _, _, _): to_client();
-            (REASON_NONE, CLASS_WREPLY, false, _, _, _, _, _): to_client();
-            (REASON_NONE, CLASS_WREPLY, true, _, _, _, _, _): to_client();
-            (REASON_NONE, CLASS_VSB, false, _, _, _, _, _): vsb_multicast();
-            (REASON_NONE, CLASS_VSB, true, _, _, _, _, _): vsb_multicast();
-            (REASON_NONE, CLASS_NODE_OP, false, _, _, _, _, _): pass();
-            (REASON_NONE, CLASS_NODE_OP, true, _, _, _, _, _): pass();
-            (REASON_NONE, _, false, _, _, _, _, _): l2l3();
-            (REASON_NONE, _, true, _, _, _, _, _): l2l3();
+            (REASON_NONE, CLASS_GET, true, PICK_A, _, 1, _, 0, _): get_hit_a(REASON_NONE, 1, MARKS_VERIFY_HIT);
+            (REASON_NONE, CLASS_GET, true, PICK_A, _, 1, _, _, _): get_hit_a(REASON_NONE, 1, MARKS_HIT);
+            (REASON_NONE, CLASS_GET, true, PICK_A, _, 0, _, 0, _): get_hit_a(REASON_NO_NODE_ADDR, 0, MARKS_VERIFY_HIT);
+            (REASON_NONE, CLASS_GET, true, PICK_A, _, 0, _, _, _): get_hit_a(REASON_NO_NODE_ADDR, 0, MARKS_HIT);
+            (REASON_NONE, CLASS_GET, true, 0, 0, 1, _, 0, _): get_hit_a(REASON_NONE, 1, MARKS_VERIFY_HIT);
+            (REASON_NONE, CLASS_GET, true, 0, 0, 1, _, _, _): get_hit_a(REASON_NONE, 1, MARKS_HIT);
+            (REASON_NONE, CLASS_GET, true, 0, 0, 0, _, 0, _): get_hit_a(REASON_NO_NODE_ADDR, 0, MARKS_VERIFY_HIT);
+            (REASON_NONE, CLASS_GET, true, 0, 0, 0, _, _, _): get_hit_a(REASON_NO_NODE_ADDR, 0, MARKS_HIT);
+            (REASON_NONE, CLASS_GET, true, PICK_B, _, _, 1, _, 0): get_hit_b(REASON_NONE, 1, MARKS_VERIFY_HIT);
+            (REASON_NONE, CLASS_GET, true, PICK_B, _, _, 1, _, _): get_hit_b(REASON_NONE, 1, MARKS_HIT);
+            (REASON_NONE, CLASS_GET, true, PICK_B, _, _, 0, _, 0): get_hit_b(REASON_NO_NODE_ADDR, 0, MARKS_VERIFY_HIT);
+            (REASON_NONE, CLASS_GET, true, PICK_B, _, _, 0, _, _): get_hit_b(REASON_NO_NODE_ADDR, 0, MARKS_HIT);
+            (REASON_NONE, CLASS_GET, true, 0, 1, _, 1, _, 0): get_hit_b(REASON_NONE, 1, MARKS_VERIFY_HIT);
+            (REASON_NONE, CLASS_GET, true, 0, 1, _, 1, _, _): get_hit_b(REASON_NONE, 1, MARKS_HIT);
+            (REASON_NONE, CLASS_GET, true, 0, 1, _, 0, _, 0): get_hit_b(REASON_NO_NODE_ADDR, 0, MARKS_VERIFY_HIT);
+            (REASON_NONE, CLASS_GET, true, 0, 1, _, 0, _, _): get_hit_b(REASON_NO_NODE_ADDR, 0, MARKS_HIT);
+            (REASON_NONE, CLASS_GET, false, PICK_A, _, 1, _, _, _): get_miss_a(REASON_NONE, 1);
+            (REASON_NONE, CLASS_GET, false, PICK_A, _, 0, _, _, _): get_miss_a(REASON_NO_NODE_ADDR, 0);
+            (REASON_NONE, CLASS_GET, false, 0, 0, 1, _, _, _): get_miss_a(REASON_NONE, 1);
+            (REASON_NONE, CLASS_GET, false, 0, 0, 0, _, _, _): get_miss_a(REASON_NO_NODE_ADDR, 0);
+            (REASON_NONE, CLASS_GET, false, PICK_B, _, _, 1, _, _): get_miss_b(REASON_NONE, 1);
+            (REASON_NONE, CLASS_GET, false, PICK_B, _, _, 0, _, _): get_miss_b(REASON_NO_NODE_ADDR, 0);
+            (REASON_NONE, CLASS_GET, false, 0, 1, _, 1, _, _): get_miss_b(REASON_NONE, 1);
+            (REASON_NONE, CLASS_GET, false, 0, 1, _, 0, _, _): get_miss_b(REASON_NO_NODE_ADDR, 0);
+            (REASON_NONE, CLASS_WRITE, true, _, _, 1, _, _, _): write_hit(REASON_NONE, 1);
+            (REASON_NONE, CLASS_WRITE, true, _, _, 0, _, _, _): write_hit(REASON_NO_NODE_ADDR, 0);
+            (REASON_NONE, CLASS_WRITE, false, _, _, 1, _, _, _): write_miss(REASON_NONE, 1);
+            (REASON_NONE, CLASS_WRITE, false, _, _, 0, _, _, _): write_miss(REASON_NO_NODE_ADDR, 0);
+            (REASON_NONE, CLASS_REPLY, false, _, _, _, _, _, _): to_client();
+            (REASON_NONE, CLASS_REPLY, true, _, _, _, _, _, _): to_client();
+            (REASON_NONE, CLASS_WREPLY, false, _, _, _, _, _, _): to_client();
+            (REASON_NONE, CLASS_WREPLY, true, _, _, _, _, _, _): to_client();
+            (REASON_NONE, CLASS_VSB, false, _, _, _, _, _, _): vsb_multicast();
+            (REASON_NONE, CLASS_VSB, true, _, _, _, _, _, _): vsb_multicast();
+            (REASON_NONE, CLASS_NODE_OP, false, _, _, _, _, _, _): pass();
+            (REASON_NONE, CLASS_NODE_OP, true, _, _, _, _, _, _): pass();
+            (REASON_NONE, _, false, _, _, _, _, _, _): l2l3();
+            (REASON_NONE, _, true, _, _, _, _, _, _): l2l3();
         }
     }
 
-    // After the verdict: a hit's verify mark (the candidate taken is not
-    // fresh), and the switched count (the score took b). A table of its
-    // own: Tofino addresses every counter of a table's actions alike.
-    action mark_verify() {
-        hdr.netdir.flags[4:1] = MARKS_VERIFY_HIT;
-    }
-
-    action mark_verify_switched() {
-        hdr.netdir.flags[4:1] = MARKS_VERIFY_HIT;
-        NETDIR_COUNT(switched, 0);
-    }
-
+    // The switched count: the score took b (a table of its own: Tofino
+    // addresses every counter of a table's actions alike).
     action count_switched() {
         NETDIR_COUNT(switched, 0);
     }
 
     @hidden
-    table marks {
+    table switched_count {
         key = {
-            meta.pick: exact;
-            meta.count_slot: ternary @name("hit");
-            meta.sa_fresh: ternary;
-            meta.sb_fresh: ternary;
+            meta.reason: ternary;
+            meta.op_class: ternary;
+            meta.score_pick: ternary;
+            meta.score_diff[31:31]: ternary @name("score_sign");
         }
         actions = {
-            mark_verify;
-            mark_verify_switched;
             count_switched;
             NoAction;
         }
         const default_action = NoAction();
         const entries = {
-            (PICK_A, 1, 0, _): mark_verify();
-            (PICK_B, 1, _, 0): mark_verify_switched();
-            (PICK_B, _, _, _): count_switched();
+            (REASON_NONE, CLASS_GET, PICK_B, _): count_switched();
+            (REASON_NONE, CLASS_GET, 0, 1): count_switched();
+        }
+    }
+
+    // The drops count, by the reason so far or the verdict's: a target
+    // without an address (the index an action parameter, so that every
+    // action addresses the counter alike).
+    action count_drop(bit<8> index) {
+        NETDIR_COUNT(drops, index);
+    }
+
+    @hidden
+    table drop_count {
+        key = {
+            meta.reason: ternary;
+            meta.op_class: ternary;
+            meta.score_pick: ternary;
+            meta.score_diff[31:31]: ternary @name("score_sign");
+            meta.addr_a_known: ternary;
+            meta.addr_b_known: ternary;
+        }
+        actions = {
+            count_drop;
+            NoAction;
+        }
+        const default_action = NoAction();
+        const entries = {
+            (REASON_SHORT, _, _, _, _, _): count_drop(REASON_SHORT);
+            (REASON_MAGIC, _, _, _, _, _): count_drop(REASON_MAGIC);
+            (REASON_VERSION, _, _, _, _, _): count_drop(REASON_VERSION);
+            (REASON_UNKNOWN_OP, _, _, _, _, _): count_drop(REASON_UNKNOWN_OP);
+            (REASON_NO_ROUTE, _, _, _, _, _): count_drop(REASON_NO_ROUTE);
+            (REASON_VSB_PORT, _, _, _, _, _): count_drop(REASON_VSB_PORT);
+            (REASON_VSB_NOT_CACHED, _, _, _, _, _): count_drop(REASON_VSB_NOT_CACHED);
+            (REASON_VSB_NOT_MEMBER, _, _, _, _, _): count_drop(REASON_VSB_NOT_MEMBER);
+            (REASON_VSB_PENDING, _, _, _, _, _): count_drop(REASON_VSB_PENDING);
+            (REASON_VSB_VERSION, _, _, _, _, _): count_drop(REASON_VSB_VERSION);
+            (REASON_NO_NODE_ADDR, _, _, _, _, _): count_drop(REASON_NO_NODE_ADDR);
+            (REASON_RESEED_RACE, _, _, _, _, _): count_drop(REASON_RESEED_RACE);
+            (REASON_NONE, CLASS_GET, PICK_A, _, 0, _): count_drop(REASON_NO_NODE_ADDR);
+            (REASON_NONE, CLASS_GET, 0, 0, 0, _): count_drop(REASON_NO_NODE_ADDR);
+            (REASON_NONE, CLASS_GET, PICK_B, _, _, 0): count_drop(REASON_NO_NODE_ADDR);
+            (REASON_NONE, CLASS_GET, 0, 1, _, 0): count_drop(REASON_NO_NODE_ADDR);
+            (REASON_NONE, CLASS_WRITE, _, _, 0, _): count_drop(REASON_NO_NODE_ADDR);
         }
     }
 
@@ -481,10 +521,10 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
         split.apply(hdr, meta);
         vsb_filter.apply(hdr, meta, ingress_port);
 
-        // 2b. What a GET may need, read before the coherence state decides
-        // (no side effects; on Tofino beside the coherence stages, not
-        // after them): the candidates' stats and fine score. A reply's
-        // stats are learnt here too.
+        // 2b. What a GET or a write may need, read before the coherence
+        // state decides (no side effects; on Tofino beside the coherence
+        // stages, not after them): the candidates' addresses, stats and
+        // fine score. A reply's stats are learnt here too.
         candidates.apply();
         node_addr.apply(meta);
         if (meta.op_class == CLASS_REPLY || meta.op_class == CLASS_WREPLY) {
@@ -522,24 +562,18 @@ control NetdirPipe(inout headers_t hdr, inout local_meta_t meta, in port_t ingre
             return;
         }
 
-        // 4. The verdict (the verdict table) and the target's address
-        // (address: a request is sent to its node; the rest
-        // went after section 1). Coherence writes its reason
-        // (a refused VSB, TNA's reseed race) into meta.reason itself, over
-        // the commands' one (a merge of a separate field would cost Tofino
-        // a stage). The fresh masks are side-effect free: read for every
-        // packet, beside the verdict.
+        // 4. The verdict and the target's address (the verdict table: a
+        // request is sent to its node; the rest went after section 1), and
+        // 5. the counts (events in the verdict's actions, the hot keys in
+        // NetdirTail). Coherence writes its reason (a refused VSB, TNA's
+        // reseed race) into meta.reason itself, over the commands' one (a
+        // merge of a separate field would cost Tofino a stage). The fresh
+        // masks are side-effect free: read for every packet, before the
+        // verdict. The counts read the reason before the verdict's.
         candidates_fresh.apply(meta);
+        switched_count.apply();
+        drop_count.apply();
         verdict.apply();
-        marks.apply();
-
-        // 5. Count the drops (events in the verdict's actions, switched in
-        // marks', the hot keys in NetdirTail).
-        // A packet with a reason is dropped (the top level reads
-        // meta.reason, not a flag set here: on Tofino a stage less).
-        if (meta.reason != REASON_NONE) {
-            NETDIR_COUNT(drops, meta.reason);
-        }
     }
 }
 
