@@ -156,6 +156,13 @@ func (p *P4Plane) writeParallel(ctx context.Context, n int, batch func(i int) ([
 	return errors.Join(errs...)
 }
 
+// nodeAddrTables are the node-address tables and their actions: one per
+// fine-score candidate, with the same entries.
+var nodeAddrTables = []struct{ table, action string }{
+	{"node_addr", "set_node_addr"},
+	{"node_addr_b", "set_node_addr_b"},
+}
+
 // entry builds an entry, panicking on schema mismatches only through error.
 func (p *P4Plane) entry(table string, m []p4rt.Match, action string, params ...p4rt.Param) (*p4.TableEntry, error) {
 	return p.s.Entry(table, m, action, params...)
@@ -184,18 +191,22 @@ func (p *P4Plane) Setup(ctx context.Context, m *layout.Map, vsbGroup []uint32) e
 			return fmt.Errorf("node %d: address %s: want IPv4", n.ID, ap)
 		}
 		ip := ap.Addr().As4()
-		e, err := p.entry("node_addr", []p4rt.Match{{Field: "node", Value: u(uint64(n.ID))}}, "set_node_addr",
-			p4rt.Param{Name: "mac", Value: append([]byte{0}, n.MAC...)}, p4rt.Param{Name: "ip", Value: ip[:]},
-			p4rt.Param{Name: "udp_port", Value: u(uint64(ap.Port()))}, p4rt.Param{Name: "port", Value: u(uint64(n.Port))})
-		if err != nil {
-			return err
+		// node_addr and node_addr_b hold the same entries: each reads
+		// one fine-score candidate's address (p4/include/node_addr.p4).
+		for _, t := range nodeAddrTables {
+			e, err := p.entry(t.table, []p4rt.Match{{Field: "node", Value: u(uint64(n.ID))}}, t.action,
+				p4rt.Param{Name: "mac", Value: append([]byte{0}, n.MAC...)}, p4rt.Param{Name: "ip", Value: ip[:]},
+				p4rt.Param{Name: "udp_port", Value: u(uint64(ap.Port()))}, p4rt.Param{Name: "port", Value: u(uint64(n.Port))})
+			if err != nil {
+				return err
+			}
+			if p.installed[n.ID] {
+				ups = append(ups, p4rt.Modify(e))
+			} else {
+				ups = append(ups, p4rt.Insert(e))
+			}
 		}
 		nodes[n.ID] = true
-		if p.installed[n.ID] {
-			ups = append(ups, p4rt.Modify(e))
-		} else {
-			ups = append(ups, p4rt.Insert(e))
-		}
 		if n.Port != 0 && !ports[n.Port] {
 			ports[n.Port] = true
 			e, err := p.entry("storage_ports", []p4rt.Match{{Field: "ingress_port", Value: u(uint64(n.Port))}}, "storage_port")

@@ -349,7 +349,7 @@ func programEveryTable(t *testing.T, schema *p4rt.Schema) {
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	for _, table := range []string{"node_addr", "storage_ports", "partitions", "buckets_a", "buckets_b",
+	for _, table := range []string{"node_addr", "node_addr_b", "storage_ports", "partitions", "buckets_a", "buckets_b",
 		"score_a", "score_b", "routes_v4", "slots", "slot_buckets_a", "slot_buckets_b", "members"} {
 		if rec.tables[table] == 0 {
 			t.Errorf("table %s: no update accepted", table)

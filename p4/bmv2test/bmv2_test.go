@@ -94,13 +94,13 @@ func TestP4InfoNames(t *testing.T) {
 		t.Skipf("no committed P4Info: %v", err)
 	}
 	for _, n := range []string{tSlots, tPartitions, tPartBucketsA, tPartBucketsB, tSlotBucketsA, tSlotBucketsB,
-		tStoragePorts, tMembers, tScoreA, tScoreB, tNodeAddr, tRoutes, tClock} {
+		tStoragePorts, tMembers, tScoreA, tScoreB, tNodeAddr, tNodeAddrB, tRoutes, tClock} {
 		if _, err := info.Table(n); err != nil {
 			t.Error(err)
 		}
 	}
 	for _, n := range []string{aSlotHit, aSetPartition, aSetChainA, aSetChainB, aSetLocA, aSetLocB,
-		aStoragePort, aMember, aQuotaA, aQuotaB, aSetNodeAddr, aRoute, aFixedClock} {
+		aStoragePort, aMember, aQuotaA, aQuotaB, aSetNodeAddr, aSetNodeAddrB, aRoute, aFixedClock} {
 		if _, err := info.Action(n, nil); err != nil {
 			t.Error(err)
 		}

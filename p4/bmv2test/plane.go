@@ -81,6 +81,8 @@ const (
 	aQuotaB         = pfx + "fine_score.set_quota_b"
 	tNodeAddr       = pfx + "node_addr.node_addr"
 	aSetNodeAddr    = pfx + "node_addr.set_node_addr"
+	tNodeAddrB      = pfx + "node_addr.node_addr_b"
+	aSetNodeAddrB   = pfx + "node_addr.set_node_addr_b"
 	tRoutes         = pfx + "forwarding.routes_v4"
 	aRoute          = pfx + "forwarding.route"
 	tClock          = "NetdirIngress.clock.clock"
@@ -403,13 +405,16 @@ func (p *Plane) ensureNodes(ns []wire.NodeID) error {
 		if p.nodes[n] {
 			continue
 		}
-		e, err := p.entry(tNodeAddr, []Match{ex("node", uint64(n))}, aSetNodeAddr, []Param{
-			parBytes("mac", nodeMAC(n)), parBytes("ip", nodeIP(n)), par("udp_port", wire.ServicePort), par("port", NodePort),
-		}, 0)
-		if err != nil {
-			return err
+		// The same entry in both node-address tables (one per candidate).
+		for _, t := range [][2]string{{tNodeAddr, aSetNodeAddr}, {tNodeAddrB, aSetNodeAddrB}} {
+			e, err := p.entry(t[0], []Match{ex("node", uint64(n))}, t[1], []Param{
+				parBytes("mac", nodeMAC(n)), parBytes("ip", nodeIP(n)), par("udp_port", wire.ServicePort), par("port", NodePort),
+			}, 0)
+			if err != nil {
+				return err
+			}
+			ups = append(ups, Update(p4.Update_INSERT, e))
 		}
-		ups = append(ups, Update(p4.Update_INSERT, e))
 		p.nodes[n] = true
 	}
 	return p.write(ups...)

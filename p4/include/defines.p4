@@ -139,6 +139,10 @@ const bit<3> OUT_MULTICAST = 3;
 const bit<3> OUT_PASS      = 4;
 const bit<3> OUT_L2L3      = 5; // not netdir traffic
 
+// ---- The candidate an unlearnt latency picks (fine_score.p4's score_pick; 0: the score) ----
+const bit<2> PICK_A    = 1;
+const bit<2> PICK_B    = 2;
+
 // ---- A VSB sender's place in the LocationList (vsb_filter.vsb_roles) ----
 const bit<2> VSB_ROLE_CHAIN = 0; // before the tail: not a sender of VSBs
 const bit<2> VSB_ROLE_TAIL  = 1; // the tail announces a commit

@@ -70,10 +70,12 @@ control Directory(in headers_t hdr, inout local_meta_t meta) {
         }
     }
 
+    // chain_masks in no hit branch: on Tofino 1 a placed table's branch
+    // must be placed before anything after it in its block (the other
+    // lookups). A miss has R = 0 and mask 0, and only a hit reads it.
     apply {
-        if (slots.apply().hit) {
-            chain_masks.apply();
-        }
+        slots.apply();
+        chain_masks.apply();
     }
 }
 

@@ -2,7 +2,8 @@
 // candidates take the one that can finish more requests in the window:
 // score = Window / t - load, t the node's latency EWMA. A node whose latency is
 // not yet learnt (t = 0) scores highest, so that it gets probed; ties keep
-// candidate a. Exactly directory.finer.
+// candidate a. Exactly directory.finer; the pick itself is in the verdict
+// table (pipeline.p4), keyed by score_pick and this difference.
 //
 // P4 has no division. Window / t is realised exactly by a range table on t:
 // floor(W / t) takes about 2 * sqrt(W) distinct values, each on one range of
@@ -53,68 +54,44 @@ control FineScore(inout local_meta_t meta) {
     }
 
     // The difference in a table's action, so that the condition tests a
-    // field (the compiler would fold an assignment into it).
+    // field (the compiler would fold an assignment into it). An unlearnt
+    // latency is 0, and so is its key: then the pick needs no difference
+    // (score_pick: PICK_A, an unlearnt a; PICK_B, an unlearnt b and a
+    // learnt a; 0, by the difference's sign).
     action compare_scores() {
         meta.score_diff = meta.quota_a - meta.quota_b;
     }
 
+    action a_unlearnt() {
+        meta.score_pick = PICK_A;
+    }
+
+    action b_unlearnt() {
+        meta.score_pick = PICK_B;
+    }
+
     @hidden
     table compare {
+        key = {
+            NETDIR_SCORE_KEY(meta.lat_a_key): ternary @name("lat_a_key");
+            NETDIR_SCORE_KEY(meta.lat_b_key): ternary @name("lat_b_key");
+        }
         actions = {
             compare_scores;
+            a_unlearnt;
+            b_unlearnt;
         }
         const default_action = compare_scores();
+        const entries = {
+            (0, _): a_unlearnt();
+            (_, 0): b_unlearnt();
+        }
     }
 
     apply {
         score_a.apply();
         score_b.apply();
         compare.apply();
-        // An unlearnt latency is 0, and so is its key (a latency past 32
-        // bits keys as 0xffffffff). Tested here, beside the score tables,
-        // so that FinePick's conditions wait for the difference alone.
-        if (meta.lat_a_key == 0) {
-            meta.a_unlearnt = true;
-        } else {
-            meta.a_unlearnt = false;
-        }
-        if (meta.lat_b_key == 0) {
-            meta.b_unlearnt = true;
-        } else {
-            meta.b_unlearnt = false;
-        }
-    }
-}
-
-// FinePick: the target by the fine score (FineScore, applied before), as
-// directory.finer: an unlearnt a first, then an unlearnt b, then the larger
-// score, ties to a. switched: b was picked. For a directory hit (hit, a
-// constant at each call, folded away; bit<1> because p4c 1.2.4.8 fails on a
-// bool literal argument here) it also writes the marks: hit, and verify when
-// the candidate taken is not fresh (CandidatesFresh; issue 18), in the branch
-// that takes it, so that on Tofino they wait for nothing the target does not.
-control FinePick(inout headers_t hdr, inout local_meta_t meta, inout bool switched, in bit<1> hit) {
-    apply {
-        if (!meta.a_unlearnt && (meta.b_unlearnt || meta.score_diff[31:31] == 1)) {
-            meta.target = meta.cand_b;
-            switched = true;
-            if (hit == 1) {
-                if (meta.sb_fresh != 0) {
-                    hdr.netdir.flags[4:1] = MARKS_HIT;
-                } else {
-                    hdr.netdir.flags[4:1] = MARKS_VERIFY_HIT;
-                }
-            }
-        } else {
-            meta.target = meta.cand_a;
-            if (hit == 1) {
-                if (meta.sa_fresh != 0) {
-                    hdr.netdir.flags[4:1] = MARKS_HIT;
-                } else {
-                    hdr.netdir.flags[4:1] = MARKS_VERIFY_HIT;
-                }
-            }
-        }
     }
 }
 

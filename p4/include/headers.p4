@@ -119,13 +119,23 @@ struct local_meta_t {
     bit<32>     quota_a;        // Window / latency a, plus load b (fine_score.p4)
     bit<32>     quota_b;        // Window / latency b, plus load a
     bit<32>     score_diff;     // quota_a - quota_b: its sign picks b
-    bool        a_unlearnt;     // lat_a_key == 0: candidate a scores highest
-    bool        b_unlearnt;
+    bit<2>      score_pick;     // PICK_* of an unlearnt candidate, else 0: by the sign
     // outcome
     bit<3>      verdict;
     bit<8>      reason;
     node_t      target;
     port_t      egress_port;
+    // node_addr's candidate addresses (node_addr.p4), copied for the target
+    bit<48>     addr_a_mac;
+    bit<32>     addr_a_ip;
+    bit<16>     addr_a_udp;
+    port_t      addr_a_port;
+    bit<1>      addr_a_known;   // node_addr has candidate a
+    bit<48>     addr_b_mac;
+    bit<32>     addr_b_ip;
+    bit<16>     addr_b_udp;
+    port_t      addr_b_port;
+    bit<1>      addr_b_known;
     bit<16>     mcast_grp;
     bool        drop;           // no L2 entry; a packet with a reason is dropped too
     bool        rewritten;      // netdir header or addresses changed: fix the UDP checksum

@@ -6,7 +6,7 @@
 // trailing zeros against the byte-padded width, so a 20-bit LPM key would
 // refuse valid prefixes.) The action gives the partition id, the chain
 // length R and the chain head. A write reply needs only the head (dmClock
-// charges its completion there, qos.p4), so it skips the bucket tables.
+// charges its completion there, qos.p4).
 //
 // Each partition's split weights are a bucket table of 32 entries, each a
 // chain index, installed as one entry per run of equal buckets
@@ -89,13 +89,12 @@ control Partition(in headers_t hdr, inout local_meta_t meta) {
         size = NETDIR_PART_BUCKETS;
     }
 
+    // The buckets in no branch (as Directory's chain_masks): they are read
+    // for every packet, and only a GET that has its partition uses them.
     apply {
-        if (partitions.apply().hit) {
-            if (meta.op_class != CLASS_WREPLY) {
-                buckets_a.apply();
-                buckets_b.apply();
-            }
-        }
+        partitions.apply();
+        buckets_a.apply();
+        buckets_b.apply();
     }
 }
 

@@ -164,13 +164,14 @@ control VsbFilter(in headers_t hdr, inout local_meta_t meta, in port_t ingress_p
         }
     }
 
+    // Every table for every netdir packet, in no branch (as Directory's
+    // chain_masks): only a VSB's command reads what they find, and only a
+    // hit's (p4/include/pipeline.p4's commands).
     apply {
         storage_ports.apply();
-        if (meta.slot_hit) {
-            members.apply();
-            vsb_bits.apply();
-            vsb_roles.apply();
-        }
+        members.apply();
+        vsb_bits.apply();
+        vsb_roles.apply();
     }
 }
 

@@ -14,6 +14,16 @@
 #define NETDIR_SCORE_KEY(lat) lat[19:0]
 #define NETDIR_SCORE_KEY_MAX 0xfffff
 
+// A forwarded request's egress port: TNA's send table (p4/tna/netdir.p4)
+// takes it from the candidate's address itself, keyed by the verdict's
+// inputs, so that it shares the verdict's stage; a write of
+// meta.egress_port here would make it wait a stage for the verdict.
+#define NETDIR_NODE_PORT(port)
+// Likewise the drop reason of a target without an address: the drops
+// count (pipeline.p4) and TNA's drop_flags find it from the verdict's
+// inputs, and nothing after the verdict reads meta.reason.
+#define NETDIR_ADDR_REASON(r)
+
 // Ingress may rewrite: IPv4 destination, UDP destination port, netdir
 // flags (with code, one 16-bit word), stamp, node and timestamp (egress
 // rewrites delta and rho, and fixes the checksum for them). Subtract

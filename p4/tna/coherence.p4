@@ -227,10 +227,16 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
         meta.changed = gen_check.execute(meta.slot);
     }
 
+    // The pipeline applies Coherence to every packet (no condition around
+    // it, p4/include/pipeline.p4): gen_op admits a hit of a GET, PUT/DEL,
+    // write reply or VSB, whatever its command. Anything else leaves
+    // `changed` 0 and has no command, so no other table here matches it.
     @hidden
     table gen_op {
         key = {
-            meta.coh_pass: exact;
+            meta.slot_hit: exact;
+            meta.op_class: ternary;
+            meta.coh_pass: ternary;
         }
         actions = {
             gen_read_changed;
@@ -241,10 +247,14 @@ control Coherence(in headers_t hdr, inout local_meta_t meta) {
         // needs the hash distribution unit): every pass has an entry.
         const default_action = NoAction();
         const entries = {
-            COH_PASS_FIRST: gen_read_changed();
-            COH_PASS_RESEED: gen_check_changed();
-            COH_PASS_RACE: gen_read_changed();
-            3: gen_read_changed();
+            (false, _, _): NoAction();
+            (true, CLASS_REPLY, _): NoAction();
+            (true, CLASS_NODE_OP, _): NoAction();
+            (true, CLASS_OTHER, _): NoAction();
+            (true, _, COH_PASS_FIRST): gen_read_changed();
+            (true, _, COH_PASS_RESEED): gen_check_changed();
+            (true, _, COH_PASS_RACE): gen_read_changed();
+            (true, _, 3): gen_read_changed();
         }
     }
 

@@ -25,6 +25,14 @@
 // assume; no initialising instructions in the pipeline.
 @pa_auto_init_metadata
 
+// The range keys' fields in containers whose bytes fit one ternary group of
+// the input crossbar: in a 32-bit container p4c-barefoot spread the fine
+// score's and the partition buckets' keys over two groups, which doubled
+// their TCAM (22 blocks a score table, not 11) and took stages.
+@pa_container_size("ingress", "meta.nd.lat_a_key", 16)
+@pa_container_size("ingress", "meta.nd.lat_b_key", 16)
+@pa_container_size("ingress", "meta.nd.partition", 8, 16)
+
 #include "arch.p4"
 #include "../include/defines.p4"
 #include "../include/headers.p4"
@@ -95,8 +103,10 @@ struct egress_meta_t {
             coh_cmd = 0, fresh = 0, coh_version = 0, \
             vsb_idx = 0, vsb_bit = 0, vsb_member = false, vsb_role = 0, from_storage = false, \
             cand_a = 0, cand_b = 0, lat_a = 0, lat_b = 0, load_a = 0, load_b = 0, \
-            lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, score_diff = 0, a_unlearnt = false, b_unlearnt = false, \
+            lat_a_key = 0, lat_b_key = 0, quota_a = 0, quota_b = 0, score_diff = 0, score_pick = 0, \
             verdict = 0, reason = 0, target = 0, egress_port = 0, \
+            addr_a_mac = 0, addr_a_ip = 0, addr_a_udp = 0, addr_a_port = 0, addr_a_known = 0, \
+            addr_b_mac = 0, addr_b_ip = 0, addr_b_udp = 0, addr_b_port = 0, addr_b_known = 0, \
             mcast_grp = 0, drop = false, rewritten = false, qos_done = 0, qos_res = 0, qos_node = 0, \
             udp_residual = 0, udp_csum_update = false, sample32 = 0, ts_set = 0, lat_new = 0, sample_ok = 0, \
             seed32 = 0, vn32 = 0, next_arg = 0, \
@@ -178,15 +188,25 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
     }
 
     // Pass 1 of a re-seed goes back to ingress with the floor and gen;
-    // otherwise multicast or unicast.
+    // otherwise multicast or unicast. Keyed by the verdict's inputs, not
+    // its outputs (pipeline.p4's verdict table, whose candidate patterns
+    // these repeat), so that it shares the verdict's stage: a request
+    // leaves by its target's port, read by node_addr (candidate a, a
+    // write's head) or node_addr_b; anything else by forwarding's.
     action resubmit_reseed() {
         ig_dprsr_md.resubmit_type = RESUBMIT_RESEED;
         meta.resub.setValid();
         meta.resub.floor = meta.nd.floor32;
         meta.resub.gen = meta.nd.slot_gen;
     }
-    action multicast() {
-        ig_tm_md.mcast_grp_a = meta.nd.mcast_grp;
+    action multicast_vsb() {
+        ig_tm_md.mcast_grp_a = VSB_MCAST_GROUP;
+    }
+    action unicast_a() {
+        ig_tm_md.ucast_egress_port = meta.nd.addr_a_port;
+    }
+    action unicast_b() {
+        ig_tm_md.ucast_egress_port = meta.nd.addr_b_port;
     }
     action unicast() {
         ig_tm_md.ucast_egress_port = meta.nd.egress_port;
@@ -196,18 +216,27 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
     table send {
         key = {
             meta.nd.resubmit: exact;
-            meta.nd.mcast_grp: ternary;
+            meta.nd.reason: ternary;
+            meta.nd.op_class: ternary;
+            meta.nd.score_pick: ternary;
+            meta.nd.score_diff[31:31]: ternary @name("score_sign");
         }
         actions = {
             resubmit_reseed;
-            multicast;
+            multicast_vsb;
+            unicast_a;
+            unicast_b;
             unicast;
         }
         const default_action = unicast();
         const entries = {
-            (true, _): resubmit_reseed();
-            (false, 0): unicast();
-            (false, _): multicast();
+            (true, _, _, _, _): resubmit_reseed();
+            (false, REASON_NONE, CLASS_VSB, _, _): multicast_vsb();
+            (false, REASON_NONE, CLASS_GET, PICK_A, _): unicast_a();
+            (false, REASON_NONE, CLASS_GET, 0, 0): unicast_a();
+            (false, REASON_NONE, CLASS_GET, PICK_B, _): unicast_b();
+            (false, REASON_NONE, CLASS_GET, 0, 1): unicast_b();
+            (false, REASON_NONE, CLASS_WRITE, _, _): unicast_a();
         }
     }
 
@@ -232,12 +261,18 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
         meta.bridged.csum_update = 0;
     }
 
+    // Keyed by the verdict's inputs, as send: a request leaves (its
+    // target has an address) or is dropped in egress.
     @hidden
     table drop_flags {
         key = {
             meta.nd.reason: ternary;
             meta.nd.drop: ternary;
-            meta.nd.verdict: ternary;
+            meta.nd.op_class: ternary;
+            meta.nd.score_pick: ternary;
+            meta.nd.score_diff[31:31]: ternary @name("score_sign");
+            meta.nd.addr_a_known: ternary;
+            meta.nd.addr_b_known: ternary;
             hdr.udp.checksum: ternary;
         }
         actions = {
@@ -247,12 +282,24 @@ control NetdirIngress(inout headers_t hdr, inout ingress_meta_t meta,
         }
         const default_action = drop_here();
         const entries = {
-            (REASON_NONE, false, OUT_FORWARD, 0): keep(0);
-            (REASON_NONE, false, OUT_FORWARD, _): keep(1);
-            (REASON_NONE, false, _, _): keep(0);
-            (REASON_NONE, true, _, _): drop_in_egress();
-            (REASON_NO_NODE_ADDR, _, _, _): drop_in_egress();
-            (REASON_RESEED_RACE, _, _, _): drop_in_egress();
+            (REASON_NONE, false, CLASS_GET, PICK_A, _, 1, _, 0): keep(0);
+            (REASON_NONE, false, CLASS_GET, PICK_A, _, 1, _, _): keep(1);
+            (REASON_NONE, _, CLASS_GET, PICK_A, _, 0, _, _): drop_in_egress();
+            (REASON_NONE, false, CLASS_GET, 0, 0, 1, _, 0): keep(0);
+            (REASON_NONE, false, CLASS_GET, 0, 0, 1, _, _): keep(1);
+            (REASON_NONE, _, CLASS_GET, 0, 0, 0, _, _): drop_in_egress();
+            (REASON_NONE, false, CLASS_GET, PICK_B, _, _, 1, 0): keep(0);
+            (REASON_NONE, false, CLASS_GET, PICK_B, _, _, 1, _): keep(1);
+            (REASON_NONE, _, CLASS_GET, PICK_B, _, _, 0, _): drop_in_egress();
+            (REASON_NONE, false, CLASS_GET, 0, 1, _, 1, 0): keep(0);
+            (REASON_NONE, false, CLASS_GET, 0, 1, _, 1, _): keep(1);
+            (REASON_NONE, _, CLASS_GET, 0, 1, _, 0, _): drop_in_egress();
+            (REASON_NONE, false, CLASS_WRITE, _, _, 1, _, 0): keep(0);
+            (REASON_NONE, false, CLASS_WRITE, _, _, 1, _, _): keep(1);
+            (REASON_NONE, _, CLASS_WRITE, _, _, 0, _, _): drop_in_egress();
+            (REASON_NONE, false, _, _, _, _, _, _): keep(0);
+            (REASON_NONE, true, _, _, _, _, _, _): drop_in_egress();
+            (REASON_RESEED_RACE, _, _, _, _, _, _, _): drop_in_egress();
         }
     }
 
