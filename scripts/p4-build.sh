@@ -14,11 +14,11 @@
 # --tofino-api runs p4c-barefoot's front and mid end only (seconds): they
 # write the P4Info and BF-RT schema, which do not depend on the fit, and
 # check the program against the TNA rules they know. --tofino is the whole
-# compile, PHV allocation and table placement included: 4 to 9 minutes on
-# 2 shared cores, so CI runs --check --tofino-api and the fit is opt-in
-# (p4/README.md, "Tofino"). P4_TOFINO_OUT=DIR keeps --tofino's compiler
-# output, with its resource logs (-g), in DIR; --tofino fails if the
-# placement needs more MAU stages than the target has.
+# compile, PHV allocation and table placement included: 1.5 to 5 minutes
+# on 2 cores; CI runs --check --tofino (p4/README.md, "Tofino").
+# P4_TOFINO_OUT=DIR keeps --tofino's compiler output, with its resource
+# logs (-g), in DIR; --tofino fails if the placement needs more MAU stages
+# than the target has.
 #
 # Needs p4c's BMv2 back end, p4c-bm2-ss, on PATH (or P4C=/path/to/p4c-bm2-ss);
 # p4/README.md says how it was built. The Tofino modes need p4c-barefoot (or
