@@ -14,8 +14,9 @@
 # --tofino-api runs p4c-barefoot's front and mid end only (seconds): they
 # write the P4Info and BF-RT schema, which do not depend on the fit, and
 # check the program against the TNA rules they know. --tofino is the whole
-# compile, PHV allocation and table placement included: 1.5 to 5 minutes
-# on 2 cores; CI runs --check --tofino (p4/README.md, "Tofino").
+# compile, PHV allocation and table placement included: 40 s alone on 2
+# cores, up to 5 minutes beside other work; CI runs --check --tofino
+# (p4/README.md, "Tofino").
 # P4_TOFINO_OUT=DIR keeps --tofino's compiler output, with its resource
 # logs (-g), in DIR; --tofino fails if the placement needs more MAU stages
 # than the target has.
