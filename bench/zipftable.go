@@ -98,7 +98,7 @@ func newZipfTable(n int64, theta, zetan float64) []int32 {
 	table := make([]int32, m)
 	for b := range table {
 		table[b] = -1
-		next := float64(int64(b+1) << (63 - zipfTableBits))
+		next := float64(b+1) * (1 << (63 - zipfTableBits)) // as a float: the last range's int64 would overflow
 		k, lo := at(int64(b) << (63 - zipfTableBits))
 		khi, hi := at(int64(math.Nextafter(next, 0)))
 		if k != khi || k < 0 || k >= n {

@@ -18,8 +18,9 @@ const maxRTOShift = 4
 // doubles the RTO, once per RTO however many writes time out together
 // (TCP has one timer), until the next valid sample: without that, a chain
 // whose acks all take longer than the starting RTO would have every write
-// resent, no valid sample, and the fixed timer's resends for ever. Before the first sample the RTO
-// is RetransmitAfter. Pure state: the caller passes the time.
+// resent, no valid sample, and the fixed timer's resends for ever.
+// Before the first sample the RTO is RetransmitAfter. Pure state: the
+// caller passes the time.
 //
 // The floor is RetransmitAfter, not TCP's few RTTs: the estimate only
 // lengthens the wait where acks are slower than the configured timer. A
