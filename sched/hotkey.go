@@ -102,7 +102,14 @@ func (m *HotKeys) Round(cachedCounts map[wire.KeyHash]uint64, candidates []Candi
 	for _, h := range d.Evict {
 		delete(m.cached, h)
 	}
-	cands := slices.Clone(candidates)
+	// Only keys with PromoteMin requests can be promoted: sorting just
+	// those (most of a round's candidates are cold) decides the same.
+	var cands []Candidate
+	for _, c := range candidates {
+		if c.Count >= m.cfg.PromoteMin {
+			cands = append(cands, c)
+		}
+	}
 	slices.SortFunc(cands, func(a, b Candidate) int {
 		if c := cmp.Compare(b.Count, a.Count); c != 0 {
 			return c
@@ -110,7 +117,7 @@ func (m *HotKeys) Round(cachedCounts map[wire.KeyHash]uint64, candidates []Candi
 		return slices.Compare(a.Hash[:], b.Hash[:])
 	})
 	for _, c := range cands {
-		if c.Count < m.cfg.PromoteMin || m.Cached(c.Hash) {
+		if m.Cached(c.Hash) {
 			continue
 		}
 		if len(m.cached) >= m.cfg.Capacity {

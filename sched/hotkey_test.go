@@ -2,6 +2,8 @@ package sched
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/netdir/netdir/wire"
@@ -109,5 +111,56 @@ func TestCopiesAndPlacement(t *testing.T) {
 	got = PlaceExtras([]wire.NodeID{4, 5, 6}, ring, map[wire.NodeID]float64{}, 4, 0.1)
 	if fmt.Sprint(got) != "[13 12 14 11]" {
 		t.Fatalf("extras %v, want [13 12 14 11] (farthest from the chain first)", got)
+	}
+}
+
+// A cached key displaced early in a round is a candidate like any other
+// later in it: here k1 makes room for k2, then displaces the colder k4.
+func TestRoundRepromotesAKeyItDisplaced(t *testing.T) {
+	m := NewHotKeys(HotKeyConfig{Capacity: 2, PromoteMin: 10})
+	m.Round(nil, []Candidate{cand(1, 100), cand(4, 100)})
+	d := m.Round(map[wire.KeyHash]uint64{key(1).Hash: 10, key(4).Hash: 20}, []Candidate{cand(2, 100), cand(1, 60)})
+	if len(d.Promote) != 2 || d.Promote[0].Hash != key(2).Hash || d.Promote[1].Hash != key(1).Hash {
+		t.Errorf("promoted %v, want k2 then k1", d.Promote)
+	}
+	if len(d.Evict) != 2 || d.Evict[0] != key(1).Hash || d.Evict[1] != key(4).Hash {
+		t.Errorf("evicted %v, want k1 then k4", d.Evict)
+	}
+}
+
+// Round decides by count and hash alone: the candidates' order and the
+// cold ones among them change nothing, over rounds of random counts.
+func TestRoundIgnoresOrderAndColdCandidates(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	cfg := HotKeyConfig{Capacity: 8, PromoteMin: 20}
+	a, b := NewHotKeys(cfg), NewHotKeys(cfg)
+	for round := range 200 {
+		cached := map[wire.KeyHash]uint64{}
+		var hot, all []Candidate
+		for i := range 40 {
+			c := cand(i, uint64(r.IntN(60)))
+			if r.IntN(3) == 0 {
+				cached[c.Hash] = uint64(r.IntN(60))
+			}
+			all = append(all, c)
+			if c.Count >= cfg.PromoteMin {
+				hot = append(hot, c)
+			}
+		}
+		r.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+		da, db := a.Round(cached, hot), b.Round(cached, all)
+		slices.SortFunc(da.Evict, func(x, y wire.KeyHash) int { return slices.Compare(x[:], y[:]) })
+		slices.SortFunc(db.Evict, func(x, y wire.KeyHash) int { return slices.Compare(x[:], y[:]) })
+		if !slices.Equal(da.Evict, db.Evict) || !slices.EqualFunc(da.Promote, db.Promote,
+			func(x, y Candidate) bool { return x.Hash == y.Hash && x.Count == y.Count }) {
+			t.Fatalf("round %d: %v and %v differ", round, da, db)
+		}
+	}
+}
+
+func TestRoundPromotesAKeyAtPromoteMin(t *testing.T) {
+	m := NewHotKeys(HotKeyConfig{Capacity: 2, PromoteMin: 10})
+	if d := m.Round(nil, []Candidate{cand(1, 10), cand(2, 9)}); len(d.Promote) != 1 || d.Promote[0].Hash != key(1).Hash {
+		t.Errorf("promoted %v, want k1 alone", d.Promote)
 	}
 }

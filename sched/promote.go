@@ -14,23 +14,44 @@ import (
 // Keys come out in hash order, so that a round is deterministic. hash is
 // wire.HashKey, or a memo of it.
 func Candidates(reports [][]KeyCount, hash func([]byte) wire.KeyHash, estimate func(wire.KeyHash) uint64) []Candidate {
-	byHash := map[wire.KeyHash]*Candidate{}
+	var m CandidateMerger
+	out := m.Merge(reports, hash, estimate)
+	slices.SortFunc(out, func(a, b Candidate) int { return slices.Compare(a.Hash[:], b.Hash[:]) })
+	return out
+}
+
+// CandidateMerger merges reports as Candidates does, keeping its map and
+// slice from one round to the next: a caller that needs no hash order
+// (HotKeys.Round takes candidates in any order) saves the sort and the
+// allocations of every round.
+type CandidateMerger struct {
+	index map[wire.KeyHash]int
+	out   []Candidate
+}
+
+// Merge is Candidates in the order the keys first appear in reports. The
+// result is valid until the next Merge.
+func (m *CandidateMerger) Merge(reports [][]KeyCount, hash func([]byte) wire.KeyHash, estimate func(wire.KeyHash) uint64) []Candidate {
+	if m.index == nil {
+		m.index = map[wire.KeyHash]int{}
+	}
+	clear(m.index)
+	out := m.out[:0]
 	for _, r := range reports {
 		for _, kc := range r {
 			h := hash(kc.Key)
-			if c, ok := byHash[h]; ok {
-				c.Count += kc.Count
+			if i, ok := m.index[h]; ok {
+				out[i].Count += kc.Count
 			} else {
-				byHash[h] = &Candidate{Hash: h, Key: kc.Key, Count: kc.Count}
+				m.index[h] = len(out)
+				out = append(out, Candidate{Hash: h, Key: kc.Key, Count: kc.Count})
 			}
 		}
 	}
-	out := make([]Candidate, 0, len(byHash))
-	for _, c := range byHash {
-		c.Count = max(c.Count, estimate(c.Hash))
-		out = append(out, *c)
+	for i := range out {
+		out[i].Count = max(out[i].Count, estimate(out[i].Hash))
 	}
-	slices.SortFunc(out, func(a, b Candidate) int { return slices.Compare(a.Hash[:], b.Hash[:]) })
+	m.out = out
 	return out
 }
 

@@ -1,6 +1,9 @@
 package sched
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/netdir/netdir/wire"
@@ -103,5 +106,28 @@ func TestRackCopiesSizesARemoteRackByTheKeysLoadThere(t *testing.T) {
 	}
 	if a, b := RackCopies(0.065, 30, 32, 32, 0.25), RackCopies(0.065, 30, 32, 32, 0.03); a != 7 || b != 23 {
 		t.Errorf("headroom 0.25 and 0.03 give %d and %d copies, want 7 and 23", a, b)
+	}
+}
+
+// A merger kept over rounds gives each round what Candidates gives it.
+func TestCandidateMergerMatchesCandidatesRoundAfterRound(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	var m CandidateMerger
+	for round := range 50 {
+		reports := make([][]KeyCount, 1+r.IntN(8))
+		for i := range reports {
+			for range r.IntN(20) {
+				reports[i] = append(reports[i], KeyCount{Key: []byte(fmt.Sprint("k", r.IntN(30))), Count: uint64(r.IntN(100))})
+			}
+		}
+		est := func(h wire.KeyHash) uint64 { return uint64(h[0]) }
+		want := Candidates(reports, wire.HashKey, est)
+		got := slices.Clone(m.Merge(reports, wire.HashKey, est))
+		slices.SortFunc(got, func(a, b Candidate) int { return slices.Compare(a.Hash[:], b.Hash[:]) })
+		if !slices.EqualFunc(got, want, func(a, b Candidate) bool {
+			return a.Hash == b.Hash && string(a.Key) == string(b.Key) && a.Count == b.Count
+		}) {
+			t.Fatalf("round %d: merged %v, want %v", round, got, want)
+		}
 	}
 }

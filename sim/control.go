@@ -27,6 +27,14 @@ type control struct {
 	// Keys spread over racks: their racks and, per remote rack, its
 	// LocationList (the rack primary first).
 	spread map[int64]*spreadKey
+	// A round's buffers, kept for the next: per rack its nodes' reports
+	// and its rackRound, the merged candidates, and a rack's cached keys'
+	// and candidates' counts.
+	reports [][][]sched.KeyCount
+	rounds  []rackRound
+	merger  sched.CandidateMerger
+	cached  map[wire.KeyHash]uint64
+	cands   []sched.Candidate
 }
 
 type spreadKey struct {
@@ -55,8 +63,10 @@ func (ns nodeSet) has(n wire.NodeID) bool {
 }
 
 func newControl(s *Sim) *control {
-	c := &control{s: s, spread: map[int64]*spreadKey{}}
-	for range s.racks {
+	c := &control{s: s, spread: map[int64]*spreadKey{}, reports: make([][][]sched.KeyCount, len(s.racks)),
+		rounds: make([]rackRound, len(s.racks)), cached: map[wire.KeyHash]uint64{}}
+	for r := range s.racks {
+		c.rounds[r].counts = map[wire.KeyHash]uint64{}
 		c.hot = append(c.hot, sched.NewHotKeys(sched.HotKeyConfig{Capacity: s.cfg.DirSize, PromoteMin: s.cfg.PromoteMin,
 			Nodes: s.cfg.RackSize, Chain: s.cfg.Replicas}))
 		c.lastHits = append(c.lastHits, map[wire.KeyHash]uint64{})
@@ -75,8 +85,17 @@ func (c *control) keyIndex(name []byte) (int64, bool) {
 	if len(name) < 12 {
 		return 0, false
 	}
-	i, err := strconv.ParseInt(string(name[len(name)-12:]), 10, 64)
-	return i, err == nil && i >= 0
+	digits := name[len(name)-12:]
+	var i int64
+	for _, b := range digits {
+		if b < '0' || b > '9' {
+			// A sign, or no number: as strconv reads it.
+			i, err := strconv.ParseInt(string(digits), 10, 64)
+			return i, err == nil && i >= 0
+		}
+		i = i*10 + int64(b-'0')
+	}
+	return i, true
 }
 
 // hashOf is wire.HashKey through the simulator's memo.
@@ -135,15 +154,20 @@ type rackRound struct {
 // round is one hot-key round: every rack's, then the spine's.
 func (c *control) round() error {
 	s := c.s
-	reports := make([][][]sched.KeyCount, len(s.racks))
+	reports := c.reports
+	for r := range reports {
+		reports[r] = reports[r][:0]
+	}
 	for i := range s.nodes {
 		n := &s.nodes[i]
 		reports[n.rack] = append(reports[n.rack], n.top.Top(64))
 	}
-	rounds := make([]rackRound, len(s.racks))
+	rounds := c.rounds
 	var errs []error
 	for r, d := range s.racks {
-		rr := rackRound{counts: map[wire.KeyHash]uint64{}}
+		rr := &rounds[r]
+		clear(rr.counts)
+		rr.hits, rr.all = 0, 0
 		d.Each(func(_ uint32, sl *directory.Slot) {
 			last := c.lastHits[r][sl.Hash]
 			delta := sl.Hits - min(last, sl.Hits)
@@ -152,8 +176,7 @@ func (c *control) round() error {
 			rr.counts[sl.Hash] = delta
 			rr.hits += delta
 		})
-		errs = append(errs, c.rackRound(r, reports[r], &rr))
-		rounds[r] = rr
+		errs = append(errs, c.rackRound(r, reports[r], rr))
 		d.ResetSketch()
 	}
 	if s.spine != nil {
@@ -174,21 +197,23 @@ func (c *control) home(h wire.KeyHash) int {
 func (c *control) rackRound(r int, reports [][]sched.KeyCount, rr *rackRound) error {
 	s := c.s
 	d := s.racks[r]
-	cached := map[wire.KeyHash]uint64{}
+	cached := c.cached
+	clear(cached)
 	for h, n := range rr.counts {
 		if c.home(h) == r {
 			cached[h] = n
 		}
 	}
 	all := rr.hits
-	var cands []sched.Candidate
-	for _, cd := range sched.Candidates(reports, c.hashOf, func(h wire.KeyHash) uint64 { return uint64(d.SketchEstimate(h)) }) {
+	cands := c.cands[:0]
+	for _, cd := range c.merger.Merge(reports, c.hashOf, func(h wire.KeyHash) uint64 { return uint64(d.SketchEstimate(h)) }) {
 		if c.home(cd.Hash) != r {
 			continue
 		}
 		all += cd.Count
 		cands = append(cands, cd)
 	}
+	c.cands = cands
 	rr.all = all
 	dec := c.hot[r].Round(cached, cands)
 	slices.SortFunc(dec.Evict, func(a, b wire.KeyHash) int { return slices.Compare(a[:], b[:]) })
@@ -227,11 +252,12 @@ func (c *control) rackRound(r int, reports [][]sched.KeyCount, rr *rackRound) er
 	return nil
 }
 
-// slotLoads is rack r's directory keys with their hits in the round.
+// slotLoads is rack r's directory keys with their hits in the round; their
+// Locs are the slots', for sched.CopyLoad before the directory changes.
 func (c *control) slotLoads(r int, counts map[wire.KeyHash]uint64) []sched.HotKeyLoad {
 	var out []sched.HotKeyLoad
 	c.s.racks[r].Each(func(_ uint32, sl *directory.Slot) {
-		out = append(out, sched.HotKeyLoad{Locs: slices.Clone(sl.Locs[:sl.N]), Requests: counts[sl.Hash]})
+		out = append(out, sched.HotKeyLoad{Locs: sl.Locs[:sl.N], Requests: counts[sl.Hash]})
 	})
 	return out
 }
