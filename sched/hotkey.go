@@ -169,28 +169,39 @@ func CopyCount(share float64, n, chain int) int {
 // that share a chain or a LocationList. Remaining ties go by id.
 func PlaceExtras(chain []wire.NodeID, nodes []wire.NodeID, load map[wire.NodeID]float64, k int, per float64) []wire.NodeID {
 	ring := slices.Sorted(slices.Values(nodes))
-	away := func(n wire.NodeID) int { // ring distance to the nearest chain member
-		i, d := slices.Index(ring, n), len(ring)
-		for _, c := range chain {
-			if j := slices.Index(ring, c); j >= 0 {
-				x := (i - j + len(ring)) % len(ring)
-				d = min(d, x, len(ring)-x)
-			}
+	var at []int // the chain members' places on the ring
+	for _, c := range chain {
+		if j, ok := slices.BinarySearch(ring, c); ok {
+			at = append(at, j)
 		}
-		return d
 	}
-	var free []wire.NodeID
+	// Each node's sort keys, worked out once rather than per comparison.
+	type option struct {
+		node wire.NodeID
+		load float64
+		away int // ring distance to the nearest chain member
+	}
+	var free []option
 	for _, n := range nodes {
-		if !slices.Contains(chain, n) {
-			free = append(free, n)
+		if slices.Contains(chain, n) {
+			continue
 		}
+		i, _ := slices.BinarySearch(ring, n)
+		d := len(ring)
+		for _, j := range at {
+			x := (i - j + len(ring)) % len(ring)
+			d = min(d, x, len(ring)-x)
+		}
+		free = append(free, option{node: n, load: load[n], away: d})
 	}
-	slices.SortFunc(free, func(a, b wire.NodeID) int {
-		return cmp.Or(cmp.Compare(load[a], load[b]), cmp.Compare(away(b), away(a)), cmp.Compare(a, b))
+	slices.SortFunc(free, func(a, b option) int {
+		return cmp.Or(cmp.Compare(a.load, b.load), cmp.Compare(b.away, a.away), cmp.Compare(a.node, b.node))
 	})
 	free = free[:min(k, len(free))]
-	for _, n := range free {
-		load[n] += per
+	out := make([]wire.NodeID, len(free))
+	for i, o := range free {
+		out[i] = o.node
+		load[o.node] += per
 	}
-	return free
+	return out
 }

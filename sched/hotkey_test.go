@@ -1,7 +1,9 @@
 package sched
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -162,5 +164,66 @@ func TestRoundPromotesAKeyAtPromoteMin(t *testing.T) {
 	m := NewHotKeys(HotKeyConfig{Capacity: 2, PromoteMin: 10})
 	if d := m.Round(nil, []Candidate{cand(1, 10), cand(2, 9)}); len(d.Promote) != 1 || d.Promote[0].Hash != key(1).Hash {
 		t.Errorf("promoted %v, want k1 alone", d.Promote)
+	}
+}
+
+// placeExtrasByComparison is PlaceExtras as it was, working out a node's
+// ring distance in every comparison: the reference for the one that
+// works it out once per node.
+func placeExtrasByComparison(chain []wire.NodeID, nodes []wire.NodeID, load map[wire.NodeID]float64, k int, per float64) []wire.NodeID {
+	ring := slices.Sorted(slices.Values(nodes))
+	away := func(n wire.NodeID) int {
+		i, d := slices.Index(ring, n), len(ring)
+		for _, c := range chain {
+			if j := slices.Index(ring, c); j >= 0 {
+				x := (i - j + len(ring)) % len(ring)
+				d = min(d, x, len(ring)-x)
+			}
+		}
+		return d
+	}
+	var free []wire.NodeID
+	for _, n := range nodes {
+		if !slices.Contains(chain, n) {
+			free = append(free, n)
+		}
+	}
+	slices.SortFunc(free, func(a, b wire.NodeID) int {
+		return cmp.Or(cmp.Compare(load[a], load[b]), cmp.Compare(away(b), away(a)), cmp.Compare(a, b))
+	})
+	free = free[:min(k, len(free))]
+	for _, n := range free {
+		load[n] += per
+	}
+	return free
+}
+
+func TestPlaceExtrasMatchesTheReferenceOnRandomInput(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for trial := range 2000 {
+		nodes := r.Perm(1 + r.IntN(40))
+		ids := make([]wire.NodeID, 0, len(nodes))
+		for _, n := range nodes {
+			if r.IntN(4) > 0 {
+				ids = append(ids, wire.NodeID(n+1))
+			}
+		}
+		var chain []wire.NodeID
+		for range r.IntN(4) {
+			chain = append(chain, wire.NodeID(1+r.IntN(len(nodes)+2)))
+		}
+		load := map[wire.NodeID]float64{}
+		for _, n := range ids {
+			if r.IntN(3) > 0 {
+				load[n] = float64(r.IntN(4)) / 8 // ties, so that distance and id decide too
+			}
+		}
+		want := maps.Clone(load)
+		k := r.IntN(len(nodes) + 2)
+		got := PlaceExtras(chain, ids, load, k, 0.125)
+		ref := placeExtrasByComparison(chain, ids, want, k, 0.125)
+		if !slices.Equal(got, ref) || !maps.Equal(load, want) {
+			t.Fatalf("trial %d: chain %v nodes %v k %d: placed %v, want %v", trial, chain, ids, k, got, ref)
+		}
 	}
 }
