@@ -433,7 +433,7 @@ func New(cfg Config) (*Sim, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := directory.InstallLayout(d, s.lay); err != nil {
+		if err := s.installLayout(d); err != nil {
 			return nil, err
 		}
 		for _, id := range s.ids {
