@@ -28,13 +28,15 @@ type control struct {
 	// LocationList (the rack primary first).
 	spread map[int64]*spreadKey
 	// A round's buffers, kept for the next: per rack its nodes' reports
-	// and its rackRound, the merged candidates, and a rack's cached keys'
-	// and candidates' counts.
+	// and its rackRound, the merged candidates, a rack's (then the
+	// spine's) cached keys' and candidates' counts, and the racks' counts
+	// added up.
 	reports [][][]sched.KeyCount
 	rounds  []rackRound
 	merger  sched.CandidateMerger
 	cached  map[wire.KeyHash]uint64
 	cands   []sched.Candidate
+	global  map[wire.KeyHash]uint64
 }
 
 type spreadKey struct {
@@ -64,7 +66,7 @@ func (ns nodeSet) has(n wire.NodeID) bool {
 
 func newControl(s *Sim) *control {
 	c := &control{s: s, spread: map[int64]*spreadKey{}, reports: make([][][]sched.KeyCount, len(s.racks)),
-		rounds: make([]rackRound, len(s.racks)), cached: map[wire.KeyHash]uint64{}}
+		rounds: make([]rackRound, len(s.racks)), cached: map[wire.KeyHash]uint64{}, global: map[wire.KeyHash]uint64{}}
 	for r := range s.racks {
 		c.rounds[r].counts = map[wire.KeyHash]uint64{}
 		c.hot = append(c.hot, sched.NewHotKeys(sched.HotKeyConfig{Capacity: s.cfg.DirSize, PromoteMin: s.cfg.PromoteMin,
@@ -292,7 +294,8 @@ func (c *control) slotLoads(r int, counts map[wire.KeyHash]uint64) []sched.HotKe
 func (c *control) spineRound(rounds []rackRound) error {
 	s := c.s
 	nracks := len(s.racks)
-	global := map[wire.KeyHash]uint64{}
+	global := c.global
+	clear(global)
 	var all uint64
 	for _, rr := range rounds {
 		all += rr.all
@@ -300,21 +303,18 @@ func (c *control) spineRound(rounds []rackRound) error {
 			global[h] += n
 		}
 	}
-	cached := map[wire.KeyHash]uint64{}
-	var cands []sched.Candidate
-	hashes := make([]wire.KeyHash, 0, len(global))
-	for h := range global {
-		hashes = append(hashes, h)
-	}
-	slices.SortFunc(hashes, func(a, b wire.KeyHash) int { return slices.Compare(a[:], b[:]) })
-	for _, h := range hashes {
-		k := s.keyOf[h]
-		if c.spread[k] != nil {
-			cached[h] = global[h]
+	// The rack rounds are done with c.cached and c.cands. Round takes the
+	// candidates in any order.
+	cached, cands := c.cached, c.cands[:0]
+	clear(cached)
+	for h, n := range global {
+		if c.spread[s.keyOf[h]] != nil {
+			cached[h] = n
 			continue
 		}
-		cands = append(cands, sched.Candidate{Hash: h, Count: global[h]})
+		cands = append(cands, sched.Candidate{Hash: h, Count: n})
 	}
+	c.cands = cands
 	dec := c.spine.Round(cached, cands)
 	slices.SortFunc(dec.Evict, func(a, b wire.KeyHash) int { return slices.Compare(a[:], b[:]) })
 	for _, h := range dec.Evict {
