@@ -3,6 +3,7 @@ package sim
 import (
 	"cmp"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -368,6 +369,10 @@ func (c *control) spineRound(rounds []rackRound) error {
 		spreadOver[cd.Hash] = max(2, sched.RackCount(float64(cd.Count)/float64(max(all, 1)), nracks))
 	}
 	nodeLoad := make([]map[wire.NodeID]float64, nracks) // per rack, as placing needs it
+	var lastLoad []map[wire.NodeID]float64              // Config.WholeRacks: per rack, the last round's
+	if s.cfg.WholeRacks {
+		lastLoad = make([]map[wire.NodeID]float64, nracks)
+	}
 	for _, cd := range dec.Promote {
 		k := s.keyOf[cd.Hash]
 		home := s.spine.Home(cd.Hash)
@@ -395,8 +400,13 @@ func (c *control) spineRound(rounds []rackRound) error {
 			switch {
 			case s.cfg.WholeRacks:
 				// Every node holds a copy; the primary is chosen against
-				// the last round's loads, as before.
-				nodeLoad[r] = sched.CopyLoad(c.slotLoads(r, rounds[r].counts), rounds[r].all)
+				// the last round's loads, as before: the same for each key
+				// of the round (the copies placed since had no hits in
+				// it, adding 0 to every sum), so worked out once.
+				if lastLoad[r] == nil {
+					lastLoad[r] = sched.CopyLoad(c.slotLoads(r, rounds[r].counts), rounds[r].all)
+				}
+				nodeLoad[r] = maps.Clone(lastLoad[r])
 			case nodeLoad[r] == nil:
 				nodeLoad[r] = c.placeLoads(r, &rounds[r], spreadOver)
 			}
