@@ -182,15 +182,15 @@ func (t *TopK) compareKeys(a, b *topItem) int {
 	return bytes.Compare(t.long[a.id], t.long[b.id])
 }
 
-// key is a copy of the counter's key.
-func (t *TopK) key(it *topItem) []byte {
+// appendKey appends the counter's key to dst.
+func (t *TopK) appendKey(dst []byte, it *topItem) []byte {
 	if it.n > headLen {
-		return slices.Clone(t.long[it.id])
+		return append(dst, t.long[it.id]...)
 	}
-	b := make([]byte, headLen)
+	var b [headLen]byte
 	binary.BigEndian.PutUint64(b[:8], it.head[0])
 	binary.BigEndian.PutUint64(b[8:], it.head[1])
-	return b[:it.n:it.n]
+	return append(dst, b[:it.n]...)
 }
 
 // topArity is the heap's children per item: four halve its depth, and
@@ -246,17 +246,26 @@ func (t *TopK) place(i int, x topItem) {
 }
 
 // Top returns up to n keys, most frequent first, and starts a new round.
+// The counters are sorted in place, as the round resets them, and the keys
+// share one allocation (each capped at its end).
 func (t *TopK) Top(n int) []KeyCount {
-	es := slices.Clone(t.heap)
-	slices.SortFunc(es, func(a, b topItem) int {
+	slices.SortFunc(t.heap, func(a, b topItem) int {
 		if c := cmp.Compare(b.count, a.count); c != 0 {
 			return c
 		}
 		return t.compareKeys(&a, &b)
 	})
-	out := make([]KeyCount, 0, min(n, len(es)))
-	for i := range es[:min(n, len(es))] {
-		out = append(out, KeyCount{Key: t.key(&es[i]), Count: es[i].count})
+	es := t.heap[:min(n, len(t.heap))]
+	size := 0
+	for i := range es {
+		size += int(es[i].n)
+	}
+	keys := make([]byte, 0, size)
+	out := make([]KeyCount, 0, len(es))
+	for i := range es {
+		at := len(keys)
+		keys = t.appendKey(keys, &es[i])
+		out = append(out, KeyCount{Key: keys[at:len(keys):len(keys)], Count: es[i].count})
 	}
 	clear(t.index)
 	t.heap = t.heap[:0]
