@@ -11,8 +11,8 @@ import (
 
 // TestDeferredMissesCountAsServed: the misses a round's flush adds node by
 // node leave every node's top-k as counting each miss when served did, over
-// rounds, on skewed random keys (more than the 64 counters, so that the
-// order of a node's keys matters).
+// rounds and with flushes within a round, on skewed random keys (more than
+// the 64 counters, so that the order of a node's keys matters).
 func TestDeferredMissesCountAsServed(t *testing.T) {
 	cfg := smallConfig(1)
 	cfg.Nodes, cfg.RackSize = 40, 8
@@ -28,7 +28,10 @@ func TestDeferredMissesCountAsServed(t *testing.T) {
 	}
 	var name []byte
 	for round := range 3 {
-		for range 20_000 {
+		for i := range 20_000 {
+			if i%7000 == 6999 {
+				s.flushMisses()
+			}
 			id := wire.NodeID(1 + rng.IntN(cfg.Nodes))
 			k := int64(zipf.Uint64())
 			s.misses = append(s.misses, missOf(id, k))

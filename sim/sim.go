@@ -918,6 +918,9 @@ func (s *Sim) served(id wire.NodeID) {
 		// changes no decision except that hits no longer take top-k
 		// counters from misses (and it halves the simulator's top-k time).
 		s.misses = append(s.misses, missOf(id, r.key))
+		if len(s.misses) >= maxMisses {
+			s.flushMisses() // early, for memory: the counts are the same
+		}
 	}
 	if s.stats.measuring {
 		n.measured++
@@ -962,6 +965,10 @@ func (s *Sim) served(id wire.NodeID) {
 	r.version = ks.version
 	s.at(uint64(len(ch)-1)*s.link(), event{kind: evCommit, a: i})
 }
+
+// maxMisses bounds Sim.misses (8 MB) in rounds long for the run's rate:
+// a thousand misses a node at 1024 nodes.
+const maxMisses = 1 << 20
 
 // missOf is a miss of key k served by node id, as Sim.misses holds it:
 // the key index above the node's 12 bits (Config.Nodes < 4096).
