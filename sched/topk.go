@@ -85,8 +85,9 @@ func (t *TopK) Add(key []byte) {
 		if x := t.index[c]; x.hash == hash {
 			at := t.ctrs[x.ctr-1].at
 			if it := &t.heap[at]; it.n == uint32(len(key)) && it.head == head && (len(key) <= headLen || bytes.Equal(t.long[it.id], key)) {
-				it.count++
-				t.down(int(at))
+				counted := *it
+				counted.count++
+				t.down(int(at), counted)
 				return
 			}
 		}
@@ -105,7 +106,7 @@ func (t *TopK) Add(key []byte) {
 	}
 	// The smallest counter, ties to the smallest key, takes key over. Its
 	// old key leaves the index first, which may free a cell on key's way.
-	min := &t.heap[0]
+	min := t.heap[0]
 	t.unindex(int(t.ctrs[min.id].cell))
 	c = int(hash) & mask
 	for t.index[c].ctr != 0 {
@@ -113,10 +114,8 @@ func (t *TopK) Add(key []byte) {
 	}
 	t.index[c] = topCell{hash: hash, ctr: min.id + 1}
 	t.ctrs[min.id].cell = int32(c)
-	min.head, min.n = head, uint32(len(key))
-	min.count++
 	t.setLong(min.id, key)
-	t.down(0)
+	t.down(0, topItem{count: min.count + 1, head: head, n: uint32(len(key)), id: min.id})
 }
 
 func (t *TopK) setLong(id uint32, key []byte) {
@@ -158,15 +157,14 @@ func (t *TopK) below(a, b *topItem) bool {
 	}
 }
 
-// belowHead: a comes before b by (count, head), or they tie.
+// belowHead: a comes before b by (count, head), or they tie. It compares
+// (count, head) as one 192-bit number, without a branch: a sift compares
+// tied counts and random heads, on which branches mispredict.
 func (a *topItem) belowHead(b *topItem) (below, tie bool) {
-	if a.count != b.count {
-		return a.count < b.count, false
-	}
-	if a.head[0] != b.head[0] {
-		return a.head[0] < b.head[0], false
-	}
-	return a.head[1] < b.head[1], a.head[1] == b.head[1]
+	_, borrow := bits.Sub64(a.head[1], b.head[1], 0)
+	_, borrow = bits.Sub64(a.head[0], b.head[0], borrow)
+	_, borrow = bits.Sub64(a.count, b.count, borrow)
+	return borrow != 0, (a.count^b.count)|(a.head[0]^b.head[0])|(a.head[1]^b.head[1]) == 0
 }
 
 // compareKeys orders a's key and b's. Equal heads make the shorter key,
@@ -184,23 +182,24 @@ func (t *TopK) compareKeys(a, b *topItem) int {
 	return bytes.Compare(t.long[a.id], t.long[b.id])
 }
 
-// key is a copy of the counter's key.
-func (t *TopK) key(it *topItem) []byte {
+// appendKey appends the counter's key to dst.
+func (t *TopK) appendKey(dst []byte, it *topItem) []byte {
 	if it.n > headLen {
-		return slices.Clone(t.long[it.id])
+		return append(dst, t.long[it.id]...)
 	}
-	b := make([]byte, headLen)
+	var b [headLen]byte
 	binary.BigEndian.PutUint64(b[:8], it.head[0])
 	binary.BigEndian.PutUint64(b[8:], it.head[1])
-	return b[:it.n:it.n]
+	return append(dst, b[:it.n]...)
 }
 
 // topArity is the heap's children per item: four halve its depth, and
 // an item's children share two cache lines.
 const topArity = 4
 
-// up and down move the item at i to its place, shifting the others into
-// the hole it leaves.
+// up moves the item at i to its place, and down puts x, the item at i
+// changed, in its place (x in registers: no wide load of the fields just
+// stored), shifting the others into the hole it leaves.
 func (t *TopK) up(i int) {
 	x := t.heap[i]
 	for i > 0 {
@@ -214,8 +213,7 @@ func (t *TopK) up(i int) {
 	t.place(i, x)
 }
 
-func (t *TopK) down(i int) {
-	x := t.heap[i]
+func (t *TopK) down(i int, x topItem) {
 	n := len(t.heap)
 	for {
 		c := topArity*i + 1
@@ -224,7 +222,12 @@ func (t *TopK) down(i int) {
 		}
 		m := c
 		for j := c + 1; j < min(c+topArity, n); j++ {
-			if t.below(&t.heap[j], &t.heap[m]) {
+			// t.below, inlined (it is over the inliner's budget)
+			below, tie := t.heap[j].belowHead(&t.heap[m])
+			if tie {
+				below = t.compareKeys(&t.heap[j], &t.heap[m]) < 0
+			}
+			if below {
 				m = j
 			}
 		}
@@ -243,17 +246,26 @@ func (t *TopK) place(i int, x topItem) {
 }
 
 // Top returns up to n keys, most frequent first, and starts a new round.
+// The counters are sorted in place, as the round resets them, and the keys
+// share one allocation (each capped at its end).
 func (t *TopK) Top(n int) []KeyCount {
-	es := slices.Clone(t.heap)
-	slices.SortFunc(es, func(a, b topItem) int {
+	slices.SortFunc(t.heap, func(a, b topItem) int {
 		if c := cmp.Compare(b.count, a.count); c != 0 {
 			return c
 		}
 		return t.compareKeys(&a, &b)
 	})
-	out := make([]KeyCount, 0, min(n, len(es)))
-	for i := range es[:min(n, len(es))] {
-		out = append(out, KeyCount{Key: t.key(&es[i]), Count: es[i].count})
+	es := t.heap[:min(n, len(t.heap))]
+	size := 0
+	for i := range es {
+		size += int(es[i].n)
+	}
+	keys := make([]byte, 0, size)
+	out := make([]KeyCount, 0, len(es))
+	for i := range es {
+		at := len(keys)
+		keys = t.appendKey(keys, &es[i])
+		out = append(out, KeyCount{Key: keys[at:len(keys):len(keys)], Count: es[i].count})
 	}
 	clear(t.index)
 	t.heap = t.heap[:0]

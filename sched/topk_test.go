@@ -155,3 +155,37 @@ func BenchmarkTopKAdd(b *testing.B) {
 		i++
 	}
 }
+
+// TestTopKRoundsAreIndependent: after Top, a round counts as a new TopK
+// would, for keys short and long; the keys Top returns are each their own
+// (appending to one leaves the next as it was).
+func TestTopKRoundsAreIndependent(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	keyOf := func() []byte {
+		i := int(r.ExpFloat64() * 30)
+		if i%3 == 0 {
+			return fmt.Appendf(nil, "a-long-key-of-more-than-16-bytes-%d", i)
+		}
+		return fmt.Appendf(nil, "k%d", i)
+	}
+	tk := NewTopK(16)
+	for round := range 3 {
+		fresh := NewTopK(16)
+		for range 5000 {
+			key := keyOf()
+			tk.Add(key)
+			fresh.Add(key)
+		}
+		got, want := tk.Top(16), fresh.Top(16)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("round %d: Top = %v, want %v", round, got, want)
+		}
+		for i := range got[:len(got)-1] {
+			next := string(got[i+1].Key)
+			_ = append(got[i].Key, "xxxxxxxxxxxxxxxxxxxx"...)
+			if string(got[i+1].Key) != next {
+				t.Fatalf("round %d: appending to key %d changed key %d to %q", round, i, i+1, got[i+1].Key)
+			}
+		}
+	}
+}

@@ -299,7 +299,10 @@ type node struct {
 	byPos    []uint64
 	measured uint64
 	latency  time.Duration // mean service time, for HATS's T
-	top      sched.TopK    // in the node, not behind a pointer: one cache miss less per count
+	// top counts the keys the node served that the directory missed. Only
+	// the controller's round reads it, so the counts wait in Sim.misses
+	// and are added just before (flushMisses).
+	top *sched.TopK
 }
 
 // backlog is the requests queued or in service: the load a reply reports.
@@ -370,8 +373,13 @@ type Sim struct {
 	nearBuf  []wire.NodeID          // announce's copies in the tail's rack
 	farBuf   []wire.NodeID          // and in other racks
 	copyBuf  []wire.NodeID          // announce's list of copies
-	keyName  []byte                 // served's key name for the node's top-k
+	keyName  []byte                 // a key's name for a node's top-k
 	freeVSBs []int32
+	// misses is what the nodes served that the directory missed since the
+	// last round, in order (missOf), for their top-k; sorted is its copy
+	// grouped by node, and perNode the counting sort's counts.
+	misses, sorted []uint64
+	perNode        []int
 
 	reqs     []request
 	free     []int32
@@ -457,8 +465,9 @@ func New(cfg Config) (*Sim, error) {
 	s.nodes = make([]node, cfg.Nodes)
 	for i, id := range s.ids {
 		s.nodes[i] = node{id: id, rack: s.rackOf(id), serving: -1, byPos: make([]uint64, cfg.Replicas),
-			latency: s.serviceMean(), top: *sched.NewTopK(64)}
+			latency: s.serviceMean(), top: sched.NewTopK(64)}
 	}
+	s.perNode = make([]int, cfg.Nodes)
 	keys := src.Workload().Keys
 	s.keys = make([]keyState, keys)
 	s.promoted = make([]bool, keys)
@@ -594,6 +603,7 @@ func (s *Sim) Run() (bench.Run, error) {
 		case evVerify:
 			s.verifyAtTail(e.a)
 		case evRound:
+			s.flushMisses()
 			if err := s.ctl.round(); err != nil {
 				return bench.Run{}, err
 			}
@@ -907,8 +917,10 @@ func (s *Sim) served(id wire.NodeID) {
 		// cached keys among the candidates, so counting only misses
 		// changes no decision except that hits no longer take top-k
 		// counters from misses (and it halves the simulator's top-k time).
-		s.keyName = s.src.AppendKey(s.keyName[:0], r.key)
-		n.top.Add(s.keyName)
+		s.misses = append(s.misses, missOf(id, r.key))
+		if len(s.misses) >= maxMisses {
+			s.flushMisses() // early, for memory: the counts are the same
+		}
 	}
 	if s.stats.measuring {
 		n.measured++
@@ -952,6 +964,41 @@ func (s *Sim) served(id wire.NodeID) {
 	}
 	r.version = ks.version
 	s.at(uint64(len(ch)-1)*s.link(), event{kind: evCommit, a: i})
+}
+
+// maxMisses bounds Sim.misses (8 MB) in rounds long for the run's rate:
+// a thousand misses a node at 1024 nodes.
+const maxMisses = 1 << 20
+
+// missOf is a miss of key k served by node id, as Sim.misses holds it:
+// the key index above the node's 12 bits (Config.Nodes < 4096).
+func missOf(id wire.NodeID, k int64) uint64 { return uint64(k)<<12 | uint64(id-1) }
+
+// flushMisses adds the misses since the last round to their nodes' top-k,
+// node by node, each node's in the order served: a node's top-k then
+// stays in cache for its few hundred keys, where counting each as it is
+// served took several cache misses. Its counts, read at the round only,
+// are the same.
+func (s *Sim) flushMisses() {
+	clear(s.perNode)
+	for _, m := range s.misses {
+		s.perNode[m&0xfff]++
+	}
+	at := 0
+	for i, c := range s.perNode {
+		s.perNode[i] = at
+		at += c
+	}
+	s.sorted = slices.Grow(s.sorted[:0], len(s.misses))[:len(s.misses)]
+	for _, m := range s.misses {
+		s.sorted[s.perNode[m&0xfff]] = m
+		s.perNode[m&0xfff]++
+	}
+	for _, m := range s.sorted {
+		s.keyName = s.src.AppendKey(s.keyName[:0], int64(m>>12))
+		s.nodes[m&0xfff].top.Add(s.keyName)
+	}
+	s.misses = s.misses[:0]
 }
 
 // toTail is the way between node n and partition p's tail: a link to the
