@@ -137,25 +137,35 @@ type Partition struct {
 	Chain   [MaxChain]wire.NodeID
 	R       uint8
 	Buckets [Buckets]uint8
+	// A cache line each: a route by partition reads one line, not two.
+	_ [cacheLine - 2*MaxChain - 1 - Buckets]byte
 }
 
-// Slot is one directory entry.
+// cacheLine is the size of a CPU cache line.
+const cacheLine = 64
+
+// Slot is one directory entry, three cache lines: what every request of
+// the key reads or writes (its hash, buckets, bits, counts), its
+// LocationList, and the versions that only writes, replies and VSBs use.
 type Slot struct {
 	Hash    wire.KeyHash
-	Locs    [MaxLocations]wire.NodeID // the chain first, then extras
-	N       uint8                     // LocationList length
-	R       uint8                     // chain length: Locs[:R] is the chain, Locs[R-1] the tail
-	Fresh   uint32                    // bit i: Locs[i] may serve reads of VerDone unverified
-	VerNext uint64
-	VerDone uint64
+	Buckets [Buckets]uint8 // entries index Locs
+	Fresh   uint32         // bit i: Locs[i] may serve reads of VerDone unverified
+	N       uint8          // LocationList length
+	R       uint8          // chain length: Locs[:R] is the chain, Locs[R-1] the tail
 	// Inc is the incarnation the controller installed the slot in (the
 	// seed's top 16 bits): stamped on top of every version the slot
 	// stamps (wire.MakeStamp), so the head can refuse a write stamped
 	// before the plane lost its state (spec/README.md, flaw G).
-	Inc     uint16
-	Hits    uint64
-	Buckets [Buckets]uint8 // entries index Locs
+	Inc  uint16
+	Hits uint64
+
+	Locs [MaxLocations]wire.NodeID // the chain first, then extras
+
+	VerNext uint64
+	VerDone uint64
 	used    bool
+	_       [cacheLine - 2*8 - 1]byte
 }
 
 // chainMask has the bits of the chain members, which are always fresh.

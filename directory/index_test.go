@@ -3,6 +3,7 @@ package directory
 import (
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/netdir/netdir/wire"
 )
@@ -124,5 +125,36 @@ func TestDirectoryIndexAgainstMap(t *testing.T) {
 				t.Fatalf("step %d: key %d: spine lookup %v %+v, in map %v", step, j, ok, e, in)
 			}
 		}
+	}
+}
+
+// TestCacheLines holds a partition to one cache line and a slot's parts to
+// theirs: the hash and what every request reads in the first, the
+// LocationList the second, the versions the third.
+func TestCacheLines(t *testing.T) {
+	var s Slot
+	if n := unsafe.Sizeof(Partition{}); n != cacheLine {
+		t.Errorf("partition: %d bytes, want %d", n, cacheLine)
+	}
+	for _, f := range []struct {
+		name            string
+		off, size, line uintptr
+	}{
+		{"Hash", unsafe.Offsetof(s.Hash), unsafe.Sizeof(s.Hash), 0},
+		{"Buckets", unsafe.Offsetof(s.Buckets), unsafe.Sizeof(s.Buckets), 0},
+		{"Fresh", unsafe.Offsetof(s.Fresh), unsafe.Sizeof(s.Fresh), 0},
+		{"N", unsafe.Offsetof(s.N), 1, 0},
+		{"R", unsafe.Offsetof(s.R), 1, 0},
+		{"Hits", unsafe.Offsetof(s.Hits), unsafe.Sizeof(s.Hits), 0},
+		{"Locs", unsafe.Offsetof(s.Locs), unsafe.Sizeof(s.Locs), 1},
+		{"VerNext", unsafe.Offsetof(s.VerNext), unsafe.Sizeof(s.VerNext), 2},
+		{"VerDone", unsafe.Offsetof(s.VerDone), unsafe.Sizeof(s.VerDone), 2},
+	} {
+		if f.off/cacheLine != f.line || (f.off+f.size-1)/cacheLine != f.line {
+			t.Errorf("slot field %s at bytes %d..%d, want in line %d", f.name, f.off, f.off+f.size-1, f.line)
+		}
+	}
+	if n := unsafe.Sizeof(s); n%cacheLine != 0 {
+		t.Errorf("slot: %d bytes, not whole cache lines", n)
 	}
 }
