@@ -241,12 +241,12 @@ func New(cfg Config) (*Directory, error) {
 		cfg:      cfg,
 		parts:    make([]Partition, 1<<cfg.PartitionBits),
 		slots:    make([]Slot, cfg.Slots),
-		index:    newKeyIndex(cfg.Slots),
 		free:     make([]uint32, 0, cfg.Slots),
 		nodes:    make([]NodeStats, cfg.MaxNodes),
 		farPorts: make(map[uint32]PortKind),
 		floors:   make([]uint64, StampFloors),
 	}
+	d.index = newKeyIndex(cfg.Slots, func(i uint32) *wire.KeyHash { return &d.slots[i].Hash })
 	for i := cfg.Slots - 1; i >= 0; i-- {
 		d.free = append(d.free, uint32(i))
 	}

@@ -11,49 +11,57 @@ import (
 // keyIndex maps key hashes to the indexes of the entries that hold them
 // (a directory's slots, a spine's entries), as a Go map did, with fewer
 // cache lines per lookup: open addressing with linear probing over a
-// power-of-two table at most half full. A cell holds a 32-bit tag of the
-// key and the entry's index, so a miss reads the table's cells and no
-// entry, usually one cache line of them. The tag is the key mixed with a
-// seed drawn per index (as a Go map's is): keys crafted to share hash
-// bits cannot pile up in one run of cells, since where a key lands
-// depends on the seed. The caller checks the entry's own hash: two keys
-// may share a tag. Only where entries are found depends on the seed,
-// never which entry is found: no decision does.
+// power-of-two table at most half full, grown with the keys it holds. A
+// 4-byte cell holds the entry's index and, in its other bits, a tag of
+// the key, so a miss reads cells and no entry, usually one cache line of
+// them, and a table for a thousand keys is 8 KiB. Where a key's probe
+// starts, and its tag, come from the key mixed with a seed drawn per
+// index (as a Go map's is): keys crafted to share hash bits cannot pile
+// up in one run of cells. The caller checks the entry's own hash, as two
+// keys may share a tag. Only where entries are found depends on the
+// seed, never which entry is found: no decision does.
 type keyIndex struct {
-	cells  []uint64 // tag<<32 | entry index+1; 0: empty
-	mask   uint32   // len(cells)-1
-	n      int
-	k0, k1 uint64
+	cells     []uint32 // tag<<valueBits | entry index+1; 0: empty
+	mask      uint32   // len(cells)-1
+	valueBits uint     // entry indexes+1 fit in the low valueBits bits
+	n         int
+	k0, k1    uint64
+	// key returns entry i's key: moving cells (growth, removal) must
+	// find where each one's probe starts.
+	key func(entry uint32) *wire.KeyHash
 }
 
 // minIndexCells is the smallest table.
-const minIndexCells = 8
+const minIndexCells = 16
 
-// newKeyIndex returns an index with room for n keys before it grows.
-func newKeyIndex(n int) keyIndex {
-	size := minIndexCells
-	for size < 2*n {
-		size *= 2
-	}
-	return keyIndex{cells: make([]uint64, size), mask: uint32(size - 1), k0: rand.Uint64(), k1: rand.Uint64()}
+// newKeyIndex returns an empty index whose entries are below entries
+// (growing past that as they do), and key their keys.
+func newKeyIndex(entries int, key func(entry uint32) *wire.KeyHash) keyIndex {
+	return keyIndex{cells: make([]uint32, minIndexCells), mask: minIndexCells - 1,
+		valueBits: uint(bits.Len(uint(entries))), k0: rand.Uint64(), k1: rand.Uint64(), key: key}
 }
 
-// tag is h's tag; tag&mask is the cell its probe starts at.
-func (x *keyIndex) tag(h *wire.KeyHash) uint32 {
+// mix is h mixed with the index's seed: its low bits place h's probe, its
+// high bits are the tag.
+func (x *keyIndex) mix(h *wire.KeyHash) uint64 {
 	hi, lo := bits.Mul64(binary.LittleEndian.Uint64(h[:8])^x.k0, binary.LittleEndian.Uint64(h[8:])^x.k1)
-	return uint32((hi ^ lo) >> 32)
+	return hi ^ lo
 }
+
+// tagBits is h's tag, in place in a cell.
+func (x *keyIndex) tagBits(m uint64) uint32 { return uint32(m>>32) >> x.valueBits << x.valueBits }
 
 // indexProbe walks the cells of one key's probe.
 type indexProbe struct {
-	x        *keyIndex
-	tag, pos uint32
+	x         *keyIndex
+	tag, pos  uint32
+	valueMask uint32
 }
 
 // probe starts the probe for h.
 func (x *keyIndex) probe(h *wire.KeyHash) indexProbe {
-	t := x.tag(h)
-	return indexProbe{x: x, tag: t, pos: t & x.mask}
+	m := x.mix(h)
+	return indexProbe{x: x, tag: x.tagBits(m), pos: uint32(m) & x.mask, valueMask: 1<<x.valueBits - 1}
 }
 
 // next returns the next entry index whose tag is the key's, and its cell;
@@ -65,38 +73,48 @@ func (p *indexProbe) next() (entry, cell uint32, ok bool) {
 		if c == 0 {
 			return 0, 0, false
 		}
-		if uint32(c>>32) == p.tag {
-			return uint32(c) - 1, cell, true
+		if c&^p.valueMask == p.tag {
+			return c&p.valueMask - 1, cell, true
 		}
 	}
 }
 
 // insert indexes entry under h, which must not be indexed yet.
 func (x *keyIndex) insert(h *wire.KeyHash, entry uint32) {
-	if 2*(x.n+1) > len(x.cells) {
-		x.grow()
-	}
-	x.place(uint64(x.tag(h))<<32 | uint64(entry) + 1)
 	x.n++
+	if 2*x.n > len(x.cells) || uint64(entry)+1 >= 1<<x.valueBits {
+		size := len(x.cells)
+		for 2*x.n > size {
+			size *= 2
+		}
+		vb := x.valueBits
+		for uint64(entry)+1 >= 1<<vb {
+			vb++
+		}
+		x.rebuild(size, vb)
+	}
+	x.place(x.mix(h), entry)
 }
 
-// place puts cell c at the first empty cell of its probe.
-func (x *keyIndex) place(c uint64) {
-	p := uint32(c>>32) & x.mask
+// place puts entry, whose key mixes to m, at the first empty cell of its
+// probe.
+func (x *keyIndex) place(m uint64, entry uint32) {
+	p := uint32(m) & x.mask
 	for x.cells[p] != 0 {
 		p = (p + 1) & x.mask
 	}
-	x.cells[p] = c
+	x.cells[p] = x.tagBits(m) | (entry + 1)
 }
 
-// grow doubles the table: a cell's tag is all that places it.
-func (x *keyIndex) grow() {
-	old := x.cells
-	x.cells = make([]uint64, 2*len(old))
-	x.mask = uint32(len(x.cells) - 1)
+// rebuild places every entry again in a table of size cells whose
+// entry indexes take valueBits bits.
+func (x *keyIndex) rebuild(size int, valueBits uint) {
+	old, oldMask := x.cells, uint32(1)<<x.valueBits-1
+	x.cells, x.mask, x.valueBits = make([]uint32, size), uint32(size-1), valueBits
 	for _, c := range old {
 		if c != 0 {
-			x.place(c)
+			e := c&oldMask - 1
+			x.place(x.mix(x.key(e)), e)
 		}
 	}
 }
@@ -105,6 +123,7 @@ func (x *keyIndex) grow() {
 // its emptiness would cut off from their probes' starts.
 func (x *keyIndex) remove(i uint32) {
 	x.n--
+	valueMask := uint32(1)<<x.valueBits - 1
 	for j := i; ; {
 		x.cells[i] = 0
 		for {
@@ -114,7 +133,7 @@ func (x *keyIndex) remove(i uint32) {
 				return
 			}
 			// c may move to i unless its start lies cyclically in (i, j].
-			if start := uint32(c>>32) & x.mask; (j-start)&x.mask >= (j-i)&x.mask {
+			if start := uint32(x.mix(x.key(c&valueMask-1))) & x.mask; (j-start)&x.mask >= (j-i)&x.mask {
 				x.cells[i] = c
 				i = j
 				break

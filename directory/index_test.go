@@ -34,7 +34,7 @@ func TestKeyIndexAgainstMap(t *testing.T) {
 		}
 	}
 	for _, seeded := range []bool{true, false} {
-		x := newKeyIndex(0)
+		x := newKeyIndex(0, func(i uint32) *wire.KeyHash { return &keys[i] })
 		if !seeded { // every key in as few runs as its tags allow
 			x.k0, x.k1 = 0, 0
 		}

@@ -83,8 +83,9 @@ func NewSpine(racks int, partitionBits uint) (*Spine, error) {
 	if racks < 1 || racks > 1<<16 || partitionBits > 20 {
 		return nil, ErrRange
 	}
-	return &Spine{bits: partitionBits, home: make([]uint16, 1<<partitionBits), racks: racks,
-		index: newKeyIndex(0), flight: make([]int64, racks)}, nil
+	s := &Spine{bits: partitionBits, home: make([]uint16, 1<<partitionBits), racks: racks, flight: make([]int64, racks)}
+	s.index = newKeyIndex(0, func(i uint32) *wire.KeyHash { return &s.entries[i].hash })
+	return s, nil
 }
 
 // SetHome homes partition p in rack r.
