@@ -165,7 +165,9 @@ func TestMemoryPerEntry(t *testing.T) {
 	}
 	got = memoryPerPartition(t, 16)
 	t.Logf("%.1f bytes per partition", got)
-	if got > 64 || got < 40 {
+	// A partition is one cache line, 64 bytes (TestCacheLines); the heap
+	// adds a fraction of a byte per partition of other allocations.
+	if got > 64.5 || got < 40 {
 		t.Errorf("%.1f bytes per partition; want 40..64", got)
 	}
 }

@@ -5,9 +5,10 @@
 // Every data plane carries out exactly this: the software data plane (model)
 // calls it, and the P4 and eBPF programs re-implement it and are held to it by
 // the shared vector suite in testdata/vectors. So the core does no I/O, reads
-// no clock and draws no random numbers: the caller passes the ingress port and
-// the time, and split buckets come from the packet's request id (see package
-// wire). Process rewrites the packet in place, as a switch would, and returns
+// no clock and decides nothing by random numbers: the caller passes the
+// ingress port and the time, and split buckets come from the packet's request
+// id (see package wire). (Its key index draws a seed, as a Go map does, which
+// places keys in the index and decides nothing.) Process rewrites the packet in place, as a switch would, and returns
 // a Verdict.
 //
 // Why the coherence rules are as they are: an extra copy (a LocationList
@@ -136,25 +137,35 @@ type Partition struct {
 	Chain   [MaxChain]wire.NodeID
 	R       uint8
 	Buckets [Buckets]uint8
+	// A cache line each: a route by partition reads one line, not two.
+	_ [cacheLine - 2*MaxChain - 1 - Buckets]byte
 }
 
-// Slot is one directory entry.
+// cacheLine is the size of a CPU cache line.
+const cacheLine = 64
+
+// Slot is one directory entry, three cache lines: what every request of
+// the key reads or writes (its hash, buckets, bits, counts), its
+// LocationList, and the versions that only writes, replies and VSBs use.
 type Slot struct {
 	Hash    wire.KeyHash
-	Locs    [MaxLocations]wire.NodeID // the chain first, then extras
-	N       uint8                     // LocationList length
-	R       uint8                     // chain length: Locs[:R] is the chain, Locs[R-1] the tail
-	Fresh   uint32                    // bit i: Locs[i] may serve reads of VerDone unverified
-	VerNext uint64
-	VerDone uint64
+	Buckets [Buckets]uint8 // entries index Locs
+	Fresh   uint32         // bit i: Locs[i] may serve reads of VerDone unverified
+	N       uint8          // LocationList length
+	R       uint8          // chain length: Locs[:R] is the chain, Locs[R-1] the tail
 	// Inc is the incarnation the controller installed the slot in (the
 	// seed's top 16 bits): stamped on top of every version the slot
 	// stamps (wire.MakeStamp), so the head can refuse a write stamped
 	// before the plane lost its state (spec/README.md, flaw G).
-	Inc     uint16
-	Hits    uint64
-	Buckets [Buckets]uint8 // entries index Locs
+	Inc  uint16
+	Hits uint64
+
+	Locs [MaxLocations]wire.NodeID // the chain first, then extras
+
+	VerNext uint64
+	VerDone uint64
 	used    bool
+	_       [cacheLine - 2*8 - 1]byte
 }
 
 // chainMask has the bits of the chain members, which are always fresh.
@@ -199,7 +210,7 @@ type Directory struct {
 	cfg   Config
 	parts []Partition
 	slots []Slot
-	index map[wire.KeyHash]uint32
+	index keyIndex // key → slot
 	free  []uint32
 	nodes []NodeStats
 	// ports classifies ingress ports below maxListedPort by index (no
@@ -230,12 +241,12 @@ func New(cfg Config) (*Directory, error) {
 		cfg:      cfg,
 		parts:    make([]Partition, 1<<cfg.PartitionBits),
 		slots:    make([]Slot, cfg.Slots),
-		index:    make(map[wire.KeyHash]uint32, cfg.Slots),
 		free:     make([]uint32, 0, cfg.Slots),
 		nodes:    make([]NodeStats, cfg.MaxNodes),
 		farPorts: make(map[uint32]PortKind),
 		floors:   make([]uint64, StampFloors),
 	}
+	d.index = newKeyIndex(cfg.Slots, func(i uint32) *wire.KeyHash { return &d.slots[i].Hash })
 	for i := cfg.Slots - 1; i >= 0; i-- {
 		d.free = append(d.free, uint32(i))
 	}
@@ -472,7 +483,7 @@ func (d *Directory) portKind(port uint32) PortKind {
 // Only the chain starts fresh. A nil buckets spreads evenly over locs. It
 // returns the slot index.
 func (d *Directory) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64, buckets []uint8) (uint32, error) {
-	if _, ok := d.index[h]; ok {
+	if _, _, ok := d.find(&h); ok {
 		return 0, ErrExists
 	}
 	if len(locs) == 0 || len(locs) > MaxLocations || r < 1 || r > len(locs) || r > MaxChain || !DistinctNodes(locs, d.cfg.MaxNodes) {
@@ -496,13 +507,13 @@ func (d *Directory) Insert(h wire.KeyHash, locs []wire.NodeID, r int, ver uint64
 	i := d.free[len(d.free)-1]
 	d.free = d.free[:len(d.free)-1]
 	d.slots[i] = s
-	d.index[h] = i
+	d.index.insert(&h, i)
 	return i, nil
 }
 
 // SetSlotBuckets replaces a slot's bucket table (weights over its LocationList).
 func (d *Directory) SetSlotBuckets(h wire.KeyHash, buckets []uint8) error {
-	i, ok := d.index[h]
+	i, _, ok := d.find(&h)
 	if !ok {
 		return ErrNotFound
 	}
@@ -512,11 +523,11 @@ func (d *Directory) SetSlotBuckets(h wire.KeyHash, buckets []uint8) error {
 // Evict removes a key. Its reads fall back to the partition's chain, which is
 // always safe (CRAQ); only balance is lost.
 func (d *Directory) Evict(h wire.KeyHash) error {
-	i, ok := d.index[h]
+	i, cell, ok := d.find(&h)
 	if !ok {
 		return ErrNotFound
 	}
-	delete(d.index, h)
+	d.index.remove(cell)
 	d.lastVSBOK = false
 	d.slots[i] = Slot{}
 	d.free = append(d.free, i)
@@ -525,7 +536,7 @@ func (d *Directory) Evict(h wire.KeyHash) error {
 
 // Lookup returns a copy of a key's slot.
 func (d *Directory) Lookup(h wire.KeyHash) (Slot, bool) {
-	i, ok := d.index[h]
+	i, _, ok := d.find(&h)
 	if !ok {
 		return Slot{}, false
 	}
@@ -533,7 +544,7 @@ func (d *Directory) Lookup(h wire.KeyHash) (Slot, bool) {
 }
 
 // Len is the number of keys in the directory.
-func (d *Directory) Len() int { return len(d.index) }
+func (d *Directory) Len() int { return d.index.n }
 
 // Each calls f for every slot in slot order.
 func (d *Directory) Each(f func(idx uint32, s *Slot)) {

@@ -130,11 +130,20 @@ func (d *Directory) Process(pkt []byte, port uint32, now uint64) Verdict {
 }
 
 func (d *Directory) slot(h *wire.KeyHash) *Slot {
-	i, ok := d.index[*h]
+	i, _, ok := d.find(h)
 	if !ok {
 		return nil
 	}
 	return &d.slots[i]
+}
+
+// find returns the index of h's slot and its cell in the key index.
+func (d *Directory) find(h *wire.KeyHash) (slot, cell uint32, ok bool) {
+	for p := d.index.probe(h); ; {
+		if slot, cell, ok = p.next(); !ok || d.slots[slot].Hash == *h {
+			return slot, cell, ok
+		}
+	}
 }
 
 // vsbSlot is slot for a VSB: the copies of one commit announce one key
@@ -143,7 +152,7 @@ func (d *Directory) vsbSlot(h *wire.KeyHash) *Slot {
 	if d.lastVSBOK && d.lastVSB == *h {
 		return &d.slots[d.lastVSBSlot]
 	}
-	i, ok := d.index[*h]
+	i, _, ok := d.find(h)
 	if !ok {
 		return nil
 	}

@@ -19,7 +19,7 @@ const MaxRacks = MaxLocations
 // queue at one node of the rack, the key's chain head, not at the rack's
 // readers; a write-hot key's head holding a backlog of writes would
 // otherwise turn every read away from its home rack. Like Directory it is
-// a pure state machine: no I/O, no clock, no random numbers.
+// a pure state machine: no I/O, no clock, no random decisions.
 //
 // Coherence, at rack granularity, by the rules of the slot one level down:
 // the home rack is always fresh; a write clears every other rack's fresh
@@ -47,8 +47,10 @@ type Spine struct {
 	bits    uint
 	home    []uint16 // partition → home rack
 	racks   int
-	entries map[wire.KeyHash]*SpineEntry
-	flight  []int64 // per rack: reads sent and not yet answered
+	entries []spineSlot
+	index   keyIndex // key → entries
+	free    []uint32 // entries evicted, to reuse
+	flight  []int64  // per rack: reads sent and not yet answered
 	counter SpineCounters
 }
 
@@ -60,6 +62,12 @@ type SpineEntry struct {
 	Pending uint32 // writes passed and not answered
 	VerDone uint64
 	Hits    uint64
+}
+
+// spineSlot is an entry and its key.
+type spineSlot struct {
+	hash wire.KeyHash
+	SpineEntry
 }
 
 // SpineCounters are the spine's counters.
@@ -75,8 +83,9 @@ func NewSpine(racks int, partitionBits uint) (*Spine, error) {
 	if racks < 1 || racks > 1<<16 || partitionBits > 20 {
 		return nil, ErrRange
 	}
-	return &Spine{bits: partitionBits, home: make([]uint16, 1<<partitionBits), racks: racks,
-		entries: map[wire.KeyHash]*SpineEntry{}, flight: make([]int64, racks)}, nil
+	s := &Spine{bits: partitionBits, home: make([]uint16, 1<<partitionBits), racks: racks, flight: make([]int64, racks)}
+	s.index = newKeyIndex(0, func(i uint32) *wire.KeyHash { return &s.entries[i].hash })
+	return s, nil
 }
 
 // SetHome homes partition p in rack r.
@@ -97,13 +106,13 @@ func (s *Spine) Home(h wire.KeyHash) int { return int(s.home[h.Partition(s.bits)
 // pending here, and a remote rack made fresh below its version would serve
 // an older version after it commits. Only the home rack starts fresh.
 func (s *Spine) Insert(h wire.KeyHash, racks []int, ver uint64) error {
-	if _, ok := s.entries[h]; ok {
+	if _, _, ok := s.find(&h); ok {
 		return ErrExists
 	}
 	if len(racks) == 0 || len(racks) > MaxRacks || racks[0] != s.Home(h) {
 		return ErrBadLocs
 	}
-	e := &SpineEntry{N: uint8(len(racks)), Fresh: 1, VerDone: ver}
+	e := SpineEntry{N: uint8(len(racks)), Fresh: 1, VerDone: ver}
 	for i, r := range racks {
 		if r < 0 || r >= s.racks {
 			return ErrBadLocs
@@ -115,30 +124,58 @@ func (s *Spine) Insert(h wire.KeyHash, racks []int, ver uint64) error {
 		}
 		e.Racks[i] = uint16(r)
 	}
-	s.entries[h] = e
+	i := uint32(len(s.entries))
+	if n := len(s.free); n > 0 {
+		i, s.free = s.free[n-1], s.free[:n-1]
+		s.entries[i] = spineSlot{h, e}
+	} else {
+		s.entries = append(s.entries, spineSlot{h, e})
+	}
+	s.index.insert(&h, i)
 	return nil
+}
+
+// find returns the index of h's entry and its cell in the key index.
+func (s *Spine) find(h *wire.KeyHash) (entry, cell uint32, ok bool) {
+	for p := s.index.probe(h); ; {
+		if entry, cell, ok = p.next(); !ok || s.entries[entry].hash == *h {
+			return entry, cell, ok
+		}
+	}
+}
+
+// entry is h's entry, or nil.
+func (s *Spine) entry(h *wire.KeyHash) *SpineEntry {
+	i, _, ok := s.find(h)
+	if !ok {
+		return nil
+	}
+	return &s.entries[i].SpineEntry
 }
 
 // Evict removes h; its requests go home again.
 func (s *Spine) Evict(h wire.KeyHash) error {
-	if _, ok := s.entries[h]; !ok {
+	i, cell, ok := s.find(&h)
+	if !ok {
 		return ErrNotFound
 	}
-	delete(s.entries, h)
+	s.index.remove(cell)
+	s.entries[i] = spineSlot{}
+	s.free = append(s.free, i)
 	return nil
 }
 
 // Lookup returns a copy of h's entry.
 func (s *Spine) Lookup(h wire.KeyHash) (SpineEntry, bool) {
-	e, ok := s.entries[h]
-	if !ok {
+	e := s.entry(&h)
+	if e == nil {
 		return SpineEntry{}, false
 	}
 	return *e, true
 }
 
 // Len is the number of keys spread over racks.
-func (s *Spine) Len() int { return len(s.entries) }
+func (s *Spine) Len() int { return s.index.n }
 
 // Counters returns the counters.
 func (s *Spine) Counters() SpineCounters { return s.counter }
@@ -159,7 +196,7 @@ func (s *Spine) Request(pkt []byte) int {
 	f.SetFlags(f.Flags() &^ wire.FlagVerify)
 	h := f.KeyHash()
 	home := s.Home(h)
-	e := s.entries[h]
+	e := s.entry(&h)
 	r := home
 	switch {
 	case e == nil:
@@ -224,7 +261,8 @@ func (s *Spine) Reply(pkt []byte, r int) {
 		}
 		return
 	}
-	e := s.entries[f.KeyHash()]
+	h := f.KeyHash()
+	e := s.entry(&h)
 	if e == nil {
 		return
 	}
@@ -251,7 +289,8 @@ func (s *Spine) VSB(pkt []byte, r int) bool {
 	if f.Check() != nil || f.Op() != wire.OpVSB {
 		return false
 	}
-	e := s.entries[f.KeyHash()]
+	h := f.KeyHash()
+	e := s.entry(&h)
 	if e == nil {
 		s.counter.VSBsRefused++
 		return false
