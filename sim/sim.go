@@ -31,6 +31,7 @@ import (
 
 	"github.com/netdir/netdir/bench"
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/internal/prefetch"
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/wire"
@@ -344,9 +345,12 @@ type Sim struct {
 	src    *bench.Source
 	// ahead is the stream's next operation (kind and key index), drawn
 	// one issue early so that its key's state is prefetched (its cache
-	// miss then overlaps other events); not with workload D (noAhead), whose
-	// reads of the latest key depend on the inserts acknowledged by then.
+	// miss then overlaps other events), and drawn the one after, all but
+	// its zipf rank's table lookup (whose line is prefetched); not with
+	// workload D (noAhead), whose reads of the latest key depend on the
+	// inserts acknowledged by then.
 	ahead             bench.Op
+	drawn             bench.Drawn
 	hasAhead, noAhead bool
 
 	lay    *layout.Map
@@ -660,7 +664,7 @@ func (s *Sim) warm(e *event, depth int) {
 }
 
 // prefetchAt prefetches the cache line at p.
-func prefetchAt[T any](p *T) { prefetch(uintptr(unsafe.Pointer(p))) }
+func prefetchAt[T any](p *T) { prefetch.Line(uintptr(unsafe.Pointer(p))) }
 
 func (s *Sim) startMeasuring() {
 	s.stats.measuring = true
@@ -717,24 +721,26 @@ func (s *Sim) issue(c int32, t uint64) {
 }
 
 // nextOp is the stream's next operation (its kind and key index only).
+// Without noAhead it is drawn two issues early: the zipf table's line for
+// its rank is prefetched then, its key's state one issue early.
 func (s *Sim) nextOp() bench.Op {
-	draw := func() bench.Op {
-		op := s.stream.Draw()
-		return bench.Op{Kind: op.Kind, Index: op.Index}
-	}
 	if s.noAhead {
-		return draw()
+		return kindAndKey(s.stream.Draw())
 	}
 	if !s.hasAhead {
-		s.ahead, s.hasAhead = draw(), true
+		s.ahead, s.hasAhead = kindAndKey(s.stream.Draw()), true
+		s.drawn = s.stream.Prepare()
 	}
 	op := s.ahead
-	s.ahead = draw()
+	s.ahead = kindAndKey(s.stream.Complete(s.drawn))
+	s.drawn = s.stream.Prepare()
 	if k := s.ahead.Index; k < int64(len(s.keys)) {
 		prefetchAt(&s.keys[k])
 	}
 	return op
 }
+
+func kindAndKey(op bench.Op) bench.Op { return bench.Op{Kind: op.Kind, Index: op.Index} }
 
 func (s *Sim) newOp(live int32) int32 {
 	if n := len(s.freeOps); n > 0 {
