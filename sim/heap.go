@@ -18,16 +18,15 @@ const (
 
 // event is one thing that happens at virtual time t (ns). seq orders
 // events of the same time by when they were scheduled, so that a run is a
-// function of its seed alone. 32 bytes: the compiler copies 24 bytes as
-// two overlapping 16-byte moves, and a copy read back from the stack then
-// waits for both stores (store-to-load forwarding fails).
+// function of its seed alone. Four fields at most: the compiler keeps
+// such a struct in registers, where a bigger one is copied through the
+// stack, and a copy read back right after its fields were stored one by
+// one waits for the stores (store-to-load forwarding fails).
 type event struct {
 	t    uint64
 	seq  uint64
-	a    int32
-	node uint16
+	a    int32 // the event's request, client, node (evServed) or VSBs
 	kind uint8
-	_    [9]byte
 }
 
 // events is the queue of future events, ordered by (t, seq). Most events

@@ -588,7 +588,7 @@ func (s *Sim) Run() (bench.Run, error) {
 		case evAtNode:
 			s.atNode(e.a)
 		case evServed:
-			s.served(wire.NodeID(e.node))
+			s.served(wire.NodeID(e.a))
 		case evCommit:
 			s.commit(e.a)
 		case evReplyAtPlane:
@@ -637,7 +637,7 @@ func (s *Sim) warmNext(l *lane) {
 func (s *Sim) warm(e *event, depth int) {
 	switch e.kind {
 	case evServed:
-		n := &s.nodes[e.node-1]
+		n := &s.nodes[e.a-1]
 		switch {
 		case depth == 0 || n.serving < 0:
 			prefetchAt(n)
@@ -885,7 +885,7 @@ func (s *Sim) startService(n *node) {
 	if s.cfg.Service == ServiceExponential {
 		d *= s.rng.ExpFloat64()
 	}
-	s.at(uint64(max(d, 1)), event{kind: evServed, node: n.id})
+	s.at(uint64(max(d, 1)), event{kind: evServed, a: int32(n.id)})
 }
 
 // served completes the request in service at node id: a read is

@@ -250,9 +250,10 @@ func TestRequestIsTwoCacheLines(t *testing.T) {
 	}
 }
 
-// TestDrawingAheadIsTheSameRun: drawing each operation one issue early
-// (to read its key's state ahead) gives the run drawing it at its issue
-// gives, inserts included; not for workload D, whose reads follow the
+// TestDrawingAheadIsTheSameRun: drawing each operation ahead (prepared
+// two issues early to prefetch its zipf table line, completed one issue
+// early to prefetch its key's state) gives the run drawing it at its
+// issue gives, inserts included; not for workload D, whose reads follow the
 // inserts acknowledged so far, so it draws at the issue.
 func TestDrawingAheadIsTheSameRun(t *testing.T) {
 	run := func(w string, noAhead bool) string {
