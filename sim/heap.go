@@ -63,7 +63,16 @@ type lane struct {
 
 // maxLanes bounds the lanes; delays beyond the first maxLanes go to the
 // heap.
-const maxLanes = 8
+const maxLanes = 6
+
+// newEvents is an empty queue.
+func newEvents() events {
+	var q events
+	for i := range q.heads {
+		q.heads[i] = noEvent
+	}
+	return q
+}
 
 // after queues e at now+d.
 func (q *events) after(now, d uint64, e event) {
@@ -80,11 +89,6 @@ func (q *events) after(now, d uint64, e event) {
 		}
 	}
 	if len(q.lanes) < maxLanes {
-		if len(q.lanes) == 0 {
-			for i := range q.heads {
-				q.heads[i] = noEvent
-			}
-		}
 		q.lanes = append(q.lanes, lane{d: d})
 		q.after(now, d, e)
 		return
@@ -92,13 +96,19 @@ func (q *events) after(now, d uint64, e event) {
 	q.push(e)
 }
 
+// rarely queues e at now+d in the heap: for events of a delay that
+// recurs seldom (the controller's rounds and epochs, the clients' first
+// issues), which would hold a lane each, lengthening every search of the
+// lanes. The same order as after: seq counts both.
+func (q *events) rarely(now, d uint64, e event) {
+	e.t = now + d
+	q.push(e)
+}
+
 // earliest finds the earliest event: its source (a lane's index, or -1
 // for the heap) for take, and its time; false if there is none. One scan
 // serves both the caller's look at the time and the removal.
 func (q *events) earliest() (src int, t uint64, ok bool) {
-	if len(q.lanes) == 0 {
-		return 0, 0, false // heads are set up with the first lane
-	}
 	best := &q.heads[0]
 	for i := 1; i < len(q.heads); i++ {
 		if h := &q.heads[i]; h.t < best.t || h.t == best.t && h.seq < best.seq {

@@ -425,7 +425,7 @@ func New(cfg Config) (*Sim, error) {
 	}
 	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x6e65746469720a)), src: src,
 		stream: src.Stream(0), noAhead: src.Workload().Name == "D", keyOf: map[wire.KeyHash]int64{}, lat: bench.NewHistogram(),
-		nextTimeout: -1, nextDeadline: math.MaxUint64}
+		nextTimeout: -1, nextDeadline: math.MaxUint64, ev: newEvents()}
 	if err := s.buildLayout(); err != nil {
 		return nil, err
 	}
@@ -552,14 +552,14 @@ func (s *Sim) link() uint64 { return uint64(s.cfg.Link) }
 // row in netdir bench's shape.
 func (s *Sim) Run() (bench.Run, error) {
 	if s.cfg.Rate > 0 {
-		s.at(0, event{kind: evIssue, a: -1})
+		s.ev.rarely(s.now, 0, event{kind: evIssue, a: -1})
 	} else {
 		for c := range s.cfg.Concurrency {
-			s.at(0, event{kind: evIssue, a: int32(c)})
+			s.ev.rarely(s.now, 0, event{kind: evIssue, a: int32(c)})
 		}
 	}
-	s.at(uint64(s.cfg.Round), event{kind: evRound})
-	s.at(uint64(s.cfg.Epoch), event{kind: evEpoch})
+	s.ev.rarely(s.now, uint64(s.cfg.Round), event{kind: evRound})
+	s.ev.rarely(s.now, uint64(s.cfg.Epoch), event{kind: evEpoch})
 	warm := uint64(s.cfg.Warmup)
 	for {
 		src, t, ok := s.ev.earliest()
@@ -601,12 +601,12 @@ func (s *Sim) Run() (bench.Run, error) {
 			if err := s.ctl.round(); err != nil {
 				return bench.Run{}, err
 			}
-			s.at(uint64(s.cfg.Round), event{kind: evRound})
+			s.ev.rarely(s.now, uint64(s.cfg.Round), event{kind: evRound})
 		case evEpoch:
 			if err := s.ctl.epoch(); err != nil {
 				return bench.Run{}, err
 			}
-			s.at(uint64(s.cfg.Epoch), event{kind: evEpoch})
+			s.ev.rarely(s.now, uint64(s.cfg.Epoch), event{kind: evEpoch})
 		}
 		if s.stale != nil {
 			return bench.Run{}, s.stale
@@ -704,7 +704,7 @@ func (s *Sim) newRequest() int32 {
 // the data plane.
 func (s *Sim) issue(c int32, t uint64) {
 	if c < 0 {
-		s.at(uint64(s.rng.ExpFloat64()/s.cfg.Rate*1e9), event{kind: evIssue, a: -1})
+		s.ev.rarely(s.now, uint64(s.rng.ExpFloat64()/s.cfg.Rate*1e9), event{kind: evIssue, a: -1}) // a random delay
 		if len(s.ops)-len(s.freeOps) >= s.cfg.Concurrency {
 			if s.stats.measuring {
 				s.stats.dropped++

@@ -140,7 +140,7 @@ func TestBadConfigIsAnError(t *testing.T) {
 // they wait in a lane of one delay or in the heap (more delays than
 // lanes).
 func TestEventsComeInTimeThenSchedulingOrder(t *testing.T) {
-	var q events
+	q := newEvents()
 	now := uint64(0)
 	n := 0
 	for step := range 40 {
@@ -173,18 +173,23 @@ func TestEventsComeInTimeThenSchedulingOrder(t *testing.T) {
 
 // TestEventsInterleavedMatchASortedList: scheduling and taking events
 // interleaved at random, as the simulator does (lanes emptying and
-// refilling, the heap for delays past the lanes), the queue gives at each
+// refilling, the heap for delays past the lanes and for events queued
+// rarely), the queue gives at each
 // step the earliest (t, seq) of the events scheduled and not yet taken,
 // as a plain list searched in full does.
 func TestEventsInterleavedMatchASortedList(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	var q events
+	q := newEvents()
 	var pending []event // the reference: every event queued, in no order
 	now := uint64(0)
 	for step := range 200_000 {
 		if rng.IntN(2) == 0 || len(pending) == 0 {
-			d := uint64(rng.IntN(12)) * 5 // 12 delays: 8 lanes and the heap
-			q.after(now, d, event{a: int32(step)})
+			d := uint64(rng.IntN(12)) * 5 // 12 delays: the lanes and the heap
+			if rng.IntN(8) == 0 {
+				q.rarely(now, d, event{a: int32(step)})
+			} else {
+				q.after(now, d, event{a: int32(step)})
+			}
 			pending = append(pending, event{t: now + d, seq: q.seq, a: int32(step)})
 			continue
 		}
