@@ -566,10 +566,7 @@ func (s *Sim) Run() (bench.Run, error) {
 		if !ok {
 			break
 		}
-		if s.nextDeadline <= t {
-			d := s.popTimeout()
-			s.now = max(s.now, d.t)
-			s.timeout(d)
+		if s.nextDeadline <= t && s.expire(t) {
 			continue
 		}
 		e := s.ev.take(src)
@@ -795,18 +792,19 @@ func (s *Sim) armTimeout(op int32, t uint64) {
 // timeout: a request's deadline passed. If it is still its operation's
 // live request, the client gives the operation up (past OpTimeout) or
 // sends it again as a new request with twice the timeout; the first stays
-// queued where it is, and its reply will be dropped.
-func (s *Sim) timeout(d deadline) {
+// queued where it is, and its reply will be dropped. It says whether
+// the deadline was live.
+func (s *Sim) timeout(d deadline) bool {
 	o := &s.ops[d.op]
 	if o.live < 0 || o.sends != d.sends {
-		return // answered, resent or given up since
+		return false // answered, resent or given up since
 	}
 	live := o.live
 	r := &s.reqs[live]
 	if s.now-r.issued >= uint64(s.cfg.OpTimeout) {
 		o.live = -1
 		s.endOp(r, false, s.now)
-		return
+		return true
 	}
 	if s.stats.measuring {
 		s.stats.timedOut++
@@ -818,6 +816,23 @@ func (s *Sim) timeout(d deadline) {
 	n.kind, n.key, n.issued, n.client, n.retries, n.op = r.kind, r.key, r.issued, r.client, r.retries, r.op
 	o.live = j
 	s.send(j, s.now)
+	return true
+}
+
+// expire passes the deadlines due by t, the earliest event's time, up to
+// and including the first live one; true if there was one. The stale
+// ones (answered or resent since: nearly all) schedule nothing, so the
+// earliest event stays the one found; a live one's resend or next
+// operation may come before it.
+func (s *Sim) expire(t uint64) bool {
+	for s.nextDeadline <= t {
+		d := s.popTimeout()
+		s.now = max(s.now, d.t)
+		if s.timeout(d) {
+			return true
+		}
+	}
+	return false
 }
 
 // send encodes request i's header afresh (a retry is a new request id)
