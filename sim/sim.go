@@ -648,8 +648,10 @@ func (s *Sim) warm(e *event, depth int) {
 	case evAtPlane, evVerify, evAtNode, evCommit, evReplyAtPlane:
 		r := &s.reqs[e.a]
 		switch {
-		case depth == 0 || e.kind == evAtPlane || e.kind == evVerify:
+		case depth == 0:
 			prefetchAt(r)
+		case e.kind == evAtPlane || e.kind == evVerify:
+			// Nothing deeper: the directory's state is its own.
 		case e.kind == evAtNode:
 			prefetchAt(s.node(wire.Frame(r.hdr[:]).Node()))
 		case e.kind == evCommit:
