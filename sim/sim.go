@@ -637,9 +637,9 @@ func (s *Sim) warm(e *event, depth int) {
 		n := &s.nodes[e.a-1]
 		switch {
 		case depth == 0 || n.serving < 0:
-			prefetchAt(n)
+			prefetchPair(n) // serving and the queues are in its second line
 		case depth == 1:
-			prefetchAt(&s.reqs[n.serving])
+			prefetchPair(&s.reqs[n.serving])
 		default:
 			r := &s.reqs[n.serving]
 			prefetchAt(&s.keys[r.key])
@@ -649,11 +649,11 @@ func (s *Sim) warm(e *event, depth int) {
 		r := &s.reqs[e.a]
 		switch {
 		case depth == 0:
-			prefetchAt(r)
+			prefetchPair(r) // the header, then key, op and rack
 		case e.kind == evAtPlane || e.kind == evVerify:
 			// Nothing deeper: the directory's state is its own.
 		case e.kind == evAtNode:
-			prefetchAt(s.node(wire.Frame(r.hdr[:]).Node()))
+			prefetchPair(s.node(wire.Frame(r.hdr[:]).Node()))
 		case e.kind == evCommit:
 			prefetchAt(&s.keys[r.key])
 		default:
@@ -664,6 +664,10 @@ func (s *Sim) warm(e *event, depth int) {
 
 // prefetchAt prefetches the cache line at p.
 func prefetchAt[T any](p *T) { prefetch.Line(uintptr(unsafe.Pointer(p))) }
+
+// prefetchPair prefetches the cache line at p and the next: a request
+// (its header, then the rest) or a node's first 128 bytes.
+func prefetchPair[T any](p *T) { prefetch.Pair(uintptr(unsafe.Pointer(p))) }
 
 func (s *Sim) startMeasuring() {
 	s.stats.measuring = true

@@ -8,3 +8,9 @@ package prefetch
 //
 //go:noescape
 func Line(addr uintptr)
+
+// Pair is Line for the two cache lines from addr: a 128-byte record in
+// one call.
+//
+//go:noescape
+func Pair(addr uintptr)

@@ -7,3 +7,6 @@ package prefetch
 
 // Line is a no-op where no prefetch instruction is wired.
 func Line(uintptr) {}
+
+// Pair is a no-op where no prefetch instruction is wired.
+func Pair(uintptr) {}
