@@ -18,10 +18,12 @@ import (
 	randv2 "math/rand/v2"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/pingcap/go-ycsb/pkg/generator"
 	"gonum.org/v1/gonum/stat/distuv"
 
+	"github.com/netdir/netdir/internal/prefetch"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -307,6 +309,7 @@ type Stream struct {
 	src   *Source
 	r     *rand.Rand
 	keys  keyGen
+	zipf  *tabledZipf // keys, if drawn through the zipf table
 	sizes distuv.Pareto
 	key   []byte
 	val   []byte
@@ -336,7 +339,8 @@ func (s *Source) Stream(i int) *Stream {
 			break
 		}
 		again := &replaySource{}
-		st.keys = &tabledZipf{z: z, table: s.zipfTable, draws: draws, again: again, replay: rand.New(again)}
+		st.zipf = &tabledZipf{z: z, table: s.zipfTable, draws: draws, again: again, replay: rand.New(again)}
+		st.keys = st.zipf
 	default:
 		st.keys = generator.NewUniform(0, s.w.Keys-1)
 	}
@@ -370,8 +374,10 @@ func (st *Stream) value(size int) []byte {
 }
 
 // rank draws a key rank in [0, Keys).
-func (st *Stream) rank() int64 {
-	k := st.keys.Next(st.r)
+func (st *Stream) rank() int64 { return st.clampRank(st.keys.Next(st.r)) }
+
+// clampRank is generator rank k within [0, Keys).
+func (st *Stream) clampRank(k int64) int64 {
 	if k >= st.src.w.Keys { // float rounding at u → 1 in Gray's method
 		k = st.src.w.Keys - 1
 	}
@@ -415,24 +421,59 @@ func (st *Stream) Next() Op {
 
 // Draw is Next without the key's name (Key is nil), for a caller that
 // knows keys by index (Source.AppendKey names them): the same draws.
-func (st *Stream) Draw() Op {
-	op := Op{Kind: st.Kind()}
-	switch op.Kind {
+func (st *Stream) Draw() Op { return st.Complete(st.Prepare()) }
+
+// Drawn is an operation with all its random draws made but, for a zipf
+// key drawn through the table, the table's lookup of its rank: Prepare
+// prefetches the table's line, which Complete reads, so that a caller
+// drawing ahead overlaps that cache miss with its own work.
+type Drawn struct {
+	op       Op
+	rank     int64   // the key's rank, unless deferred
+	u        float64 // else the rank's uniform draw, and its Int63
+	v        int64
+	deferred bool
+}
+
+// Prepare makes an operation's draws, in Draw's order. For read-latest
+// (D), whose key is counted back from the inserts acknowledged when
+// Complete runs, only Complete right after Prepare draws Draw's keys.
+func (st *Stream) Prepare() Drawn {
+	d := Drawn{op: Op{Kind: st.Kind()}}
+	switch d.op.Kind {
 	case OpInsert:
-		op.Index = st.src.ins.next()
+		d.op.Index = st.src.ins.next()
 	default:
-		r := st.rank()
-		if st.src.w.Name == "D" {
-			op.Index = st.src.ins.last() - r
+		if st.zipf != nil {
+			d.u, d.v = st.zipf.draw(st.r)
+			d.deferred = true
+			prefetch.Line(uintptr(unsafe.Pointer(st.zipf.entry(d.u))))
 		} else {
-			op.Index = r
+			d.rank = st.rank()
 		}
 	}
-	switch op.Kind {
+	switch d.op.Kind {
 	case OpUpdate, OpInsert, OpReadModifyWrite:
-		op.Value = st.value(st.ValueSize())
+		d.op.Value = st.value(st.ValueSize())
 	}
-	return op
+	return d
+}
+
+// Complete is operation d, its key's rank looked up.
+func (st *Stream) Complete(d Drawn) Op {
+	if d.op.Kind == OpInsert {
+		return d.op
+	}
+	r := d.rank
+	if d.deferred {
+		r = st.clampRank(st.zipf.rankOf(d.u, d.v))
+	}
+	if st.src.w.Name == "D" {
+		d.op.Index = st.src.ins.last() - r
+	} else {
+		d.op.Index = r
+	}
+	return d.op
 }
 
 // Done acknowledges a completed operation; it matters for inserts only.

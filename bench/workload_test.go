@@ -404,3 +404,35 @@ func TestDrawIsNextUnnamed(t *testing.T) {
 		}
 	}
 }
+
+// TestPrepareAheadDrawsDrawsOperations: a caller that prepares each
+// operation two draws ahead and completes it later (the simulator) gets
+// Draw's operations, with zipf keys through the table and uniform keys,
+// with inserts among them.
+func TestPrepareAheadDrawsDrawsOperations(t *testing.T) {
+	for _, w := range []Workload{{Name: "B", Keys: 100_000, Seed: 5}, {Name: "E", Keys: 5000, Zipf: 1.2, Seed: 6},
+		{Name: "A", Keys: 1000, Dist: DistUniform, Seed: 7}} {
+		var streams [2]*Stream // each of its own source: inserts count per source
+		for i := range streams {
+			src, err := w.Build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			streams[i] = src.Stream(2)
+		}
+		plain, ahead := streams[0], streams[1]
+		if (ahead.zipf != nil) != (w.Dist != DistUniform) {
+			t.Fatalf("workload %s: zipf table in use %v", w.Name, ahead.zipf != nil)
+		}
+		pending := []Drawn{ahead.Prepare(), ahead.Prepare()}
+		for i := range 200_000 {
+			want, got := plain.Draw(), ahead.Complete(pending[0])
+			pending = append(pending[1:], ahead.Prepare())
+			if got.Kind != want.Kind || got.Index != want.Index || string(got.Value) != string(want.Value) {
+				t.Fatalf("workload %s: draw %d: prepared ahead %v %d, Draw %v %d", w.Name, i, got.Kind, got.Index, want.Kind, want.Index)
+			}
+			plain.Done(want)
+			ahead.Done(got)
+		}
+	}
+}

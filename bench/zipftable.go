@@ -30,12 +30,24 @@ type tabledZipf struct {
 	replay *rand.Rand // over again: hands the generator that Int63 again
 }
 
-func (t *tabledZipf) Next(r *rand.Rand) int64 {
-	u := r.Float64()
-	if k := t.table[int(u*float64(len(t.table)))]; k >= 0 {
+func (t *tabledZipf) Next(r *rand.Rand) int64 { return t.rankOf(t.draw(r)) }
+
+// draw is a rank's uniform draw: u, and the Int63 it came from.
+func (t *tabledZipf) draw(r *rand.Rand) (u float64, v int64) {
+	u = r.Float64()
+	return u, t.draws.last
+}
+
+// entry is u's table entry.
+func (t *tabledZipf) entry(u float64) *int32 { return &t.table[int(u*float64(len(t.table)))] }
+
+// rankOf is the rank of draw (u, v): the table's, else the generator's
+// from the same Int63 v.
+func (t *tabledZipf) rankOf(u float64, v int64) int64 {
+	if k := *t.entry(u); k >= 0 {
 		return int64(k)
 	}
-	t.again.v = t.draws.last
+	t.again.v = v
 	return t.z.Next(t.replay)
 }
 

@@ -1,5 +1,7 @@
 package sim
 
+import "math"
+
 // event kinds.
 const (
 	evIssue        uint8 = iota // a client issues its next operation (a = client)
@@ -16,12 +18,14 @@ const (
 
 // event is one thing that happens at virtual time t (ns). seq orders
 // events of the same time by when they were scheduled, so that a run is a
-// function of its seed alone.
+// function of its seed alone. Four fields at most: the compiler keeps
+// such a struct in registers, where a bigger one is copied through the
+// stack, and a copy read back right after its fields were stored one by
+// one waits for the stores (store-to-load forwarding fails).
 type event struct {
 	t    uint64
 	seq  uint64
-	a    int32
-	node uint16
+	a    int32 // the event's request, client, node (evServed) or VSBs
 	kind uint8
 }
 
@@ -35,7 +39,20 @@ type events struct {
 	h     []event
 	seq   uint64
 	lanes []lane
+	// heads is each lane's first event's order (t, seq), and the heap's
+	// at heapHead; none: noEvent. The search for the earliest reads this
+	// one small array, not each lane's ring (two dependent loads a lane).
+	heads [maxLanes + 1]order
 }
+
+// order is an event's place in the queue: its (t, seq).
+type order struct{ t, seq uint64 }
+
+// noEvent is the order of an empty lane or heap: after every event.
+var noEvent = order{math.MaxUint64, math.MaxUint64}
+
+// heapHead is the heap's index in events.heads.
+const heapHead = maxLanes
 
 // lane holds the events scheduled d after their scheduling: in (t, seq)
 // order, since time does not go back.
@@ -46,7 +63,16 @@ type lane struct {
 
 // maxLanes bounds the lanes; delays beyond the first maxLanes go to the
 // heap.
-const maxLanes = 8
+const maxLanes = 6
+
+// newEvents is an empty queue.
+func newEvents() events {
+	var q events
+	for i := range q.heads {
+		q.heads[i] = noEvent
+	}
+	return q
+}
 
 // after queues e at now+d.
 func (q *events) after(now, d uint64, e event) {
@@ -55,6 +81,9 @@ func (q *events) after(now, d uint64, e event) {
 		if l := &q.lanes[i]; l.d == d {
 			q.seq++
 			e.seq = q.seq
+			if l.len() == 0 {
+				q.heads[i] = order{e.t, e.seq}
+			}
 			l.push(e)
 			return
 		}
@@ -67,22 +96,30 @@ func (q *events) after(now, d uint64, e event) {
 	q.push(e)
 }
 
+// rarely queues e at now+d in the heap: for events of a delay that
+// recurs seldom (the controller's rounds and epochs, the clients' first
+// issues), which would hold a lane each, lengthening every search of the
+// lanes. The same order as after: seq counts both.
+func (q *events) rarely(now, d uint64, e event) {
+	e.t = now + d
+	q.push(e)
+}
+
 // earliest finds the earliest event: its source (a lane's index, or -1
 // for the heap) for take, and its time; false if there is none. One scan
 // serves both the caller's look at the time and the removal.
 func (q *events) earliest() (src int, t uint64, ok bool) {
-	var best *event
-	for i := range q.lanes {
-		l := &q.lanes[i]
-		if l.len() > 0 && (best == nil || before(l.first(), best)) {
-			best, src = l.first(), i
+	best := &q.heads[0]
+	for i := 1; i < len(q.heads); i++ {
+		if h := &q.heads[i]; h.t < best.t || h.t == best.t && h.seq < best.seq {
+			best, src = h, i
 		}
 	}
-	if len(q.h) > 0 && (best == nil || before(&q.h[0], best)) {
-		best, src = &q.h[0], -1
-	}
-	if best == nil {
+	if *best == noEvent {
 		return 0, 0, false
+	}
+	if src == heapHead {
+		src = -1
 	}
 	return src, best.t, true
 }
@@ -93,7 +130,14 @@ func (q *events) take(src int) event {
 	if src < 0 {
 		return q.pop()
 	}
-	return q.lanes[src].pop()
+	l := &q.lanes[src]
+	e := l.pop()
+	q.heads[src] = noEvent
+	if l.len() > 0 {
+		f := l.first()
+		q.heads[src] = order{f.t, f.seq}
+	}
+	return e
 }
 
 func (q *events) push(e event) {
@@ -110,6 +154,7 @@ func (q *events) push(e event) {
 		i = p
 	}
 	q.h[i] = e
+	q.heads[heapHead] = order{q.h[0].t, q.h[0].seq}
 }
 
 func before(a, b *event) bool { return a.t < b.t || (a.t == b.t && a.seq < b.seq) }
@@ -120,6 +165,7 @@ func (q *events) pop() event {
 	last := q.h[n]
 	q.h = q.h[:n]
 	if n == 0 {
+		q.heads[heapHead] = noEvent
 		return top
 	}
 	i := 0
@@ -141,6 +187,7 @@ func (q *events) pop() event {
 		i = m
 	}
 	q.h[i] = last
+	q.heads[heapHead] = order{q.h[0].t, q.h[0].seq}
 	return top
 }
 

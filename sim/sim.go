@@ -31,6 +31,7 @@ import (
 
 	"github.com/netdir/netdir/bench"
 	"github.com/netdir/netdir/directory"
+	"github.com/netdir/netdir/internal/prefetch"
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/sched"
 	"github.com/netdir/netdir/wire"
@@ -347,9 +348,12 @@ type Sim struct {
 	src    *bench.Source
 	// ahead is the stream's next operation (kind and key index), drawn
 	// one issue early so that its key's state is prefetched (its cache
-	// miss then overlaps other events); not with workload D (noAhead), whose
-	// reads of the latest key depend on the inserts acknowledged by then.
+	// miss then overlaps other events), and drawn the one after, all but
+	// its zipf rank's table lookup (whose line is prefetched); not with
+	// workload D (noAhead), whose reads of the latest key depend on the
+	// inserts acknowledged by then.
 	ahead             bench.Op
+	drawn             bench.Drawn
 	hasAhead, noAhead bool
 
 	lay    *layout.Map
@@ -429,7 +433,7 @@ func New(cfg Config) (*Sim, error) {
 	}
 	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x6e65746469720a)), src: src,
 		stream: src.Stream(0), noAhead: src.Workload().Name == "D", keyOf: map[wire.KeyHash]int64{}, lat: bench.NewHistogram(),
-		nextTimeout: -1, nextDeadline: math.MaxUint64}
+		nextTimeout: -1, nextDeadline: math.MaxUint64, ev: newEvents()}
 	if err := s.buildLayout(); err != nil {
 		return nil, err
 	}
@@ -557,24 +561,21 @@ func (s *Sim) link() uint64 { return uint64(s.cfg.Link) }
 // row in netdir bench's shape.
 func (s *Sim) Run() (bench.Run, error) {
 	if s.cfg.Rate > 0 {
-		s.at(0, event{kind: evIssue, a: -1})
+		s.ev.rarely(s.now, 0, event{kind: evIssue, a: -1})
 	} else {
 		for c := range s.cfg.Concurrency {
-			s.at(0, event{kind: evIssue, a: int32(c)})
+			s.ev.rarely(s.now, 0, event{kind: evIssue, a: int32(c)})
 		}
 	}
-	s.at(uint64(s.cfg.Round), event{kind: evRound})
-	s.at(uint64(s.cfg.Epoch), event{kind: evEpoch})
+	s.ev.rarely(s.now, uint64(s.cfg.Round), event{kind: evRound})
+	s.ev.rarely(s.now, uint64(s.cfg.Epoch), event{kind: evEpoch})
 	warm := uint64(s.cfg.Warmup)
 	for {
 		src, t, ok := s.ev.earliest()
 		if !ok {
 			break
 		}
-		if s.nextDeadline <= t {
-			d := s.popTimeout()
-			s.now = max(s.now, d.t)
-			s.timeout(d)
+		if s.nextDeadline <= t && s.expire(t) {
 			continue
 		}
 		e := s.ev.take(src)
@@ -593,7 +594,7 @@ func (s *Sim) Run() (bench.Run, error) {
 		case evAtNode:
 			s.atNode(e.a)
 		case evServed:
-			s.served(wire.NodeID(e.node))
+			s.served(wire.NodeID(e.a))
 		case evCommit:
 			s.commit(e.a)
 		case evReplyAtPlane:
@@ -607,12 +608,12 @@ func (s *Sim) Run() (bench.Run, error) {
 			if err := s.ctl.round(); err != nil {
 				return bench.Run{}, err
 			}
-			s.at(uint64(s.cfg.Round), event{kind: evRound})
+			s.ev.rarely(s.now, uint64(s.cfg.Round), event{kind: evRound})
 		case evEpoch:
 			if err := s.ctl.epoch(); err != nil {
 				return bench.Run{}, err
 			}
-			s.at(uint64(s.cfg.Epoch), event{kind: evEpoch})
+			s.ev.rarely(s.now, uint64(s.cfg.Epoch), event{kind: evEpoch})
 		}
 		if s.stale != nil {
 			return bench.Run{}, s.stale
@@ -643,12 +644,12 @@ func (s *Sim) warmNext(l *lane) {
 func (s *Sim) warm(e *event, depth int) {
 	switch e.kind {
 	case evServed:
-		n := &s.nodes[e.node-1]
+		n := &s.nodes[e.a-1]
 		switch {
 		case depth == 0 || n.serving < 0:
-			prefetchAt(n)
+			prefetchPair(n) // serving and the queues are in its second line
 		case depth == 1:
-			prefetchAt(&s.reqs[n.serving])
+			prefetchPair(&s.reqs[n.serving])
 		default:
 			r := &s.reqs[n.serving]
 			prefetchAt(&s.keys[r.key])
@@ -657,10 +658,12 @@ func (s *Sim) warm(e *event, depth int) {
 	case evAtPlane, evVerify, evAtNode, evCommit, evReplyAtPlane:
 		r := &s.reqs[e.a]
 		switch {
-		case depth == 0 || e.kind == evAtPlane || e.kind == evVerify:
-			prefetchAt(r)
+		case depth == 0:
+			prefetchPair(r) // the header, then key, op and rack
+		case e.kind == evAtPlane || e.kind == evVerify:
+			// Nothing deeper: the directory's state is its own.
 		case e.kind == evAtNode:
-			prefetchAt(s.node(wire.Frame(r.hdr[:]).Node()))
+			prefetchPair(s.node(wire.Frame(r.hdr[:]).Node()))
 		case e.kind == evCommit:
 			prefetchAt(&s.keys[r.key])
 		default:
@@ -670,7 +673,11 @@ func (s *Sim) warm(e *event, depth int) {
 }
 
 // prefetchAt prefetches the cache line at p.
-func prefetchAt[T any](p *T) { prefetch(uintptr(unsafe.Pointer(p))) }
+func prefetchAt[T any](p *T) { prefetch.Line(uintptr(unsafe.Pointer(p))) }
+
+// prefetchPair prefetches the cache line at p and the next: a request
+// (its header, then the rest) or a node's first 128 bytes.
+func prefetchPair[T any](p *T) { prefetch.Pair(uintptr(unsafe.Pointer(p))) }
 
 func (s *Sim) startMeasuring() {
 	s.stats.measuring = true
@@ -710,7 +717,7 @@ func (s *Sim) newRequest() int32 {
 // the data plane.
 func (s *Sim) issue(c int32, t uint64) {
 	if c < 0 {
-		s.at(uint64(s.rng.ExpFloat64()/s.cfg.Rate*1e9), event{kind: evIssue, a: -1})
+		s.ev.rarely(s.now, uint64(s.rng.ExpFloat64()/s.cfg.Rate*1e9), event{kind: evIssue, a: -1}) // a random delay
 		if len(s.ops)-len(s.freeOps) >= s.cfg.Concurrency {
 			if s.stats.measuring {
 				s.stats.dropped++
@@ -727,24 +734,26 @@ func (s *Sim) issue(c int32, t uint64) {
 }
 
 // nextOp is the stream's next operation (its kind and key index only).
+// Without noAhead it is drawn two issues early: the zipf table's line for
+// its rank is prefetched then, its key's state one issue early.
 func (s *Sim) nextOp() bench.Op {
-	draw := func() bench.Op {
-		op := s.stream.Draw()
-		return bench.Op{Kind: op.Kind, Index: op.Index}
-	}
 	if s.noAhead {
-		return draw()
+		return kindAndKey(s.stream.Draw())
 	}
 	if !s.hasAhead {
-		s.ahead, s.hasAhead = draw(), true
+		s.ahead, s.hasAhead = kindAndKey(s.stream.Draw()), true
+		s.drawn = s.stream.Prepare()
 	}
 	op := s.ahead
-	s.ahead = draw()
+	s.ahead = kindAndKey(s.stream.Complete(s.drawn))
+	s.drawn = s.stream.Prepare()
 	if k := s.ahead.Index; k < int64(len(s.keys)) {
 		prefetchAt(&s.keys[k])
 	}
 	return op
 }
+
+func kindAndKey(op bench.Op) bench.Op { return bench.Op{Kind: op.Kind, Index: op.Index} }
 
 func (s *Sim) newOp(live int32) int32 {
 	if n := len(s.freeOps); n > 0 {
@@ -799,18 +808,19 @@ func (s *Sim) armTimeout(op int32, t uint64) {
 // timeout: a request's deadline passed. If it is still its operation's
 // live request, the client gives the operation up (past OpTimeout) or
 // sends it again as a new request with twice the timeout; the first stays
-// queued where it is, and its reply will be dropped.
-func (s *Sim) timeout(d deadline) {
+// queued where it is, and its reply will be dropped. It says whether
+// the deadline was live.
+func (s *Sim) timeout(d deadline) bool {
 	o := &s.ops[d.op]
 	if o.live < 0 || o.sends != d.sends {
-		return // answered, resent or given up since
+		return false // answered, resent or given up since
 	}
 	live := o.live
 	r := &s.reqs[live]
 	if s.now-r.issued >= uint64(s.cfg.OpTimeout) {
 		o.live = -1
 		s.endOp(r, false, s.now)
-		return
+		return true
 	}
 	if s.stats.measuring {
 		s.stats.timedOut++
@@ -822,6 +832,23 @@ func (s *Sim) timeout(d deadline) {
 	n.kind, n.key, n.issued, n.client, n.retries, n.op = r.kind, r.key, r.issued, r.client, r.retries, r.op
 	o.live = j
 	s.send(j, s.now)
+	return true
+}
+
+// expire passes the deadlines due by t, the earliest event's time, up to
+// and including the first live one; true if there was one. The stale
+// ones (answered or resent since: nearly all) schedule nothing, so the
+// earliest event stays the one found; a live one's resend or next
+// operation may come before it.
+func (s *Sim) expire(t uint64) bool {
+	for s.nextDeadline <= t {
+		d := s.popTimeout()
+		s.now = max(s.now, d.t)
+		if s.timeout(d) {
+			return true
+		}
+	}
+	return false
 }
 
 // send encodes request i's header afresh (a retry is a new request id)
@@ -889,7 +916,7 @@ func (s *Sim) startService(n *node) {
 	if s.cfg.Service == ServiceExponential {
 		d *= s.rng.ExpFloat64()
 	}
-	s.at(uint64(max(d, 1)), event{kind: evServed, node: n.id})
+	s.at(uint64(max(d, 1)), event{kind: evServed, a: int32(n.id)})
 }
 
 // served completes the request in service at node id: a read is

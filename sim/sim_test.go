@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 	"unsafe"
@@ -138,7 +140,7 @@ func TestBadConfigIsAnError(t *testing.T) {
 // they wait in a lane of one delay or in the heap (more delays than
 // lanes).
 func TestEventsComeInTimeThenSchedulingOrder(t *testing.T) {
-	var q events
+	q := newEvents()
 	now := uint64(0)
 	n := 0
 	for step := range 40 {
@@ -166,6 +168,47 @@ func TestEventsComeInTimeThenSchedulingOrder(t *testing.T) {
 			t.Fatalf("event (t=%d, seq %d) after (t=%d, seq %d)", e.t, e.seq, prev.t, prev.seq)
 		}
 		prev = e
+	}
+}
+
+// TestEventsInterleavedMatchASortedList: scheduling and taking events
+// interleaved at random, as the simulator does (lanes emptying and
+// refilling, the heap for delays past the lanes and for events queued
+// rarely), the queue gives at each
+// step the earliest (t, seq) of the events scheduled and not yet taken,
+// as a plain list searched in full does.
+func TestEventsInterleavedMatchASortedList(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	q := newEvents()
+	var pending []event // the reference: every event queued, in no order
+	now := uint64(0)
+	for step := range 200_000 {
+		if rng.IntN(2) == 0 || len(pending) == 0 {
+			d := uint64(rng.IntN(12)) * 5 // 12 delays: the lanes and the heap
+			if rng.IntN(8) == 0 {
+				q.rarely(now, d, event{a: int32(step)})
+			} else {
+				q.after(now, d, event{a: int32(step)})
+			}
+			pending = append(pending, event{t: now + d, seq: q.seq, a: int32(step)})
+			continue
+		}
+		first := 0
+		for i := range pending {
+			if before(&pending[i], &pending[first]) {
+				first = i
+			}
+		}
+		src, at, ok := q.earliest()
+		if !ok {
+			t.Fatalf("step %d: no event, %d queued", step, len(pending))
+		}
+		e := q.take(src)
+		if want := pending[first]; e != want || at != want.t {
+			t.Fatalf("step %d: event %+v (earliest said t=%d), want %+v", step, e, at, want)
+		}
+		pending = slices.Delete(pending, first, first+1)
+		now = e.t
 	}
 }
 
@@ -212,9 +255,10 @@ func TestRequestIsTwoCacheLines(t *testing.T) {
 	}
 }
 
-// TestDrawingAheadIsTheSameRun: drawing each operation one issue early
-// (to read its key's state ahead) gives the run drawing it at its issue
-// gives, inserts included; not for workload D, whose reads follow the
+// TestDrawingAheadIsTheSameRun: drawing each operation ahead (prepared
+// two issues early to prefetch its zipf table line, completed one issue
+// early to prefetch its key's state) gives the run drawing it at its
+// issue gives, inserts included; not for workload D, whose reads follow the
 // inserts acknowledged so far, so it draws at the issue.
 func TestDrawingAheadIsTheSameRun(t *testing.T) {
 	run := func(w string, noAhead bool) string {
