@@ -8,8 +8,8 @@
 // no clock and decides nothing by random numbers: the caller passes the
 // ingress port and the time, and split buckets come from the packet's request
 // id (see package wire). (Its key index draws a seed, as a Go map does, which
-// places keys in the index and decides nothing.) Process rewrites the packet in place, as a switch would, and returns
-// a Verdict.
+// places keys in the index and decides nothing.) Process rewrites the packet
+// in place, as a switch would, and returns a Verdict.
 //
 // Why the coherence rules are as they are: an extra copy (a LocationList
 // member outside the CRAQ chain) may serve a linearizable read from its copy
