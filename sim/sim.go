@@ -1085,8 +1085,10 @@ func (s *Sim) announce(k int64, tail wire.NodeID, v uint64) {
 	s.sendVSBs(s.link(), k, v, 0, tail)
 	s.copyBuf = s.ctl.copies(s.copyBuf[:0], k)
 	near, far := s.nearBuf[:0], s.farBuf[:0]
+	// rackOf(x) == rackOf(tail) without a division per copy.
+	lo, size := s.rackOf(tail)*s.cfg.RackSize+1, uint(s.cfg.RackSize)
 	for _, x := range s.copyBuf {
-		if s.rackOf(x) == s.rackOf(tail) {
+		if uint(int(x)-lo) < size {
 			near = append(near, x)
 		} else {
 			far = append(far, x)
@@ -1139,9 +1141,16 @@ func (s *Sim) deliverVSBs(e event) {
 	var hdr [wire.HeaderLen]byte
 	_ = (&wire.Header{Op: wire.OpVSB, KeyHash: s.hash(m.key), Stamp: m.v}).EncodeHeader(hdr[:])
 	refused := s.retryBuf[:0]
-	for _, n := range m.nodes {
+	// The nodes of a rack come one after the other: rackOf(n) is a
+	// division only where the rack changes.
+	rack, lo, size := 0, 0, uint(s.cfg.RackSize)
+	for j, n := range m.nodes {
+		if j == 0 || uint(int(n)-lo) >= size {
+			rack = s.rackOf(n)
+			lo = rack*s.cfg.RackSize + 1
+		}
 		wire.Frame(hdr[:]).SetNode(n)
-		refused = s.vsb(m, n, hdr[:], sk != nil && sk.announcers.has(n), refused)
+		refused = s.vsb(&m, n, rack, hdr[:], sk != nil && sk.announcers.has(n), refused)
 	}
 	// A refused copy's node asks the head again for the committed version.
 	if m.attempt < maxCopyAttempts {
@@ -1152,16 +1161,15 @@ func (s *Sim) deliverVSBs(e event) {
 }
 
 // vsb delivers node n's VSB for m.key (header hdr) to its rack's data plane
-// and, if n announces the key to the spine (its tail or a remote rack's
+// (rack: rackOf(n)) and, if n announces the key to the spine (its tail or a remote rack's
 // primary), to the spine. It appends n to refused for each of the two
 // that refuses it: the extra asks again for the committed version.
-func (s *Sim) vsb(m vsbMsg, n wire.NodeID, hdr []byte, toSpine bool, refused []wire.NodeID) []wire.NodeID {
+func (s *Sim) vsb(m *vsbMsg, n wire.NodeID, rack int, hdr []byte, toSpine bool, refused []wire.NodeID) []wire.NodeID {
 	if s.cfg.CheckReads {
 		// The copy is at n before its VSB leaves: no later than now.
 		hk := holdKey{m.key, n}
 		s.holds[hk] = max(s.holds[hk], m.v)
 	}
-	rack := s.rackOf(n)
 	if s.spine != nil && toSpine && !s.spine.VSB(hdr, rack) {
 		refused = append(refused, n)
 	}
