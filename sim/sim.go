@@ -377,6 +377,7 @@ type Sim struct {
 	nearBuf  []wire.NodeID          // announce's copies in the tail's rack
 	farBuf   []wire.NodeID          // and in other racks
 	copyBuf  []wire.NodeID          // announce's list of copies
+	retryBuf []wire.NodeID          // deliverVSBs' refused copies, asked for again
 	keyName  []byte                 // a key's name for a node's top-k
 	freeVSBs []int32
 	// misses is what the nodes served that the directory missed since the
@@ -1084,8 +1085,10 @@ func (s *Sim) announce(k int64, tail wire.NodeID, v uint64) {
 	s.sendVSBs(s.link(), k, v, 0, tail)
 	s.copyBuf = s.ctl.copies(s.copyBuf[:0], k)
 	near, far := s.nearBuf[:0], s.farBuf[:0]
+	// rackOf(x) == rackOf(tail) without a division per copy.
+	lo, size := s.rackOf(tail)*s.cfg.RackSize+1, uint(s.cfg.RackSize)
 	for _, x := range s.copyBuf {
-		if s.rackOf(x) == s.rackOf(tail) {
+		if uint(int(x)-lo) < size {
 			near = append(near, x)
 		} else {
 			far = append(far, x)
@@ -1128,45 +1131,53 @@ func (s *Sim) sendVSBs(d uint64, k int64, v uint64, attempt int, nodes ...wire.N
 }
 
 // deliverVSBs delivers the VSBs of event e, in the order sent. The slot
-// is freed after them: a refused VSB's retry takes another.
+// is freed after them: the refused copies' retries take another. Those
+// retries are sent at once with one delay (nothing else is scheduled
+// here), so they go in one event, in the order refused.
 func (s *Sim) deliverVSBs(e event) {
 	m := s.vsbs[e.a]
 	sk := s.ctl.spread[m.key]
 	// One header for all: neither the spine nor a directory rewrites a VSB.
 	var hdr [wire.HeaderLen]byte
 	_ = (&wire.Header{Op: wire.OpVSB, KeyHash: s.hash(m.key), Stamp: m.v}).EncodeHeader(hdr[:])
-	for _, n := range m.nodes {
+	refused := s.retryBuf[:0]
+	// The nodes of a rack come one after the other: rackOf(n) is a
+	// division only where the rack changes.
+	rack, lo, size := 0, 0, uint(s.cfg.RackSize)
+	for j, n := range m.nodes {
+		if j == 0 || uint(int(n)-lo) >= size {
+			rack = s.rackOf(n)
+			lo = rack*s.cfg.RackSize + 1
+		}
 		wire.Frame(hdr[:]).SetNode(n)
-		s.vsb(m, n, hdr[:], sk != nil && sk.announcers.has(n))
+		refused = s.vsb(&m, n, rack, hdr[:], sk != nil && sk.announcers.has(n), refused)
 	}
+	// A refused copy's node asks the head again for the committed version.
+	if m.attempt < maxCopyAttempts {
+		s.sendVSBs(4*s.link(), m.key, s.keys[m.key].committed, m.attempt+1, refused...)
+	}
+	s.retryBuf = refused
 	s.freeVSBs = append(s.freeVSBs, e.a)
 }
 
 // vsb delivers node n's VSB for m.key (header hdr) to its rack's data plane
-// and, if n announces the key to the spine (its tail or a remote rack's
-// primary), to the spine. An extra whose VSB is refused asks again for the
-// committed version.
-func (s *Sim) vsb(m vsbMsg, n wire.NodeID, hdr []byte, toSpine bool) {
+// (rack: rackOf(n)) and, if n announces the key to the spine (its tail or a remote rack's
+// primary), to the spine. It appends n to refused for each of the two
+// that refuses it: the extra asks again for the committed version.
+func (s *Sim) vsb(m *vsbMsg, n wire.NodeID, rack int, hdr []byte, toSpine bool, refused []wire.NodeID) []wire.NodeID {
 	if s.cfg.CheckReads {
 		// The copy is at n before its VSB leaves: no later than now.
 		hk := holdKey{m.key, n}
 		s.holds[hk] = max(s.holds[hk], m.v)
 	}
-	rack := s.rackOf(n)
 	if s.spine != nil && toSpine && !s.spine.VSB(hdr, rack) {
-		s.retryCopy(m, n)
+		refused = append(refused, n)
 	}
 	v := s.racks[rack].Process(hdr, port(n), s.now)
 	if v.Action == directory.Drop && (v.Reason == directory.ReasonVSBPending || v.Reason == directory.ReasonVSBVersion) {
-		s.retryCopy(m, n)
+		refused = append(refused, n)
 	}
-}
-
-// retryCopy: node n asks the head again for key's committed version.
-func (s *Sim) retryCopy(m vsbMsg, n wire.NodeID) {
-	if m.attempt < maxCopyAttempts {
-		s.sendVSBs(4*s.link(), m.key, s.keys[m.key].committed, m.attempt+1, n)
-	}
+	return refused
 }
 
 // replyAtPlane passes a reply through the data plane that learns from it.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/netdir/netdir/bench"
 	"github.com/netdir/netdir/sched"
+	"github.com/netdir/netdir/wire"
 )
 
 func smallConfig(seed uint64) Config {
@@ -325,5 +326,53 @@ func TestRackCopiesByLoad(t *testing.T) {
 	}
 	if short == 0 {
 		t.Errorf("by load: remote LocationList lengths %v, want some shorter than the rack", lens)
+	}
+}
+
+// TestRefusedCopiesRetryInOneEvent: the copies a VSB delivery refuses ask
+// again together, in one event a retry's delay later, in the order
+// refused, at the next attempt and the committed version; a node that is
+// no member is dropped, not retried.
+func TestRefusedCopiesRetryInOneEvent(t *testing.T) {
+	s, err := New(smallConfig(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const k = 42
+	h := s.hash(k)
+	a, b, c, x := s.ids[0], s.ids[1], s.ids[2], s.ids[3]
+	const ver = 100
+	if _, err := s.racks[0].Insert(h, []wire.NodeID{a, b, c}, 1, ver, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.keys[k].committed = 7
+	// Not the version complete: each extra's VSB is refused.
+	s.sendVSBs(s.link(), k, ver+1, 1, c, x, b)
+	events := func() []event {
+		var out []event
+		for {
+			src, _, ok := s.ev.earliest()
+			if !ok {
+				return out
+			}
+			out = append(out, s.ev.take(src))
+		}
+	}
+	sent := events()
+	if len(sent) != 1 || sent[0].kind != evVSB {
+		t.Fatalf("queued %v; want one VSB event", sent)
+	}
+	s.now = sent[0].t
+	s.deliverVSBs(sent[0])
+	retries := events()
+	if len(retries) != 1 || retries[0].kind != evVSB || retries[0].t != s.now+4*s.link() {
+		t.Fatalf("queued %v after the delivery; want one VSB event at %d", retries, s.now+4*s.link())
+	}
+	m := s.vsbs[retries[0].a]
+	if want := []wire.NodeID{c, b}; !slices.Equal(m.nodes, want) || m.key != k || m.v != 7 || m.attempt != 2 {
+		t.Fatalf("retry %+v; want nodes %v, key %d, version 7, attempt 2", m, want, k)
+	}
+	if c := s.racks[0].Counters(); c.VSBs != 0 {
+		t.Fatalf("directory accepted %d VSBs; want none", c.VSBs)
 	}
 }
