@@ -166,10 +166,11 @@ type Source struct {
 	cum   [numOpKinds]float64
 	zetan float64
 	theta float64
-	// zipfTable is the zipf draw's table (tabledZipf), built by the first
-	// stream.
-	zipfOnce  sync.Once
-	zipfTable []int32
+	// zipfTable and zipfFormula are the zipf draw's table and formula
+	// (tabledZipf), built by the first stream.
+	zipfOnce    sync.Once
+	zipfTable   []int32
+	zipfFormula *zipfFormula
 
 	ins *ackCounter
 }
@@ -333,13 +334,16 @@ func (s *Source) Stream(i int) *Stream {
 		// The zeta sum is computed once in Build and passed in, so a stream
 		// costs O(1) to set up; the table once per source.
 		z := generator.NewZipfian(0, s.w.Keys-1, s.theta, s.zetan)
-		s.zipfOnce.Do(func() { s.zipfTable = newZipfTable(s.w.Keys, s.theta, s.zetan) })
+		s.zipfOnce.Do(func() {
+			s.zipfTable = newZipfTable(s.w.Keys, s.theta, s.zetan)
+			s.zipfFormula = newZipfFormula(s.w.Keys, s.theta, s.zetan)
+		})
 		if s.zipfTable == nil {
 			st.keys = z
 			break
 		}
 		again := &replaySource{}
-		st.zipf = &tabledZipf{z: z, table: s.zipfTable, draws: draws, again: again, replay: rand.New(again)}
+		st.zipf = &tabledZipf{z: z, table: s.zipfTable, formula: s.zipfFormula, draws: draws, again: again, replay: rand.New(again)}
 		st.keys = st.zipf
 	default:
 		st.keys = generator.NewUniform(0, s.w.Keys-1)
