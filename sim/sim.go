@@ -580,7 +580,7 @@ func (s *Sim) Run() (bench.Run, error) {
 		}
 		e := s.ev.take(src)
 		s.now = e.t
-		if src >= 0 {
+		if src != heapHead {
 			s.warmNext(&s.ev.lanes[src])
 		}
 		if !s.stats.measuring && s.now >= warm {
