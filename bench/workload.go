@@ -18,12 +18,10 @@ import (
 	randv2 "math/rand/v2"
 	"strings"
 	"sync"
-	"unsafe"
 
 	"github.com/pingcap/go-ycsb/pkg/generator"
 	"gonum.org/v1/gonum/stat/distuv"
 
-	"github.com/netdir/netdir/internal/prefetch"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -451,7 +449,7 @@ func (st *Stream) Prepare() Drawn {
 		if st.zipf != nil {
 			d.u, d.v = st.zipf.draw(st.r)
 			d.deferred = true
-			prefetch.Line(uintptr(unsafe.Pointer(st.zipf.entry(d.u))))
+			st.zipf.prefetch(d.u)
 		} else {
 			d.rank = st.rank()
 		}
