@@ -18,10 +18,12 @@ import (
 	randv2 "math/rand/v2"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/pingcap/go-ycsb/pkg/generator"
 	"gonum.org/v1/gonum/stat/distuv"
 
+	"github.com/netdir/netdir/internal/prefetch"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -449,7 +451,7 @@ func (st *Stream) Prepare() Drawn {
 		if st.zipf != nil {
 			d.u, d.v = st.zipf.draw(st.r)
 			d.deferred = true
-			st.zipf.prefetch(d.u)
+			prefetch.Line(uintptr(unsafe.Pointer(st.zipf.entry(d.u))))
 		} else {
 			d.rank = st.rank()
 		}

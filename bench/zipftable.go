@@ -4,9 +4,7 @@ import (
 	"math"
 	"math/rand"
 	"slices"
-	"unsafe"
 
-	"github.com/netdir/netdir/internal/prefetch"
 	"github.com/pingcap/go-ycsb/pkg/generator"
 )
 
@@ -45,17 +43,6 @@ func (t *tabledZipf) draw(r *rand.Rand) (u float64, v int64) {
 
 // entry is u's table entry.
 func (t *tabledZipf) entry(u float64) *int32 { return &t.table[int(u*float64(len(t.table)))] }
-
-// prefetch asks for the cache lines that rankOf(u) reads: u's table
-// entry and, for u the formula may answer, its grid point.
-func (t *tabledZipf) prefetch(u float64) {
-	prefetch.Line(uintptr(unsafe.Pointer(t.entry(u))))
-	if t.formula != nil {
-		if p := t.formula.point(u); p != nil {
-			prefetch.Line(uintptr(unsafe.Pointer(p)))
-		}
-	}
-}
 
 // rankOf is the rank of draw (u, v): the table's, else the formula's
 // where it is sure, else the generator's from the same Int63 v.
@@ -223,17 +210,6 @@ func newZipfFormula(n int64, theta, zetan float64) *zipfFormula {
 	return f
 }
 
-// point is u's grid point, nil if u draws rank 0 or 1 by threshold or x
-// is off the grid.
-func (f *zipfFormula) point(u float64) *zipfPoint {
-	x := f.eta*u - f.eta + 1
-	j := int(math.Float64bits(x)>>f.shift) - f.base
-	if u*f.zetan < f.second || j < 0 || j >= len(f.grid) {
-		return nil
-	}
-	return &f.grid[j]
-}
-
 // rank is the generator's rank for u, and whether it is sure of it.
 func (f *zipfFormula) rank(u float64) (int64, bool) {
 	switch uz := u * f.zetan; {
@@ -242,11 +218,12 @@ func (f *zipfFormula) rank(u float64) (int64, bool) {
 	case uz < f.second:
 		return 1, true
 	}
-	p := f.point(u)
-	if p == nil {
+	x := f.eta*u - f.eta + 1
+	j := int(math.Float64bits(x)>>f.shift) - f.base
+	if j < 0 || j >= len(f.grid) {
 		return 0, false
 	}
-	x := f.eta*u - f.eta + 1
+	p := &f.grid[j]
 	d := (x - p.x) * p.inv
 	s := f.coef[0]
 	for _, c := range f.coef[1:] {
