@@ -166,10 +166,11 @@ type Source struct {
 	cum   [numOpKinds]float64
 	zetan float64
 	theta float64
-	// zipfTable is the zipf draw's table (tabledZipf), built by the first
-	// stream.
-	zipfOnce  sync.Once
-	zipfTable []int32
+	// zipfTable and zipfFormula are the zipf draw's table and formula
+	// (tabledZipf), built by the first stream.
+	zipfOnce    sync.Once
+	zipfTable   []int32
+	zipfFormula *zipfFormula
 
 	ins *ackCounter
 }
@@ -333,13 +334,16 @@ func (s *Source) Stream(i int) *Stream {
 		// The zeta sum is computed once in Build and passed in, so a stream
 		// costs O(1) to set up; the table once per source.
 		z := generator.NewZipfian(0, s.w.Keys-1, s.theta, s.zetan)
-		s.zipfOnce.Do(func() { s.zipfTable = newZipfTable(s.w.Keys, s.theta, s.zetan) })
+		s.zipfOnce.Do(func() {
+			s.zipfTable = newZipfTable(s.w.Keys, s.theta, s.zetan)
+			s.zipfFormula = newZipfFormula(s.w.Keys, s.theta, s.zetan)
+		})
 		if s.zipfTable == nil {
 			st.keys = z
 			break
 		}
 		again := &replaySource{}
-		st.zipf = &tabledZipf{z: z, table: s.zipfTable, draws: draws, again: again, replay: rand.New(again)}
+		st.zipf = &tabledZipf{z: z, table: s.zipfTable, formula: s.zipfFormula, draws: draws, again: again, replay: rand.New(again)}
 		st.keys = st.zipf
 	default:
 		st.keys = generator.NewUniform(0, s.w.Keys-1)
@@ -421,12 +425,17 @@ func (st *Stream) Next() Op {
 
 // Draw is Next without the key's name (Key is nil), for a caller that
 // knows keys by index (Source.AppendKey names them): the same draws.
-func (st *Stream) Draw() Op { return st.Complete(st.Prepare()) }
+func (st *Stream) Draw() Op {
+	var d Drawn
+	st.Prepare(&d)
+	return st.Complete(&d)
+}
 
 // Drawn is an operation with all its random draws made but, for a zipf
 // key drawn through the table, the table's lookup of its rank: Prepare
 // prefetches the table's line, which Complete reads, so that a caller
-// drawing ahead overlaps that cache miss with its own work.
+// drawing ahead overlaps that cache miss with its own work. It goes by
+// pointer: 96 bytes, copied on every draw otherwise.
 type Drawn struct {
 	op       Op
 	rank     int64   // the key's rank, unless deferred
@@ -435,11 +444,12 @@ type Drawn struct {
 	deferred bool
 }
 
-// Prepare makes an operation's draws, in Draw's order. For read-latest
-// (D), whose key is counted back from the inserts acknowledged when
-// Complete runs, only Complete right after Prepare draws Draw's keys.
-func (st *Stream) Prepare() Drawn {
-	d := Drawn{op: Op{Kind: st.Kind()}}
+// Prepare makes an operation's draws, in Draw's order, into d. For
+// read-latest (D), whose key is counted back from the inserts
+// acknowledged when Complete runs, only Complete right after Prepare
+// draws Draw's keys.
+func (st *Stream) Prepare(d *Drawn) {
+	*d = Drawn{op: Op{Kind: st.Kind()}}
 	switch d.op.Kind {
 	case OpInsert:
 		d.op.Index = st.src.ins.next()
@@ -456,24 +466,24 @@ func (st *Stream) Prepare() Drawn {
 	case OpUpdate, OpInsert, OpReadModifyWrite:
 		d.op.Value = st.value(st.ValueSize())
 	}
-	return d
 }
 
 // Complete is operation d, its key's rank looked up.
-func (st *Stream) Complete(d Drawn) Op {
-	if d.op.Kind == OpInsert {
-		return d.op
+func (st *Stream) Complete(d *Drawn) Op {
+	op := d.op
+	if op.Kind == OpInsert {
+		return op
 	}
 	r := d.rank
 	if d.deferred {
 		r = st.clampRank(st.zipf.rankOf(d.u, d.v))
 	}
 	if st.src.w.Name == "D" {
-		d.op.Index = st.src.ins.last() - r
+		op.Index = st.src.ins.last() - r
 	} else {
-		d.op.Index = r
+		op.Index = r
 	}
-	return d.op
+	return op
 }
 
 // Done acknowledges a completed operation; it matters for inserts only.

@@ -424,10 +424,13 @@ func TestPrepareAheadDrawsDrawsOperations(t *testing.T) {
 		if (ahead.zipf != nil) != (w.Dist != DistUniform) {
 			t.Fatalf("workload %s: zipf table in use %v", w.Name, ahead.zipf != nil)
 		}
-		pending := []Drawn{ahead.Prepare(), ahead.Prepare()}
+		var pending [2]Drawn
+		ahead.Prepare(&pending[0])
+		ahead.Prepare(&pending[1])
 		for i := range 200_000 {
-			want, got := plain.Draw(), ahead.Complete(pending[0])
-			pending = append(pending[1:], ahead.Prepare())
+			want, got := plain.Draw(), ahead.Complete(&pending[0])
+			pending[0] = pending[1]
+			ahead.Prepare(&pending[1])
 			if got.Kind != want.Kind || got.Index != want.Index || string(got.Value) != string(want.Value) {
 				t.Fatalf("workload %s: draw %d: prepared ahead %v %d, Draw %v %d", w.Name, i, got.Kind, got.Index, want.Kind, want.Index)
 			}

@@ -1,11 +1,18 @@
 package bench
 
-import "testing"
+import (
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/pingcap/go-ycsb/pkg/generator"
+)
 
 // TestZipfTableDrawsTheGeneratorsRanks: a stream's zipf ranks through the
 // table are those of go-ycsb's generator alone on the same seed, draw for
 // draw, at skews below, near and above 1 and small and large key counts;
-// and the table answers most draws (else it is of no use).
+// the table answers most draws (else it is of no use), and the formula
+// nearly all the others.
 func TestZipfTableDrawsTheGeneratorsRanks(t *testing.T) {
 	for _, tc := range []struct {
 		keys     int64
@@ -23,7 +30,10 @@ func TestZipfTableDrawsTheGeneratorsRanks(t *testing.T) {
 		}
 		plain.keys = plain.keys.(*tabledZipf).z
 		const draws = 1_000_000
-		fromTable := 0
+		if tz.formula == nil && tc.keys > 2 { // 2 keys: η = 0/0, the table answers all
+			t.Fatalf("%d keys, zipf %g: no formula", tc.keys, tc.zipf)
+		}
+		fromTable, fromGenerator := 0, 0
 		for i := range draws {
 			got, want := tabled.rank(), plain.rank()
 			if got != want {
@@ -31,10 +41,61 @@ func TestZipfTableDrawsTheGeneratorsRanks(t *testing.T) {
 			}
 			if u := float64(tz.draws.last) / (1 << 63); tz.table[int(u*float64(len(tz.table)))] >= 0 {
 				fromTable++
+			} else if tz.formula == nil {
+				fromGenerator++
+			} else if _, sure := tz.formula.rank(u); !sure {
+				fromGenerator++
 			}
 		}
 		if share := float64(fromTable) / draws; share < tc.minTable {
 			t.Errorf("%d keys, zipf %g: %.2f of draws from the table, want at least %.2f", tc.keys, tc.zipf, share, tc.minTable)
+		}
+		if share := float64(fromGenerator) / draws; share > 0.001 {
+			t.Errorf("%d keys, zipf %g: %.4f of draws from the generator, want at most 0.001", tc.keys, tc.zipf, share)
+		}
+	}
+}
+
+// TestZipfFormulaMatchesTheGenerator: where the formula is sure, its rank
+// is the generator's for the same u, over u spread evenly and u in the
+// top 1/64 (the coldest ranks, where the formula alone answers), at skews
+// from 0.5 to 1.5.
+func TestZipfFormulaMatchesTheGenerator(t *testing.T) {
+	for _, tc := range []struct {
+		keys int64
+		zipf float64
+	}{{100_000, 0.99}, {100_000, 0.9}, {1_000_000, 0.99}, {50_000, 1.5}, {300, 0.5}, {10, 1.2}} {
+		src, err := Workload{Name: "C", Keys: tc.keys, Zipf: tc.zipf, Seed: 1}.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := newZipfFormula(tc.keys, src.theta, src.zetan)
+		if f == nil {
+			t.Fatalf("%d keys, zipf %g: no formula", tc.keys, tc.zipf)
+		}
+		z := generator.NewZipfian(0, tc.keys-1, src.theta, src.zetan)
+		again := &replaySource{}
+		replay := rand.New(again)
+		sure := 0
+		const draws = 200_000
+		for i := range int64(draws) {
+			v := i * (math.MaxInt64 / draws)
+			if i%2 == 1 {
+				v = math.MaxInt64 - i*(math.MaxInt64/64/draws)
+			}
+			again.v = v
+			want := z.Next(replay)
+			got, ok := f.rank(float64(v) / (1 << 63))
+			if !ok {
+				continue
+			}
+			sure++
+			if got != want {
+				t.Fatalf("%d keys, zipf %g: Int63 %d: rank %d by the formula, %d by the generator", tc.keys, tc.zipf, v, got, want)
+			}
+		}
+		if sure < draws*99/100 {
+			t.Errorf("%d keys, zipf %g: the formula sure of %d of %d draws", tc.keys, tc.zipf, sure, draws)
 		}
 	}
 }

@@ -1,6 +1,9 @@
 package sim
 
-import "math"
+import (
+	"math"
+	"math/bits"
+)
 
 // event kinds.
 const (
@@ -105,29 +108,28 @@ func (q *events) rarely(now, d uint64, e event) {
 	q.push(e)
 }
 
-// earliest finds the earliest event: its source (a lane's index, or -1
-// for the heap) for take, and its time; false if there is none. One scan
-// serves both the caller's look at the time and the removal.
+// earliest finds the earliest event: its source (a lane's index, or
+// heapHead for the heap) for take, and its time; false if there is none.
+// One scan serves both the caller's look at the time and the removal.
+// (t, seq) compares as one 128-bit number, t high: the borrow of its
+// subtraction, with no branch on which source is earlier, a choice the
+// branch predictor gets wrong often. Small enough to inline.
 func (q *events) earliest() (src int, t uint64, ok bool) {
-	best := &q.heads[0]
+	t, seq := q.heads[0].t, q.heads[0].seq
 	for i := 1; i < len(q.heads); i++ {
-		if h := &q.heads[i]; h.t < best.t || h.t == best.t && h.seq < best.seq {
-			best, src = h, i
+		h := &q.heads[i]
+		_, borrow := bits.Sub64(h.seq, seq, 0)
+		if _, borrow = bits.Sub64(h.t, t, borrow); borrow != 0 {
+			t, seq, src = h.t, h.seq, i
 		}
 	}
-	if *best == noEvent {
-		return 0, 0, false
-	}
-	if src == heapHead {
-		src = -1
-	}
-	return src, best.t, true
+	return src, t, seq != noEvent.seq // an event's seq is below it
 }
 
 // take removes and returns the earliest event of source src, as earliest
 // returned it.
 func (q *events) take(src int) event {
-	if src < 0 {
+	if src == heapHead {
 		return q.pop()
 	}
 	l := &q.lanes[src]

@@ -581,7 +581,7 @@ func (s *Sim) Run() (bench.Run, error) {
 		}
 		e := s.ev.take(src)
 		s.now = e.t
-		if src >= 0 {
+		if src != heapHead {
 			s.warmNext(&s.ev.lanes[src])
 		}
 		if !s.stats.measuring && s.now >= warm {
@@ -743,11 +743,11 @@ func (s *Sim) nextOp() bench.Op {
 	}
 	if !s.hasAhead {
 		s.ahead, s.hasAhead = kindAndKey(s.stream.Draw()), true
-		s.drawn = s.stream.Prepare()
+		s.stream.Prepare(&s.drawn)
 	}
 	op := s.ahead
-	s.ahead = kindAndKey(s.stream.Complete(s.drawn))
-	s.drawn = s.stream.Prepare()
+	s.ahead = kindAndKey(s.stream.Complete(&s.drawn))
+	s.stream.Prepare(&s.drawn)
 	if k := s.ahead.Index; k < int64(len(s.keys)) {
 		prefetchAt(&s.keys[k])
 	}
