@@ -590,3 +590,24 @@ func TestVSBMembersInAnyOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestPartitionsKeepTheirOwnChains: every partition holds the chain set
+// for it, whatever order the table stores them in, at each table size.
+func TestPartitionsKeepTheirOwnChains(t *testing.T) {
+	for _, pbits := range []uint{0, 1, 5, 10} {
+		d := newDir(t, directory.Config{PartitionBits: pbits, MaxNodes: 1 << 12})
+		n := uint32(1) << pbits
+		chainOf := func(p uint32) []wire.NodeID { return []wire.NodeID{wire.NodeID(p + 1), wire.NodeID(p + 1 + n)} }
+		for p := range n {
+			if err := d.SetPartition(p, chainOf(p), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for p := range n {
+			part, ok := d.Partition(p)
+			if !ok || part.R != 2 || !slices.Equal(part.Chain[:2], chainOf(p)) {
+				t.Fatalf("%d partition bits: partition %d holds %v (R %d), want %v", pbits, p, part.Chain, part.R, chainOf(p))
+			}
+		}
+	}
+}

@@ -193,7 +193,7 @@ func (d *Directory) forward(f wire.Frame, n wire.NodeID, now uint64) Verdict {
 func (d *Directory) get(f wire.Frame, h *wire.KeyHash, now uint64, spineVerify bool) Verdict {
 	reqid := f.ReqID()
 	flags := f.Flags() &^ requestFlags
-	p := &d.parts[h.Partition(d.cfg.PartitionBits)]
+	p := d.part(h.Partition(d.cfg.PartitionBits))
 	if s := d.slot(h); s != nil && d.cfg.Policy.routesHotKeys() {
 		i, verify, ok := d.readAt(s, flags, reqid)
 		if !ok {
@@ -337,7 +337,7 @@ func (d *Directory) write(f wire.Frame, h *wire.KeyHash, now uint64) Verdict {
 		f.SetFlags(flags | wire.FlagHit)
 		return d.forward(f, s.Locs[0], now)
 	}
-	p := &d.parts[h.Partition(d.cfg.PartitionBits)]
+	p := d.part(h.Partition(d.cfg.PartitionBits))
 	if p.R == 0 {
 		return d.drop(ReasonNoRoute)
 	}
@@ -365,7 +365,7 @@ func (d *Directory) reply(f wire.Frame, h *wire.KeyHash, op wire.Op, now uint64)
 // answers: a write's chain head (the partition's), else the replying node.
 func (d *Directory) scheduler(f wire.Frame, h *wire.KeyHash, op wire.Op) wire.NodeID {
 	if op == wire.OpPutReply || op == wire.OpDelReply {
-		if p := &d.parts[h.Partition(d.cfg.PartitionBits)]; p.R > 0 {
+		if p := d.part(h.Partition(d.cfg.PartitionBits)); p.R > 0 {
 			return p.Chain[0]
 		}
 	}
