@@ -526,6 +526,12 @@ func (s *Sim) chain(p uint32) []wire.NodeID {
 
 func (s *Sim) rackOf(id wire.NodeID) int { return (int(id) - 1) / s.cfg.RackSize }
 
+// inRack is rackOf(id) == r for rack r's first node id first, without a
+// division: for the runs of a rack's nodes in a commit's copies.
+func (s *Sim) inRack(id wire.NodeID, first int) bool {
+	return uint(int(id)-first) < uint(s.cfg.RackSize)
+}
+
 func (s *Sim) rackNodes(r int) []wire.NodeID {
 	lo := r * s.cfg.RackSize
 	return s.ids[lo:min(lo+s.cfg.RackSize, len(s.ids))]
@@ -1085,10 +1091,9 @@ func (s *Sim) announce(k int64, tail wire.NodeID, v uint64) {
 	s.sendVSBs(s.link(), k, v, 0, tail)
 	s.copyBuf = s.ctl.copies(s.copyBuf[:0], k)
 	near, far := s.nearBuf[:0], s.farBuf[:0]
-	// rackOf(x) == rackOf(tail) without a division per copy.
-	lo, size := s.rackOf(tail)*s.cfg.RackSize+1, uint(s.cfg.RackSize)
+	first := s.rackOf(tail)*s.cfg.RackSize + 1
 	for _, x := range s.copyBuf {
-		if uint(int(x)-lo) < size {
+		if s.inRack(x, first) {
 			near = append(near, x)
 		} else {
 			far = append(far, x)
@@ -1143,11 +1148,11 @@ func (s *Sim) deliverVSBs(e event) {
 	refused := s.retryBuf[:0]
 	// The nodes of a rack come one after the other: rackOf(n) is a
 	// division only where the rack changes.
-	rack, lo, size := 0, 0, uint(s.cfg.RackSize)
+	rack, first := 0, 0
 	for j, n := range m.nodes {
-		if j == 0 || uint(int(n)-lo) >= size {
+		if j == 0 || !s.inRack(n, first) {
 			rack = s.rackOf(n)
-			lo = rack*s.cfg.RackSize + 1
+			first = rack*s.cfg.RackSize + 1
 		}
 		wire.Frame(hdr[:]).SetNode(n)
 		refused = s.vsb(&m, n, rack, hdr[:], sk != nil && sk.announcers.has(n), refused)
@@ -1160,10 +1165,11 @@ func (s *Sim) deliverVSBs(e event) {
 	s.freeVSBs = append(s.freeVSBs, e.a)
 }
 
-// vsb delivers node n's VSB for m.key (header hdr) to its rack's data plane
-// (rack: rackOf(n)) and, if n announces the key to the spine (its tail or a remote rack's
-// primary), to the spine. It appends n to refused for each of the two
-// that refuses it: the extra asks again for the committed version.
+// vsb delivers node n's VSB for m.key (header hdr) to its rack's data
+// plane (rack: rackOf(n)) and, if n announces the key to the spine (its
+// tail or a remote rack's primary), to the spine. It appends n to refused
+// for each of the two that refuses it: the extra asks again for the
+// committed version.
 func (s *Sim) vsb(m *vsbMsg, n wire.NodeID, rack int, hdr []byte, toSpine bool, refused []wire.NodeID) []wire.NodeID {
 	if s.cfg.CheckReads {
 		// The copy is at n before its VSB leaves: no later than now.
