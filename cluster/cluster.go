@@ -34,7 +34,6 @@ import (
 
 	"github.com/netdir/netdir/client"
 	"github.com/netdir/netdir/directory"
-	"github.com/netdir/netdir/gossip"
 	"github.com/netdir/netdir/layout"
 	"github.com/netdir/netdir/model"
 	"github.com/netdir/netdir/nodeauth"
@@ -97,6 +96,11 @@ type Cluster struct {
 	// The controllers' reserved addresses (Options.Controller), one of
 	// each per replica (Options.Controllers): API, gossip and raft.
 	apis, gossips, rafts []string
+	// nodeGossips are the nodes' gossip addresses, by index, kept across
+	// restarts: a node back on another port is refused as a conflicting
+	// address by members that still hold the old one alive, until
+	// memberlist's reclaim time (seen under CPU load as a missed splice-out).
+	nodeGossips []string
 }
 
 // Start starts the cluster and waits until every node serves.
@@ -217,6 +221,13 @@ func (c *Cluster) reserveControl() error {
 			*l = append(*l, a)
 		}
 	}
+	for range c.opts.N {
+		a, err := ReserveAddr()
+		if err != nil {
+			return err
+		}
+		c.nodeGossips = append(c.nodeGossips, a)
+	}
 	return nil
 }
 
@@ -234,7 +245,7 @@ func (c *Cluster) start(i int) error {
 	cfg := NodeConfig{Storage: so, Log: so.Logger}
 	if c.opts.Controller {
 		cfg.Controller, cfg.ReportEvery = strings.Join(c.apis, ","), c.opts.Round
-		cfg.GossipBind, cfg.GossipSeeds = gossip.DefaultNodeBind, c.gossips
+		cfg.GossipBind, cfg.GossipSeeds = c.nodeGossips[i], c.gossips
 		cfg.FailureTimeout = c.opts.FailureTimeout
 	}
 	var n *Node
