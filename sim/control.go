@@ -135,20 +135,15 @@ func (c *control) copies(out []wire.NodeID, k int64) []wire.NodeID {
 }
 
 // installLayout is directory.InstallLayout of the run's layout into rack
-// directory d; a rack after the first copies the first's partitions, the
-// same chains and buckets, without working out BucketsForWeights again
-// (at 1024 nodes 2 % of a run's CPU, for 32 racks).
+// directory d; a rack after the first copies the first's partition table
+// whole, the same chains and buckets, where setting its 2^PartitionBits
+// partitions one by one (strided over the table) was 5 % of a 1024-node
+// run's CPU.
 func (s *Sim) installLayout(d *directory.Directory) error {
 	if len(s.racks) == 0 {
 		return directory.InstallLayout(d, s.lay)
 	}
-	for p := range s.chains {
-		part, _ := s.racks[0].Partition(uint32(p))
-		if err := d.SetPartition(uint32(p), part.Chain[:part.R], part.Buckets[:]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return d.CopyPartitions(s.racks[0])
 }
 
 func (c *control) dirSize() int {
