@@ -555,7 +555,8 @@ func (s *Sim) hash(i int64) wire.KeyHash {
 	}
 	h := &s.keys[i].hash
 	if *h == (wire.KeyHash{}) {
-		*h = wire.HashKey(s.src.Key(i))
+		var name [32]byte // the name on the stack, not two allocations a key
+		*h = wire.HashKey(s.src.AppendKey(name[:0], i))
 	}
 	return *h
 }
