@@ -162,7 +162,7 @@ func (c *control) round() error {
 	}
 	for i := range s.nodes {
 		n := &s.nodes[i]
-		reports[n.rack] = append(reports[n.rack], n.top.Top(64))
+		reports[n.rack] = append(reports[n.rack], n.top.All())
 	}
 	rounds := c.rounds
 	var errs []error
