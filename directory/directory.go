@@ -290,6 +290,23 @@ func (d *Directory) SetPartition(p uint32, chain []wire.NodeID, buckets []uint8)
 	return nil
 }
 
+// CopyPartitions sets every partition of d to src's, chains and buckets,
+// in one copy of the table: a data plane starting from another's layout
+// (the simulator's rack directories, each with every partition) without
+// setting its partitions one by one. The two must have the same partition
+// count, and src's chains must be valid in d: its MaxNodes at most d's.
+func (d *Directory) CopyPartitions(src *Directory) error {
+	if src.cfg.PartitionBits != d.cfg.PartitionBits {
+		return fmt.Errorf("directory: copying %d partitions into a directory of %d", len(src.parts), len(d.parts))
+	}
+	if src.cfg.MaxNodes > d.cfg.MaxNodes {
+		return fmt.Errorf("directory: copying chains of node ids below %d into a directory of ids below %d",
+			src.cfg.MaxNodes, d.cfg.MaxNodes)
+	}
+	copy(d.parts, src.parts)
+	return nil
+}
+
 // part is partition p. Partitions are stored by their number's bits
 // reversed: a layout that spreads partitions over 2^k racks or nodes by
 // their low bits (p mod 2^k) then has each one's partitions in one block,

@@ -611,3 +611,48 @@ func TestPartitionsKeepTheirOwnChains(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyPartitions: a directory given another's table holds every
+// partition as set in the other, chains and buckets, and refuses a table
+// of another size or chains of nodes it cannot hold.
+func TestCopyPartitions(t *testing.T) {
+	const pbits = 6
+	src := newDir(t, directory.Config{PartitionBits: pbits, MaxNodes: 64})
+	r := rand.New(rand.NewPCG(3, 4))
+	for p := range uint32(1) << pbits {
+		if p%5 == 4 {
+			continue // left unset: must stay so in the copy
+		}
+		chain := []wire.NodeID{wire.NodeID(1 + r.IntN(20)), wire.NodeID(21 + r.IntN(20)), wire.NodeID(41 + r.IntN(20))}
+		buckets := make([]uint8, directory.Buckets)
+		for i := range buckets {
+			buckets[i] = uint8(r.IntN(len(chain)))
+		}
+		if err := src.SetPartition(p, chain, buckets); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := newDir(t, directory.Config{PartitionBits: pbits, MaxNodes: 64})
+	if err := d.SetPartition(4, []wire.NodeID{9}, nil); err != nil { // overwritten by the copy: unset
+		t.Fatal(err)
+	}
+	if err := d.CopyPartitions(src); err != nil {
+		t.Fatal(err)
+	}
+	for p := range uint32(1) << pbits {
+		want, wantOK := src.Partition(p)
+		got, ok := d.Partition(p)
+		if ok != wantOK || got != want {
+			t.Fatalf("partition %d: copy %+v (set %v), want %+v (set %v)", p, got, ok, want, wantOK)
+		}
+	}
+	if err := newDir(t, directory.Config{PartitionBits: pbits + 1, MaxNodes: 64}).CopyPartitions(src); err == nil {
+		t.Error("copying 64 partitions into a directory of 128: no error")
+	}
+	if err := newDir(t, directory.Config{PartitionBits: pbits, MaxNodes: 32}).CopyPartitions(src); err == nil {
+		t.Error("copying chains of ids below 64 into a directory of ids below 32: no error")
+	}
+	if err := newDir(t, directory.Config{PartitionBits: pbits, MaxNodes: 128}).CopyPartitions(src); err != nil {
+		t.Errorf("copying into a directory of more nodes: %v", err)
+	}
+}

@@ -246,8 +246,7 @@ func (t *TopK) place(i int, x topItem) {
 }
 
 // Top returns up to n keys, most frequent first, and starts a new round.
-// The counters are sorted in place, as the round resets them, and the keys
-// share one allocation (each capped at its end).
+// The counters are sorted in place, as the round resets them.
 func (t *TopK) Top(n int) []KeyCount {
 	slices.SortFunc(t.heap, func(a, b topItem) int {
 		if c := cmp.Compare(b.count, a.count); c != 0 {
@@ -255,6 +254,17 @@ func (t *TopK) Top(n int) []KeyCount {
 		}
 		return t.compareKeys(&a, &b)
 	})
+	return t.take(n)
+}
+
+// All returns every counter, in no particular order, and starts a new
+// round: Top(k) without its sort, for a caller that uses the counts as a
+// set (the simulator's controller merges a rack's reports by key).
+func (t *TopK) All() []KeyCount { return t.take(len(t.heap)) }
+
+// take returns the first n counters, their keys sharing one allocation
+// (each capped at its end), and resets the counters.
+func (t *TopK) take(n int) []KeyCount {
 	es := t.heap[:min(n, len(t.heap))]
 	size := 0
 	for i := range es {

@@ -1,9 +1,13 @@
 package sched
 
 import (
+	"bytes"
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -186,6 +190,30 @@ func TestTopKRoundsAreIndependent(t *testing.T) {
 			if string(got[i+1].Key) != next {
 				t.Fatalf("round %d: appending to key %d changed key %d to %q", round, i, i+1, got[i+1].Key)
 			}
+		}
+	}
+}
+
+// TestTopKAllIsTopUnsorted: All reports the counters Top(k) does, keys and
+// counts, in some order, and starts a new round too.
+func TestTopKAllIsTopUnsorted(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for round := range 5 {
+		a, b := NewTopK(16), NewTopK(16)
+		for range 3000 {
+			key := []byte(fmt.Sprintf("k%d", int(r.ExpFloat64()*float64(10+10*round))))
+			a.Add(key)
+			b.Add(key)
+		}
+		all, top := a.All(), b.Top(16)
+		slices.SortFunc(all, func(x, y KeyCount) int {
+			return cmp.Or(cmp.Compare(y.Count, x.Count), bytes.Compare(x.Key, y.Key))
+		})
+		if !reflect.DeepEqual(all, top) {
+			t.Fatalf("round %d: All %v, Top %v", round, all, top)
+		}
+		if len(a.All()) != 0 {
+			t.Fatal("All did not start a new round")
 		}
 	}
 }

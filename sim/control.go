@@ -2,10 +2,10 @@ package sim
 
 import (
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"maps"
 	"slices"
-	"strconv"
 
 	"github.com/netdir/netdir/directory"
 	"github.com/netdir/netdir/sched"
@@ -82,32 +82,19 @@ func newControl(s *Sim) *control {
 	return c
 }
 
-// keyIndex is the index of a key named by the workload (prefix and twelve
-// digits).
-func (c *control) keyIndex(name []byte) (int64, bool) {
-	if len(name) < 12 {
-		return 0, false
-	}
-	digits := name[len(name)-12:]
-	var i int64
-	for _, b := range digits {
-		if b < '0' || b > '9' {
-			// A sign, or no number: as strconv reads it.
-			i, err := strconv.ParseInt(string(digits), 10, 64)
-			return i, err == nil && i >= 0
-		}
-		i = i*10 + int64(b-'0')
-	}
-	return i, true
-}
+// appendTopKey appends key k as the nodes' top-k count it: its index, 8
+// bytes big-endian, in place of its name (the workload's prefix and the
+// index in 12 digits), which is not built for every miss then. Both order
+// keys alike (for indices below 10^12), so the top-k's ties, broken by the
+// smallest key, pick the same keys: the counts, the reports and every
+// decision are the names'.
+func appendTopKey(dst []byte, k int64) []byte { return binary.BigEndian.AppendUint64(dst, uint64(k)) }
 
-// hashOf is wire.HashKey through the simulator's memo.
-func (c *control) hashOf(name []byte) wire.KeyHash {
-	if i, ok := c.keyIndex(name); ok {
-		return c.s.hash(i)
-	}
-	return wire.HashKey(name)
-}
+// topKeyIndex is the index of a key that appendTopKey wrote.
+func topKeyIndex(key []byte) int64 { return int64(binary.BigEndian.Uint64(key)) }
+
+// hashOf is a top-k key's KeyHash, through the simulator's memo.
+func (c *control) hashOf(key []byte) wire.KeyHash { return c.s.hash(topKeyIndex(key)) }
 
 // announced reports whether key k's commits are announced: it is in its
 // home rack's directory or spread over racks.
@@ -135,20 +122,15 @@ func (c *control) copies(out []wire.NodeID, k int64) []wire.NodeID {
 }
 
 // installLayout is directory.InstallLayout of the run's layout into rack
-// directory d; a rack after the first copies the first's partitions, the
-// same chains and buckets, without working out BucketsForWeights again
-// (at 1024 nodes 2 % of a run's CPU, for 32 racks).
+// directory d; a rack after the first copies the first's partition table
+// whole, the same chains and buckets, where setting its 2^PartitionBits
+// partitions one by one (strided over the table) was 5 % of a 1024-node
+// run's CPU.
 func (s *Sim) installLayout(d *directory.Directory) error {
 	if len(s.racks) == 0 {
 		return directory.InstallLayout(d, s.lay)
 	}
-	for p := range s.chains {
-		part, _ := s.racks[0].Partition(uint32(p))
-		if err := d.SetPartition(uint32(p), part.Chain[:part.R], part.Buckets[:]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return d.CopyPartitions(s.racks[0])
 }
 
 func (c *control) dirSize() int {
@@ -180,7 +162,7 @@ func (c *control) round() error {
 	}
 	for i := range s.nodes {
 		n := &s.nodes[i]
-		reports[n.rack] = append(reports[n.rack], n.top.Top(64))
+		reports[n.rack] = append(reports[n.rack], n.top.All())
 	}
 	rounds := c.rounds
 	var errs []error
@@ -230,7 +212,7 @@ func (c *control) rackRound(r int, reports [][]sched.KeyCount, rr *rackRound) er
 	// one after the other.
 	for _, rep := range reports {
 		for _, kc := range rep {
-			if k, ok := c.keyIndex(kc.Key); ok && k < int64(len(s.keys)) {
+			if k := topKeyIndex(kc.Key); k < int64(len(s.keys)) {
 				prefetchAt(&s.keys[k])
 			}
 		}
@@ -257,11 +239,7 @@ func (c *control) rackRound(r int, reports [][]sched.KeyCount, rr *rackRound) er
 	}
 	load := sched.CopyLoad(c.slotLoads(r, rr.counts), all)
 	for _, cd := range dec.Promote {
-		k, ok := c.keyIndex(cd.Key)
-		if !ok {
-			c.hot[r].Forget(cd.Hash)
-			continue
-		}
+		k := topKeyIndex(cd.Key)
 		s.keyOf[cd.Hash] = k
 		share := float64(cd.Count) / float64(max(all, 1))
 		ch := s.chains[cd.Hash.Partition(s.cfg.PartitionBits)]

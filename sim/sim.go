@@ -378,7 +378,7 @@ type Sim struct {
 	farBuf   []wire.NodeID          // and in other racks
 	copyBuf  []wire.NodeID          // announce's list of copies
 	retryBuf []wire.NodeID          // deliverVSBs' refused copies, asked for again
-	keyName  []byte                 // a key's name for a node's top-k
+	topKey   []byte                 // a key as a node's top-k counts it (appendTopKey)
 	freeVSBs []int32
 	// misses is what the nodes served that the directory missed since the
 	// last round, in order (missOf), for their top-k; sorted is its copy
@@ -555,7 +555,8 @@ func (s *Sim) hash(i int64) wire.KeyHash {
 	}
 	h := &s.keys[i].hash
 	if *h == (wire.KeyHash{}) {
-		*h = wire.HashKey(s.src.Key(i))
+		var name [32]byte // the name on the stack, not two allocations a key
+		*h = wire.HashKey(s.src.AppendKey(name[:0], i))
 	}
 	return *h
 }
@@ -1029,8 +1030,8 @@ func (s *Sim) flushMisses() {
 		s.perNode[m&0xfff]++
 	}
 	for _, m := range s.sorted {
-		s.keyName = s.src.AppendKey(s.keyName[:0], int64(m>>12))
-		s.nodes[m&0xfff].top.Add(s.keyName)
+		s.topKey = appendTopKey(s.topKey[:0], int64(m>>12))
+		s.nodes[m&0xfff].top.Add(s.topKey)
 	}
 	s.misses = s.misses[:0]
 }
