@@ -64,6 +64,9 @@ func (x *keyIndex) probe(h *wire.KeyHash) indexProbe {
 	return indexProbe{x: x, tag: x.tagBits(m), pos: uint32(m) & x.mask, valueMask: 1<<x.valueBits - 1}
 }
 
+// firstCell is the cell where h's probe starts.
+func (x *keyIndex) firstCell(h *wire.KeyHash) *uint32 { return &x.cells[uint32(x.mix(h))&x.mask] }
+
 // next returns the next entry index whose tag is the key's, and its cell;
 // false when the probe reached an empty cell: the key is not indexed.
 func (p *indexProbe) next() (entry, cell uint32, ok bool) {

@@ -2,7 +2,9 @@ package directory
 
 import (
 	"fmt"
+	"unsafe"
 
+	"github.com/netdir/netdir/internal/prefetch"
 	"github.com/netdir/netdir/wire"
 )
 
@@ -126,6 +128,19 @@ func (d *Directory) Process(pkt []byte, port uint32, now uint64) Verdict {
 			return Verdict{Action: Pass}
 		}
 		return d.drop(ReasonUnknownOp)
+	}
+}
+
+// Prefetch asks the CPU for the cache lines a request for h reads first,
+// without waiting for them: its partition's entry, its first cell of the
+// key index and, for a miss, its sketch counters. A caller that knows a
+// request is coming (the simulator, an event ahead) overlaps those misses
+// with other work. A hint: nothing changes.
+func (d *Directory) Prefetch(h *wire.KeyHash) {
+	prefetch.Line(uintptr(unsafe.Pointer(d.part(h.Partition(d.cfg.PartitionBits)))))
+	prefetch.Line(uintptr(unsafe.Pointer(d.index.firstCell(h))))
+	for r := range SketchRows {
+		prefetch.Line(uintptr(unsafe.Pointer(&d.sketch[r][SketchIndex(h, r)])))
 	}
 }
 

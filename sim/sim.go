@@ -648,7 +648,9 @@ func (s *Sim) warmNext(l *lane) {
 // warm prefetches, at depth 0, the request or node event e touches first;
 // deeper, what that leads to (read from the lines prefetched one event
 // before): the request in service and then its key's state and chain, a
-// request's node, a reply's operation, a commit's key state.
+// request's home rack directory (its partition entry, index cell and
+// sketch counters), a request's node, a reply's operation, a commit's key
+// state.
 func (s *Sim) warm(e *event, depth int) {
 	switch e.kind {
 	case evServed:
@@ -668,8 +670,14 @@ func (s *Sim) warm(e *event, depth int) {
 		switch {
 		case depth == 0:
 			prefetchPair(r) // the header, then key, op and rack
+		case e.kind == evAtPlane && depth == 1:
+			// The key's home rack directory (the spine sends most
+			// requests home; buildLayout homes partition p in rack p
+			// mod racks): what its routing reads first.
+			h := wire.Frame(r.hdr[:]).KeyHash()
+			s.racks[int(h.Partition(s.cfg.PartitionBits))%len(s.racks)].Prefetch(&h)
 		case e.kind == evAtPlane || e.kind == evVerify:
-			// Nothing deeper: the directory's state is its own.
+			// Nothing more: a routing's lines were asked for at depth 1.
 		case e.kind == evAtNode:
 			prefetchPair(s.node(wire.Frame(r.hdr[:]).Node()))
 		case e.kind == evCommit:
