@@ -380,11 +380,6 @@ type Sim struct {
 	retryBuf []wire.NodeID          // deliverVSBs' refused copies, asked for again
 	keyName  []byte                 // a key's name for a node's top-k
 	freeVSBs []int32
-
-	// vsbRun's senders and verdicts of a run of VSBs.
-	vsbFrom     []directory.VSBSender
-	vsbVerdicts []directory.Verdict
-
 	// misses is what the nodes served that the directory missed since the
 	// last round, in order (missOf), for their top-k; sorted is its copy
 	// grouped by node, and perNode the counting sort's counts.
@@ -407,6 +402,10 @@ type Sim struct {
 	lin   []linState
 	holds map[holdKey]uint64
 	stale error
+
+	// vsbRun's senders and verdicts of a run of VSBs.
+	vsbFrom     []directory.VSBSender
+	vsbVerdicts []directory.Verdict
 }
 
 type runStats struct {
