@@ -424,8 +424,63 @@ func (d *Directory) vsb(f wire.Frame, h *wire.KeyHash, port uint32) Verdict {
 	if s == nil {
 		return d.drop(ReasonVSBNotCached)
 	}
-	i := d.vsbMember(s, f.Node())
+	return d.vsbFrom(s, f.Node(), f.Stamp())
+}
+
+// VSBSender is the sender of one VSB of a run (ProcessVSBs): the node
+// that announces (the header's node field) and the port it arrived on.
+type VSBSender struct {
+	Node wire.NodeID
+	Port uint32
+}
+
+// ProcessVSBs handles a run of VSBs that differ only in their sender: it
+// is Process(pkt, from[i].Port, now) for each i in turn, pkt's node field
+// set to from[i].Node first, with the verdicts appended to out. The
+// copies of one commit reach a rack's directory one after the other,
+// each announcing the same key and version: the header is checked and
+// the key's slot found once for the run, not once a VSB.
+func (d *Directory) ProcessVSBs(pkt []byte, from []VSBSender, now uint64, out []Verdict) []Verdict {
+	f := wire.Frame(pkt)
+	if len(from) == 0 {
+		return out
+	}
+	if f.Check() != nil || f.Op() != wire.OpVSB {
+		for _, x := range from {
+			if len(f) >= wire.HeaderLen {
+				f.SetNode(x.Node)
+			}
+			out = append(out, d.Process(pkt, x.Port, now))
+		}
+		return out
+	}
+	f.SetNode(from[len(from)-1].Node) // a VSB's header is not rewritten
+	h := f.KeyHash()
 	v := f.Stamp()
+	// The slot is found at the first VSB from a storage port, as
+	// Process would.
+	var s *Slot
+	found := false
+	for _, x := range from {
+		if d.portKind(x.Port) != PortStorage {
+			out = append(out, d.drop(ReasonVSBPort))
+			continue
+		}
+		if !found {
+			s, found = d.vsbSlot(&h), true
+		}
+		if s == nil {
+			out = append(out, d.drop(ReasonVSBNotCached))
+			continue
+		}
+		out = append(out, d.vsbFrom(s, x.Node, v))
+	}
+	return out
+}
+
+// vsbFrom is a VSB from node n for version v of slot s's key.
+func (d *Directory) vsbFrom(s *Slot, n wire.NodeID, v uint64) Verdict {
+	i := d.vsbMember(s, n)
 	switch {
 	case i < 0 || (i < int(s.R)-1):
 		return d.drop(ReasonVSBNotMember)

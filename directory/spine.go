@@ -298,8 +298,9 @@ func (s *Spine) VSB(pkt []byte, r int) bool {
 	v := f.Stamp()
 	i := -1
 	for j := 0; j < int(e.N); j++ {
-		if int(e.Racks[j]) == r {
+		if int(e.Racks[j]) == r { // an entry's racks are distinct
 			i = j
+			break
 		}
 	}
 	switch {

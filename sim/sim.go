@@ -402,6 +402,10 @@ type Sim struct {
 	lin   []linState
 	holds map[holdKey]uint64
 	stale error
+
+	// vsbRun's senders and verdicts of a run of VSBs.
+	vsbFrom     []directory.VSBSender
+	vsbVerdicts []directory.Verdict
 }
 
 type runStats struct {
@@ -1149,22 +1153,27 @@ func (s *Sim) sendVSBs(d uint64, k int64, v uint64, attempt int, nodes ...wire.N
 // retries are sent at once with one delay (nothing else is scheduled
 // here), so they go in one event, in the order refused.
 func (s *Sim) deliverVSBs(e event) {
-	m := s.vsbs[e.a]
-	sk := s.ctl.spread[m.key]
+	m := &s.vsbs[e.a]
 	// One header for all: neither the spine nor a directory rewrites a VSB.
 	var hdr [wire.HeaderLen]byte
 	_ = (&wire.Header{Op: wire.OpVSB, KeyHash: s.hash(m.key), Stamp: m.v}).EncodeHeader(hdr[:])
+	var sk *spreadKey // a key spread over racks announces to the spine
+	if s.spine != nil {
+		sk = s.ctl.spread[m.key]
+	}
 	refused := s.retryBuf[:0]
-	// The nodes of a rack come one after the other: rackOf(n) is a
-	// division only where the rack changes.
-	rack, first := 0, 0
-	for j, n := range m.nodes {
-		if j == 0 || !s.inRack(n, first) {
-			rack = s.rackOf(n)
-			first = rack*s.cfg.RackSize + 1
+	// The nodes of a rack come one after the other: each run of them is
+	// one call of its rack's directory, and rackOf(n) a division only
+	// where the rack changes.
+	for rest := m.nodes; len(rest) > 0; {
+		rack := s.rackOf(rest[0])
+		first := rack*s.cfg.RackSize + 1
+		run := 1
+		for run < len(rest) && s.inRack(rest[run], first) {
+			run++
 		}
-		wire.Frame(hdr[:]).SetNode(n)
-		refused = s.vsb(&m, n, rack, hdr[:], sk != nil && sk.announcers.has(n), refused)
+		refused = s.vsbRun(m, sk, rest[:run], rack, hdr[:], refused)
+		rest = rest[run:]
 	}
 	// A refused copy's node asks the head again for the committed version.
 	if m.attempt < maxCopyAttempts {
@@ -1174,23 +1183,32 @@ func (s *Sim) deliverVSBs(e event) {
 	s.freeVSBs = append(s.freeVSBs, e.a)
 }
 
-// vsb delivers node n's VSB for m.key (header hdr) to its rack's data
-// plane (rack: rackOf(n)) and, if n announces the key to the spine (its
-// tail or a remote rack's primary), to the spine. It appends n to refused
-// for each of the two that refuses it: the extra asks again for the
-// committed version.
-func (s *Sim) vsb(m *vsbMsg, n wire.NodeID, rack int, hdr []byte, toSpine bool, refused []wire.NodeID) []wire.NodeID {
-	if s.cfg.CheckReads {
-		// The copy is at n before its VSB leaves: no later than now.
-		hk := holdKey{m.key, n}
-		s.holds[hk] = max(s.holds[hk], m.v)
+// vsbRun delivers the VSBs for m.key (header hdr) of nodes, all of rack
+// rack, to its data plane, and each of those that announces the key to
+// the spine (in sk: its tail or a remote rack's primary) to the spine too. It
+// appends a node to refused, in the order sent, for each of the two that
+// refuses its VSB (the spine first): the extra asks again for the
+// committed version. The spine and a rack directory share no state, so
+// the directory may take the run first.
+func (s *Sim) vsbRun(m *vsbMsg, sk *spreadKey, nodes []wire.NodeID, rack int, hdr []byte, refused []wire.NodeID) []wire.NodeID {
+	from := s.vsbFrom[:0]
+	for _, n := range nodes {
+		from = append(from, directory.VSBSender{Node: n, Port: port(n)})
 	}
-	if s.spine != nil && toSpine && !s.spine.VSB(hdr, rack) {
-		refused = append(refused, n)
-	}
-	v := s.racks[rack].Process(hdr, port(n), s.now)
-	if v.Action == directory.Drop && (v.Reason == directory.ReasonVSBPending || v.Reason == directory.ReasonVSBVersion) {
-		refused = append(refused, n)
+	verdicts := s.racks[rack].ProcessVSBs(hdr, from, s.now, s.vsbVerdicts[:0])
+	s.vsbFrom, s.vsbVerdicts = from, verdicts
+	for i, n := range nodes {
+		if s.cfg.CheckReads {
+			// The copy is at n before its VSB leaves: no later than now.
+			hk := holdKey{m.key, n}
+			s.holds[hk] = max(s.holds[hk], m.v)
+		}
+		if sk != nil && sk.announcers.has(n) && !s.spine.VSB(hdr, rack) {
+			refused = append(refused, n)
+		}
+		if v := verdicts[i]; v.Action == directory.Drop && (v.Reason == directory.ReasonVSBPending || v.Reason == directory.ReasonVSBVersion) {
+			refused = append(refused, n)
+		}
 	}
 	return refused
 }
