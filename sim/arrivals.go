@@ -52,8 +52,8 @@ func (a *arrivals) release(n int32) {
 	}
 }
 
-// route sends request i, routed to node id at the data plane now, on
-// its way.
+// route sends request i, routed by the data plane now to s.nodes[node],
+// on its way there.
 func (s *Sim) route(i int32, write bool, node int32) {
 	if s.arriving.everyOne {
 		s.at(s.link(), event{kind: evAtNode, a: i})
@@ -61,6 +61,8 @@ func (s *Sim) route(i int32, write bool, node int32) {
 	}
 	a := arrival{i: i, node: node, write: write}
 	t := s.now + s.link()
+	// An event where the arrival starts the node's service, or may be
+	// the first event past the warm-up.
 	if !s.arriving.claim(node) || !s.stats.measuring && t >= uint64(s.cfg.Warmup) {
 		s.at(s.link(), event{kind: evAtNode, a: i})
 		a.order, a.own = order{t, s.ev.seq}, true
