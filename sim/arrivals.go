@@ -70,6 +70,7 @@ func (s *Sim) route(i int32, write bool, node int32) {
 		a.order = s.ev.reserve(t)
 	}
 	s.arriving.push(a)
+	prefetchPair(&s.nodes[node]) // its queues, which arrive pushes to
 }
 
 // arrive moves the requests arrived by the event in hand to their nodes'
