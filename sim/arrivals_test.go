@@ -11,8 +11,9 @@ import (
 // where arrivals and completions tie (a deterministic service of a whole
 // number of links), where nodes go idle with requests on their way (a
 // link as long as a service, few clients), with writes served first, an
-// exponential service, racks under a spine, and a warm-up whose end
-// falls between events.
+// exponential service, racks under a spine (reads checked), requests
+// resent after a timeout while the first waits queued, and a warm-up
+// whose end falls between events.
 func TestArrivalsWithoutEventsAreTheSameRun(t *testing.T) {
 	run := func(cfg Config, everyOne bool) string {
 		s, err := New(cfg)
@@ -35,8 +36,10 @@ func TestArrivalsWithoutEventsAreTheSameRun(t *testing.T) {
 	exp := tied
 	exp.Service = ServiceExponential
 	racks := busy
-	racks.Nodes, racks.RackSize, racks.Concurrency = 12, 4, 96
-	for name, cfg := range map[string]Config{"busy": busy, "idle": idle, "tied": tied, "exp": exp, "racks": racks} {
+	racks.Nodes, racks.RackSize, racks.Concurrency, racks.CheckReads = 12, 4, 96, true
+	resent := busy
+	resent.Concurrency, resent.ClientTimeout = 400, 20*time.Millisecond
+	for name, cfg := range map[string]Config{"busy": busy, "idle": idle, "tied": tied, "exp": exp, "racks": racks, "resent": resent} {
 		for seed := range uint64(3) {
 			cfg.Seed = seed
 			if a, b := run(cfg, false), run(cfg, true); a != b {
