@@ -9,7 +9,7 @@ import (
 const (
 	evIssue        uint8 = iota // a client issues its next operation (a = client)
 	evAtPlane                   // a request reaches the data plane (a = request)
-	evAtNode                    // a request reaches its node (a = request)
+	evAtNode                    // a request reaches its node, if at an event (arrivals.go; a = request)
 	evServed                    // node a finishes the request at its queue's head
 	evCommit                    // a write commits at its tail (a = request)
 	evReplyAtPlane              // a reply reaches the data plane (a = request)
@@ -46,10 +46,15 @@ type events struct {
 	// at heapHead; none: noEvent. The search for the earliest reads this
 	// one small array, not each lane's ring (two dependent loads a lane).
 	heads [maxLanes + 1]order
+	// cur is the order of the event taken last: the one in hand.
+	cur order
 }
 
 // order is an event's place in the queue: its (t, seq).
 type order struct{ t, seq uint64 }
+
+// notAfter says whether o comes no later than c.
+func (o order) notAfter(c order) bool { return o.t < c.t || o.t == c.t && o.seq <= c.seq }
 
 // noEvent is the order of an empty lane or heap: after every event.
 var noEvent = order{math.MaxUint64, math.MaxUint64}
@@ -99,6 +104,13 @@ func (q *events) after(now, d uint64, e event) {
 	q.push(e)
 }
 
+// reserve takes the seq of an event at t that is not queued (yet): the
+// order it has among the others, should it be queued at (insert).
+func (q *events) reserve(t uint64) order {
+	q.seq++
+	return order{t, q.seq}
+}
+
 // rarely queues e at now+d in the heap: for events of a delay that
 // recurs seldom (the controller's rounds and epochs, the clients' first
 // issues), which would hold a lane each, lengthening every search of the
@@ -129,6 +141,7 @@ func (q *events) earliest() (src int, t uint64, ok bool) {
 // take removes and returns the earliest event of source src, as earliest
 // returned it.
 func (q *events) take(src int) event {
+	q.cur = q.heads[src]
 	if src == heapHead {
 		return q.pop()
 	}
@@ -145,6 +158,11 @@ func (q *events) take(src int) event {
 func (q *events) push(e event) {
 	q.seq++
 	e.seq = q.seq
+	q.insert(e)
+}
+
+// insert queues e at its order, set already (reserve), in the heap.
+func (q *events) insert(e event) {
 	q.h = append(q.h, e)
 	i := len(q.h) - 1
 	for i > 0 {

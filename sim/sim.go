@@ -306,7 +306,8 @@ type node struct {
 	top *sched.TopK
 }
 
-// backlog is the requests queued or in service: the load a reply reports.
+// backlog is the requests arrived and queued, or in service: the load a
+// reply reports (served reads it after arrive).
 func (n *node) backlog() int {
 	b := n.writes.len() + n.reads.len()
 	if n.serving >= 0 {
@@ -366,6 +367,7 @@ type Sim struct {
 	spine      *directory.Spine
 	nodes      []node // by id − 1
 	ids        []wire.NodeID
+	arriving   arrivals // requests on their way to their nodes
 
 	// What the storage nodes hold, by key index (keys), and whether the
 	// key is promoted in its home rack's directory (the head refuses
@@ -909,15 +911,21 @@ func (s *Sim) atPlane(i int32) {
 		}
 		return
 	}
-	s.at(s.link(), event{kind: evAtNode, a: i})
+	f := wire.Frame(r.hdr[:])
+	s.route(i, f.Op() != wire.OpGet, int32(f.Node())-1)
 }
 
+// atNode: request i's arrival at its node, at an event of its own, starts
+// the node's service if it has none.
 func (s *Sim) atNode(i int32) {
 	f := wire.Frame(s.reqs[i].hdr[:])
 	n := s.node(f.Node())
-	if f.Op() == wire.OpGet {
+	switch {
+	case !s.arriving.everyOne:
+		s.arrive()
+	case f.Op() == wire.OpGet:
 		n.reads.push(i)
-	} else {
+	default:
 		n.writes.push(i)
 	}
 	if n.serving < 0 {
@@ -943,11 +951,14 @@ func (s *Sim) startService(n *node) {
 // answered; a write is applied at the head by the head's rules and sent
 // down the chain.
 func (s *Sim) served(id wire.NodeID) {
+	s.arrive()
 	n := s.node(id)
 	i := n.serving
 	n.serving = -1
 	if n.writes.len()+n.reads.len() > 0 {
 		s.startService(n)
+	} else {
+		s.await(n)
 	}
 	r := &s.reqs[i]
 	f := wire.Frame(r.hdr[:])
