@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,6 +28,7 @@ func simCmd() *cobra.Command {
 		dirSizes, needsPath, from   string
 		keys                        int64
 		seed                        uint64
+		jobs                        int
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -82,6 +88,7 @@ comma lists of --nodes, --workload, --zipf and --policies sweep.`,
 					res.Runs = append(res.Runs, r.Runs...)
 				}
 			}
+			var runs []simJob
 			for _, n := range ns {
 				for _, size := range sizes {
 					for _, wl := range parseList(workloads) {
@@ -106,26 +113,20 @@ comma lists of --nodes, --workload, --zipf and --policies sweep.`,
 								if size > 0 {
 									label += fmt.Sprintf(", directories of %d keys", size)
 								}
-								fmt.Fprintf(out, "==> %s\n", label)
-								c.Progress = func(done, total int64) {
-									fmt.Fprintf(out, "    %s: %d/%d requests\n", label, done, total)
-								}
-								start := time.Now()
-								run, err := sim.Run(c)
-								if err != nil {
-									return err
-								}
-								res.Runs = append(res.Runs, run)
-								if err := bench.WriteSummary(out, []bench.Run{run}); err != nil {
-									return err
-								}
-								fmt.Fprintf(out, "    throughput/ideal %.3f; %s in %.1fs\n",
-									run.ThroughputOps/(float64(n)*run.CapacityOps), run.Note, time.Since(start).Seconds())
+								runs = append(runs, simJob{cfg: c, label: label})
 							}
 						}
 					}
 				}
 			}
+			if jobs < 1 {
+				return fmt.Errorf("--jobs %d: want at least 1", jobs)
+			}
+			done, err := runSims(out, runs, jobs)
+			if err != nil {
+				return err
+			}
+			res.Runs = append(res.Runs, done...)
 			fmt.Fprintln(out, "\nsummary")
 			if err := bench.WriteSummary(out, res.Runs); err != nil {
 				return err
@@ -202,5 +203,83 @@ comma lists of --nodes, --workload, --zipf and --policies sweep.`,
 	fl.Uint64Var(&seed, "seed", 1, "seed of the simulation and the workload")
 	fl.StringVar(&jsonPath, "json", "", "write the results JSON here")
 	fl.StringVar(&htmlPth, "html", "", "write the HTML report here")
+	fl.IntVar(&jobs, "jobs", runtime.GOMAXPROCS(0), "runs of a sweep simulated at once, one per core (each is one thread); the output is the same")
 	return cmd
 }
+
+// simJob is one run of a sweep.
+type simJob struct {
+	cfg   sim.Config
+	label string
+}
+
+// runSims runs the sweep's runs, up to jobs at once, and returns their
+// results in the sweep's order: a run is deterministic and shares nothing
+// with the others, so the JSON is the same for any jobs. Each run's
+// progress and summary are printed as it goes, labelled, a block at a
+// time. After a run fails no other starts, and its error is returned.
+func runSims(w io.Writer, runs []simJob, jobs int) ([]bench.Run, error) {
+	out := &lockedWriter{w: w}
+	results := make([]bench.Run, len(runs))
+	errs := make([]error, len(runs))
+	next := make(chan int)
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for range min(jobs, len(runs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				results[i], errs[i] = runSim(out, runs[i])
+				if errs[i] != nil {
+					failed.Store(true)
+				}
+			}
+		}()
+	}
+	for i := range runs {
+		if failed.Load() {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return results, errors.Join(errs...)
+}
+
+// runSim runs one simulation, printing its progress and summary to out.
+func runSim(out *lockedWriter, j simJob) (bench.Run, error) {
+	out.printf("==> %s\n", j.label)
+	j.cfg.Progress = func(done, total int64) {
+		out.printf("    %s: %d/%d requests\n", j.label, done, total)
+	}
+	start := time.Now()
+	run, err := sim.Run(j.cfg)
+	if err != nil {
+		return bench.Run{}, fmt.Errorf("%s: %w", j.label, err)
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "<== %s\n", j.label)
+	if err := bench.WriteSummary(&b, []bench.Run{run}); err != nil {
+		return bench.Run{}, err
+	}
+	fmt.Fprintf(&b, "    throughput/ideal %.3f; %s in %.1fs\n",
+		run.ThroughputOps/(float64(j.cfg.Nodes)*run.CapacityOps), run.Note, time.Since(start).Seconds())
+	out.write(b.Bytes())
+	return run, nil
+}
+
+// lockedWriter writes whole blocks from several runs, one at a time.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) write(p []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.w.Write(p)
+}
+
+func (l *lockedWriter) printf(format string, a ...any) { l.write(fmt.Appendf(nil, format, a...)) }
