@@ -16,10 +16,7 @@ import (
 // whose end falls between events.
 func TestArrivalsWithoutEventsAreTheSameRun(t *testing.T) {
 	run := func(cfg Config, everyOne bool) string {
-		s, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := newSim(t, cfg)
 		s.arriving.everyOne = everyOne
 		r, err := s.Run()
 		if err != nil {

@@ -11,10 +11,7 @@ import (
 func TestRacksHoldTheLayout(t *testing.T) {
 	cfg := smallConfig(1)
 	cfg.Nodes, cfg.RackSize = 12, 4
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSim(t, cfg)
 	if len(s.racks) < 2 {
 		t.Fatalf("%d racks, want several", len(s.racks))
 	}

@@ -18,10 +18,7 @@ import (
 func TestDeferredMissesCountAsServed(t *testing.T) {
 	cfg := smallConfig(1)
 	cfg.Nodes, cfg.RackSize = 40, 8
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSim(t, cfg)
 	rng := rand.New(rand.NewPCG(3, 4))
 	zipf := rand.NewZipf(rng, 1.1, 1, 4999)
 	want := make([]*sched.TopK, cfg.Nodes)

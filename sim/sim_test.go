@@ -20,6 +20,16 @@ func smallConfig(seed uint64) Config {
 		Warmup: 6 * time.Second, Requests: 40_000, Seed: seed}
 }
 
+// newSim is New(cfg), failing the test on an error.
+func newSim(t *testing.T, cfg Config) *Sim {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func runJSON(t *testing.T, cfg Config) []byte {
 	t.Helper()
 	run, err := Run(cfg)
@@ -98,10 +108,7 @@ func TestWrittenHotKeysAreReadAtExtrasVerified(t *testing.T) {
 	for _, pol := range []string{"netdir", "static"} {
 		cfg := smallConfig(5)
 		cfg.Policy, cfg.Workload.Name, cfg.Requests = pol, "A", 20_000
-		s, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := newSim(t, cfg)
 		run, err := s.Run()
 		if err != nil {
 			t.Fatal(err)
@@ -229,10 +236,7 @@ func TestSpineReadsAreLinearizable(t *testing.T) {
 		cfg.copyDelay = 20 * time.Millisecond
 		return cfg
 	}
-	s, err := New(layered(false))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSim(t, layered(false))
 	run, err := s.Run()
 	if err != nil {
 		t.Fatalf("with the spine's rule: %v", err)
@@ -265,10 +269,7 @@ func TestDrawingAheadIsTheSameRun(t *testing.T) {
 	run := func(w string, noAhead bool) string {
 		cfg := smallConfig(5)
 		cfg.Workload.Name, cfg.Requests = w, 10_000
-		s, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := newSim(t, cfg)
 		s.noAhead = noAhead
 		r, err := s.Run()
 		if err != nil {
@@ -294,10 +295,7 @@ func TestRackCopiesByLoad(t *testing.T) {
 		cfg := smallConfig(2)
 		cfg.Nodes, cfg.RackSize, cfg.Concurrency = 64, 16, 512
 		cfg.Workload.Name, cfg.Requests, cfg.CheckReads, cfg.WholeRacks = "A", 40_000, true, wholeRacks
-		s, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := newSim(t, cfg)
 		if _, err := s.Run(); err != nil {
 			t.Fatalf("whole racks %v: %v", wholeRacks, err)
 		}
@@ -334,10 +332,7 @@ func TestRackCopiesByLoad(t *testing.T) {
 // refused, at the next attempt and the committed version; a node that is
 // no member is dropped, not retried.
 func TestRefusedCopiesRetryInOneEvent(t *testing.T) {
-	s, err := New(smallConfig(1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSim(t, smallConfig(1))
 	const k = 42
 	h := s.hash(k)
 	a, b, c, x := s.ids[0], s.ids[1], s.ids[2], s.ids[3]
