@@ -384,6 +384,11 @@ type Run struct {
 	// WriteP99us is the p99 latency of the writes (update, insert, rmw)
 	// alone.
 	WriteP99us float64 `json:"write_p99_us,omitempty"`
+	// WriteGroups is the groups of two writes of one key or more that
+	// chain heads served as one (write groups, session 12), and
+	// GroupedWrites their writes.
+	WriteGroups   int64 `json:"write_groups,omitempty"`
+	GroupedWrites int64 `json:"grouped_writes,omitempty"`
 
 	// OfferedOps is the open-loop rate the run was offered (ops/s; 0:
 	// closed loop), so runs of different policies compare at equal load.
