@@ -4,9 +4,12 @@
 // runs: directory (the data plane's state machine, and its Spine above the
 // rack directories), sched (hot keys, copy placement, HATS coarse weights)
 // and layout (placement). What the simulator adds is only what the real
-// system does with I/O: storage nodes as queues (writes first) with a service-time
-// distribution, links as fixed latencies, clients in a closed or open loop
-// drawing YCSB operations from package bench's generator, chain replication
+// system does with I/O: storage nodes as queues (writes first) with a
+// service-time distribution, a chain head serving the writes of one key
+// that wait together as one group in one service time (write groups: one
+// version, one commit, each write answered once it commits), links as
+// fixed latencies, clients in a closed or open loop drawing YCSB
+// operations from package bench's generator, chain replication
 // as hops, an extra's version query for a read the data plane flagged
 // FlagVerify as a round trip to the key's tail (no service time: the
 // nodes' token buckets charge client requests only), and the controller's
@@ -302,7 +305,9 @@ type deadline struct {
 
 // node is a storage node: one server behind two FIFO queues, writes
 // admitted before reads as storagenode's admission does (a write to a hot
-// key waits no longer than it must while its extras cannot serve).
+// key waits no longer than it must while its extras cannot serve). A
+// write in the queue stands for its group: the writes of its key that
+// arrived after it join it, served with it (pushWrite).
 type node struct {
 	id      wire.NodeID
 	rack    int
