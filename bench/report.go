@@ -466,7 +466,7 @@ tail index is the Hill estimate over the top 5% of latencies (α−1 beside it w
 <div class="table"><table>
 <tr><th class="l">policy</th><th class="l">workload</th><th>zipf</th><th>nodes</th><th>offered (ops/s)</th><th>throughput (ops/s)</th>
 <th>p50</th><th>p99</th><th>p999</th><th>load max/mean</th><th>load CoV</th><th>node latency CoV</th>
-<th>dir hit rate</th><th>tail index</th><th>α−1</th><th>ops</th><th>errors</th><th>write groups (writes)</th><th>CPU s</th><th>RSS MiB</th></tr>
+<th>dir hit rate</th><th>tail index</th><th>α−1</th><th>ops</th><th>errors</th><th>write groups (absorbed)</th><th>CPU s</th><th>RSS MiB</th></tr>
 {{range .Runs}}<tr><td class="l">{{.Policy}}</td><td class="l">{{.Workload}}</td><td>{{printf "%.2f" .Zipf}}</td><td>{{.Nodes}}</td>
 <td>{{if .OfferedOps}}{{printf "%.0f" .OfferedOps}}{{end}}</td><td>{{printf "%.0f" .ThroughputOps}}</td><td>{{ms .P50us}}</td><td>{{ms .P99us}}</td><td>{{ms .P999us}}</td>
 <td>{{printf "%.3f" .LoadMaxOverMean}}</td><td>{{printf "%.3f" .LoadCoV}}</td><td>{{printf "%.3f" .NodeLatencyCoV}}</td>

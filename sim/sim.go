@@ -451,7 +451,8 @@ type runStats struct {
 	missesStart   uint64
 	switchedStart uint64
 
-	// Groups of two writes or more served, and their writes.
+	// Versions made of two writes or more (write groups), and the writes
+	// they absorbed (all but each group's last), as storagenode counts.
 	writeGroups, groupedWrites int64
 }
 
@@ -1120,11 +1121,9 @@ func (s *Sim) applyWrite(i int32) bool {
 // (a chain of one: at once).
 func (s *Sim) serveGroup(n *node, i int32, pos, chainLen int) {
 	load := uint16(min(n.backlog(), math.MaxUint16))
-	size := int64(0)
 	last := int32(-1)
 	acked := s.ackBuf[:0]
 	for j := i; j >= 0; j = s.reqs[j].next {
-		size++
 		if j != i {
 			s.servedWith(n, j, pos, load)
 		}
@@ -1135,13 +1134,13 @@ func (s *Sim) serveGroup(n *node, i int32, pos, chainLen int) {
 			last = j
 		}
 	}
-	if s.stats.measuring {
-		s.stats.writeGroups++
-		s.stats.groupedWrites += size
-	}
 	s.ackBuf = acked
 	if last < 0 {
 		return
+	}
+	if s.stats.measuring && len(acked) > 0 {
+		s.stats.writeGroups++
+		s.stats.groupedWrites += int64(len(acked))
 	}
 	v := s.reqs[last].version
 	s.at(uint64(chainLen-1)*s.link(), event{kind: evCommit, a: last})
