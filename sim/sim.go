@@ -396,11 +396,6 @@ type Sim struct {
 	// unstamped writes then).
 	keys     []keyState
 	promoted []bool
-	// open is each key's group of writes waiting at its head, by key
-	// index (as long as the highest key written).
-	open   []openGroup
-	ackBuf []int32 // a group's accepted writes before its last
-
 	keyOf    map[wire.KeyHash]int64 // the keys ever promoted
 	vsbs     []vsbMsg               // VSBs in flight, by event.a
 	nearBuf  []wire.NodeID          // announce's copies in the tail's rack
@@ -414,6 +409,11 @@ type Sim struct {
 	// grouped by node, and perNode the counting sort's counts.
 	misses, sorted []uint64
 	perNode        []int
+
+	// open is each key's group of writes waiting at its head, by key
+	// index (as long as the highest key written).
+	open   []openGroup
+	ackBuf []int32 // serveGroup's accepted writes before the last
 
 	reqs     []request
 	free     []int32
@@ -1052,7 +1052,7 @@ func (s *Sim) served(id wire.NodeID) {
 		n.measured++
 	}
 	if f.Op() != wire.OpGet && r.next >= 0 {
-		n.grouped -= int32(r.group) - 1 // they leave with it
+		n.grouped -= int32(r.group) - 1 // the group's others leave with it
 	}
 	f.SetLoad(uint16(min(n.backlog(), math.MaxUint16)))
 	if f.Op() == wire.OpGet {
