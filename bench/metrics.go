@@ -384,6 +384,12 @@ type Run struct {
 	// WriteP99us is the p99 latency of the writes (update, insert, rmw)
 	// alone.
 	WriteP99us float64 `json:"write_p99_us,omitempty"`
+	// WriteGroups is the versions chain heads made of two writes of one
+	// key or more (write groups, session 12), and GroupedWrites the
+	// writes they absorbed (all but each group's last): the chain writes
+	// saved, as storagenode's stats count them.
+	WriteGroups   int64 `json:"write_groups,omitempty"`
+	GroupedWrites int64 `json:"grouped_writes,omitempty"`
 
 	// OfferedOps is the open-loop rate the run was offered (ops/s; 0:
 	// closed loop), so runs of different policies compare at equal load.

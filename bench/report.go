@@ -466,12 +466,12 @@ tail index is the Hill estimate over the top 5% of latencies (α−1 beside it w
 <div class="table"><table>
 <tr><th class="l">policy</th><th class="l">workload</th><th>zipf</th><th>nodes</th><th>offered (ops/s)</th><th>throughput (ops/s)</th>
 <th>p50</th><th>p99</th><th>p999</th><th>load max/mean</th><th>load CoV</th><th>node latency CoV</th>
-<th>dir hit rate</th><th>tail index</th><th>α−1</th><th>ops</th><th>errors</th><th>CPU s</th><th>RSS MiB</th></tr>
+<th>dir hit rate</th><th>tail index</th><th>α−1</th><th>ops</th><th>errors</th><th>write groups (absorbed)</th><th>CPU s</th><th>RSS MiB</th></tr>
 {{range .Runs}}<tr><td class="l">{{.Policy}}</td><td class="l">{{.Workload}}</td><td>{{printf "%.2f" .Zipf}}</td><td>{{.Nodes}}</td>
 <td>{{if .OfferedOps}}{{printf "%.0f" .OfferedOps}}{{end}}</td><td>{{printf "%.0f" .ThroughputOps}}</td><td>{{ms .P50us}}</td><td>{{ms .P99us}}</td><td>{{ms .P999us}}</td>
 <td>{{printf "%.3f" .LoadMaxOverMean}}</td><td>{{printf "%.3f" .LoadCoV}}</td><td>{{printf "%.3f" .NodeLatencyCoV}}</td>
 <td>{{printf "%.3f" .DirHitRate}}</td><td>{{printf "%.2f" .TailIndex}}</td><td>{{if .TailIndexExpected}}{{printf "%.2f" .TailIndexExpected}}{{end}}</td>
-<td>{{.Ops}}</td><td>{{.Errors}}</td><td>{{printf "%.1f" .CPUSeconds}}</td><td>{{printf "%.0f" (mib .RSSBytes)}}</td></tr>
+<td>{{.Ops}}</td><td>{{.Errors}}</td><td>{{if .WriteGroups}}{{.WriteGroups}} ({{.GroupedWrites}}){{end}}</td><td>{{printf "%.1f" .CPUSeconds}}</td><td>{{printf "%.0f" (mib .RSSBytes)}}</td></tr>
 {{end}}</table></div>
 {{range .Figures}}<figure><img alt="{{.Title}}" src="{{.Src}}" width="576" height="384">
 <figcaption>{{.Caption}}</figcaption></figure>

@@ -83,7 +83,7 @@ func (s *Sim) arrive() {
 		}
 		n := &s.nodes[a.node]
 		if a.write {
-			n.writes.push(a.i)
+			s.pushWrite(n, a.i)
 		} else {
 			n.reads.push(a.i)
 		}

@@ -4,9 +4,12 @@
 // runs: directory (the data plane's state machine, and its Spine above the
 // rack directories), sched (hot keys, copy placement, HATS coarse weights)
 // and layout (placement). What the simulator adds is only what the real
-// system does with I/O: storage nodes as queues (writes first) with a service-time
-// distribution, links as fixed latencies, clients in a closed or open loop
-// drawing YCSB operations from package bench's generator, chain replication
+// system does with I/O: storage nodes as queues (writes first) with a
+// service-time distribution, a chain head serving the writes of one key
+// that wait together as one group in one service time (write groups: one
+// version, one commit, each write answered once it commits), links as
+// fixed latencies, clients in a closed or open loop drawing YCSB
+// operations from package bench's generator, chain replication
 // as hops, an extra's version query for a read the data plane flagged
 // FlagVerify as a round trip to the key's tail (no service time: the
 // nodes' token buckets charge client requests only), and the controller's
@@ -258,8 +261,22 @@ type request struct {
 	op      int32 // its operation: an operation resent after a timeout has several requests
 	kind    bench.OpKind
 	retries uint8
-	_       [18]byte // to 128 bytes, so that a request starts a cache line
+	// A write queued at its node: the next write of its key that waits
+	// to be served with it (-1: none), and on a group's first write, the
+	// group's size so far (pushWrite).
+	next  int32
+	group uint8
+	_     [11]byte // to 128 bytes, so that a request starts a cache line
 }
+
+// maxWriteGroup is the most writes of one key a chain head serves as one
+// group in one service time (groups.md): storagenode's maxWriteGroup.
+const maxWriteGroup = 32
+
+// openGroup is the group of a key's writes waiting at its head that a
+// write arriving now joins: its first and last (first < 0: none, the
+// next write heads a group of its own).
+type openGroup struct{ first, last int32 }
 
 // operation is what a client waits for: its live request (the latest it
 // sent; -1 once given up) and its current timeout. sends counts the sends
@@ -288,13 +305,18 @@ type deadline struct {
 
 // node is a storage node: one server behind two FIFO queues, writes
 // admitted before reads as storagenode's admission does (a write to a hot
-// key waits no longer than it must while its extras cannot serve).
+// key waits no longer than it must while its extras cannot serve). A
+// write in the queue stands for its group: the writes of its key that
+// arrived after it join it, served with it (pushWrite).
 type node struct {
 	id      wire.NodeID
 	rack    int
 	writes  queue[int32]
 	reads   queue[int32]
 	serving int32 // the request in service, -1 if idle
+	// grouped is the writes waiting or in service behind the first of
+	// their group (which alone is in writes, or serving).
+	grouped int32
 	// Counts since the last epoch, per chain position, for HATS's C, and
 	// the run's measured requests.
 	byPos    []uint64
@@ -309,7 +331,7 @@ type node struct {
 // backlog is the requests arrived and queued, or in service: the load a
 // reply reports (served reads it after arrive).
 func (n *node) backlog() int {
-	b := n.writes.len() + n.reads.len()
+	b := n.writes.len() + n.reads.len() + int(n.grouped)
 	if n.serving >= 0 {
 		b++
 	}
@@ -388,6 +410,11 @@ type Sim struct {
 	misses, sorted []uint64
 	perNode        []int
 
+	// open is each key's group of writes waiting at its head, by key
+	// index (as long as the highest key written).
+	open   []openGroup
+	ackBuf []int32 // serveGroup's accepted writes before the last
+
 	reqs     []request
 	free     []int32
 	ops      []operation
@@ -423,6 +450,10 @@ type runStats struct {
 	hitsStart     uint64
 	missesStart   uint64
 	switchedStart uint64
+
+	// Versions made of two writes or more (write groups), and the writes
+	// they absorbed (all but each group's last), as storagenode counts.
+	writeGroups, groupedWrites int64
 }
 
 // New builds a run: its layout, data planes, nodes and clients.
@@ -926,17 +957,54 @@ func (s *Sim) atNode(i int32) {
 	case f.Op() == wire.OpGet:
 		n.reads.push(i)
 	default:
-		n.writes.push(i)
+		s.pushWrite(n, i)
 	}
 	if n.serving < 0 {
 		s.startService(n)
 	}
 }
 
-// startService takes the next request, a write before any read.
+// pushWrite queues write i, arrived at node n, its key's head: it joins
+// the group of its key's writes waiting there, up to maxWriteGroup, or
+// heads a group of its own in the writes queue. A group is closed when
+// its first write starts service (startService): the writes that arrive
+// after wait for the next group. Groups formed this way as writes arrive
+// are those that taking, at each start of service, the waiting writes of
+// its key (at most maxWriteGroup, in arrival order) would form, without a
+// scan of the queue.
+func (s *Sim) pushWrite(n *node, i int32) {
+	r := &s.reqs[i]
+	r.next = -1
+	k := r.key
+	if k >= int64(len(s.open)) {
+		for range max(k+1, int64(len(s.keys))) - int64(len(s.open)) {
+			s.open = append(s.open, openGroup{-1, -1})
+		}
+	}
+	g := &s.open[k]
+	if g.first >= 0 {
+		if first := &s.reqs[g.first]; first.group < maxWriteGroup {
+			first.group++
+			s.reqs[g.last].next = i
+			g.last = i
+			n.grouped++
+			return
+		}
+	}
+	r.group = 1
+	*g = openGroup{i, i}
+	n.writes.push(i)
+}
+
+// startService takes the next request, a write (and its group) before
+// any read.
 func (s *Sim) startService(n *node) {
 	if n.writes.len() > 0 {
-		n.serving = n.writes.pop()
+		i := n.writes.pop()
+		n.serving = i
+		if g := &s.open[s.reqs[i].key]; g.first == i {
+			g.first = -1 // closed: later writes wait for the next group
+		}
 	} else {
 		n.serving = n.reads.pop()
 	}
@@ -948,8 +1016,8 @@ func (s *Sim) startService(n *node) {
 }
 
 // served completes the request in service at node id: a read is
-// answered; a write is applied at the head by the head's rules and sent
-// down the chain.
+// answered; a write, or a group of writes, is applied at the head by the
+// head's rules and sent down the chain.
 func (s *Sim) served(id wire.NodeID) {
 	s.arrive()
 	n := s.node(id)
@@ -983,6 +1051,9 @@ func (s *Sim) served(id wire.NodeID) {
 	if s.stats.measuring {
 		n.measured++
 	}
+	if f.Op() != wire.OpGet && r.next >= 0 {
+		n.grouped -= int32(r.group) - 1 // the group's others leave with it
+	}
 	f.SetLoad(uint16(min(n.backlog(), math.MaxUint16)))
 	if f.Op() == wire.OpGet {
 		f.SetOp(wire.OpGetReply)
@@ -1004,24 +1075,105 @@ func (s *Sim) served(id wire.NodeID) {
 		s.at(s.link(), event{kind: evReplyAtPlane, a: i})
 		return
 	}
-	k := r.key
-	ks := &s.keys[k]
+	if r.next >= 0 {
+		s.serveGroup(n, i, pos, len(ch))
+		return
+	}
+	if s.applyWrite(i) {
+		s.at(uint64(len(ch)-1)*s.link(), event{kind: evCommit, a: i})
+	}
+}
+
+// applyWrite applies write i at its key's head by the head's rules: a
+// stamp at or below the latest version is stale, an unstamped write of a
+// promoted key is told to retry, each answered at once; else it takes
+// its version (its stamp, or the latest + 1), which it says.
+func (s *Sim) applyWrite(i int32) bool {
+	r := &s.reqs[i]
+	f := wire.Frame(r.hdr[:])
+	ks := &s.keys[r.key]
 	if f.Flags()&wire.FlagStamped != 0 {
 		v := wire.StampVersion(f.Stamp())
 		if v <= ks.version {
 			s.replyErr(i, wire.CodeStaleVersion)
-			return
+			return false
 		}
 		ks.version = v
 	} else {
-		if s.promoted[k] {
+		if s.promoted[r.key] {
 			s.replyErr(i, wire.CodeRetry)
-			return
+			return false
 		}
 		ks.version++
 	}
 	r.version = ks.version
-	s.at(uint64(len(ch)-1)*s.link(), event{kind: evCommit, a: i})
+	return true
+}
+
+// serveGroup applies the group of writes headed by request i, served
+// together at node n (chain position pos of a chain of chainLen): in
+// arrival order, each by the head's rules (applyWrite: "the latest" is
+// then the version the group's last accepted write took), the refused
+// answered at once. The accepted make one version, the last's: it alone
+// goes down the chain, answered by the tail at its commit; the head
+// answers each other accepted write with that version when the tail's
+// ack is back, chainLen − 1 links after the commit, from its own address
+// (a chain of one: at once).
+func (s *Sim) serveGroup(n *node, i int32, pos, chainLen int) {
+	load := uint16(min(n.backlog(), math.MaxUint16))
+	last := int32(-1)
+	acked := s.ackBuf[:0]
+	for j := i; j >= 0; j = s.reqs[j].next {
+		if j != i {
+			s.servedWith(n, j, pos, load)
+		}
+		if s.applyWrite(j) {
+			if last >= 0 {
+				acked = append(acked, last)
+			}
+			last = j
+		}
+	}
+	s.ackBuf = acked
+	if last < 0 {
+		return
+	}
+	if s.stats.measuring && len(acked) > 0 {
+		s.stats.writeGroups++
+		s.stats.groupedWrites += int64(len(acked))
+	}
+	v := s.reqs[last].version
+	s.at(uint64(chainLen-1)*s.link(), event{kind: evCommit, a: last})
+	for _, j := range acked {
+		r := &s.reqs[j]
+		r.version = v
+		f := wire.Frame(r.hdr[:])
+		f.SetOp(wire.OpPutReply)
+		f.SetCode(wire.CodeOK)
+		f.SetStamp(v)
+		s.at(uint64(2*chainLen-1)*s.link(), event{kind: evReplyAtPlane, a: j})
+	}
+}
+
+// servedWith counts write j, served at node n (chain position pos) in
+// another's group, as served: by position, as a miss of the directory,
+// as measured; its reply reports the node's load as the group's first.
+func (s *Sim) servedWith(n *node, j int32, pos int, load uint16) {
+	r := &s.reqs[j]
+	f := wire.Frame(r.hdr[:])
+	if pos >= 0 {
+		n.byPos[pos]++
+	}
+	if f.Flags()&wire.FlagHit == 0 {
+		s.misses = append(s.misses, missOf(n.id, r.key))
+		if len(s.misses) >= maxMisses {
+			s.flushMisses()
+		}
+	}
+	if s.stats.measuring {
+		n.measured++
+	}
+	f.SetLoad(load)
 }
 
 // maxMisses bounds Sim.misses (8 MB) in rounds long for the run's rate:
@@ -1340,6 +1492,7 @@ func (s *Sim) result() bench.Run {
 	run.Device = "sim-" + s.cfg.Service
 	run.Control = "sim"
 	run.OfferedOps = s.cfg.Rate
+	run.WriteGroups, run.GroupedWrites = s.stats.writeGroups, s.stats.groupedWrites
 	run.Note = fmt.Sprintf("simulated: %d racks of ≤%d, %d partitions, link %v, seed %d, %d retries, %d resent after a timeout, %d reads verified at the tail",
 		len(s.racks), s.cfg.RackSize, 1<<s.cfg.PartitionBits, s.cfg.Link, s.cfg.Seed, s.stats.retried, s.stats.timedOut, s.stats.verified)
 	if s.spine != nil && s.cfg.WholeRacks {
