@@ -92,20 +92,8 @@ func TestWriteGroups(t *testing.T) {
 		t.Fatalf("retry of absorbed write %d at the head: %s %s v%d, want v%d", absorbed, r.Op, r.Code, r.Stamp, ver[absorbed])
 	}
 	time.Sleep(50 * time.Millisecond) // the last acks reach the middle
-	if err := c.Crash(int(ch[0]) - 1); err != nil {
-		t.Fatal(err)
-	}
-	spliced, err := c.Layout.Without(ch[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Node(int(ch[1]) - 1).SetLayout(spliced)
-	c.Node(int(ch[2]) - 1).SetLayout(spliced)
-	r := retry(ch[1])
-	for deadline := time.Now().Add(5 * time.Second); r.Op == wire.OpErr && r.Code == wire.CodeUnavailable && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-		r = retry(ch[1])
-	}
+	killHead(t, c, ch)
+	r := untilAvailable(func() wire.Packet { return retry(ch[1]) })
 	if r.Op != wire.OpPutReply || r.Stamp != ver[absorbed] {
 		t.Fatalf("retry of absorbed write %d at the new head: %s %s v%d, want v%d", absorbed, r.Op, r.Code, r.Stamp, ver[absorbed])
 	}
