@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -168,34 +169,41 @@ func (c *Cluster) RunHistory(hc HistoryConfig) (History, error) {
 	return h, errors.Join(errs...)
 }
 
-// CheckVersions: a version names one value. Every acknowledged write has a
-// distinct version per key, and every read of version v returns v's value.
+// CheckVersions: a version names one value. The writes acknowledged with
+// one version of a key are a write group's (one version of the last
+// accepted write's value, the others overwritten at once); every read of
+// version v returns the value of one of the writes acknowledged at v, if
+// any is, and all reads of v return the same.
 func (h History) CheckVersions() error {
 	type kv struct {
 		key string
 		ver uint64
 	}
 	var errs []error
-	vals := map[kv]KVOutput{}
+	writes := map[kv][]KVOutput{}
 	for _, op := range h.Ops {
 		in, out := op.Input.(KVInput), op.Output.(KVOutput)
 		if out.Unknown || in.Op == 'g' {
 			continue
 		}
 		k := kv{in.Key, out.Ver}
-		if _, dup := vals[k]; dup {
-			errs = append(errs, fmt.Errorf("two acknowledged writes of %s got version %d", in.Key, out.Ver))
-		}
-		vals[k] = KVOutput{Val: in.Val, Found: in.Op == 'p'}
+		writes[k] = append(writes[k], KVOutput{Val: in.Val, Found: in.Op == 'p'})
 	}
+	read := map[kv]KVOutput{}
 	for _, op := range h.Ops {
 		in, out := op.Input.(KVInput), op.Output.(KVOutput)
 		if in.Op != 'g' || out.Ver == 0 {
 			continue
 		}
-		if w, ok := vals[kv{in.Key, out.Ver}]; ok && (w.Found != out.Found || w.Val != out.Val) {
-			errs = append(errs, fmt.Errorf("read of %s v%d = %q/%v, written %q/%v", in.Key, out.Ver, out.Val, out.Found, w.Val, w.Found))
+		k := kv{in.Key, out.Ver}
+		got := KVOutput{Val: out.Val, Found: out.Found}
+		if ws, ok := writes[k]; ok && !slices.Contains(ws, got) {
+			errs = append(errs, fmt.Errorf("read of %s v%d = %q/%v, written %v", in.Key, out.Ver, out.Val, out.Found, ws))
 		}
+		if r, ok := read[k]; ok && r != got {
+			errs = append(errs, fmt.Errorf("reads of %s v%d = %q/%v and %q/%v", in.Key, out.Ver, r.Val, r.Found, got.Val, got.Found))
+		}
+		read[k] = got
 	}
 	return errors.Join(errs...)
 }

@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -24,6 +25,8 @@ type scenario struct {
 	faults cluster.Faults
 	crash  bool
 	hot    bool // a controller promotes and evicts the keys during the run
+	// keys and clients of the history: 3 and 4 if 0.
+	keys, clients int
 }
 
 func scenarioFor(seed int) scenario {
@@ -46,7 +49,7 @@ func scenarioFor(seed int) scenario {
 // runHistory drives clients concurrently over a few keys, with the
 // scenario's crash and promotions alongside, and records the history.
 func runHistory(t *testing.T, c *cluster.Cluster, seed int, sc scenario) cluster.History {
-	const nkeys = 3
+	nkeys, clients := cmp.Or(sc.keys, 3), cmp.Or(sc.clients, 4)
 	rng := rand.New(rand.NewPCG(uint64(seed), 7))
 	stopCrash := make(chan struct{})
 	ctlDone := make(chan struct{})
@@ -82,7 +85,7 @@ func runHistory(t *testing.T, c *cluster.Cluster, seed int, sc scenario) cluster
 	} else {
 		close(crashDone)
 	}
-	h, err := c.RunHistory(cluster.HistoryConfig{Clients: 4, OpsPer: 25, Keys: nkeys, Prefix: fmt.Sprintf("s%d", seed),
+	h, err := c.RunHistory(cluster.HistoryConfig{Clients: clients, OpsPer: 25, Keys: nkeys, Prefix: fmt.Sprintf("s%d", seed),
 		Seed: rng.Uint64(), Gets: 45, Puts: 40, OpTimeout: 3 * time.Second,
 		Client: client.Options{Service: c.Service(), Timeout: 20 * time.Millisecond, MaxTimeout: 200 * time.Millisecond}})
 	if err != nil {
@@ -171,7 +174,7 @@ func TestLinearizable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	checkSeeds(t, c, func(seed int) scenario { return scenarioFor(seed) })
+	checkSeeds(t, c, *seeds, func(seed int) scenario { return scenarioFor(seed) })
 }
 
 // TestLinearizableSwitch: clients talk to the software data plane
@@ -186,7 +189,7 @@ func TestLinearizableSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	checkSeeds(t, c, func(seed int) scenario {
+	checkSeeds(t, c, *seeds, func(seed int) scenario {
 		sc := scenarioFor(seed)
 		sc.hot = seed%3 != 0
 		sc.name += "+switch"
@@ -197,8 +200,37 @@ func TestLinearizableSwitch(t *testing.T) {
 	})
 }
 
-func checkSeeds(t *testing.T, c *cluster.Cluster, scen func(int) scenario) {
-	n := *seeds
+// TestLinearizableWriteGroups: 8 clients write and read one hot key through
+// a chain of 3 whose nodes admit 200 client requests a second, so that its
+// head applies the writes waiting together as one version (write groups):
+// an absorbed write is acknowledged only once its group's version commits,
+// and linearized just before the group's last write. The scenarios'
+// faults and crashes as in TestLinearizable.
+func TestLinearizableWriteGroups(t *testing.T) {
+	c, err := cluster.Start(cluster.Options{N: 3, Dir: t.TempDir(), Proxy: true, Seed: 3,
+		Node: func(o *storagenode.Options) { o.RetransmitAfter, o.MaxOps = 30*time.Millisecond, 200 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	checkSeeds(t, c, min(*seeds, 12), func(seed int) scenario {
+		sc := scenarioFor(seed)
+		sc.keys, sc.clients = 1, 8
+		return sc
+	})
+	var groups, absorbed uint64
+	for i := range c.N() {
+		st := c.Node(i).Stats()
+		groups, absorbed = groups+st.WriteGroups, absorbed+st.GroupedWrites
+	}
+	if absorbed == 0 {
+		t.Fatal("no write was grouped: the test checked nothing of write groups")
+	}
+	t.Logf("%d write groups absorbed %d writes", groups, absorbed)
+}
+
+// checkSeeds checks the histories of n seeds (at most 10 with -short).
+func checkSeeds(t *testing.T, c *cluster.Cluster, n int, scen func(int) scenario) {
 	if testing.Short() {
 		n = min(n, 10)
 	}

@@ -23,8 +23,16 @@ import (
 // chain it ends. Writes are admitted before reads: while a write to a hot
 // key waits, the data plane keeps that key's reads on its chain.
 //
+// When the goroutine admits a write, the writes of the same key waiting
+// behind it join it as one write group (docs/architecture.md, "The head's
+// half of the contract"): one token, one processor time, one version at
+// the head. A hot key's writes are applied one at a time at its head, so
+// without groups its head's capacity bounds the key's write rate however
+// its reads are spread.
+//
 // With a QoS configuration (qos.go), client requests queue per tenant in
-// dmClock instead, and the same goroutine hands them on in dmClock order.
+// dmClock instead, and the same goroutine hands them on in dmClock order
+// (no groups: dmClock orders each tenant's requests).
 //
 // On a device whose profile has a processor (device.CPU: a time per
 // request and a number of cores), each client request also pays its
@@ -49,7 +57,15 @@ type admission struct {
 	clock  device.Clock
 	writes chan admitted
 	reads  chan admitted
-	qos    qosAdmission
+	// waiting holds the writes that the goroutine took out of writes to
+	// find a group's members, in arrival order from waiting[whead]: they
+	// are admitted before those still in the channel. writesQueued counts
+	// the writes in both, held to the queue's length.
+	waiting      []admitted
+	whead        int
+	writesQueued atomic.Int64
+	queueLen     int64
+	qos          qosAdmission
 	// pool holds the admitted GETs for the readers (readPoolSize of
 	// them).
 	pool chan admitted
@@ -75,6 +91,7 @@ func (a *admission) init(n *Node) {
 		a.bucket = newTokenBucket(rate, max(1, rate/100))
 	}
 	a.cpu, a.clock = device.NewCPU(n.opts.Device), n.opts.clock
+	a.queueLen = int64(n.opts.QueueLen)
 	if a.queued() {
 		a.writes = make(chan admitted, n.opts.QueueLen)
 		a.reads = make(chan admitted, n.opts.QueueLen)
@@ -155,14 +172,23 @@ func (a *admission) enqueue(s *shard, client bool, op wire.Op, it item) bool {
 		return a.qos.add(it.b, op, admitted{it, s})
 	}
 	if client && a.queued() {
-		q := a.reads
-		if op != wire.OpGet {
-			q = a.writes
+		if op == wire.OpGet {
+			select {
+			case a.reads <- admitted{it, s}:
+				return true
+			default:
+				return false
+			}
+		}
+		if a.writesQueued.Add(1) > a.queueLen {
+			a.writesQueued.Add(-1)
+			return false
 		}
 		select {
-		case q <- admitted{it, s}:
+		case a.writes <- admitted{it, s}:
 			return true
 		default:
+			a.writesQueued.Add(-1)
 			return false
 		}
 	}
@@ -220,9 +246,13 @@ func controlOp(f wire.Frame) bool {
 	return false
 }
 
-// handled counts it out of the load once a shard or a reader has answered
-// it, tells QoS if it came through its queues, and frees its buffer.
+// handled counts it (and the writes of its group) out of the load once a
+// shard or a reader has answered it, tells QoS if it came through its
+// queues, and frees its buffer.
 func (a *admission) handled(it item) {
+	for _, w := range it.group {
+		a.handled(w)
+	}
 	if it.counted {
 		a.pending.Add(-1)
 	}
@@ -247,7 +277,7 @@ func (a *admission) load() uint16 {
 
 // run admits requests at the bucket's rate, if there is one, handing each
 // on when the processor, if there is one, is done with it: a GET to the
-// read pool, anything else to its shard. The
+// read pool, anything else (a write with its group) to its shard. The
 // processor's bookings end in the order they are made (one service time,
 // FIFO), so waiting for each in turn keeps its schedule; a late wake-up
 // only hands the next ones on at once.
@@ -306,10 +336,16 @@ func (a *admission) read(g *fastGet, stop <-chan struct{}) {
 	}
 }
 
-// take waits for the next client request to admit: a bucket-queued write,
-// else a bucket-queued read, else QoS's next in dmClock order. false once
-// stop closes.
+// take waits for the next client request to admit: a bucket-queued write
+// with its group, else a bucket-queued read, else QoS's next in dmClock
+// order. false once stop closes.
 func (a *admission) take(stop <-chan struct{}) (admitted, bool) {
+	if a.whead < len(a.waiting) {
+		next := a.waiting[a.whead]
+		a.waiting[a.whead] = admitted{}
+		a.whead++
+		return a.admitWrite(next), true
+	}
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -319,7 +355,7 @@ func (a *admission) take(stop <-chan struct{}) (admitted, bool) {
 	for {
 		select {
 		case next := <-a.writes:
-			return next, true
+			return a.admitWrite(next), true
 		default:
 		}
 		next, ok, until := a.qos.pull()
@@ -337,7 +373,7 @@ func (a *admission) take(stop <-chan struct{}) (admitted, bool) {
 		}
 		select {
 		case next := <-a.writes:
-			return next, true
+			return a.admitWrite(next), true
 		case next := <-a.reads:
 			return next, true
 		case <-a.qos.wake:
@@ -346,6 +382,38 @@ func (a *admission) take(stop <-chan struct{}) (admitted, bool) {
 			return admitted{}, false
 		}
 	}
+}
+
+// admitWrite takes w out of the write queue's count and gathers its
+// group: the writes of its key that wait at this moment, in arrival order,
+// up to wire.MaxWriteGroup writes in all, leaving the others in their
+// order. Not under QoS.
+func (a *admission) admitWrite(w admitted) admitted {
+	a.writesQueued.Add(-1)
+	if a.qos.on.Load() {
+		return w
+	}
+	for drained := false; !drained; {
+		select {
+		case x := <-a.writes:
+			a.waiting = append(a.waiting, x)
+		default:
+			drained = true
+		}
+	}
+	h := wire.Frame(w.it.b).KeyHash()
+	kept := a.waiting[:0]
+	for _, x := range a.waiting[a.whead:] {
+		if len(w.it.group) < wire.MaxWriteGroup-1 && wire.Frame(x.it.b).KeyHash() == h {
+			w.it.group = append(w.it.group, x.it)
+			continue
+		}
+		kept = append(kept, x)
+	}
+	clear(a.waiting[len(kept):])
+	a.waiting, a.whead = kept, 0
+	a.writesQueued.Add(-int64(len(w.it.group)))
+	return w
 }
 
 // tokenBucket is a small rate limiter for --max-ops. Only the admission

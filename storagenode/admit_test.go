@@ -2,6 +2,7 @@ package storagenode
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -102,5 +103,67 @@ func TestCachedGetNotBehindAnotherDeviceRead(t *testing.T) {
 	still = false
 	if err := <-coldDone; err != nil {
 		t.Fatalf("cold GET once the device served it: %v", err)
+	}
+}
+
+// TestWriteGroupsAtAdmission: an admitted write takes the writes of its
+// key waiting behind it (its group), in arrival order, and the others keep
+// theirs, ahead of writes that arrive later; the writes waiting, in the
+// channel or the goroutine's FIFO, stay within the queue's length, and
+// the load counts a group's writes until its shard has handled it.
+func TestWriteGroupsAtAdmission(t *testing.T) {
+	s := &shard{ch: make(chan item, 8)}
+	a := &admission{shards: []*shard{s}, bucket: newTokenBucket(1, 1), queueLen: 4,
+		writes: make(chan admitted, 4), reads: make(chan admitted, 4)}
+	put := func(key string, id uint64) bool {
+		h := wire.HashKey([]byte(key))
+		b := wire.AppendNodeOp(nil, &wire.Header{Op: wire.OpPut, ReqID: id, KeyHash: h}, []byte(key), nil, nil)
+		return a.submit(h, true, wire.OpPut, item{b: b})
+	}
+	take := func() (uint64, []uint64) {
+		t.Helper()
+		next, ok := a.take(nil)
+		if !ok {
+			t.Fatal("take: nothing")
+		}
+		var group []uint64
+		for _, w := range next.it.group {
+			group = append(group, wire.Frame(w.b).ReqID())
+		}
+		return wire.Frame(next.it.b).ReqID(), group
+	}
+	for i, k := range []string{"a", "b", "a", "c"} {
+		if !put(k, uint64(i+1)) {
+			t.Fatalf("write %d refused with room in the queue", i+1)
+		}
+	}
+	if put("a", 5) {
+		t.Fatal("a fifth write accepted into a queue of 4")
+	}
+	first, group := take()
+	if first != 1 || !slices.Equal(group, []uint64{3}) {
+		t.Fatalf("admitted write %d with group %v, want 1 with [3]", first, group)
+	}
+	if got := a.load(); got != 4 {
+		t.Fatalf("load with a group of 2 admitted and 2 writes waiting: %d, want 4", got)
+	}
+	// Two writes wait in the FIFO: two more fit, then the queue is full.
+	if !put("d", 6) || !put("a", 7) || put("e", 8) {
+		t.Fatal("the queue's bound moved: want room for exactly 2 more writes")
+	}
+	var order []uint64
+	for range 4 {
+		id, group := take()
+		if len(group) != 0 {
+			t.Fatalf("write %d admitted with group %v, want none", id, group)
+		}
+		order = append(order, id)
+	}
+	if !slices.Equal(order, []uint64{2, 4, 6, 7}) {
+		t.Fatalf("admission order %v, want [2 4 6 7]", order)
+	}
+	a.handled(item{counted: true, group: []item{{counted: true}}})
+	if got := a.load(); got != 4 {
+		t.Fatalf("load once the group of 2 is handled: %d, want 4", got)
 	}
 }

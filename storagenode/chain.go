@@ -72,14 +72,16 @@ type pendKey struct {
 	v uint64
 }
 
-// pendingWrite is a write the head forwarded and the tail has not acked.
+// pendingWrite is a write the head forwarded and the tail has not acked,
+// and the absorbed writes of its group that the head answers at the ack.
 type pendingWrite struct {
-	key   []byte
-	h     wire.KeyHash // key's
-	v     version
-	to    wire.NodeID // the successor it was last sent to
-	sent  time.Time   // zero: never sent (loaded after a restart, or made due)
-	tries int         // retransmissions so far: the wait doubles, up to 16×
+	key     []byte
+	h       wire.KeyHash // key's
+	v       version
+	to      wire.NodeID // the successor it was last sent to
+	sent    time.Time   // zero: never sent (loaded after a restart, or made due)
+	tries   int         // retransmissions so far: the wait doubles, up to 16×
+	replies []groupReply
 }
 
 type getWaiter struct {
@@ -276,22 +278,13 @@ func (s *shard) handle(b []byte, from netip.AddrPort) {
 	}
 	switch p.Op {
 	case wire.OpGet, wire.OpPut, wire.OpDel:
-		if code := n.checkClient(&p); code != wire.CodeOK {
-			n.ctr.errs.Add(1)
-			s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, code, 0, nil))
+		if !s.checkClient(&p, from) {
 			return
 		}
-		n.ctr.countKey(p.Key)
 		if p.Op == wire.OpGet {
-			n.ctr.gets.Add(1)
 			s.get(&p, from)
 		} else {
-			if p.Op == wire.OpPut {
-				n.ctr.puts.Add(1)
-			} else {
-				n.ctr.dels.Add(1)
-			}
-			s.write(&p, from)
+			s.write([]groupWrite{{p, from}})
 		}
 		return
 	}
@@ -326,6 +319,48 @@ func (s *shard) handle(b []byte, from netip.AddrPort) {
 	case wire.OpDemote:
 		s.demote(&p, from)
 	}
+}
+
+// handleGroup handles a write group that admission formed (it and the
+// writes of its key that joined it): each write is checked as handle
+// checks a client request, and those that pass are applied together.
+func (s *shard) handleGroup(it item) {
+	ws := make([]groupWrite, 0, 1+len(it.group))
+	for _, x := range append([]item{it}, it.group...) {
+		var p wire.NodePacket
+		if err := p.Decode(x.b); err != nil {
+			s.n.ctr.errs.Add(1)
+			s.send(x.from, s.n.errPacket(x.b, wire.CodeMalformed, 0))
+			continue
+		}
+		if s.checkClient(&p, x.from) {
+			ws = append(ws, groupWrite{p, x.from})
+		}
+	}
+	if len(ws) > 0 {
+		s.write(ws)
+	}
+}
+
+// checkClient checks a client request and counts it; a rejected one is
+// answered with its code.
+func (s *shard) checkClient(p *wire.NodePacket, from netip.AddrPort) bool {
+	n := s.n
+	if code := n.checkClient(p); code != wire.CodeOK {
+		n.ctr.errs.Add(1)
+		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, code, 0, nil))
+		return false
+	}
+	n.ctr.countKey(p.Key)
+	switch p.Op {
+	case wire.OpGet:
+		n.ctr.gets.Add(1)
+	case wire.OpPut:
+		n.ctr.puts.Add(1)
+	default:
+		n.ctr.dels.Add(1)
+	}
+	return true
 }
 
 // checkClient validates a client request; every rejection has its code.
@@ -568,56 +603,125 @@ func (s *shard) extraAnswer(w *verWait, p *wire.NodePacket) {
 // dirty.
 const maxDirtyPerKey = 32
 
-// write is a PUT or DEL arriving at the head.
-func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
+// groupWrite is a client write at the head: alone, or one of a write group
+// that admission formed (admitWrite).
+type groupWrite struct {
+	p    wire.NodePacket
+	from netip.AddrPort
+}
+
+// groupReply is an absorbed write of a version in flight (its request
+// header and address): the head answers it when the tail's ack for the
+// version reaches it.
+type groupReply struct {
+	h    wire.Header
+	from netip.AddrPort
+}
+
+// replyTo makes the head's reply to an absorbed write of pw go to its
+// retry (h, from): replacing the write's entry, or adding one (after a
+// restart pw knows no addresses).
+func (pw *pendingWrite) replyTo(h wire.Header, from netip.AddrPort) {
+	for i := range pw.replies {
+		if pw.replies[i].h.ReqID == h.ReqID {
+			pw.replies[i] = groupReply{h, from}
+			return
+		}
+	}
+	pw.replies = append(pw.replies, groupReply{h, from})
+}
+
+// headGroup is a write group being taken at the head: the key's record
+// (loaded for the first write that needs it), the latest version including
+// those the group's accepted writes took, the accepted writes with their
+// versions, and the stamped duplicates whose no-ops wait for the group's
+// version (noop skips the stamps it covers).
+type headGroup struct {
+	part     uint32
+	ch       []wire.NodeID
+	t        *tree
+	rec      record
+	loaded   bool
+	latest   uint64
+	accepted []acceptedWrite
+	dupNoops []*wire.NodePacket
+}
+
+type acceptedWrite struct {
+	w   *groupWrite
+	ver uint64
+}
+
+// write applies a write group at the head of its key's chain (a lone write
+// is a group of one). Its writes are taken in arrival order by the head's
+// rules (take), each refused one answered at once; the accepted ones make
+// one version, the last one's (apply). The earlier ones are linearized just
+// before it: all were invoked before it is applied, none is acknowledged
+// before it commits.
+func (s *shard) write(ws []groupWrite) {
 	n := s.n
-	part, ch, pos := n.where(p.KeyHash)
+	part, ch, pos := n.where(ws[0].p.KeyHash)
 	if pos != 0 {
-		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeWrongNode, 0, nil))
+		for i := range ws {
+			s.send(ws[i].from, n.appendReply(s.pkt(), &ws[i].p.Header, wire.OpErr, wire.CodeWrongNode, 0, nil))
+		}
+		return
+	}
+	g := headGroup{part: part, ch: ch, t: n.treeOf(part)}
+	for i := range ws {
+		s.take(&g, &ws[i])
+	}
+	s.apply(&g)
+	for _, p := range g.dupNoops {
+		s.noop(p.Key, p.KeyHash, p.Stamp, p.Tenant, part, ch)
+	}
+}
+
+// take decides one write of g by the head's rules: a known request id is
+// answered as before (duplicate); a write refused (unavailable, dirty cap,
+// stale incarnation or version, unstamped write of a promoted key) is
+// answered at once; an accepted one takes its version, its stamp or the
+// latest + 1, which is the latest for the writes after it.
+func (s *shard) take(g *headGroup, w *groupWrite) {
+	n := s.n
+	p, from := &w.p, w.from
+	if i := slices.IndexFunc(g.accepted, func(a acceptedWrite) bool { return a.w.p.ReqID == p.ReqID }); i >= 0 {
+		// A retry of a write accepted in this group: its reply goes to
+		// the retry, at the version the write took.
+		n.ctr.dupWrites.Add(1)
+		g.accepted[i].w = w
+		if p.Flags&wire.FlagStamped != 0 {
+			g.dupNoops = append(g.dupNoops, p)
+		}
 		return
 	}
 	if e, ok := n.chain.dedup.get(p.ReqID, p.KeyHash); ok {
-		n.ctr.dupWrites.Add(1)
-		switch pw := s.pending[pendKey{p.KeyHash, e.Ver}]; {
-		case wire.Code(e.Code) != wire.CodeOK:
-			s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.Code(e.Code), e.Ver, nil))
-		case pw != nil:
-			// Still in flight: send it down again, replying to the retry.
-			pw.v.Addr, pw.v.TS = from, p.Timestamp
-			pw.v.Reservation = p.Flags&wire.FlagReservation != 0
-			s.forward(pw, ch)
-		case s.dirtyAt(part, p.Key, e.Ver):
-			// A version this node took below the head and has not
-			// adopted yet (a layout change made it the head): not
-			// committed, so not acknowledged; the client retries.
-			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
-		default:
-			s.send(from, n.appendReply(s.pkt(), &p.Header, wire.Op(e.Op).Reply(), wire.CodeOK, e.Ver, nil))
-		}
+		s.duplicate(p, from, e, g.part, g.ch)
 		if p.Flags&wire.FlagStamped != 0 {
-			s.noop(p.Key, p.KeyHash, p.Stamp, p.Tenant, part, ch)
+			g.dupNoops = append(g.dupNoops, p)
 		}
 		return
 	}
-	if !n.serves(part) || len(s.pending) >= max(1, n.opts.MaxPending/len(n.admit.shards)) {
+	if !n.serves(g.part) || len(s.pending) >= max(1, n.opts.MaxPending/len(n.admit.shards)) {
 		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
 		return
 	}
-	t := n.treeOf(part)
-	rec, err := s.getRecord(t, part, p.Key)
-	if err != nil {
-		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
-		return
+	if !g.loaded {
+		rec, err := s.getRecord(g.t, g.part, p.Key)
+		if err != nil {
+			s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
+			return
+		}
+		g.rec, g.loaded, g.latest = rec, true, rec.Latest().Ver
 	}
-	if len(rec.Dirty) >= maxDirtyPerKey {
+	if len(g.rec.Dirty) >= maxDirtyPerKey {
 		// Refused like a write beyond the pending limit: nothing applied,
 		// the client retries (a stamped retry gets a new stamp).
 		n.ctr.dirtyKeyFull.Add(1)
 		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
 		return
 	}
-	latest := rec.Latest().Ver
-	extras, promoted := n.copies.promoted(p.KeyHash)
+	latest := g.latest
 	var v uint64
 	if p.Flags&wire.FlagStamped != 0 {
 		// Stamped by a data plane that has since lost its state: the
@@ -631,44 +735,110 @@ func (s *shard) write(p *wire.NodePacket, from netip.AddrPort) {
 			s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeStaleVersion, latest, nil))
 			return
 		}
-		if stamp := wire.StampVersion(p.Stamp); stamp <= latest {
+		stamp := wire.StampVersion(p.Stamp)
+		if stamp <= latest {
 			n.addDedup(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeStaleVersion), Op: uint8(p.Op)})
 			s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeStaleVersion, latest, nil))
 			return
-		} else {
-			v = stamp
 		}
+		v = stamp
 	} else {
-		if promoted && !n.copies.unstampedOK(p.KeyHash) {
+		if _, promoted := n.copies.promoted(p.KeyHash); promoted && !n.copies.unstampedOK(p.KeyHash) {
 			n.addDedup(p.ReqID, dedupEntry{KeyHash: p.KeyHash, Ver: latest, Code: uint8(wire.CodeRetry), Op: uint8(p.Op)})
 			s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeRetry, latest, nil))
 			return
 		}
 		v = latest + 1
 	}
-	nv := version{Ver: v, Del: p.Op == wire.OpDel, ReqID: p.ReqID, TS: p.Timestamp, Tenant: p.Tenant, Op: uint8(p.Op), Addr: from,
+	g.accepted = append(g.accepted, acceptedWrite{w, v})
+	g.latest = v
+}
+
+// apply makes g's accepted writes one version: the last one's number and
+// value, stored with every accepted write's dedup entry in one synced
+// write, and sent down the chain once, naming the absorbed writes (the
+// members below remember them). The tail answers the last write; the head
+// answers the others when the tail's ack reaches it (chainAck); a chain
+// of one answers all at once.
+func (s *shard) apply(g *headGroup) {
+	if len(g.accepted) == 0 {
+		return
+	}
+	n := s.n
+	last := g.accepted[len(g.accepted)-1]
+	p := &last.w.p
+	nv := version{Ver: last.ver, Del: p.Op == wire.OpDel, ReqID: p.ReqID, TS: p.Timestamp, Tenant: p.Tenant, Op: uint8(p.Op), Addr: last.w.from,
 		Reservation: p.Flags&wire.FlagReservation != 0}
 	if !nv.Del {
 		nv.Val = slices.Clone(p.Value)
 	}
-	alone := len(ch) == 1
-	rec.place(nv, alone)
-	entry := dedupEntry{Seq: n.chain.dedup.reserve(), KeyHash: p.KeyHash, Ver: v, Code: uint8(wire.CodeOK), Op: uint8(p.Op)}
-	b := t.db.NewBatch()
-	b.Set(dedupKey(p.ReqID), entry.encode(), nil)
-	if err := s.commitRecord(t, part, p.Key, &rec, b); err != nil {
-		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
-		return
+	absorbed := g.accepted[:len(g.accepted)-1]
+	for _, a := range absorbed {
+		nv.Absorbed = append(nv.Absorbed, wire.AbsorbedWrite{ReqID: a.w.p.ReqID, Op: a.w.p.Op})
 	}
-	s.addDedup(t, p.ReqID, entry)
-	if alone {
-		s.send(from, n.appendReply(s.pkt(), &p.Header, p.Op.Reply(), wire.CodeOK, v, nil))
-		if promoted {
-			s.announce(p.KeyHash, p.Key, &rec.Clean, extras)
+	alone := len(g.ch) == 1
+	g.rec.place(nv, alone)
+	entries := make([]dedupEntry, len(g.accepted))
+	b := g.t.db.NewBatch()
+	for i, a := range g.accepted {
+		entries[i] = dedupEntry{Seq: n.chain.dedup.reserve(), KeyHash: p.KeyHash, Ver: nv.Ver, Code: uint8(wire.CodeOK), Op: uint8(a.w.p.Op)}
+		b.Set(dedupKey(a.w.p.ReqID), entries[i].encode(), nil)
+	}
+	if err := s.commitRecord(g.t, g.part, p.Key, &g.rec, b); err != nil {
+		for _, a := range g.accepted {
+			s.send(a.w.from, n.appendReply(s.pkt(), &a.w.p.Header, wire.OpErr, wire.CodeInternal, 0, nil))
 		}
 		return
 	}
-	s.launch(p.Key, p.KeyHash, nv, ch)
+	for i, a := range g.accepted {
+		s.addDedup(g.t, a.w.p.ReqID, entries[i])
+	}
+	if len(absorbed) > 0 {
+		n.ctr.writeGroups.Add(1)
+		n.ctr.groupedWrites.Add(uint64(len(absorbed)))
+	}
+	if alone {
+		for _, a := range g.accepted {
+			s.send(a.w.from, n.appendReply(s.pkt(), &a.w.p.Header, a.w.p.Op.Reply(), wire.CodeOK, nv.Ver, nil))
+		}
+		if extras, promoted := n.copies.promoted(p.KeyHash); promoted {
+			s.announce(p.KeyHash, p.Key, &g.rec.Clean, extras)
+		}
+		return
+	}
+	pw := s.launch(p.Key, p.KeyHash, nv, g.ch)
+	for _, a := range absorbed {
+		pw.replies = append(pw.replies, groupReply{a.w.p.Header, a.w.from})
+	}
+}
+
+// duplicate answers a write whose request id the head's dedup table knows
+// (e): with its refusal again; if its version is in flight, by sending the
+// version down again with the tail's reply going to the retry, or for an
+// absorbed write by making the head's reply at the ack go to the retry
+// (the tail's reply stays the last writer's); else with its version once
+// committed.
+func (s *shard) duplicate(p *wire.NodePacket, from netip.AddrPort, e dedupEntry, part uint32, ch []wire.NodeID) {
+	n := s.n
+	n.ctr.dupWrites.Add(1)
+	switch pw := s.pending[pendKey{p.KeyHash, e.Ver}]; {
+	case wire.Code(e.Code) != wire.CodeOK:
+		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.OpErr, wire.Code(e.Code), e.Ver, nil))
+	case pw != nil && pw.v.ReqID != p.ReqID:
+		pw.replyTo(p.Header, from)
+	case pw != nil:
+		// Still in flight: send it down again, replying to the retry.
+		pw.v.Addr, pw.v.TS = from, p.Timestamp
+		pw.v.Reservation = p.Flags&wire.FlagReservation != 0
+		s.forward(pw, ch)
+	case s.dirtyAt(part, p.Key, e.Ver):
+		// A version this node took below the head and has not
+		// adopted yet (a layout change made it the head): not
+		// committed, so not acknowledged; the client retries.
+		s.send(from, n.replyPacket(&p.Header, wire.OpErr, wire.CodeUnavailable, 0, nil))
+	default:
+		s.send(from, n.appendReply(s.pkt(), &p.Header, wire.Op(e.Op).Reply(), wire.CodeOK, e.Ver, nil))
+	}
 }
 
 // noop makes the stamp of a stamped duplicate a version of its own. The data
@@ -751,10 +921,11 @@ func (s *shard) settleNoop(h wire.KeyHash, sl *noopSlot) {
 }
 
 // launch makes a version the head stored dirty pending and forwards it.
-func (s *shard) launch(key []byte, h wire.KeyHash, v version, ch []wire.NodeID) {
+func (s *shard) launch(key []byte, h wire.KeyHash, v version, ch []wire.NodeID) *pendingWrite {
 	pw := &pendingWrite{key: slices.Clone(key), h: h, v: v}
 	s.pending[pendKey{h, v.Ver}] = pw
 	s.forward(pw, ch)
+	return pw
 }
 
 // forward sends a pending write from the head to its successor.
@@ -772,7 +943,7 @@ func (n *Node) chainPacket(dst []byte, h wire.KeyHash, key []byte, v *version, p
 		op = wire.OpPut
 	}
 	var eb [128]byte
-	ext := (&wire.ChainExt{Op: op, Promoted: promoted, Reservation: v.Reservation, Addr: v.Addr, Extras: extras}).Append(eb[:0])
+	ext := (&wire.ChainExt{Op: op, Promoted: promoted, Reservation: v.Reservation, Addr: v.Addr, Extras: extras, Absorbed: v.Absorbed}).Append(eb[:0])
 	return wire.AppendNodeOp(dst, &hd, key, v.Val, ext)
 }
 
@@ -789,7 +960,7 @@ func (s *shard) chainWrite(p *wire.NodePacket) {
 		return
 	}
 	nv := version{Ver: p.Stamp, Del: ext.Op == wire.OpDel, ReqID: p.ReqID, TS: p.Timestamp, Tenant: p.Tenant, Op: uint8(ext.Op), Addr: ext.Addr,
-		Reservation: ext.Reservation}
+		Reservation: ext.Reservation, Absorbed: ext.Absorbed}
 	if !nv.Del {
 		nv.Val = slices.Clone(p.Value)
 	}
@@ -868,8 +1039,13 @@ func (s *shard) chainAck(p *wire.NodePacket) {
 		return
 	}
 	k := pendKey{p.KeyHash, p.Stamp}
-	if pw := s.pending[k]; pw != nil && pw.tries == 0 && !pw.sent.IsZero() {
-		s.linkRTO(pw.to).sample(n.opts.clock.Now().Sub(pw.sent)) // Karn: sent once
+	if pw := s.pending[k]; pw != nil {
+		if pw.tries == 0 && !pw.sent.IsZero() {
+			s.linkRTO(pw.to).sample(n.opts.clock.Now().Sub(pw.sent)) // Karn: sent once
+		}
+		for _, r := range pw.replies { // the group's absorbed writes
+			s.send(r.from, n.appendReply(s.pkt(), &r.h, r.h.Op.Reply(), wire.CodeOK, p.Stamp, nil))
+		}
 	}
 	delete(s.pending, k)
 	if sl := s.noops[p.KeyHash]; sl != nil && p.Stamp >= sl.inFlight {
@@ -939,46 +1115,69 @@ func (s *shard) housekeep() {
 // only the request ids of the versions in its records (adopt), so the
 // retry of a write acknowledged as v4 and overwritten since was applied
 // again as v9 (TestChaos seed 12, history 4: head killed).
+//
+// A write group's version remembers its absorbed writes' request ids too.
 func (s *shard) remember(t *tree, h wire.KeyHash, v *version) {
-	e, ok := s.dedupOf(h, v)
-	if !ok {
+	es := s.dedupOf(h, v)
+	if len(es) == 0 {
 		return
 	}
-	if err := t.db.Set(dedupKey(v.ReqID), e.encode(), pebble.NoSync); err == nil {
-		s.addDedup(t, v.ReqID, e)
+	b := t.db.NewBatch()
+	defer b.Close()
+	for _, e := range es {
+		b.Set(dedupKey(e.id), e.e.encode(), nil)
+	}
+	if err := b.Commit(pebble.NoSync); err == nil {
+		for _, e := range es {
+			s.addDedup(t, e.id, e.e)
+		}
 	}
 }
 
 // storeTaken stores rec, in which a member below the head took version v,
-// with v's dedup entry (remember) in the same synced write, and adds the
-// entry to the table once the write is applied.
+// with v's dedup entries (remember) in the same synced write, and adds the
+// entries to the table once the write is applied.
 func (s *shard) storeTaken(t *tree, part uint32, key []byte, h wire.KeyHash, rec *record, v *version) error {
-	e, ok := s.dedupOf(h, v)
+	es := s.dedupOf(h, v)
 	b := t.db.NewBatch()
-	if ok {
-		b.Set(dedupKey(v.ReqID), e.encode(), nil)
+	for _, e := range es {
+		b.Set(dedupKey(e.id), e.e.encode(), nil)
 	}
 	if err := s.commitRecord(t, part, key, rec, b); err != nil {
 		return err
 	}
-	if ok {
-		s.addDedup(t, v.ReqID, e)
+	for _, e := range es {
+		s.addDedup(t, e.id, e.e)
 	}
 	return nil
 }
 
-// dedupOf is the dedup entry that remembers v, under a reserved sequence
-// number, and false if the table needs none: v is a no-op version (no
-// requester), or its request is known at v or later.
-func (s *shard) dedupOf(h wire.KeyHash, v *version) (dedupEntry, bool) {
+// idEntry is a dedup entry and its request id.
+type idEntry struct {
+	id uint64
+	e  dedupEntry
+}
+
+// dedupOf is the dedup entries that remember v, for its request and its
+// absorbed writes', each under a reserved sequence number; none for a
+// request known at v or later, or for a no-op version (no requester).
+func (s *shard) dedupOf(h wire.KeyHash, v *version) []idEntry {
 	if v.ReqID == 0 {
-		return dedupEntry{}, false
+		return nil
 	}
 	d := &s.n.chain.dedup
-	if e, ok := d.get(v.ReqID, h); ok && e.Ver >= v.Ver {
-		return dedupEntry{}, false
+	var es []idEntry
+	add := func(id uint64, op uint8) {
+		if e, ok := d.get(id, h); ok && e.Ver >= v.Ver {
+			return
+		}
+		es = append(es, idEntry{id, dedupEntry{Seq: d.reserve(), KeyHash: h, Ver: v.Ver, Code: uint8(wire.CodeOK), Op: op}})
 	}
-	return dedupEntry{Seq: d.reserve(), KeyHash: h, Ver: v.Ver, Code: uint8(wire.CodeOK), Op: v.Op}, true
+	add(v.ReqID, v.Op)
+	for _, w := range v.Absorbed {
+		add(w.ReqID, uint8(w.Op))
+	}
+	return es
 }
 
 // addDedup adds an entry persisted in t to the dedup table and deletes

@@ -51,6 +51,24 @@ func newHeadAnswersRetry(t *testing.T, restart bool) {
 			t.Fatal(err)
 		}
 	}
+	killHead(t, c, ch)
+	if got := c.Node(int(ch[1]) - 1).Layout().ChainOf(h); got[0] != ch[1] {
+		t.Fatalf("spliced chain %v: want %d at the head", got, ch[1])
+	}
+	r := untilAvailable(func() wire.Packet { return put(ch[1], 101, "a") })
+	if r.Op != wire.OpPutReply || r.Stamp != 1 {
+		t.Fatalf("retry at the new head: %s %s v%d, want the first answer, v1", r.Op, r.Code, r.Stamp)
+	}
+	g := p.call(addrOf(c, ch[2]), raw(wire.Header{Op: wire.OpGet, ReqID: 103, KeyHash: h}, key, nil))
+	if g.Op != wire.OpGetReply || g.Stamp != 2 || string(g.Value) != "b" {
+		t.Fatalf("read at the tail: %s v%d %q, want v2 \"b\"", g.Op, g.Stamp, g.Value)
+	}
+}
+
+// killHead crashes the head of chain ch (of 3) and splices it out of the
+// other two nodes' layout: the middle heads the chain.
+func killHead(t *testing.T, c *cluster.Cluster, ch []wire.NodeID) {
+	t.Helper()
 	if err := c.Crash(int(ch[0]) - 1); err != nil {
 		t.Fatal(err)
 	}
@@ -60,19 +78,15 @@ func newHeadAnswersRetry(t *testing.T, restart bool) {
 	}
 	c.Node(int(ch[1]) - 1).SetLayout(spliced)
 	c.Node(int(ch[2]) - 1).SetLayout(spliced)
-	if got := spliced.ChainOf(h); got[0] != ch[1] {
-		t.Fatalf("spliced chain %v: want %d at the head", got, ch[1])
-	}
-	r := put(ch[1], 101, "a")
+}
+
+// untilAvailable calls call until its answer is not ERR unavailable (a
+// new head adopting its chain), for at most 5 s, and returns the answer.
+func untilAvailable(call func() wire.Packet) wire.Packet {
+	r := call()
 	for deadline := time.Now().Add(5 * time.Second); r.Op == wire.OpErr && r.Code == wire.CodeUnavailable && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
-		r = put(ch[1], 101, "a")
+		r = call()
 	}
-	if r.Op != wire.OpPutReply || r.Stamp != 1 {
-		t.Fatalf("retry at the new head: %s %s v%d, want the first answer, v1", r.Op, r.Code, r.Stamp)
-	}
-	g := p.call(addrOf(c, ch[2]), raw(wire.Header{Op: wire.OpGet, ReqID: 103, KeyHash: h}, key, nil))
-	if g.Op != wire.OpGetReply || g.Stamp != 2 || string(g.Value) != "b" {
-		t.Fatalf("read at the tail: %s v%d %q, want v2 \"b\"", g.Op, g.Stamp, g.Value)
-	}
+	return r
 }

@@ -805,7 +805,7 @@ func TestStatsAndMetrics(t *testing.T) {
 	for _, mf := range mfs {
 		names = append(names, mf.GetName())
 	}
-	for _, want := range []string{"netdir_node_tree_reads_total", "netdir_node_tree_read_latency_seconds", "netdir_node_tree_l0_files", "netdir_node_tree_compaction_bytes_total", "netdir_node_op_drops_total"} {
+	for _, want := range []string{"netdir_node_tree_reads_total", "netdir_node_tree_read_latency_seconds", "netdir_node_tree_l0_files", "netdir_node_tree_compaction_bytes_total", "netdir_node_op_drops_total", "netdir_node_write_groups_total", "netdir_node_grouped_writes_total"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("metric %s missing from %s", want, strings.Join(names, ","))
 		}

@@ -216,6 +216,11 @@ func (s *shard) adopt(key []byte, h wire.KeyHash) {
 				n.addDedup(v.ReqID, dedupEntry{KeyHash: h, Ver: v.Ver, Code: uint8(wire.CodeOK), Op: v.Op})
 			}
 		}
+		for _, w := range v.Absorbed {
+			if _, ok := n.chain.dedup.get(w.ReqID, h); !ok {
+				n.addDedup(w.ReqID, dedupEntry{KeyHash: h, Ver: v.Ver, Code: uint8(wire.CodeOK), Op: uint8(w.Op)})
+			}
+		}
 	}
 	if len(ch) > 1 {
 		for _, v := range rec.Dirty {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
+
+	"github.com/netdir/netdir/wire"
 )
 
 // Pebble key space of one tree. Every key starts with a one-byte kind:
@@ -51,7 +53,9 @@ func promoKey(key []byte) []byte { return append([]byte{kindPromo}, key...) }
 // version is one version of a key: a value or a tombstone. Dirty versions
 // also carry where the tail must send the reply, and how (Reservation: the
 // head's dmClock admitted the write in its reservation phase), so that a
-// write retransmitted after a restart still reaches its requester.
+// write retransmitted after a restart still reaches its requester, and the
+// writes of its group that it absorbed (their request ids), which every
+// member remembers at the version.
 type version struct {
 	Ver         uint64
 	Del         bool
@@ -62,6 +66,7 @@ type version struct {
 	Op          uint8 // wire.OpPut or wire.OpDel
 	Addr        netip.AddrPort
 	Reservation bool
+	Absorbed    []wire.AbsorbedWrite
 }
 
 // record is what a tree stores for a key: the committed (clean) version and
@@ -127,7 +132,7 @@ func (r *record) commit(v uint64) bool {
 		return false
 	}
 	r.Clean = *d
-	r.Clean.Addr = netip.AddrPort{}
+	r.Clean.Addr, r.Clean.Absorbed = netip.AddrPort{}, nil
 	r.Dirty = slices.DeleteFunc(r.Dirty, func(x version) bool { return x.Ver <= v })
 	return true
 }
@@ -138,7 +143,7 @@ func (r *record) setClean(v version) bool {
 	if v.Ver <= r.Clean.Ver {
 		return false
 	}
-	v.Addr = netip.AddrPort{}
+	v.Addr, v.Absorbed = netip.AddrPort{}, nil
 	r.Clean = v
 	r.Dirty = slices.DeleteFunc(r.Dirty, func(x version) bool { return x.Ver <= v.Ver })
 	return true
@@ -150,6 +155,7 @@ const (
 	vflagDel         = 1 << 0
 	vflagAddr        = 1 << 1
 	vflagReservation = 1 << 2
+	vflagAbsorbed    = 1 << 3
 )
 
 func appendVersion(b []byte, v *version, full bool) []byte {
@@ -165,6 +171,9 @@ func appendVersion(b []byte, v *version, full bool) []byte {
 	if full && v.Reservation {
 		f |= vflagReservation
 	}
+	if full && len(v.Absorbed) > 0 {
+		f |= vflagAbsorbed
+	}
 	b = binary.BigEndian.AppendUint64(b, v.Ver)
 	b = append(b, f)
 	if full {
@@ -175,6 +184,13 @@ func appendVersion(b []byte, v *version, full bool) []byte {
 		if f&vflagAddr != 0 {
 			b = append(b, byte(len(addr)))
 			b = append(b, addr...)
+		}
+		if f&vflagAbsorbed != 0 {
+			b = append(b, byte(len(v.Absorbed)))
+			for _, w := range v.Absorbed {
+				b = binary.BigEndian.AppendUint64(b, w.ReqID)
+				b = append(b, byte(w.Op))
+			}
 		}
 	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(v.Val)))
@@ -237,6 +253,12 @@ func readVersion(r *reader, full bool) version {
 				if err := v.Addr.UnmarshalBinary(b); err != nil {
 					r.err = true
 				}
+			}
+		}
+		if f&vflagAbsorbed != 0 {
+			n := int(r.u8())
+			for range n {
+				v.Absorbed = append(v.Absorbed, wire.AbsorbedWrite{ReqID: r.u64(), Op: wire.Op(r.u8())})
 			}
 		}
 	}

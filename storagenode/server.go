@@ -33,6 +33,9 @@ type item struct {
 	// counted: submitted through admission, and so in the node's load
 	// until handled.
 	counted bool
+	// group holds the writes of the item's key that joined it at
+	// admission (admitWrite), in arrival order: applied as one version.
+	group []item
 }
 
 // shard is one worker and its queues; every packet about a key is handled
@@ -123,7 +126,11 @@ func (s *shard) do(it item) {
 		it.fn()
 		return
 	}
-	s.handle(it.b, it.from)
+	if len(it.group) > 0 {
+		s.handleGroup(it)
+	} else {
+		s.handle(it.b, it.from)
+	}
 	s.n.admit.handled(it)
 }
 

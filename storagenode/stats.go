@@ -64,6 +64,11 @@ type Stats struct {
 	Noops            uint64 `json:"noops"`          // no-op versions made for stamped duplicates
 	NoopsOwed        uint64 `json:"noops_owed"`     // stamped duplicates deferred to the key's next no-op (one in flight)
 	DirtyKeyFull     uint64 `json:"dirty_key_full"` // writes refused: their key had maxDirtyPerKey versions uncommitted
+	// WriteGroups counts the versions this head made of more than one
+	// write (a write group), and GroupedWrites the writes they absorbed
+	// (all but each group's last): the chain writes saved.
+	WriteGroups   uint64 `json:"write_groups"`
+	GroupedWrites uint64 `json:"grouped_writes"`
 	// StaleIncarnation counts stamped writes refused for a stamp of an
 	// older incarnation than the key's promotion (spec/README.md, flaw G).
 	StaleIncarnation uint64 `json:"stale_incarnation"`
@@ -140,6 +145,7 @@ type counters struct {
 	noops                               atomic.Uint64 // no-op versions made for stamped duplicates
 	noopsOwed                           atomic.Uint64 // stamped duplicates deferred to the key's next no-op
 	dirtyKeyFull                        atomic.Uint64 // writes refused at maxDirtyPerKey
+	writeGroups, groupedWrites          atomic.Uint64 // versions of more than one write; the writes they absorbed
 	staleIncarnation                    atomic.Uint64 // stamped writes of an older incarnation, refused
 	unknownSender                       atomic.Uint64 // node ops from no node of the layout at that address
 	nodeOpDrops                         atomic.Uint64 // node ops (not controlOp) dropped at a full shard queue
@@ -187,6 +193,8 @@ func (n *Node) Stats() Stats {
 		Noops:            n.ctr.noops.Load(),
 		NoopsOwed:        n.ctr.noopsOwed.Load(),
 		DirtyKeyFull:     n.ctr.dirtyKeyFull.Load(),
+		WriteGroups:      n.ctr.writeGroups.Load(),
+		GroupedWrites:    n.ctr.groupedWrites.Load(),
 		StaleIncarnation: n.ctr.staleIncarnation.Load(),
 		Retransmits:      n.ctr.retransmits.Load(), VerQueries: n.ctr.verQueries.Load(),
 		UnavailableGets: n.ctr.unavailableGets.Load(),
@@ -307,6 +315,8 @@ var (
 	descPending     = prometheus.NewDesc("netdir_node_pending_writes", "Uncommitted writes at this head.", []string{"node"}, nil)
 	descQueueFull   = prometheus.NewDesc("netdir_node_queue_full_total", "Packets refused at a full queue, by kind: client (answered queue-full), node-op (dropped; the sender retransmits), control (a chain ack or a controller's promote or demote dropped at a full control lane).", []string{"node", "kind"}, nil)
 	descRetransmits = prometheus.NewDesc("netdir_node_retransmits_total", "Chain writes retransmitted by this head.", []string{"node"}, nil)
+	descWriteGroups = prometheus.NewDesc("netdir_node_write_groups_total", "Versions this head made of more than one write of a key (write groups).", []string{"node"}, nil)
+	descGrouped     = prometheus.NewDesc("netdir_node_grouped_writes_total", "Writes absorbed into a write group's version at this head (all but each group's last).", []string{"node"}, nil)
 	descChainRTO    = prometheus.NewDesc("netdir_node_chain_rto_seconds", "Resend timeout of this head's chain writes down the link to next (from the measured ack times, RFC 6298), the largest over its shards.", []string{"node", "next"}, nil)
 	descSyncBytes   = prometheus.NewDesc("netdir_node_sync_bytes_total", "Bytes taken from chain neighbours by catch-ups (restart, rejoin, spare fill), paced.", []string{"node"}, nil)
 	descSyncKeys    = prometheus.NewDesc("netdir_node_sync_keys_total", "Keys updated by catch-ups.", []string{"node"}, nil)
@@ -333,7 +343,7 @@ var (
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descQueueFull, descRetransmits, descChainRTO, descSyncBytes, descSyncKeys, descBehind, descExtraGets, descVerAnswers, descOpDrops,
+	for _, d := range []*prometheus.Desc{descReads, descReadLat, descL0, descCompBytes, descCompRate, descCompDebt, descThrottled, descLoad, descOps, descPending, descQueueFull, descRetransmits, descWriteGroups, descGrouped, descChainRTO, descSyncBytes, descSyncKeys, descBehind, descExtraGets, descVerAnswers, descOpDrops,
 		descDevSlots, descDevIOs, descDevBytes, descDevBusy, descDevWait, descDevHits, descTreeBusy, descCPUBusy, descCPUWait,
 		descQoSQueued, descQoSInflight, descQoSServed, descQoSThrottled, descQoSDelay} {
 		ch <- d
@@ -375,6 +385,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descQueueFull, prometheus.CounterValue, float64(s.QueueFullNodeOps), id, "node-op")
 	ch <- prometheus.MustNewConstMetric(descQueueFull, prometheus.CounterValue, float64(s.QueueFullControl), id, "control")
 	ch <- prometheus.MustNewConstMetric(descRetransmits, prometheus.CounterValue, float64(s.Retransmits), id)
+	ch <- prometheus.MustNewConstMetric(descWriteGroups, prometheus.CounterValue, float64(s.WriteGroups), id)
+	ch <- prometheus.MustNewConstMetric(descGrouped, prometheus.CounterValue, float64(s.GroupedWrites), id)
 	for _, l := range s.ChainRTO {
 		ch <- prometheus.MustNewConstMetric(descChainRTO, prometheus.GaugeValue, l.RTO.Seconds(), id, fmt.Sprint(l.Next))
 	}

@@ -17,8 +17,10 @@ import (
 //	op           key        value             ext                              header use
 //	chain-write  key        value             ChainExt: op(1) flags(1)         ReqID, Timestamp, Tenant of the
 //	                                          alen(1) addr n(1) extras(2·n)    original request; Stamp = version
+//	                                          [m(1) m×(reqid(8) op(1))]
 //	                                          flags: 0 promoted,
 //	                                          1 reservation
+//	                                          m: absorbed writes, 1..31
 //	chain-ack    key        -                 -                                Stamp = committed version
 //	ver-query    key        -                 -                                ReqID = query id; Stamp = latest held
 //	ver-answer   key        committed value   -                                ReqID = query id; Stamp = committed
@@ -117,13 +119,29 @@ func ParseNodeIDs(b []byte) ([]NodeID, error) {
 
 // ChainExt is the chain-write extension: the client op, whether the key is
 // promoted, whether the head admitted the write in dmClock's reservation
-// phase, the client's address (the tail replies to it) and the extras.
+// phase, the client's address (the tail replies to it), the extras, and
+// the writes the version absorbed (a write group, whose last write is the
+// header's request): members below the head remember their request ids at
+// the version, so that a new head answers their retries.
 type ChainExt struct {
 	Op          Op // OpPut or OpDel
 	Promoted    bool
 	Reservation bool
 	Addr        netip.AddrPort
 	Extras      []NodeID
+	Absorbed    []AbsorbedWrite // at most MaxWriteGroup-1; absent when empty
+}
+
+// MaxWriteGroup bounds the writes of one key that a chain head applies as
+// one version (a write group): the last one's and up to MaxWriteGroup-1
+// absorbed ones.
+const MaxWriteGroup = 32
+
+// AbsorbedWrite is a write of a group other than its last: its request id
+// and op (OpPut or OpDel), which the reply to its retry names.
+type AbsorbedWrite struct {
+	ReqID uint64
+	Op    Op
 }
 
 // Chain-write flags: bit 0 — the key is promoted; the tail announces the
@@ -153,7 +171,16 @@ func (c *ChainExt) Append(b []byte) []byte {
 		b = append(b, 0)
 	}
 	b = append(b, byte(len(c.Extras)))
-	return AppendNodeIDs(b, c.Extras)
+	b = AppendNodeIDs(b, c.Extras)
+	if len(c.Absorbed) == 0 {
+		return b
+	}
+	b = append(b, byte(len(c.Absorbed)))
+	for _, w := range c.Absorbed {
+		b = binary.BigEndian.AppendUint64(b, w.ReqID)
+		b = append(b, byte(w.Op))
+	}
+	return b
 }
 
 // Decode parses the extension, which must fill b.
@@ -170,16 +197,36 @@ func (c *ChainExt) Decode(b []byte) error {
 	if len(b) < alen+1 {
 		return ErrChainExt
 	}
-	if alen > 0 && c.Addr.UnmarshalBinary(b[:alen]) != nil {
+	if alen > 0 && (c.Addr.UnmarshalBinary(b[:alen]) != nil || !c.Addr.IsValid()) {
 		return ErrChainExt
 	}
 	n := int(b[alen])
 	b = b[alen+1:]
-	if len(b) != 2*n || (c.Op != OpPut && c.Op != OpDel) {
+	if len(b) < 2*n || (c.Op != OpPut && c.Op != OpDel) {
 		return ErrChainExt
 	}
 	if n > 0 {
-		c.Extras, _ = ParseNodeIDs(b)
+		c.Extras, _ = ParseNodeIDs(b[:2*n])
+	}
+	b = b[2*n:]
+	if len(b) == 0 {
+		return nil
+	}
+	// The absorbed writes: present only when there are some.
+	m := int(b[0])
+	b = b[1:]
+	if m == 0 || m > MaxWriteGroup-1 || len(b) != 9*m {
+		*c = ChainExt{}
+		return ErrChainExt
+	}
+	c.Absorbed = make([]AbsorbedWrite, m)
+	for i := range c.Absorbed {
+		w := AbsorbedWrite{ReqID: binary.BigEndian.Uint64(b[9*i:]), Op: Op(b[9*i+8])}
+		if w.Op != OpPut && w.Op != OpDel {
+			*c = ChainExt{}
+			return ErrChainExt
+		}
+		c.Absorbed[i] = w
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -84,14 +85,20 @@ func TestChainExt(t *testing.T) {
 		{Op: OpPut, Addr: netip.MustParseAddrPort("[::1]:7")},
 		{Op: OpPut, Reservation: true, Addr: netip.MustParseAddrPort("10.0.0.1:5")},
 		{Op: OpPut},
+		{Op: OpPut, Extras: []NodeID{3}, Absorbed: []AbsorbedWrite{{ReqID: 7, Op: OpDel}, {ReqID: 1 << 60, Op: OpPut}}},
+		{Op: OpDel, Addr: netip.MustParseAddrPort("10.0.0.1:5"), Absorbed: slices.Repeat([]AbsorbedWrite{{ReqID: 9, Op: OpPut}}, MaxWriteGroup-1)},
 	} {
 		b := c.Append(nil)
 		var got ChainExt
 		if err := got.Decode(b); err != nil || !reflect.DeepEqual(got, c) {
 			t.Fatalf("round trip: %v\n got %+v\nwant %+v", err, got, c)
 		}
+		// The absorbed writes are an optional trailing field: the prefix
+		// without them is the same write with none.
+		bare := c
+		bare.Absorbed = nil
 		for i := range b {
-			if got.Decode(b[:i]) == nil {
+			if got.Decode(b[:i]) == nil && (i != len(bare.Append(nil)) || !reflect.DeepEqual(got, bare)) {
 				t.Errorf("%+v: %d of %d bytes decoded", c, i, len(b))
 			}
 		}
@@ -104,6 +111,21 @@ func TestChainExt(t *testing.T) {
 	}
 	if err := new(ChainExt).Decode([]byte{2, 0, 3, 1, 2, 3, 0}); err != ErrChainExt {
 		t.Errorf("chain ext with a bad address: %v", err)
+	}
+	for name, c := range map[string]ChainExt{
+		"oversize group":      {Op: OpPut, Absorbed: slices.Repeat([]AbsorbedWrite{{ReqID: 9, Op: OpPut}}, MaxWriteGroup)},
+		"absorbed GET":        {Op: OpPut, Absorbed: []AbsorbedWrite{{ReqID: 9, Op: OpGet}}},
+		"absorbed unknown op": {Op: OpDel, Absorbed: []AbsorbedWrite{{ReqID: 9, Op: 0x7f}}},
+	} {
+		var got ChainExt
+		if err := got.Decode(c.Append(nil)); err != ErrChainExt || got.Absorbed != nil {
+			t.Errorf("chain ext with an %s: %v %+v", name, err, got)
+		}
+	}
+	// An empty absorbed list is encoded by leaving the field out: a count
+	// of 0 is not canonical.
+	if err := new(ChainExt).Decode(append((&ChainExt{Op: OpPut}).Append(nil), 0)); err != ErrChainExt {
+		t.Errorf("chain ext with an empty absorbed list: %v", err)
 	}
 }
 
@@ -128,6 +150,8 @@ func FuzzNodeOps(f *testing.F) {
 	f.Add(AppendNodeOp(nil, &h, []byte("k"), []byte("v"), (&ChainExt{Op: OpPut, Extras: []NodeID{1}}).Append(nil)))
 	f.Add((&ChainExt{Op: OpDel, Addr: netip.MustParseAddrPort("127.0.0.1:1")}).Append(nil))
 	f.Add([]byte{0, 1, 0, 2})
+	f.Add((&ChainExt{Op: OpPut, Extras: []NodeID{2}, Absorbed: []AbsorbedWrite{{ReqID: 3, Op: OpDel}}}).Append(nil))
+	f.Add((&ChainExt{Op: OpPut, Absorbed: slices.Repeat([]AbsorbedWrite{{ReqID: 1, Op: OpPut}}, MaxWriteGroup-1)}).Append(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var p NodePacket
 		if p.Decode(b) == nil {
@@ -137,6 +161,9 @@ func FuzzNodeOps(f *testing.F) {
 		}
 		var c, c2 ChainExt
 		if c.Decode(b) == nil {
+			if len(c.Absorbed) > MaxWriteGroup-1 {
+				t.Fatalf("chain ext accepted with %d absorbed writes", len(c.Absorbed))
+			}
 			if err := c2.Decode(c.Append(nil)); err != nil || !reflect.DeepEqual(c, c2) {
 				t.Fatalf("chain ext %+v decodes back as %+v, %v", c, c2, err)
 			}
