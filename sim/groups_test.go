@@ -188,22 +188,22 @@ func TestGroupRefusesAStaleStampAlone(t *testing.T) {
 }
 
 // TestGroupIsCappedAtMaxWriteGroup: writes of a key waiting together
-// beyond maxWriteGroup wait for the next group, in arrival order.
+// beyond wire.MaxWriteGroup wait for the next group, in arrival order.
 func TestGroupIsCappedAtMaxWriteGroup(t *testing.T) {
 	h := newGroupHarness(t)
 	s, svc := h.s, uint64(time.Millisecond)
 	h.write(0, 0)
 	var ws []int32
-	for j := range maxWriteGroup + 8 {
+	for j := range wire.MaxWriteGroup + 8 {
 		ws = append(ws, h.write(svc/2+uint64(j), 0))
 	}
 	h.runBefore(1 << 62)
-	if len(h.commits) != 3 || h.commits[1] != ws[maxWriteGroup-1] || h.commits[2] != ws[len(ws)-1] {
-		t.Fatalf("commits %v; want 3: the first write, the %dth grouped write and the last", h.commits, maxWriteGroup)
+	if len(h.commits) != 3 || h.commits[1] != ws[wire.MaxWriteGroup-1] || h.commits[2] != ws[len(ws)-1] {
+		t.Fatalf("commits %v; want 3: the first write, the %dth grouped write and the last", h.commits, wire.MaxWriteGroup)
 	}
 	for j, w := range ws {
-		want := uint64(1 + maxWriteGroup)
-		if j >= maxWriteGroup {
+		want := uint64(1 + wire.MaxWriteGroup)
+		if j >= wire.MaxWriteGroup {
 			want = uint64(1 + len(ws))
 		}
 		if r := h.replies[w]; r.stamp != want {

@@ -118,7 +118,7 @@ type Config struct {
 	// rack's capacity per round.
 	PromoteMin uint64
 	Warmup     time.Duration // virtual time before measuring
-	Requests   int64         // operations measured after the warm-up
+	Requests   int64         // operations measured after the warm-up, answered or failed
 	Seed       uint64
 	// Progress, if set, is called about every tenth of the requests.
 	Progress func(done, total int64)
@@ -268,10 +268,6 @@ type request struct {
 	group uint8
 	_     [11]byte // to 128 bytes, so that a request starts a cache line
 }
-
-// maxWriteGroup is the most writes of one key a chain head serves as one
-// group in one service time (groups.md): storagenode's maxWriteGroup.
-const maxWriteGroup = 32
 
 // openGroup is the group of a key's writes waiting at its head that a
 // write arriving now joins: its first and last (first < 0: none, the
@@ -663,7 +659,10 @@ func (s *Sim) Run() (bench.Run, error) {
 		if s.stale != nil {
 			return bench.Run{}, s.stale
 		}
-		if s.stats.measuring && s.stats.done >= s.cfg.Requests {
+		// Failed operations count: a run whose operations all time out
+		// (an overloaded open loop with short client timeouts) ends too,
+		// where counting only the answered ones ran until memory ran out.
+		if s.stats.measuring && s.stats.done+s.stats.errors >= s.cfg.Requests {
 			s.stats.end = s.now
 			return s.result(), nil
 		}
@@ -965,12 +964,12 @@ func (s *Sim) atNode(i int32) {
 }
 
 // pushWrite queues write i, arrived at node n, its key's head: it joins
-// the group of its key's writes waiting there, up to maxWriteGroup, or
+// the group of its key's writes waiting there, up to wire.MaxWriteGroup, or
 // heads a group of its own in the writes queue. A group is closed when
 // its first write starts service (startService): the writes that arrive
 // after wait for the next group. Groups formed this way as writes arrive
 // are those that taking, at each start of service, the waiting writes of
-// its key (at most maxWriteGroup, in arrival order) would form, without a
+// its key (at most wire.MaxWriteGroup, in arrival order) would form, without a
 // scan of the queue.
 func (s *Sim) pushWrite(n *node, i int32) {
 	r := &s.reqs[i]
@@ -983,7 +982,7 @@ func (s *Sim) pushWrite(n *node, i int32) {
 	}
 	g := &s.open[k]
 	if g.first >= 0 {
-		if first := &s.reqs[g.first]; first.group < maxWriteGroup {
+		if first := &s.reqs[g.first]; first.group < wire.MaxWriteGroup {
 			first.group++
 			s.reqs[g.last].next = i
 			g.last = i
@@ -1141,6 +1140,7 @@ func (s *Sim) serveGroup(n *node, i int32, pos, chainLen int) {
 	if s.stats.measuring && len(acked) > 0 {
 		s.stats.writeGroups++
 		s.stats.groupedWrites += int64(len(acked))
+		n.measured -= uint64(len(acked)) // one service: the node's load counts it once, as netdir bench does
 	}
 	v := s.reqs[last].version
 	s.at(uint64(chainLen-1)*s.link(), event{kind: evCommit, a: last})

@@ -371,3 +371,20 @@ func TestRefusedCopiesRetryInOneEvent(t *testing.T) {
 		t.Fatalf("directory accepted %d VSBs; want none", c.VSBs)
 	}
 }
+
+// TestOverloadedRunEnds: an open loop at three times the cluster's
+// capacity with 5 ms client timeouts fails most of its operations, as the
+// nodes' queues fill with resends; the run still ends once its requests
+// are answered or failed (it ran until memory ran out when only answered
+// ones counted).
+func TestOverloadedRunEnds(t *testing.T) {
+	cfg := Config{Nodes: 2, Capacity: 1000, Rate: 6000, ClientTimeout: 5 * time.Millisecond,
+		Workload: bench.Workload{Name: "C", Keys: 5000, Zipf: 0.99, Seed: 1}, Warmup: time.Second, Requests: 5000, Seed: 1}
+	run, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Errors == 0 || run.Ops+run.Errors < cfg.Requests {
+		t.Fatalf("%d answered and %d failed; want some failed, at least %d in all", run.Ops, run.Errors, cfg.Requests)
+	}
+}

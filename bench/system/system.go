@@ -471,7 +471,7 @@ func (s *System) nodeCounts() (requests, gets, deviceReads []uint64, times []nod
 	for i := range requests {
 		if n := s.cl.Node(i); n != nil {
 			st := n.Stats()
-			requests[i], gets[i] = st.Gets+st.Puts+st.Dels, st.Gets
+			requests[i], gets[i] = st.Gets+st.Puts+st.Dels-st.GroupedWrites, st.Gets // a write group once (bench.NodeStat)
 			times[i] = nodeTime{cpuRequests: st.CPU.Requests, cpuBusy: st.CPU.Busy, cpuWait: st.CPU.Wait,
 				slots: max(1, s.cfg.Device.QueueDepth)}
 			for _, c := range st.Device {
