@@ -612,6 +612,15 @@ func (s *Sim) Run() (bench.Run, error) {
 	s.ev.rarely(s.now, uint64(s.cfg.Epoch), event{kind: evEpoch})
 	warm := uint64(s.cfg.Warmup)
 	for {
+		// Failed operations count: a run whose operations all time out
+		// (an overloaded open loop with short client timeouts) ends too,
+		// where counting only the answered ones ran until memory ran out.
+		// Checked after a timeout as after an event: a run whose last
+		// operation is given up ends then, not at whichever event is next.
+		if s.stats.measuring && s.stats.done+s.stats.errors >= s.cfg.Requests {
+			s.stats.end = s.now
+			return s.result(), nil
+		}
 		src, t, ok := s.ev.earliest()
 		if !ok {
 			break
@@ -658,13 +667,6 @@ func (s *Sim) Run() (bench.Run, error) {
 		}
 		if s.stale != nil {
 			return bench.Run{}, s.stale
-		}
-		// Failed operations count: a run whose operations all time out
-		// (an overloaded open loop with short client timeouts) ends too,
-		// where counting only the answered ones ran until memory ran out.
-		if s.stats.measuring && s.stats.done+s.stats.errors >= s.cfg.Requests {
-			s.stats.end = s.now
-			return s.result(), nil
 		}
 	}
 	return bench.Run{}, errors.New("sim: no events left before the requests were done")
