@@ -41,19 +41,33 @@ func newGroupHarness(t *testing.T) *groupHarness {
 // write routes a write of the key at time at to its head, stamped with
 // version stamp (0: unstamped), after running the events before at.
 func (h *groupHarness) write(at, stamp uint64) int32 {
+	hd := wire.Header{Op: wire.OpPut, Node: h.chain[0]}
+	if stamp > 0 {
+		hd.Flags, hd.Stamp = wire.FlagStamped, wire.MakeStamp(1, stamp)
+	}
+	return h.send(at, h.key, bench.OpUpdate, hd)
+}
+
+// read routes a read of key k to node n at time at, after running the
+// events before at.
+func (h *groupHarness) read(at uint64, k int64, n wire.NodeID) int32 {
+	return h.send(at, k, bench.OpRead, wire.Header{Op: wire.OpGet, Node: n})
+}
+
+// send routes a request of key k, kind and header hd (its request id and
+// key hash filled in) to hd.Node at time at, after running the events
+// before at.
+func (h *groupHarness) send(at uint64, k int64, kind bench.OpKind, hd wire.Header) int32 {
 	s := h.s
 	h.runBefore(at)
 	s.now = at
 	i := s.newRequest()
 	r := &s.reqs[i]
-	*r = request{key: h.key, kind: bench.OpUpdate, client: -1, issued: at}
+	*r = request{key: k, kind: kind, client: -1, issued: at}
 	r.op = s.newOp(i)
-	hd := wire.Header{Op: wire.OpPut, ReqID: uint64(i) + 1, KeyHash: s.hash(h.key), Node: h.chain[0]}
-	if stamp > 0 {
-		hd.Flags, hd.Stamp = wire.FlagStamped, wire.MakeStamp(1, stamp)
-	}
+	hd.ReqID, hd.KeyHash = uint64(i)+1, s.hash(k)
 	_ = hd.EncodeHeader(r.hdr[:])
-	s.route(i, true, int32(h.chain[0])-1)
+	s.route(i, hd.Op != wire.OpGet, int32(hd.Node)-1)
 	return i
 }
 
@@ -239,5 +253,39 @@ func TestGroupedWritesReadsAreLinearizable(t *testing.T) {
 		if a, b := runJSON(t, cfg), runJSON(t, cfg); !bytes.Equal(a, b) {
 			t.Fatalf("%s: two runs of the same seed wrote different JSON", name)
 		}
+	}
+}
+
+// TestWriteHotHeadServesReads: at a head whose key's next write always
+// waits when a service ends, the reads waiting there are served one
+// between two groups: writes first, but after a write a waiting read.
+// Writes first without that starved them until the writes stopped.
+func TestWriteHotHeadServesReads(t *testing.T) {
+	h := newGroupHarness(t)
+	s, link, svc := h.s, h.link(), uint64(time.Millisecond)
+	head := h.chain[0]
+	h.write(0, 0)
+	r1 := h.read(svc/4, h.key, head)
+	r2 := h.read(svc/4+1, h.key+1, head)
+	var last int32
+	for j := range uint64(16) { // a write every half service, for 8 services
+		last = h.write(svc/2+j*svc/2, 0)
+	}
+	h.runBefore(1 << 62)
+	// Services: the first write, r1, a group, r2, then groups.
+	for j, c := range []struct {
+		read int32
+		end  uint64
+	}{{r1, link + 2*svc}, {r2, link + 4*svc}} {
+		r, ok := h.replies[c.read]
+		if !ok || r.op != wire.OpGetReply || r.t != c.end+link {
+			t.Fatalf("read %d: reply %+v (answered %v); want a GET reply at %d, after its service between two write groups", j+1, r, ok, c.end+link)
+		}
+	}
+	if r := h.replies[last]; r.op != wire.OpPutReply || r.code != wire.CodeOK || r.t <= h.replies[r2].t {
+		t.Fatalf("last write: %+v; want OK after the reads", r)
+	}
+	if n := s.node(head); n.backlog() != 0 {
+		t.Errorf("head's backlog %d at the end; want 0", n.backlog())
 	}
 }

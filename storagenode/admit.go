@@ -20,8 +20,12 @@ import (
 // rate-limited node still handles chain writes, acks, version answers and
 // copies as they arrive: were the wait inside a shard worker, they would
 // queue behind rate-limited reads, and a saturated tail would slow every
-// chain it ends. Writes are admitted before reads: while a write to a hot
-// key waits, the data plane keeps that key's reads on its chain.
+// chain it ends. Writes are admitted before reads (while a write to a hot
+// key waits, the data plane keeps that key's reads on its chain), except
+// that after a write a waiting read goes next: at a write-hot head the
+// key's next group nearly always waits, and writes first left its reads
+// queued for good (the simulator at 1024 nodes: thousands at the hottest
+// keys' heads; docs/architecture.md, "A read between two writes").
 //
 // When the goroutine admits a write, the writes of the same key waiting
 // behind it join it as one write group (docs/architecture.md, "The head's
@@ -65,7 +69,10 @@ type admission struct {
 	whead        int
 	writesQueued atomic.Int64
 	queueLen     int64
-	qos          qosAdmission
+	// wrote: the last request admitted was a write (its group), so a
+	// read waiting goes next.
+	wrote bool
+	qos   qosAdmission
 	// pool holds the admitted GETs for the readers (readPoolSize of
 	// them).
 	pool chan admitted
@@ -338,8 +345,17 @@ func (a *admission) read(g *fastGet, stop <-chan struct{}) {
 
 // take waits for the next client request to admit: a bucket-queued write
 // with its group, else a bucket-queued read, else QoS's next in dmClock
-// order. false once stop closes.
+// order; but after a write, a bucket-queued read first if one waits.
+// false once stop closes.
 func (a *admission) take(stop <-chan struct{}) (admitted, bool) {
+	if a.wrote {
+		select {
+		case next := <-a.reads:
+			a.wrote = false
+			return next, true
+		default:
+		}
+	}
 	if a.whead < len(a.waiting) {
 		next := a.waiting[a.whead]
 		a.waiting[a.whead] = admitted{}
@@ -375,6 +391,7 @@ func (a *admission) take(stop <-chan struct{}) (admitted, bool) {
 		case next := <-a.writes:
 			return a.admitWrite(next), true
 		case next := <-a.reads:
+			a.wrote = false
 			return next, true
 		case <-a.qos.wake:
 		case <-due:
@@ -389,6 +406,7 @@ func (a *admission) take(stop <-chan struct{}) (admitted, bool) {
 // up to wire.MaxWriteGroup writes in all, leaving the others in their
 // order. Not under QoS.
 func (a *admission) admitWrite(w admitted) admitted {
+	a.wrote = true
 	a.writesQueued.Add(-1)
 	if a.qos.on.Load() {
 		return w

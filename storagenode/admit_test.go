@@ -167,3 +167,37 @@ func TestWriteGroupsAtAdmission(t *testing.T) {
 		t.Fatalf("load once the group of 2 is handled: %d, want 4", got)
 	}
 }
+
+// TestAdmissionServesAReadAfterEachWrite: writes are admitted before
+// reads, but after a write (its group) a waiting read goes next, so a
+// head whose writes never stop waiting still admits its reads, one
+// between two writes; with no read waiting the writes go on.
+func TestAdmissionServesAReadAfterEachWrite(t *testing.T) {
+	s := &shard{ch: make(chan item, 8)}
+	a := &admission{shards: []*shard{s}, bucket: newTokenBucket(1, 1), queueLen: 8,
+		writes: make(chan admitted, 8), reads: make(chan admitted, 8)}
+	submit := func(op wire.Op, key string, id uint64) {
+		t.Helper()
+		h := wire.HashKey([]byte(key))
+		b := wire.AppendNodeOp(nil, &wire.Header{Op: op, ReqID: id, KeyHash: h}, []byte(key), nil, nil)
+		if !a.submit(h, true, op, item{b: b}) {
+			t.Fatalf("request %d refused with room in the queue", id)
+		}
+	}
+	for i, k := range []string{"a", "b", "c", "d"} { // no two of one key: no groups
+		submit(wire.OpPut, k, uint64(1+i))
+	}
+	submit(wire.OpGet, "a", 10)
+	submit(wire.OpGet, "b", 11)
+	var order []uint64
+	for range 6 {
+		next, ok := a.take(nil)
+		if !ok {
+			t.Fatal("take: nothing")
+		}
+		order = append(order, wire.Frame(next.it.b).ReqID())
+	}
+	if want := []uint64{1, 10, 2, 11, 3, 4}; !slices.Equal(order, want) {
+		t.Fatalf("admission order %v, want %v", order, want)
+	}
+}
