@@ -28,6 +28,7 @@ type groupReply struct {
 	code  wire.Code
 	stamp uint64
 	node  wire.NodeID
+	load  uint16
 }
 
 func newGroupHarness(t *testing.T) *groupHarness {
@@ -94,7 +95,7 @@ func (h *groupHarness) runBefore(t uint64) {
 			if _, dup := h.replies[e.a]; dup {
 				h.t.Fatalf("request %d answered twice", e.a)
 			}
-			h.replies[e.a] = groupReply{s.now, f.Op(), f.Code(), f.Stamp(), f.Node()}
+			h.replies[e.a] = groupReply{s.now, f.Op(), f.Code(), f.Stamp(), f.Node(), f.Load()}
 		default:
 			h.t.Fatalf("unexpected event %+v", e)
 		}
@@ -287,5 +288,24 @@ func TestWriteHotHeadServesReads(t *testing.T) {
 	}
 	if n := s.node(head); n.backlog() != 0 {
 		t.Errorf("head's backlog %d at the end; want 0", n.backlog())
+	}
+}
+
+// TestTailReplyCarriesTheTailsLoad: the tail answers a write with its own
+// queue depth, as a storage node's reply does, not the head's: the data
+// plane's fine score learns each node's load from the replies it sends.
+func TestTailReplyCarriesTheTailsLoad(t *testing.T) {
+	h := newGroupHarness(t)
+	s := h.s
+	tail := h.chain[len(h.chain)-1]
+	for range 5 {
+		h.read(0, h.key+1, tail) // served at the tail one a millisecond from link
+	}
+	w := h.write(0, 0) // the head's only request: served from link to link + svc
+	h.runBefore(1 << 62)
+	// The commit is at link + svc + 2 links = 1.75 ms: one read done, one in
+	// service, three waiting.
+	if r := h.replies[w]; r.node != tail || r.load != 4 {
+		t.Fatalf("write answered by node %d with load %d; want the tail (%d) with its 4 (%v)", r.node, r.load, tail, s.node(tail).backlog())
 	}
 }

@@ -1266,6 +1266,8 @@ func (s *Sim) commit(i int32) {
 	f.SetCode(wire.CodeOK)
 	f.SetStamp(r.version)
 	f.SetNode(tail)
+	s.arrive() // a reader of the tail's queues
+	f.SetLoad(uint16(min(s.node(tail).backlog(), math.MaxUint16))) // the tail's own, as storagenode's reply says
 	s.at(s.link(), event{kind: evReplyAtPlane, a: i})
 	if s.ctl.announced(k) {
 		s.announce(k, tail, r.version)
