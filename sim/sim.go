@@ -1266,8 +1266,10 @@ func (s *Sim) commit(i int32) {
 	f.SetCode(wire.CodeOK)
 	f.SetStamp(r.version)
 	f.SetNode(tail)
-	s.arrive() // a reader of the tail's queues
-	f.SetLoad(uint16(min(s.node(tail).backlog(), math.MaxUint16))) // the tail's own, as storagenode's reply says
+	// The tail's own load, as storagenode's reply says (arrive: a reader
+	// of the tail's queues).
+	s.arrive()
+	f.SetLoad(uint16(min(s.node(tail).backlog(), math.MaxUint16)))
 	s.at(s.link(), event{kind: evReplyAtPlane, a: i})
 	if s.ctl.announced(k) {
 		s.announce(k, tail, r.version)
