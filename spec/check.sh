@@ -33,6 +33,7 @@ VERIFY=(
   "core-1x|-DNE=1"
   "core-2x|-DNE=2 -DWMAX=1 -DPROG3=PR_R -DNO_VERIFY"
   "evict-1x|-DNE=1 -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W"
+  "group-1x|-DNE=1 -DGROUP -DWMAX=2 -DPROG0=PR_W -DPROG1=PR_R -DPROG2=PR_W -DPROG3=PR_N -DNO_VERIFY"
   "evict-2x|-DNE=2 -DEVICT -DOPS=1 -DWMAX=1 -DPROG1=PR_W -DFAULTS=0"
   "progress-1x|-DNE=1 -DLOSS_REPLY -DTMO=0 -DRETX=0"
   "progress-resend-1x|-DNE=1 -DTMO=1 -DRETX=0 -DWMAX=1 -DPROG3=PR_R"
@@ -42,7 +43,6 @@ VERIFY=(
   "failover-1x|-DNE=1 -DFAILOVER -DWMAX=1 -DPROG3=PR_R -DNO_VERIFY"
   "fail-mid-1x|-DNE=1 -DFAIL_MID -DWMAX=1 -DPROG3=PR_R -DNO_VERIFY"
   "fail-head-1x|-DNE=1 -DFAIL_HEAD -DWMAX=1 -DPROG3=PR_R -DNO_VERIFY"
-  "group-1x|-DNE=1 -DGROUP -DWMAX=2 -DPROG0=PR_W -DPROG1=PR_R -DPROG2=PR_W -DPROG3=PR_N -DNO_VERIFY"
 )
 
 # Configurations too large for `make spec` (CI's time): run them with

@@ -10,6 +10,9 @@
  *   - the storage nodes' rules of storagenode/chain.go and storagenode/hot.go;
  *   - the controller's promotion handshake and, with -DEVICT, eviction and one
  *     re-promotion (controller/controller.go promote, evict);
+ *   - with -DGROUP, write groups at the head (groups.md): two writes admitted
+ *     together make one version, the absorbed one acknowledged by the head on
+ *     the tail's ack (GPAIR, group_apply);
  *   - NC=2 clients, OPS operations each, at most WMAX writes in all, with
  *     timeouts (retransmission of the same request id) and retries after ERR
  *     stale-version / ERR retry (a new request id);
@@ -28,8 +31,9 @@
  *   P2 no write applied twice: the head applies each client operation at
  *      most once (ghost applied[]).
  *   P3 no acknowledged write lost: the version a write is acknowledged with
- *      was assigned to that write and to no other (ghost vop[]); with P1 this
- *      also says no later read returns anything older.
+ *      was assigned to that write and to no other (ghost vop[]), or, with
+ *      -DGROUP, made by the group that absorbed it (ghost vab[]); with P1
+ *      this also says no later read returns anything older.
  *   P4 progress: once nothing is in flight (QUIET), the data plane has
  *      caught up with the tail (ver_done >= the tail's committed version) and
  *      no stamp is left pending (ver_next == ver_done), so extras can serve.
@@ -1070,14 +1074,22 @@ LOSEREPLY(i) \
  * write still on its way (the bag delays any message), so the model has no
  * admission queue: a PUT is delivered alone (a group of one) or with any
  * other PUT in flight, as a group of two in either order. Groups have two
- * writes at most: the model's maxWriteGroup (two clients). */
+ * writes at most: the model's maxWriteGroup (two clients). The bag is
+ * sorted and a PUT has the second lowest type (F5 is 0 but in a chain
+ * write), so the PUTs in flight are neighbours; with at most four of them
+ * (two clients, one timeout or duplicate, one retry after an ERR), any two
+ * are at most three slots apart: only those pairs are steps (pan.c's size). */
 #define GPAIR(a, b) \
-	:: d_step { LIVE && (a) != (b) && (a) < NET && (b) < NET && TY(net[a]) == PUT && TY(net[b]) == PUT && FIRST(a) -> \
-		m = net[a]; gm = net[b]; if :: (a) > (b) -> rm(a); rm(b) :: else -> rm(b); rm(a) fi; \
-		printf("the head admits two writes as a group: "); pmsg(m); printf(", then "); pmsg(gm); printf("\n"); \
-		head_write(m); head_write(gm); group_apply(); gc(); CLEAN }
-#define GROW(a) GPAIR(a, 0) GPAIR(a, 1) GPAIR(a, 2) GPAIR(a, 3) GPAIR(a, 4) GPAIR(a, 5) GPAIR(a, 6) GPAIR(a, 7)
-#define GROUPS GROW(0) GROW(1) GROW(2) GROW(3) GROW(4) GROW(5) GROW(6) GROW(7)
+	:: d_step { LIVE && TY(net[a]) == PUT && TY(net[b]) == PUT && FIRST(a) -> \
+		m = net[a]; gm = net[b]; \
+		if :: (a) > (b) -> rm(a); rm(b) :: else -> rm(b); rm(a) fi; \
+		printf("the head admits a group: op %d att %d, then op %d att %d\n", F1(m), F2(m), F1(gm), F2(gm)); \
+		e0 = 0; \
+		do \
+		:: e0 < 2 -> if :: e0 == 1 -> m = gm :: else fi; head_write(m); e0++ \
+		:: else -> break \
+		od; \
+		group_apply(); gc(); CLEAN }
 
 /* Loss of a message is its delay forever, which the bag already allows: for
  * P1-P3 a lost message changes the reachable states only by the slot it
@@ -1253,7 +1265,115 @@ end:
 #endif
 	WRITE(0) WRITE(1)
 #ifdef GROUP
-	GROUPS
+	/* the pairs of GPAIR */
+#if NET > 1
+	GPAIR(0, 1)
+#endif
+#if NET > 2
+	GPAIR(0, 2)
+#endif
+#if NET > 3
+	GPAIR(0, 3)
+#endif
+#if NET > 1
+	GPAIR(1, 0)
+#endif
+#if NET > 2
+	GPAIR(1, 2)
+#endif
+#if NET > 3
+	GPAIR(1, 3)
+#endif
+#if NET > 4
+	GPAIR(1, 4)
+#endif
+#if NET > 2
+	GPAIR(2, 0)
+#endif
+#if NET > 2
+	GPAIR(2, 1)
+#endif
+#if NET > 3
+	GPAIR(2, 3)
+#endif
+#if NET > 4
+	GPAIR(2, 4)
+#endif
+#if NET > 5
+	GPAIR(2, 5)
+#endif
+#if NET > 3
+	GPAIR(3, 0)
+#endif
+#if NET > 3
+	GPAIR(3, 1)
+#endif
+#if NET > 3
+	GPAIR(3, 2)
+#endif
+#if NET > 4
+	GPAIR(3, 4)
+#endif
+#if NET > 5
+	GPAIR(3, 5)
+#endif
+#if NET > 6
+	GPAIR(3, 6)
+#endif
+#if NET > 4
+	GPAIR(4, 1)
+#endif
+#if NET > 4
+	GPAIR(4, 2)
+#endif
+#if NET > 4
+	GPAIR(4, 3)
+#endif
+#if NET > 5
+	GPAIR(4, 5)
+#endif
+#if NET > 6
+	GPAIR(4, 6)
+#endif
+#if NET > 7
+	GPAIR(4, 7)
+#endif
+#if NET > 5
+	GPAIR(5, 2)
+#endif
+#if NET > 5
+	GPAIR(5, 3)
+#endif
+#if NET > 5
+	GPAIR(5, 4)
+#endif
+#if NET > 6
+	GPAIR(5, 6)
+#endif
+#if NET > 7
+	GPAIR(5, 7)
+#endif
+#if NET > 6
+	GPAIR(6, 3)
+#endif
+#if NET > 6
+	GPAIR(6, 4)
+#endif
+#if NET > 6
+	GPAIR(6, 5)
+#endif
+#if NET > 7
+	GPAIR(6, 7)
+#endif
+#if NET > 7
+	GPAIR(7, 4)
+#endif
+#if NET > 7
+	GPAIR(7, 5)
+#endif
+#if NET > 7
+	GPAIR(7, 6)
+#endif
 #endif
 	REANNOUNCE(0)
 #if NE > 1
