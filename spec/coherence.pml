@@ -10,6 +10,9 @@
  *   - the storage nodes' rules of storagenode/chain.go and storagenode/hot.go;
  *   - the controller's promotion handshake and, with -DEVICT, eviction and one
  *     re-promotion (controller/controller.go promote, evict);
+ *   - with -DGROUP, write groups at the head (groups.md): two writes admitted
+ *     together make one version, the absorbed one acknowledged by the head on
+ *     the tail's ack (GPAIR, group_apply);
  *   - NC=2 clients, OPS operations each, at most WMAX writes in all, with
  *     timeouts (retransmission of the same request id) and retries after ERR
  *     stale-version / ERR retry (a new request id);
@@ -28,8 +31,9 @@
  *   P2 no write applied twice: the head applies each client operation at
  *      most once (ghost applied[]).
  *   P3 no acknowledged write lost: the version a write is acknowledged with
- *      was assigned to that write and to no other (ghost vop[]); with P1 this
- *      also says no later read returns anything older.
+ *      was assigned to that write and to no other (ghost vop[]), or, with
+ *      -DGROUP, made by the group that absorbed it (ghost vab[]); with P1
+ *      this also says no later read returns anything older.
  *   P4 progress: once nothing is in flight (QUIET), the data plane has
  *      caught up with the tail (ver_done >= the tail's committed version) and
  *      no stamp is left pending (ver_next == ver_done), so extras can serve.
@@ -135,6 +139,7 @@
 #define PUT 2   /* F1 op, F2 att, F3 stamped, F4 stamp DP -> head        */
                 /*   F3: 0 unstamped, else 1 + the stamp's incarnation   */
 #define CW  3   /* F1 M|T, F2 ver, F3 promoted, F4 rid  chain write       */
+                /*   F5 (GROUP): absorbed rid + 1, 0 none              */
 #define ACK 4   /* F1 H|M, F2 ver                       chain ack         */
 #define VQ  5   /* F1 asker H|M|extra, F2 op            ver query to tail */
 #define VA  6   /* F1 asker, F2 op, F3 ver              ver answer        */
@@ -150,7 +155,8 @@
 #define RETRY 2 /* wire.CodeRetry */
 
 #define MK(t,a,b,c,d) (((t)<<16)|((a)<<12)|((b)<<8)|((c)<<4)|(d))
-#define TY(m) ((m)>>16)
+#define TY(m) (((m)>>16)&15)
+#define F5(m) (((m)>>20)&15)
 #define F1(m) (((m)>>12)&15)
 #define F2(m) (((m)>>8)&15)
 #define F3(m) (((m)>>4)&15)
@@ -192,6 +198,24 @@ byte pprom;                     /* head: pending write v was first forwarded pro
 #define REFWD(v) promoted
 #endif
 byte dd[NC*OPS*MAXATT];         /* head: dedup table by request id: code<<4|ver, 0 = none */
+/* -DGROUP: write groups at the head (groups.md; see GPAIR and
+ * group_apply). pab[v]: the request id + 1 of the write absorbed into
+ * pending version v (0 none), which the head acknowledges when the tail's
+ * ack for v reaches it; the chain write carries it (F5) so that the middle
+ * and the tail remember it. */
+#ifdef GROUP
+byte pab[MAXV+1];
+#define PAB(v) pab[v]
+#else
+#define PAB(v) 0
+#endif
+/* a chain write of version v with request id r and absorbed request id + 1
+ * a; the mutant chain-no-absorbed leaves the absorbed id out of it */
+#ifndef MUT_CHAIN_NO_ABSORBED
+#define CWMSG(d, v, p, r, a) (MK(CW, d, v, p, r) | ((a) << 20))
+#else
+#define CWMSG(d, v, p, r, a) MK(CW, d, v, p, r)
+#endif
 byte mclean, mdirty;            /* middle */
 byte tclean;                    /* tail (setClean only, never dirty) */
 /* -DFAIL_TAIL: the tail T dies and is spliced out (layout epoch+1, M is the
@@ -219,9 +243,34 @@ byte mst;
 #endif
 #ifdef FAIL_HEAD
 byte mrid[MAXV+1];              /* middle: request id of its version v (version.ReqID) */
+#ifdef GROUP
+/* With GROUP (two writes per run), M records every request id a chain
+ * write carries, the absorbed one included, with its version, as
+ * (*shard).remember does (mdd, same coding as dd), and the new head's
+ * dedup table is M's (adopt): a retry of a write older than M's versions,
+ * overwritten or absorbed, is answered, never applied again. mab[v]: the
+ * absorbed request id + 1 of M's version v, which the new head
+ * acknowledges when v, adopted as pending, commits. */
+byte mab[MAXV+1];
+byte mdd[NC*OPS*MAXATT];
+bit mgot[NC*OPS+1];             /* ghost: the ops whose version reached M (index 0: none) */
+#define MABPEND(v, a) pab[v] = (a)
+#define MDD(r) mdd[r]
+#define MDDCLR(r) mdd[r] = 0
+#define MABCLR(v) mab[v] = 0
+#else
+#define MABPEND(v, a) skip
+#define MDD(r) 0
+#define MDDCLR(r) skip
+#define MABCLR(v) skip
+#endif
 #define MREAD 1                 /* a read routed to M reaches the new head */
 #else
 #define MREAD (!MGONE)
+#endif
+#ifndef MDD
+#define MDD(r) 0
+#define MDDCLR(r) skip
 #endif
 #define TAILC (TUP -> tclean : mclean)  /* the committed version at the tail */
 byte ex[NE];                    /* extras: 0 = no copy, else held version + 1 */
@@ -246,6 +295,7 @@ byte wleft = WMAX;
 #define PR_R 1
 #define PR_W 2
 #define PR_A 3
+#define PR_N 0          /* no operation: the client stops */
 #ifndef PROG0
 #define PROG0 PR_R      /* client 0: read, read */
 #endif
@@ -265,6 +315,9 @@ byte wleft = WMAX;
 byte maxobs;                    /* newest version any completed op observed */
 byte vop[MAXV+1];               /* op that the head assigned version v */
 bit applied[NC*OPS+1];          /* op applied at the head */
+#ifdef GROUP
+byte vab[MAXV+1];               /* op absorbed into version v's group */
+#endif
 
 /* scratch, not part of the state (-DNOHIDDEN for pan -DBFS, which wants
  * no hidden variables; every step then zeroes them, see CLEAN) */
@@ -276,7 +329,15 @@ bit applied[NC*OPS+1];          /* op applied at the head */
 HIDDEN int m, k2;
 HIDDEN byte k, j, lt, v0, e0;
 HIDDEN byte found;
+#ifdef GROUP
+/* the group being admitted: its version so far, the last accepted write's
+ * request id and op, the absorbed write's request id + 1 and op */
+HIDDEN byte gv, grid, gop, gab, gabop, gno;
+HIDDEN int gm;
+#define CLEAN m = 0; k2 = 0; k = 0; j = 0; lt = 0; v0 = 0; e0 = 0; found = 0; gv = 0; grid = 0; gop = 0; gab = 0; gabop = 0; gno = 0; gm = 0
+#else
 #define CLEAN m = 0; k2 = 0; k = 0; j = 0; lt = 0; v0 = 0; e0 = 0; found = 0
+#endif
 
 /* ------------------------------------------------------------ the bag */
 inline send(x) {
@@ -461,8 +522,24 @@ inline noop(v) {
 #ifdef FIX_FORWARD
 	if :: promoted -> pprom = pprom | BIT(v) :: else -> pprom = pprom & ~BIT(v) fi;
 #endif
-	send(MK(CW, HSUCC, v, promoted, NORID))
+	send(CWMSG(HSUCC, v, promoted, NORID, 0))
 }
+
+/* With GROUP every write is taken in a group (group_apply): "the latest" includes
+ * the version the group's accepted writes took so far (GLATEST); a
+ * duplicate of a write accepted in this group is answered by the group's
+ * chain write (INGROUP); a stamped duplicate's no-op version is made after
+ * the group's version, so that it copies the group's value, and only if
+ * its stamp is still above the latest then (NOOP). */
+#ifdef GROUP
+#define GLATEST max2(lt, gv)
+#define INGROUP(v) (gv != 0 && (v) == gv)
+#define NOOP(v) max2(gno, v)
+#else
+#define GLATEST skip
+#define INGROUP(v) 0
+#define NOOP(v) noop(v)
+#endif
 
 /* storagenode (*shard).write at the head. */
 inline head_write(msg) {
@@ -472,14 +549,15 @@ inline head_write(msg) {
 	:: dd[j] != 0 ->                /* duplicate: answered from the dedup table */
 		if
 		:: (dd[j] >> 4) != 1 -> send(MK(ER, j, (dd[j] >> 4) - 1, 0, 0))
+		:: (dd[j] >> 4) == 1 && INGROUP(dd[j] & 15) -> skip     /* the group's chain write answers it */
 		:: (dd[j] >> 4) == 1 && (hpend & BIT(dd[j] & 15)) ->
-			send(MK(CW, HSUCC, dd[j] & 15, REFWD(dd[j] & 15), prid[dd[j] & 15]))
+			send(CWMSG(HSUCC, dd[j] & 15, REFWD(dd[j] & 15), prid[dd[j] & 15], PAB(dd[j] & 15)))
 		:: else -> send(MK(PR, j, dd[j] & 15, 0, 0))
 		fi;
 #ifndef MUT_NO_NOOP_VERSION
-		latest(hdirty, hclean);
+		latest(hdirty, hclean); GLATEST;
 		if                          /* the DP stamped the resend: make the stamp real */
-		:: F3(msg) && F4(msg) > lt && F4(msg) <= MAXV && !OLDINC(msg) -> noop(F4(msg))
+		:: F3(msg) && F4(msg) > lt && F4(msg) <= MAXV && !OLDINC(msg) -> NOOP(F4(msg))
 		:: else
 		fi
 #else
@@ -487,7 +565,7 @@ inline head_write(msg) {
 #endif
 	:: else ->
 #endif
-		latest(hdirty, hclean);
+		latest(hdirty, hclean); GLATEST;
 		if
 		:: OLDINC(msg) ->                /* a stamp of an older incarnation */
 			printf("  head refuses op %d's stamp of incarnation %d (promoted in %d)\n", F1(msg), STAMPINC(msg), hinc);
@@ -511,6 +589,16 @@ inline head_write(msg) {
 				printf("  head applies op %d as v%d\n", F1(msg), v0);
 				assert(!applied[F1(msg)]);
 				applied[F1(msg)] = 1;
+#ifdef GROUP
+				/* in a group: the write before it is absorbed, and
+				 * its dedup entry moves to the group's version */
+				if
+				:: gv != 0 -> gab = grid + 1; gabop = gop; dd[grid] = 1 << 4 | v0
+				:: else
+				fi;
+				gv = v0; grid = j; gop = F1(msg);
+				dd[j] = 1 << 4 | v0
+#else
 				if :: vop[v0] == 0 -> vop[v0] = F1(msg) :: else fi;
 				if                  /* record.addDirty */
 				:: v0 > hclean -> hdirty = hdirty | BIT(v0)
@@ -523,12 +611,77 @@ inline head_write(msg) {
 				if :: promoted -> pprom = pprom | BIT(v0) :: else -> pprom = pprom & ~BIT(v0) fi;
 #endif
 				send(MK(CW, HSUCC, v0, promoted, j))   /* (*shard).forward */
+#endif
 			fi
 		fi
 #ifndef MUT_NO_DEDUP
 	fi
 #endif
 }
+
+#ifdef GROUP
+/* The head admits a group (groups.md 2-4): the writes waiting at that
+ * moment, each taken by head_write's rules in arrival order (refusals
+ * answered at once), then group_apply. The accepted ones make ONE version,
+ * the last accepted write's (version and value); the one before it is
+ * absorbed: its dedup entry maps to the group's version, the chain write
+ * carries its request id, and the head acknowledges it when the tail's ack
+ * reaches it (chain_ack). */
+inline group_apply() {
+#ifdef MUT_LATE_JOIN
+	/* mutant: a write admitted alone joins the group of a version already
+	 * applied and pending (the highest), acknowledged with that version */
+	if
+	:: gv != 0 && gab == 0 ->
+		k = MAXV;
+		do
+		:: k > 0 && (!(hpend & BIT(k)) || pab[k] != 0 || prid[k] == NORID) -> k--
+		:: else -> break
+		od;
+		if
+		:: k > 0 ->
+			printf("  head joins op %d to the applied group of v%d\n", gop, k);
+			dd[grid] = 1 << 4 | k; pab[k] = grid + 1; vab[k] = gop; gv = 0
+		:: else
+		fi
+	:: else
+	fi;
+#endif
+	if
+	:: gv != 0 ->
+		if
+		:: gab != 0 -> printf("  head applies the group as v%d: op %d, absorbed op %d\n", gv, gop, gabop)
+		:: else -> printf("  head applies the group as v%d: op %d alone\n", gv, gop)
+		fi;
+		if :: vop[gv] == 0 -> vop[gv] = gop :: else fi;
+		vab[gv] = gabop;
+		if                          /* record.addDirty */
+		:: gv > hclean -> hdirty = hdirty | BIT(gv)
+		:: else
+		fi;
+		hpend = hpend | BIT(gv);
+		prid[gv] = grid;
+		pab[gv] = gab;
+#ifdef FIX_FORWARD
+		if :: promoted -> pprom = pprom | BIT(gv) :: else -> pprom = pprom & ~BIT(gv) fi;
+#endif
+		send(CWMSG(HSUCC, gv, promoted, grid, gab));     /* (*shard).forward */
+#ifdef MUT_ACK_AT_APPLY
+		/* mutant: the absorbed write is acknowledged now, not on the tail's ack */
+		if :: gab != 0 -> send(MK(PR, gab - 1, gv, 0, 0)); pab[gv] = 0 :: else fi;
+#endif
+		skip
+	:: else
+	fi;
+	if
+	:: gno != 0 -> latest(hdirty, hclean); if :: gno > lt -> noop(gno) :: else fi
+	:: else
+	fi
+}
+#define HEADPUT(msg) head_write(msg); group_apply()
+#else
+#define HEADPUT(msg) head_write(msg)
+#endif
 
 /* storagenode (*shard).chainWrite. */
 inline chain_write(msg) {
@@ -539,8 +692,14 @@ inline chain_write(msg) {
 		if :: v0 > mclean -> mdirty = mdirty | BIT(v0) :: else fi;
 #ifdef FAIL_HEAD
 		mrid[v0] = F4(msg);
+#ifdef GROUP
+		mab[v0] = F5(msg);
+		if :: F4(msg) != NORID -> mdd[F4(msg)] = 1 << 4 | v0 :: else fi;    /* (*shard).remember */
+		if :: F5(msg) != 0 -> mdd[F5(msg) - 1] = 1 << 4 | v0 :: else fi;
+		mgot[vop[v0]] = 1; mgot[vab[v0]] = 1;    /* ghost */
 #endif
-		send(MK(CW, T, v0, F3(msg), F4(msg)))
+#endif
+		send(CWMSG(T, v0, F3(msg), F4(msg), F5(msg)))
 	:: F1(msg) == M ->              /* M is the tail while T is spliced out */
 		if :: v0 > mclean -> mclean = v0; mdirty = mdirty & ~UPTO(v0) :: else fi;
 		if :: F4(msg) != NORID -> send(MK(PR, F4(msg), v0, 0, 0)) :: else fi;
@@ -570,6 +729,15 @@ inline chain_ack(msg) {
 		:: hdirty & BIT(v0) -> hclean = v0; hdirty = hdirty & ~UPTO(v0)
 		:: else
 		fi;
+#ifdef GROUP
+		/* the version is committed: the head acknowledges the write its
+		 * group absorbed, with the group's version */
+		if
+		:: (hpend & BIT(v0)) && pab[v0] != 0 -> send(MK(PR, pab[v0] - 1, v0, 0, 0))
+		:: else
+		fi;
+		pab[v0] = 0;
+#endif
 		hpend = hpend & ~BIT(v0);
 		prid[v0] = 0;           /* dead once not pending: states merge */
 #ifdef FIX_FORWARD
@@ -728,7 +896,12 @@ inline client_reply(msg) {
 		:: cpc[e0] == 2 && RID(cop[e0], catt[e0]) == F1(msg) ->
 			printf("  client %d write op %d acked v%d (floor %d)\n", e0, cop[e0], F2(msg), cfloor[e0]);
 			/* P3: the acknowledged version is this write's, and only its */
+#ifdef GROUP
+			/* ... or the write its group absorbed */
+			assert(vop[F2(msg)] == cop[e0] || vab[F2(msg)] == cop[e0]);
+#else
 			assert(vop[F2(msg)] == cop[e0]);
+#endif
 			/* P1: a write that began after maxobs is ordered after it */
 			assert(F2(msg) > cfloor[e0]);
 			max2(maxobs, F2(msg));
@@ -764,6 +937,7 @@ inline pmsg(x) {
 	:: TY(x) == GET -> printf("GET(node %d, op %d)", F1(x), F2(x))
 	:: TY(x) == PUT && F3(x) -> printf("PUT(op %d att %d, stamp %d, incarnation %d)", F1(x), F2(x), F4(x), STAMPINC(x))
 	:: TY(x) == PUT -> printf("PUT(op %d att %d, unstamped)", F1(x), F2(x))
+	:: TY(x) == CW && F5(x) -> printf("CHAIN-WRITE(to %d, v%d, promoted %d, absorbed op %d att %d)", F1(x), F2(x), F3(x), RIDOP(F5(x)-1), (F5(x)-1) % MAXATT)
 	:: TY(x) == CW  -> printf("CHAIN-WRITE(to %d, v%d, promoted %d)", F1(x), F2(x), F3(x))
 	:: TY(x) == ACK -> printf("CHAIN-ACK(to %d, v%d)", F1(x), F2(x))
 	:: TY(x) == VQ  -> printf("VER-QUERY(from %d, op %d)", F1(x), F2(x))
@@ -794,7 +968,7 @@ inline deliver(msg) {
 	printf("deliver "); pmsg(msg); printf("\n");
 	if
 	:: TY(msg) == GET -> TOHEAD(msg); node_get(msg)
-	:: TY(msg) == PUT -> head_write(msg)
+	:: TY(msg) == PUT -> HEADPUT(msg)
 	:: TY(msg) == CW  -> chain_write(msg)
 	:: TY(msg) == ACK -> TOHEAD(msg); if :: F1(msg) == M && MGONE -> skip :: else -> chain_ack(msg) fi
 	:: TY(msg) == VQ  -> tail_latest(); send(MK(VA, F1(msg), F2(msg), lt, 0))   /* (*shard).verQuery */
@@ -841,18 +1015,19 @@ inline dp_only(msg) {
 #define RESENDABLE(r) (cpc[(RIDOP(r)-1)/OPS] == 2 && cop[(RIDOP(r)-1)/OPS] == RIDOP(r) && catt[(RIDOP(r)-1)/OPS] == (r) % MAXATT && FAULT(tmo, TMO))
 inline gc() {
 	/* the dedup entry of a request that can never reach the head again is
-	 * never read again: states merge */
+	 * never read again (nor, with FAIL_HEAD and GROUP, M's record of it,
+	 * which a new head would take): states merge */
 	k2 = 0;
 	do
 	:: k2 < NC*OPS*MAXATT ->
 		if
-		:: dd[k2] != 0 && !RESENDABLE(k2) ->
+		:: (dd[k2] != 0 || MDD(k2) != 0) && !RESENDABLE(k2) ->
 			found = 0; j = 0;
 			do
 			:: j < NET -> if :: TY(net[j]) == PUT && RID(F1(net[j]), F2(net[j])) == k2 -> found = 1 :: else fi; j++
 			:: else -> break
 			od;
-			if :: !found -> dd[k2] = 0 :: else fi
+			if :: !found -> dd[k2] = 0; MDDCLR(k2) :: else fi
 		:: else
 		fi;
 		k2++
@@ -863,7 +1038,7 @@ inline gc() {
 	 * never read again (the splice adopts only those): states merge */
 	k2 = 1;
 	do
-	:: k2 <= MAXV -> if :: !(mdirty & BIT(k2)) && k2 != mclean -> mrid[k2] = 0 :: else fi; k2++
+	:: k2 <= MAXV -> if :: !(mdirty & BIT(k2)) && k2 != mclean -> mrid[k2] = 0; MABCLR(k2) :: else fi; k2++
 	:: else -> break
 	od;
 #endif
@@ -883,7 +1058,8 @@ inline gc() {
 
 /* Runs end (are cut) when the bag overflows: the channels are bounded.
  * Nothing can fail once every client has finished. */
-#define LIVE (!ovf && (cn[0] < OPS || cn[1] < OPS))
+#define DONE(c) (cn[c] >= OPS || KIND(c) == 0)     /* op PR_N: the client stops */
+#define LIVE (!ovf && (!DONE(0) || !DONE(1)))
 
 #define FIRST(i) (i == 0 || net[i] != net[i-1])   /* equal messages are neighbours */
 #define SLOT(i) \
@@ -892,6 +1068,28 @@ LOSEANY(i) \
 	:: d_step { LIVE && net[i] != 0 && FIRST(i) && FAULT(lost, LOSS) && TY(net[i]) == PR -> lost++; m = net[i]; printf("lost after the DP: "); pmsg(m); printf("\n"); rm(i); dp_only(m); gc(); CLEAN } \
 LOSEREPLY(i) \
 	:: d_step { LIVE && net[i] != 0 && FIRST(i) && FAULT(dups, DUP) && (DUPTYPES & (1 << TY(net[i]))) -> dups++; m = net[i]; printf("duplicate:\n"); deliver(m); gc(); CLEAN }
+
+/* -DGROUP: two writes admitted together at the head, a the first to arrive.
+ * A write waiting for admission is, to everything but the group it joins, a
+ * write still on its way (the bag delays any message), so the model has no
+ * admission queue: a PUT is delivered alone (a group of one) or with any
+ * other PUT in flight, as a group of two in either order. Groups have two
+ * writes at most: the model's maxWriteGroup (two clients). The bag is
+ * sorted and a PUT has the second lowest type (F5 is 0 but in a chain
+ * write), so the PUTs in flight are neighbours; with at most four of them
+ * (two clients, one timeout or duplicate, one retry after an ERR), any two
+ * are at most three slots apart: only those pairs are steps (pan.c's size). */
+#define GPAIR(a, b) \
+	:: d_step { LIVE && TY(net[a]) == PUT && TY(net[b]) == PUT && FIRST(a) -> \
+		m = net[a]; gm = net[b]; \
+		if :: (a) > (b) -> rm(a); rm(b) :: else -> rm(b); rm(a) fi; \
+		printf("the head admits a group: op %d att %d, then op %d att %d\n", F1(m), F2(m), F1(gm), F2(gm)); \
+		e0 = 0; \
+		do \
+		:: e0 < 2 -> if :: e0 == 1 -> m = gm :: else fi; head_write(m); e0++ \
+		:: else -> break \
+		od; \
+		group_apply(); gc(); CLEAN }
 
 /* Loss of a message is its delay forever, which the bag already allows: for
  * P1-P3 a lost message changes the reachable states only by the slot it
@@ -945,7 +1143,7 @@ LOSEREPLY(i) \
 
 /* storagenode (*shard).housekeep: the head re-forwards a pending write */
 #define RETRANSMIT(v) \
-	:: d_step { LIVE && FAULT(retx, RETX) && (hpend & BIT(v)) && NOTINBAG(MK(CW, HSUCC, v, REFWD(v), prid[v])) -> retx++; printf("head retransmits v%d (promoted %d)\n", v, REFWD(v)); sendnew(MK(CW, HSUCC, v, REFWD(v), prid[v])); CLEAN }
+	:: d_step { LIVE && FAULT(retx, RETX) && (hpend & BIT(v)) && NOTINBAG(CWMSG(HSUCC, v, REFWD(v), prid[v], PAB(v))) -> retx++; printf("head retransmits v%d (promoted %d)\n", v, REFWD(v)); sendnew(CWMSG(HSUCC, v, REFWD(v), prid[v], PAB(v))); CLEAN }
 
 /* controller (*Controller).promote / evict, as implemented: install the slot
  * in the data plane (ver 0: unknown), then Promote at the head; evict from
@@ -994,7 +1192,7 @@ inline resend() {
 #ifndef MUT_NO_RESEND
 	j = 1;
 	do
-	:: j <= MAXV -> if :: hpend & BIT(j) -> sendnew(MK(CW, HSUCC, j, REFWD(j), prid[j])) :: else fi; j++
+	:: j <= MAXV -> if :: hpend & BIT(j) -> sendnew(CWMSG(HSUCC, j, REFWD(j), prid[j], PAB(j))) :: else fi; j++
 	:: else -> break
 	od
 #else
@@ -1066,6 +1264,117 @@ end:
 	READ(0, 4) READ(1, 4)
 #endif
 	WRITE(0) WRITE(1)
+#ifdef GROUP
+	/* the pairs of GPAIR */
+#if NET > 1
+	GPAIR(0, 1)
+#endif
+#if NET > 2
+	GPAIR(0, 2)
+#endif
+#if NET > 3
+	GPAIR(0, 3)
+#endif
+#if NET > 1
+	GPAIR(1, 0)
+#endif
+#if NET > 2
+	GPAIR(1, 2)
+#endif
+#if NET > 3
+	GPAIR(1, 3)
+#endif
+#if NET > 4
+	GPAIR(1, 4)
+#endif
+#if NET > 2
+	GPAIR(2, 0)
+#endif
+#if NET > 2
+	GPAIR(2, 1)
+#endif
+#if NET > 3
+	GPAIR(2, 3)
+#endif
+#if NET > 4
+	GPAIR(2, 4)
+#endif
+#if NET > 5
+	GPAIR(2, 5)
+#endif
+#if NET > 3
+	GPAIR(3, 0)
+#endif
+#if NET > 3
+	GPAIR(3, 1)
+#endif
+#if NET > 3
+	GPAIR(3, 2)
+#endif
+#if NET > 4
+	GPAIR(3, 4)
+#endif
+#if NET > 5
+	GPAIR(3, 5)
+#endif
+#if NET > 6
+	GPAIR(3, 6)
+#endif
+#if NET > 4
+	GPAIR(4, 1)
+#endif
+#if NET > 4
+	GPAIR(4, 2)
+#endif
+#if NET > 4
+	GPAIR(4, 3)
+#endif
+#if NET > 5
+	GPAIR(4, 5)
+#endif
+#if NET > 6
+	GPAIR(4, 6)
+#endif
+#if NET > 7
+	GPAIR(4, 7)
+#endif
+#if NET > 5
+	GPAIR(5, 2)
+#endif
+#if NET > 5
+	GPAIR(5, 3)
+#endif
+#if NET > 5
+	GPAIR(5, 4)
+#endif
+#if NET > 6
+	GPAIR(5, 6)
+#endif
+#if NET > 7
+	GPAIR(5, 7)
+#endif
+#if NET > 6
+	GPAIR(6, 3)
+#endif
+#if NET > 6
+	GPAIR(6, 4)
+#endif
+#if NET > 6
+	GPAIR(6, 5)
+#endif
+#if NET > 7
+	GPAIR(6, 7)
+#endif
+#if NET > 7
+	GPAIR(7, 4)
+#endif
+#if NET > 7
+	GPAIR(7, 5)
+#endif
+#if NET > 7
+	GPAIR(7, 6)
+#endif
+#endif
 	REANNOUNCE(0)
 #if NE > 1
 	REANNOUNCE(1)
@@ -1153,38 +1462,62 @@ end:
 		printf("H dies; spliced out: chain M T, M heads (clean %d, dirty %d)\n", mclean, mdirty);
 		j = 0;
 		do
+#if defined(GROUP) && !defined(MUT_NO_ADOPT_DEDUP)
+		:: j < NC*OPS*MAXATT -> dd[j] = mdd[j]; mdd[j] = 0; j++
+#else
 		:: j < NC*OPS*MAXATT -> dd[j] = 0; j++
+#endif
 		:: else -> break
 		od;
 		hclean = mclean; hdirty = mdirty; hpend = 0; promoted = 0;
 		j = 0;
 		do
 		:: j <= MAXV ->
-			prid[j] = 0;
+			prid[j] = 0; MABPEND(j, 0);
 			if
 			:: (mdirty & BIT(j)) || (j == mclean && j > 0) ->
 #ifndef MUT_NO_ADOPT_DEDUP
+#ifndef GROUP
 				if :: mrid[j] != NORID -> dd[mrid[j]] = 1 << 4 | j :: else fi;
 #endif
+#endif
 #ifndef MUT_NO_ADOPT_PENDING
-				if :: mdirty & BIT(j) -> hpend = hpend | BIT(j); prid[j] = mrid[j] :: else fi
+				if :: mdirty & BIT(j) -> hpend = hpend | BIT(j); prid[j] = mrid[j]; MABPEND(j, mab[j]) :: else fi
 #else
 				skip
 #endif
 			:: else
 			fi;
-			mrid[j] = 0; j++
+			mrid[j] = 0; MABCLR(j); j++
 		:: else -> break
 		od;
 		/* ghosts: a write H applied that never reached M died with H,
 		 * unacknowledged (an acknowledged one reached the tail through M);
 		 * a retry may apply it anew */
+#ifdef GROUP
+		/* (with two writes, one below M's latest may never have reached
+		 * it: mgot, the ops whose version reached M) */
+		j = 1;
+		do
+		:: j <= MAXV ->
+			if :: vop[j] != 0 && !mgot[vop[j]] -> applied[vop[j]] = 0; vop[j] = 0 :: else fi;
+			if :: vab[j] != 0 && !mgot[vab[j]] -> applied[vab[j]] = 0; vab[j] = 0 :: else fi;
+			j++
+		:: else -> break
+		od;
+		j = 0;
+		do
+		:: j <= NC*OPS -> mgot[j] = 0; j++      /* dead from now on: states merge */
+		:: else -> break
+		od;
+#else
 		latest(mdirty, mclean);
 		j = lt + 1;
 		do
 		:: j <= MAXV -> if :: vop[j] != 0 -> applied[vop[j]] = 0; vop[j] = 0 :: else fi; j++
 		:: else -> break
 		od;
+#endif
 		mclean = 0; mdirty = 0; mst = 1;
 		/* what was on its way to the dead H (M's acks) or to M as a
 		 * middle (H's chain writes) is lost with them; an ack addressed
