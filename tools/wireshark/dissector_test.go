@@ -49,7 +49,7 @@ var fields = []string{
 	"netdir.op", "netdir.flags", "netdir.code", "netdir.tenant", "netdir.reqid", "netdir.keyhash",
 	"netdir.stamp", "netdir.stamp.incarnation", "netdir.stamp.version", "netdir.node", "netdir.load",
 	"netdir.epoch", "netdir.timestamp", "netdir.delta", "netdir.rho", "netdir.keylen", "netdir.vallen",
-	"netdir.key", "netdir.value", "netdir.extra", "netdir.ext.op", "netdir.ext.addr", "netdir.auth.key_id",
+	"netdir.key", "netdir.value", "netdir.extra", "netdir.ext.op", "netdir.ext.addr", "netdir.ext.absorbed", "netdir.auth.key_id",
 	"netdir.auth.counter", "netdir.auth.mac", "netdir.malformed",
 }
 
@@ -118,15 +118,23 @@ func goFields(pkt []byte) map[string]string {
 				m["netdir.ext.addr"] = ext.Addr.String()
 			}
 			m["netdir.extra"] = joinIDs(ext.Extras)
+			ids := make([]string, len(ext.Absorbed))
+			for i, w := range ext.Absorbed {
+				ids[i] = strconv.FormatUint(w.ReqID, 10)
+			}
+			m["netdir.ext.absorbed"] = strings.Join(ids, ",")
 		}
 	}
 	if err != nil {
 		m["netdir.malformed"] = "yes"
 		// What follows a malformed part is not compared.
 		delete(m, "netdir.extra")
+		delete(m, "netdir.ext.absorbed")
 	}
-	if m["netdir.extra"] == "" {
-		delete(m, "netdir.extra")
+	for _, list := range []string{"netdir.extra", "netdir.ext.absorbed"} {
+		if m[list] == "" {
+			delete(m, list)
+		}
 	}
 	return m
 }
@@ -147,7 +155,7 @@ func normalize(name, v string) string {
 		return "yes"
 	case "netdir.keyhash", "netdir.key", "netdir.value", "netdir.auth.mac":
 		return strings.ReplaceAll(v, ":", "")
-	case "netdir.ext.addr", "netdir.extra":
+	case "netdir.ext.addr", "netdir.extra", "netdir.ext.absorbed":
 		return v
 	}
 	if n, err := strconv.ParseUint(v, 0, 64); err == nil {
@@ -168,6 +176,16 @@ func extraPackets(t *testing.T) [][]byte {
 	pkts = append(pkts, wire.AppendNodeOp(nil, &h, key, nil, ext6))
 	pkts = append(pkts, wire.AppendNodeOp(nil, &h, key, []byte("v1"), nil))                   // no extension
 	pkts = append(pkts, wire.AppendNodeOp(nil, &h, key, []byte("v1"), []byte{0x02, 0, 0, 3})) // extras missing
+	// A write group's version: the writes it absorbed; then a count of 0,
+	// an absorbed op that is no write, and an address with no IP.
+	grouped := (&wire.ChainExt{Op: wire.OpPut, Addr: netip.MustParseAddrPort("127.0.0.1:40003"), Extras: []wire.NodeID{7},
+		Absorbed: []wire.AbsorbedWrite{{ReqID: 0x51, Op: wire.OpPut}, {ReqID: 1 << 60, Op: wire.OpDel}}}).Append(nil)
+	pkts = append(pkts, wire.AppendNodeOp(nil, &h, key, []byte("v2"), grouped))
+	pkts = append(pkts, wire.AppendNodeOp(nil, &h, key, []byte("v2"), []byte{0x02, 0, 0, 0, 0}))
+	badOp := bytes.Clone(grouped)
+	badOp[len(badOp)-1] = byte(wire.OpGet)
+	pkts = append(pkts, wire.AppendNodeOp(nil, &h, key, []byte("v2"), badOp))
+	pkts = append(pkts, wire.AppendNodeOp(nil, &h, key, []byte("v2"), []byte{0x02, 0, 2, 0x1f, 0x90, 0}))
 	promote := wire.NewPromote(key, []wire.NodeID{3, 9, 12}, true)
 	promote.ReqID, promote.Stamp = 99, wire.MakeStamp(5, 0)
 	b, err := promote.AppendEncode(nil)

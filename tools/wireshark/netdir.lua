@@ -63,6 +63,7 @@ f.ext_op = ProtoField.uint8("netdir.ext.op", "Client op", base.HEX, ops)
 f.ext_promoted = ProtoField.bool("netdir.ext.promoted", "Promoted", 8, nil, 0x01)
 f.ext_reservation = ProtoField.bool("netdir.ext.reservation", "Reservation phase", 8, nil, 0x02)
 f.ext_addr = ProtoField.string("netdir.ext.addr", "Client address")
+f.ext_absorbed = ProtoField.uint64("netdir.ext.absorbed", "Absorbed write (request id)")
 f.auth = ProtoField.bytes("netdir.auth", "Authentication trailer")
 f.auth_key = ProtoField.uint32("netdir.auth.key_id", "Cluster key id")
 f.auth_counter = ProtoField.uint64("netdir.auth.counter", "Counter")
@@ -104,16 +105,36 @@ end
 
 -- chain_ext decodes a chain-write's extension (wire.ChainExt): op, flags,
 -- the client's address (netip.AddrPort binary: the address, then the port
--- little-endian) and the extras. It checks the whole extension first, as
--- the Go decoder does, and adds nothing of a malformed one.
+-- little-endian), the extras, and the writes its head's write group
+-- absorbed, if any (a count of 1-31, then each one's request id and op).
+-- It checks the whole extension first, as the Go decoder does, and adds
+-- nothing of a malformed one.
 local function chain_ext_ok(range)
 	local n = range:len()
 	local alen = n >= 3 and range(2, 1):uint() or 0
-	if n < 3 or n < 3 + alen + 1 or not (alen == 0 or alen == 2 or alen == 6 or alen >= 18) then
+	if n < 3 or n < 3 + alen + 1 or not (alen == 0 or alen == 6 or alen >= 18) then
 		return false
 	end
 	local cop, count = range(0, 1):uint(), range(3 + alen, 1):uint()
-	return n - (3 + alen + 1) == 2 * count and (cop == 0x02 or cop == 0x03)
+	local rest = n - (3 + alen + 1) - 2 * count
+	if rest < 0 or not (cop == 0x02 or cop == 0x03) then
+		return false
+	end
+	if rest == 0 then
+		return true
+	end
+	local at = n - rest
+	local m = range(at, 1):uint()
+	if m < 1 or m > 31 or rest ~= 1 + 9 * m then
+		return false
+	end
+	for i = 0, m - 1 do
+		local wop = range(at + 1 + 9 * i + 8, 1):uint()
+		if wop ~= 0x02 and wop ~= 0x03 then
+			return false
+		end
+	end
+	return true
 end
 
 local function chain_ext(tree, range)
@@ -123,7 +144,8 @@ local function chain_ext(tree, range)
 	end
 	local n = range:len()
 	local alen = range(2, 1):uint()
-	local count, rest = range(3 + alen, 1):uint(), n - (3 + alen + 1)
+	local count = range(3 + alen, 1):uint()
+	local at = 3 + alen + 1 + 2 * count
 	tree:add(f.ext_op, range(0, 1))
 	tree:add(f.ext_promoted, range(1, 1))
 	tree:add(f.ext_reservation, range(1, 1))
@@ -133,7 +155,12 @@ local function chain_ext(tree, range)
 		tree:add(f.ext_addr, range(3, alen), addr .. ":" .. port)
 	end
 	if count > 0 then
-		node_ids(tree, range(3 + alen + 1, rest))
+		node_ids(tree, range(3 + alen + 1, 2 * count))
+	end
+	if at < n then
+		for i = 0, range(at, 1):uint() - 1 do
+			tree:add(f.ext_absorbed, range(at + 1 + 9 * i, 8))
+		end
 	end
 end
 
