@@ -89,6 +89,13 @@ type Gossip struct {
 	live    map[string]bool
 	members map[string]memberlist.Node
 
+	// deliverMu and closed keep the callbacks (OnStats, OnLayout,
+	// OnExpected) from running once Close has returned: memberlist's
+	// Shutdown does not wait for its packet handler, which delivered a
+	// layout to a node being closed (a data race under -race, ci43).
+	deliverMu sync.RWMutex
+	closed    bool
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 	once sync.Once
@@ -256,6 +263,9 @@ func (g *Gossip) Close() error {
 	g.once.Do(func() {
 		close(g.stop)
 		g.wg.Wait()
+		g.deliverMu.Lock() // waits for a callback in progress
+		g.closed = true
+		g.deliverMu.Unlock()
 		err = errors.Join(g.ml.Leave(time.Second), g.ml.Shutdown())
 	})
 	return err
@@ -372,6 +382,11 @@ func (g *Gossip) sendAll(b []byte) {
 
 // deliver calls the callbacks for a newer entry.
 func (g *Gossip) deliver(e entry) {
+	g.deliverMu.RLock()
+	defer g.deliverMu.RUnlock()
+	if g.closed {
+		return
+	}
 	switch {
 	case len(e.Key) > len(statsPrefix) && e.Key[:len(statsPrefix)] == statsPrefix:
 		if g.cfg.OnStats != nil {

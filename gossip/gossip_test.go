@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -284,4 +285,25 @@ func bytesOf(b byte) []byte {
 		k[i] = b
 	}
 	return k
+}
+
+// TestNoCallbackAfterClose: an entry that memberlist's packet handler
+// delivers once Close has returned (its Shutdown does not wait for the
+// handler) reaches no callback: a node being closed was handed a layout so
+// (a data race in ci43).
+func TestNoCallbackAfterClose(t *testing.T) {
+	var layouts atomic.Int32
+	g, err := Start(Config{Name: "node-1", Bind: "127.0.0.1:0", OnLayout: func([]byte) { layouts.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, _ := json.Marshal("epoch: 2")
+	g.deliver(entry{Key: layoutKey, Version: 2, Data: y})
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	g.deliver(entry{Key: layoutKey, Version: 3, Data: y})
+	if n := layouts.Load(); n != 1 {
+		t.Fatalf("OnLayout called %d times; want once, before Close", n)
+	}
 }
