@@ -1045,27 +1045,10 @@ func (s *Sim) served(id wire.NodeID) {
 	p := h.Partition(s.cfg.PartitionBits)
 	ch := s.chain(p)
 	pos := slices.Index(ch, id)
-	if pos >= 0 {
-		n.byPos[pos]++
-	}
-	if f.Flags()&wire.FlagHit == 0 {
-		// A node's top-k names the keys the directory does not hold: the
-		// controller counts the others by their slots' hits and skips
-		// cached keys among the candidates, so counting only misses
-		// changes no decision except that hits no longer take top-k
-		// counters from misses (and it halves the simulator's top-k time).
-		s.misses = append(s.misses, missOf(id, r.key))
-		if len(s.misses) >= maxMisses {
-			s.flushMisses() // early, for memory: the counts are the same
-		}
-	}
-	if s.stats.measuring {
-		n.measured++
-	}
 	if f.Op() != wire.OpGet && r.next >= 0 {
 		n.grouped -= int32(r.group) - 1 // the group's others leave with it
 	}
-	f.SetLoad(uint16(min(n.backlog(), math.MaxUint16)))
+	s.count(n, i, pos, uint16(min(n.backlog(), math.MaxUint16)))
 	if f.Op() == wire.OpGet {
 		f.SetOp(wire.OpGetReply)
 		if f.Flags()&wire.FlagVerify != 0 && pos < 0 {
@@ -1136,7 +1119,7 @@ func (s *Sim) serveGroup(n *node, i int32, pos, chainLen int) {
 	acked := s.ackBuf[:0]
 	for j := i; j >= 0; j = s.reqs[j].next {
 		if j != i {
-			s.servedWith(n, j, pos, load)
+			s.count(n, j, pos, load) // the group's first was counted in served
 		}
 		if s.applyWrite(j) {
 			if last >= 0 {
@@ -1167,19 +1150,24 @@ func (s *Sim) serveGroup(n *node, i int32, pos, chainLen int) {
 	}
 }
 
-// servedWith counts write j, served at node n (chain position pos) in
-// another's group, as served: by position, as a miss of the directory,
-// as measured; its reply reports the node's load as the group's first.
-func (s *Sim) servedWith(n *node, j int32, pos int, load uint16) {
+// count counts request j, served at node n (chain position pos, alone or
+// in a group), as served: by position, as a miss of the directory, as
+// measured; its reply reports load.
+func (s *Sim) count(n *node, j int32, pos int, load uint16) {
 	r := &s.reqs[j]
 	f := wire.Frame(r.hdr[:])
 	if pos >= 0 {
 		n.byPos[pos]++
 	}
 	if f.Flags()&wire.FlagHit == 0 {
+		// A node's top-k names the keys the directory does not hold: the
+		// controller counts the others by their slots' hits and skips
+		// cached keys among the candidates, so counting only misses
+		// changes no decision except that hits no longer take top-k
+		// counters from misses (and it halves the simulator's top-k time).
 		s.misses = append(s.misses, missOf(n.id, r.key))
 		if len(s.misses) >= maxMisses {
-			s.flushMisses()
+			s.flushMisses() // early, for memory: the counts are the same
 		}
 	}
 	if s.stats.measuring {

@@ -186,11 +186,7 @@ func appendVersion(b []byte, v *version, full bool) []byte {
 			b = append(b, addr...)
 		}
 		if f&vflagAbsorbed != 0 {
-			b = append(b, byte(len(v.Absorbed)))
-			for _, w := range v.Absorbed {
-				b = binary.BigEndian.AppendUint64(b, w.ReqID)
-				b = append(b, byte(w.Op))
-			}
+			b = wire.AppendAbsorbed(b, v.Absorbed)
 		}
 	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(v.Val)))

@@ -175,8 +175,15 @@ func (c *ChainExt) Append(b []byte) []byte {
 	if len(c.Absorbed) == 0 {
 		return b
 	}
-	b = append(b, byte(len(c.Absorbed)))
-	for _, w := range c.Absorbed {
+	return AppendAbsorbed(b, c.Absorbed)
+}
+
+// AppendAbsorbed appends ws as a count byte and each write's request id
+// (8 bytes) and op (1 byte): the chain-write extension's field, which a
+// storage node's record keeps with its dirty version too.
+func AppendAbsorbed(b []byte, ws []AbsorbedWrite) []byte {
+	b = append(b, byte(len(ws)))
+	for _, w := range ws {
 		b = binary.BigEndian.AppendUint64(b, w.ReqID)
 		b = append(b, byte(w.Op))
 	}
